@@ -1,0 +1,113 @@
+// Table-batched embeddings (TBE): many embedding tables looked up in one call and pooled into bags.
+//
+// Layout (as FBGEMM's SplitTableBatchedEmbeddingBags):
+//  * tables t = 0..num_tables-1, table t has E_t rows of dimension D_t (any D >= 1, mixed);
+//  * the weights of all tables live in one caller-owned buffer, row-major, table t starting at
+//    element weight_offset(t) (64-bit addressing: buffers over 2^31 elements work);
+//  * T features, each looking up one table through feature_table_map (several features may share a
+//    table); the output of feature f occupies columns [output_offset(f), output_offset(f) + D_f);
+//  * lookups: indices [N] and offsets [T*B+1] (both int32 or both int64), table-major: bag (f, b) is
+//    indices[offsets[f*B + b] : offsets[f*B + b + 1]]; optional per-sample weights [N] fp32.
+//
+// A TableBatchedEmbedding is created once (it uploads a few small per-feature tables to the device:
+// creation may allocate, ops never do). Its ops are asynchronous on ctx.stream and capturable in a
+// CUDA graph unless stated otherwise.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "embscale/context.h"
+#include "embscale/status.h"
+#include "embscale/tensor.h"
+
+namespace embscale {
+
+enum class PoolingMode { kSum = 0, kMean, kNone };
+const char* pooling_mode_name(PoolingMode m);  // "sum", "mean", "none"
+bool parse_pooling_mode(const std::string& name, PoolingMode* out);
+
+// What to do with an index outside [0, E_t):
+//  kError: report an error Status naming feature, bag and position; outputs are unspecified, tables
+//          are never written. On CUDA the check reads one small result back, so the op synchronises
+//          the stream in this mode (use kSkip or kOff inside a captured graph).
+//  kSkip:  the index is treated as absent (it adds nothing, and MEAN divides by the valid count); the
+//          number skipped is written to `num_skipped` when given.
+//  kOff:   no check (fastest); the caller guarantees valid indices.
+// Offsets that decrease, or a last offset that differs from the number of indices, are an error in
+// kError and kSkip modes.
+enum class BoundsCheckMode { kError = 0, kSkip, kOff };
+const char* bounds_check_mode_name(BoundsCheckMode m);  // "error", "skip", "off"
+bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);
+
+struct TableSpec {
+  int64_t num_rows = 0;  // E_t >= 1
+  int dim = 0;           // D_t >= 1
+};
+
+struct TbeConfig {
+  std::vector<TableSpec> tables;
+  std::vector<int> feature_table_map;  // [T] table of each feature; empty = one feature per table
+  DType weights_dtype = DType::kF32;   // fp32, fp16 or bf16
+};
+
+struct TbeForwardArgs {
+  TensorView weights;                        // [num_weights()] of weights_dtype
+  TensorView indices;                        // [N] int32 or int64
+  TensorView offsets;                        // [T*B+1], the dtype of indices
+  const float* per_sample_weights = nullptr; // [N] optional (fp32, backend memory)
+  int64_t batch_size = 0;                    // B
+  PoolingMode pooling = PoolingMode::kSum;
+  BoundsCheckMode bounds_check = BoundsCheckMode::kError;
+  // Pooled: [B, total_dim()] fp32/fp16/bf16. kNone (sequence embeddings): [N, D], all features of one
+  // dimension D; row i is the (weighted) row looked up by indices[i].
+  TensorView output;
+  int64_t* num_skipped = nullptr;            // optional (backend memory): invalid indices skipped (kSkip)
+};
+
+class TableBatchedEmbedding {
+ public:
+  static Status create(const Context& ctx, const TbeConfig& cfg, std::unique_ptr<TableBatchedEmbedding>* out);
+  ~TableBatchedEmbedding();
+  TableBatchedEmbedding(const TableBatchedEmbedding&) = delete;
+  TableBatchedEmbedding& operator=(const TableBatchedEmbedding&) = delete;
+
+  const TbeConfig& config() const { return cfg_; }
+  Backend backend() const { return backend_; }
+  int num_tables() const { return static_cast<int>(cfg_.tables.size()); }
+  int num_features() const { return static_cast<int>(feature_table_.size()); }
+  int feature_table(int f) const { return feature_table_[f]; }
+  int feature_dim(int f) const { return cfg_.tables[feature_table_[f]].dim; }
+  int64_t weight_offset(int table) const { return weight_offsets_[table]; }  // elements
+  int64_t num_weights() const { return weight_offsets_.back(); }              // elements in the buffer
+  int output_offset(int feature) const { return output_offsets_[feature]; }  // column of feature
+  int total_dim() const { return output_offsets_.back(); }                    // sum over features of D
+  int max_dim() const { return max_dim_; }
+
+  // Pooled or sequence lookup (see TbeForwardArgs).
+  Status forward(const Context& ctx, const TbeForwardArgs& args) const;
+
+  // Per-feature tables in the backend's memory, for the backend implementations.
+  struct DeviceMeta {
+    const int64_t* weight_offsets = nullptr;  // [T] element offset of each feature's table
+    const int64_t* num_rows = nullptr;        // [T] E of each feature's table
+    const int32_t* dims = nullptr;            // [T] D of each feature
+    const int32_t* output_offsets = nullptr;  // [T+1] output column of each feature
+  };
+  const DeviceMeta& device_meta() const { return meta_; }
+
+ private:
+  TableBatchedEmbedding() = default;
+  TbeConfig cfg_;
+  Backend backend_ = Backend::kCpu;
+  std::vector<int> feature_table_;
+  std::vector<int64_t> weight_offsets_;  // [num_tables + 1]
+  std::vector<int> output_offsets_;      // [T + 1]
+  int max_dim_ = 0;
+  void* meta_storage_ = nullptr;         // one allocation holding DeviceMeta's arrays
+  DeviceMeta meta_;
+};
+
+}  // namespace embscale

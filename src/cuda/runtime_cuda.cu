@@ -1,0 +1,54 @@
+// CUDA runtime services for host-side code (api/cuda_runtime.h).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "api/cuda_runtime.h"
+#include "cuda/check.cuh"
+
+namespace embscale {
+namespace cuda {
+
+bool device_present() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  return n > 0;
+}
+
+std::string device_name() {
+  int dev = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return "none";
+  }
+  return prop.name;
+}
+
+Status device_malloc(size_t bytes, void** ptr) {
+  return cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc");
+}
+
+void device_free(void* ptr) { cudaFree(ptr); }
+
+Status memcpy_sync(void* dst, const void* src, size_t bytes, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync"));
+  return cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+Status memset_async(void* dst, int value, size_t bytes, void* stream) {
+  return cuda_status(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
+}
+
+Status stream_synchronize(void* stream) {
+  return cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
+Status check_last_launch(const char* what) { return cuda_status(cudaGetLastError(), what); }
+
+}  // namespace cuda
+}  // namespace embscale

@@ -1,0 +1,98 @@
+// Benchmark plumbing (bench_util.h). CUDA event timing lives in timer_cuda.cu so this file needs no
+// CUDA headers.
+#include "bench_util.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "embscale/memory.h"
+
+namespace embscale {
+namespace tools {
+
+#if EMBSCALE_WITH_CUDA
+// timer_cuda.cu: per-batch milliseconds of `batches` timed batches after `warmup` calls.
+Status cuda_time_batches(void* stream, int warmup, int batches, int calls_per_batch,
+                         const std::function<Status(int)>& op, std::vector<double>* batch_ms);
+#endif
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+Status time_op(const Context& ctx, const TimingConfig& cfg, const std::function<Status(int)>& op, Timing* out) {
+  if (cfg.repeats < 1 || cfg.calls_per_batch < 1 || cfg.warmup < 0)
+    return invalid_argument("timing: repeats and calls_per_batch must be >= 1, warmup >= 0");
+  std::vector<double> per_call_us;
+  if (ctx.backend == Backend::kCuda) {
+#if EMBSCALE_WITH_CUDA
+    std::vector<double> ms;
+    EMBSCALE_RETURN_IF_ERROR(cuda_time_batches(ctx.stream, cfg.warmup, cfg.repeats, cfg.calls_per_batch, op, &ms));
+    for (double m : ms) per_call_us.push_back(m * 1000.0 / cfg.calls_per_batch);
+#else
+    return unsupported("timing: built without CUDA");
+#endif
+  } else {
+    int call = 0;
+    for (int i = 0; i < cfg.warmup; ++i) EMBSCALE_RETURN_IF_ERROR(op(call++));
+    for (int r = 0; r < cfg.repeats; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int c = 0; c < cfg.calls_per_batch; ++c) EMBSCALE_RETURN_IF_ERROR(op(call++));
+      const auto t1 = std::chrono::steady_clock::now();
+      per_call_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / cfg.calls_per_batch);
+    }
+  }
+  out->median_us = median(per_call_us);
+  out->min_us = *std::min_element(per_call_us.begin(), per_call_us.end());
+  out->max_us = *std::max_element(per_call_us.begin(), per_call_us.end());
+  return Status::Ok();
+}
+
+Status copy_bandwidth_gbps(const Context& ctx, size_t bytes, double* gbps) {
+  Buffer a(ctx.backend, bytes), b(ctx.backend, bytes);
+  if (!a.valid() || !b.valid()) return Status(StatusCode::kBackendError, "copy bandwidth: allocation failed");
+  EMBSCALE_RETURN_IF_ERROR(fill_bytes(ctx, a.data(), 1, bytes));
+  EMBSCALE_RETURN_IF_ERROR(fill_bytes(ctx, b.data(), 2, bytes));
+  TimingConfig cfg;
+  cfg.warmup = 3;
+  cfg.repeats = ctx.backend == Backend::kCuda ? 20 : 7;
+  Timing t;
+  EMBSCALE_RETURN_IF_ERROR(time_op(ctx, cfg, [&](int i) {
+    return (i % 2) ? copy_within_backend(ctx, a.data(), b.data(), bytes) : copy_within_backend(ctx, b.data(), a.data(), bytes);
+  }, &t));
+  *gbps = 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e9;
+  return Status::Ok();
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+nlohmann::json base_record(Backend backend) {
+  nlohmann::json r;
+  r["date"] = today();
+  r["device"] = device_name(backend);
+  r["backend"] = backend_name(backend);
+  return r;
+}
+
+void emit(const nlohmann::json& record, bool json, const std::string& text_line) {
+  if (json)
+    std::printf("%s\n", record.dump().c_str());
+  else
+    std::printf("%s\n", text_line.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace tools
+}  // namespace embscale

@@ -1,0 +1,51 @@
+// Shared benchmark plumbing: timing (CUDA events on the GPU, steady_clock on the CPU), medians,
+// the results record (one JSON object per measurement, the format of bench/results/*.jsonl) and the
+// copy-bandwidth ceiling measured in the same run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "embscale/context.h"
+#include "embscale/status.h"
+
+namespace embscale {
+namespace tools {
+
+struct TimingConfig {
+  int warmup = 10;          // untimed calls first
+  int repeats = 30;         // timed batches; the median batch is reported
+  int calls_per_batch = 1;  // back-to-back calls inside one timed batch (for microsecond ops)
+};
+
+struct Timing {
+  double median_us = 0;  // per call
+  double min_us = 0;
+  double max_us = 0;
+};
+
+// Times `op(call_index)` on ctx. For CUDA, each batch is bracketed by events on ctx.stream; op must
+// enqueue its work on that stream. call_index counts every call so op can rotate between input sets
+// that together exceed the L2 cache.
+Status time_op(const Context& ctx, const TimingConfig& cfg, const std::function<Status(int)>& op, Timing* out);
+
+// Device-to-device (or host memcpy) copy bandwidth, bytes read + written per second, over `bytes`.
+Status copy_bandwidth_gbps(const Context& ctx, size_t bytes, double* gbps);
+
+// Today's date as YYYY-MM-DD.
+std::string today();
+
+// A results record prefilled with date, device (as it names itself) and backend.
+nlohmann::json base_record(Backend backend);
+
+// Prints a record: as one JSON line when json is true, else via the caller's text line.
+void emit(const nlohmann::json& record, bool json, const std::string& text_line);
+
+double median(std::vector<double> v);
+
+}  // namespace tools
+}  // namespace embscale

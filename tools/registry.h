@@ -1,0 +1,57 @@
+// How the CLI's pieces find each other: each capability's check and bench file registers itself with
+// a static Registrar, so adding an op never edits main.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "embscale/context.h"
+
+namespace CLI {
+class App;
+}
+
+namespace embscale {
+namespace tools {
+
+struct CheckArgs {
+  Backend backend = Backend::kCpu;
+  uint64_t seed = 0;
+  bool verbose = false;
+};
+
+struct CheckResult {
+  bool passed = true;
+  int cases = 0;       // how many (dtype, size, option) combinations ran
+  std::string detail;  // first mismatch, or a short summary
+};
+
+// One `embscale check` op: runs the backend against the naive reference on seeded random inputs.
+struct CheckOp {
+  std::string name;     // e.g. "amax", "tbe_forward"
+  std::string summary;  // one line for --list
+  std::function<CheckResult(const CheckArgs&)> run;
+};
+
+// One `embscale bench` subcommand. `add` creates the subcommand (options and callback) under `bench`;
+// `run_defaults` runs it with its defaults on `backend` (plain `embscale bench` runs all of them).
+struct BenchCommand {
+  std::string name;
+  std::function<void(CLI::App& bench)> add;
+  std::function<int(Backend backend)> run_defaults;
+};
+
+std::vector<CheckOp>& check_ops();
+std::vector<BenchCommand>& bench_commands();
+
+struct RegisterCheck {
+  explicit RegisterCheck(CheckOp op) { check_ops().push_back(std::move(op)); }
+};
+struct RegisterBench {
+  explicit RegisterBench(BenchCommand cmd) { bench_commands().push_back(std::move(cmd)); }
+};
+
+}  // namespace tools
+}  // namespace embscale
