@@ -95,7 +95,12 @@ class TableBatchedEmbedding {
     const int64_t* num_rows = nullptr;        // [T] E of each feature's table
     const int32_t* dims = nullptr;            // [T] D of each feature
     const int32_t* output_offsets = nullptr;  // [T+1] output column of each feature
+    // kScratchWords int64 of backend memory owned by this object, zeroed at creation: a backend keeps
+    // its bounds-check error record and skip counter here (ops on one object must not run
+    // concurrently on different streams in kError/kSkip mode).
+    int64_t* scratch = nullptr;
   };
+  static constexpr int kScratchWords = 8;
   const DeviceMeta& device_meta() const { return meta_; }
 
  private:
