@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <fstream>
 
 #include "embscale/memory.h"
 
@@ -16,6 +18,8 @@ namespace tools {
 // timer_cuda.cu: per-batch milliseconds of `batches` timed batches after `warmup` calls.
 Status cuda_time_batches(void* stream, int warmup, int batches, int calls_per_batch,
                          const std::function<Status(int)>& op, std::vector<double>* batch_ms);
+Status cuda_copy_async(void* dst, const void* src, size_t bytes, void* stream);
+size_t cuda_l2_bytes();
 #endif
 
 double median(std::vector<double> v) {
@@ -53,7 +57,32 @@ Status time_op(const Context& ctx, const TimingConfig& cfg, const std::function<
   return Status::Ok();
 }
 
-Status copy_bandwidth_gbps(const Context& ctx, size_t bytes, double* gbps) {
+// Host copy split across all threads, in 1 MiB pieces, so the CPU ceiling is the machine's and not one
+// core's.
+static void parallel_memcpy(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kPiece = size_t{1} << 20;
+  const int64_t pieces = static_cast<int64_t>((bytes + kPiece - 1) / kPiece);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < pieces; ++i) {
+    const size_t off = static_cast<size_t>(i) * kPiece;
+    std::memcpy(static_cast<char*>(dst) + off, static_cast<const char*>(src) + off, std::min(kPiece, bytes - off));
+  }
+}
+
+static Status copy_async(const Context& ctx, void* dst, const void* src, size_t bytes) {
+  if (ctx.backend == Backend::kCpu) {
+    parallel_memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+#if EMBSCALE_WITH_CUDA
+  return cuda_copy_async(dst, src, bytes, ctx.stream);
+#else
+  return unsupported("copy bandwidth: built without CUDA");
+#endif
+}
+
+Status copy_bandwidth(const Context& ctx, size_t bytes, Timing* t, double* gbps) {
+  if (bytes == 0) return invalid_argument("copy bandwidth: bytes must be > 0");
   Buffer a(ctx.backend, bytes), b(ctx.backend, bytes);
   if (!a.valid() || !b.valid()) return Status(StatusCode::kBackendError, "copy bandwidth: allocation failed");
   EMBSCALE_RETURN_IF_ERROR(fill_bytes(ctx, a.data(), 1, bytes));
@@ -61,12 +90,39 @@ Status copy_bandwidth_gbps(const Context& ctx, size_t bytes, double* gbps) {
   TimingConfig cfg;
   cfg.warmup = 3;
   cfg.repeats = ctx.backend == Backend::kCuda ? 20 : 7;
-  Timing t;
   EMBSCALE_RETURN_IF_ERROR(time_op(ctx, cfg, [&](int i) {
-    return (i % 2) ? copy_within_backend(ctx, a.data(), b.data(), bytes) : copy_within_backend(ctx, b.data(), a.data(), bytes);
-  }, &t));
-  *gbps = 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e9;
+    return (i % 2) ? copy_async(ctx, a.data(), b.data(), bytes) : copy_async(ctx, b.data(), a.data(), bytes);
+  }, t));
+  *gbps = 2.0 * static_cast<double>(bytes) / (t->median_us * 1e-6) / 1e9;
   return Status::Ok();
+}
+
+Status copy_bandwidth_gbps(const Context& ctx, size_t bytes, double* gbps) {
+  Timing t;
+  return copy_bandwidth(ctx, bytes, &t, gbps);
+}
+
+size_t last_level_cache_bytes(Backend backend) {
+  if (backend == Backend::kCuda) {
+#if EMBSCALE_WITH_CUDA
+    const size_t l2 = cuda_l2_bytes();
+    if (l2 > 0) return l2;
+#endif
+    return size_t{60} << 20;
+  }
+  // The largest cache index the kernel lists for cpu0 (sizes like "32768K" or "32M").
+  size_t best = 0;
+  for (int idx = 0; idx < 8; ++idx) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/size");
+    std::string text;
+    if (!(in >> text) || text.empty()) continue;
+    size_t value = 0, pos = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') value = value * 10 + (text[pos++] - '0');
+    if (pos < text.size() && (text[pos] == 'K' || text[pos] == 'k')) value <<= 10;
+    if (pos < text.size() && (text[pos] == 'M' || text[pos] == 'm')) value <<= 20;
+    best = std::max(best, value);
+  }
+  return best > 0 ? best : size_t{32} << 20;
 }
 
 std::string today() {

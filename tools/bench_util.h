@@ -35,6 +35,13 @@ Status time_op(const Context& ctx, const TimingConfig& cfg, const std::function<
 
 // Device-to-device (or host memcpy) copy bandwidth, bytes read + written per second, over `bytes`.
 Status copy_bandwidth_gbps(const Context& ctx, size_t bytes, double* gbps);
+// The same measurement with its timing: each timed call copies `bytes` one way (asynchronously on the
+// GPU, so batches measure the copies and not host round trips; with all threads on the CPU).
+Status copy_bandwidth(const Context& ctx, size_t bytes, Timing* t, double* gbps);
+
+// Size of the cache that must be defeated for a measurement to reach memory: the GPU's L2, or the
+// CPU's last-level cache (32 MiB when the system does not say).
+size_t last_level_cache_bytes(Backend backend);
 
 // Today's date as YYYY-MM-DD.
 std::string today();

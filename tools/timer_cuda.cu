@@ -1,4 +1,5 @@
-// CUDA event timing for bench_util.cpp: each batch of back-to-back calls is bracketed by two events.
+// CUDA services for bench_util.cpp: event timing (each batch of back-to-back calls is bracketed by two
+// events), an asynchronous device copy for the copy ceiling, and the L2 size.
 #include <cuda_runtime.h>
 
 #include <functional>
@@ -34,6 +35,22 @@ Status cuda_time_batches(void* stream, int warmup, int batches, int calls_per_ba
   }
   for (auto& e : ev) cudaEventDestroy(e);
   return st;
+}
+
+// One device-to-device copy enqueued on the stream, without waiting for it.
+Status cuda_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+                           "cudaMemcpyAsync");
+}
+
+// L2 size of the current device in bytes, 0 when it cannot be queried.
+size_t cuda_l2_bytes() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<size_t>(bytes);
 }
 
 }  // namespace tools
