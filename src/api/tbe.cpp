@@ -1,0 +1,277 @@
+// Table-batched embeddings, API layer: names and parsers, TableBatchedEmbedding::create (config
+// validation, the per-feature tables, one backend allocation for DeviceMeta) and forward()'s host-side
+// argument checks before dispatching to a backend. Values that live in backend memory (offsets,
+// indices) are checked by the backend according to args.bounds_check (api/tbe_backend.h).
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "api/tbe_backend.h"
+#include "embscale/memory.h"
+#include "embscale/tbe.h"
+
+namespace embscale {
+
+const char* pooling_mode_name(PoolingMode m) {
+  switch (m) {
+    case PoolingMode::kSum: return "sum";
+    case PoolingMode::kMean: return "mean";
+    case PoolingMode::kNone: return "none";
+  }
+  return "unknown";
+}
+
+bool parse_pooling_mode(const std::string& name, PoolingMode* out) {
+  static const struct { const char* name; PoolingMode m; } kNames[] = {
+      {"sum", PoolingMode::kSum}, {"mean", PoolingMode::kMean}, {"none", PoolingMode::kNone},
+      {"SUM", PoolingMode::kSum}, {"MEAN", PoolingMode::kMean}, {"NONE", PoolingMode::kNone},
+      {"sequence", PoolingMode::kNone},
+  };
+  for (const auto& e : kNames) {
+    if (name == e.name) {
+      if (out) *out = e.m;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* bounds_check_mode_name(BoundsCheckMode m) {
+  switch (m) {
+    case BoundsCheckMode::kError: return "error";
+    case BoundsCheckMode::kSkip: return "skip";
+    case BoundsCheckMode::kOff: return "off";
+  }
+  return "unknown";
+}
+
+bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out) {
+  static const struct { const char* name; BoundsCheckMode m; } kNames[] = {
+      {"error", BoundsCheckMode::kError}, {"skip", BoundsCheckMode::kSkip}, {"off", BoundsCheckMode::kOff},
+      {"ERROR", BoundsCheckMode::kError}, {"SKIP", BoundsCheckMode::kSkip}, {"OFF", BoundsCheckMode::kOff},
+      {"none", BoundsCheckMode::kOff},
+  };
+  for (const auto& e : kNames) {
+    if (name == e.name) {
+      if (out) *out = e.m;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// Layout of the single backend allocation behind DeviceMeta. The int64 arrays come first so every
+// array is naturally aligned: [scratch | weight_offsets | num_rows] as int64, then [dims |
+// output_offsets] as int32.
+struct MetaLayout {
+  size_t scratch = 0, weight_offsets = 0, num_rows = 0, dims = 0, output_offsets = 0, bytes = 0;
+  explicit MetaLayout(size_t T) {
+    scratch = 0;
+    weight_offsets = scratch + sizeof(int64_t) * TableBatchedEmbedding::kScratchWords;
+    num_rows = weight_offsets + sizeof(int64_t) * T;
+    dims = num_rows + sizeof(int64_t) * T;
+    output_offsets = dims + sizeof(int32_t) * T;
+    bytes = output_offsets + sizeof(int32_t) * (T + 1);
+  }
+};
+
+std::string shape_str(const TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+// ndim in range and no negative extent, so numel() is meaningful.
+Status check_view(const char* name, const TensorView& t) {
+  if (t.ndim < 1 || t.ndim > kMaxDims)
+    return invalid_argument(std::string(name) + ": ndim " + std::to_string(t.ndim) + " is outside [1, " +
+                            std::to_string(kMaxDims) + "]");
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] < 0) return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has a negative extent");
+  if (t.numel() > 0 && t.data == nullptr)
+    return invalid_argument(std::string(name) + ": data is null but the tensor has " + std::to_string(t.numel()) +
+                            " elements");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
+                                     std::unique_ptr<TableBatchedEmbedding>* out) {
+  if (out == nullptr) return invalid_argument("out: must not be null");
+  out->reset();
+  if (ctx.backend != Backend::kCpu && ctx.backend != Backend::kCuda)
+    return invalid_argument("ctx: unknown backend");
+  if (!backend_compiled(ctx.backend))
+    return unsupported(std::string("ctx: backend ") + backend_name(ctx.backend) + " is not compiled into this build");
+  if (cfg.tables.empty()) return invalid_argument("cfg.tables: no tables; at least one is required");
+  if (cfg.tables.size() > static_cast<size_t>(INT_MAX)) return invalid_argument("cfg.tables: too many tables");
+  if (!is_float_dtype(cfg.weights_dtype))
+    return invalid_argument(std::string("cfg.weights_dtype: ") + dtype_name(cfg.weights_dtype) +
+                            " is not supported; expected fp32, fp16 or bf16");
+
+  const int num_tables = static_cast<int>(cfg.tables.size());
+  std::unique_ptr<TableBatchedEmbedding> tbe(new TableBatchedEmbedding());
+  tbe->cfg_ = cfg;
+  tbe->backend_ = ctx.backend;
+
+  // Weight offsets in elements, 64-bit: E_t * D_t and their running sum are checked against
+  // overflow so a buffer over 2^31 (or 2^32) elements is addressed correctly.
+  tbe->weight_offsets_.assign(num_tables + 1, 0);
+  constexpr int64_t kMaxElements = int64_t{1} << 62;
+  for (int t = 0; t < num_tables; ++t) {
+    const TableSpec& s = cfg.tables[t];
+    const std::string name = "cfg.tables[" + std::to_string(t) + "]";
+    if (s.num_rows < 1)
+      return invalid_argument(name + ".num_rows: " + std::to_string(s.num_rows) + " rows; a table needs at least 1");
+    if (s.dim < 1) return invalid_argument(name + ".dim: " + std::to_string(s.dim) + "; the dimension must be >= 1");
+    if (s.num_rows > kMaxElements / s.dim ||
+        tbe->weight_offsets_[t] > kMaxElements - s.num_rows * static_cast<int64_t>(s.dim))
+      return invalid_argument(name + ": the weights of the tables up to this one exceed 2^62 elements");
+    tbe->weight_offsets_[t + 1] = tbe->weight_offsets_[t] + s.num_rows * static_cast<int64_t>(s.dim);
+  }
+
+  // Features: the map, or one feature per table.
+  if (cfg.feature_table_map.empty()) {
+    tbe->feature_table_.resize(num_tables);
+    for (int t = 0; t < num_tables; ++t) tbe->feature_table_[t] = t;
+  } else {
+    tbe->feature_table_ = cfg.feature_table_map;
+    for (size_t f = 0; f < tbe->feature_table_.size(); ++f) {
+      const int t = tbe->feature_table_[f];
+      if (t < 0 || t >= num_tables)
+        return invalid_argument("cfg.feature_table_map[" + std::to_string(f) + "]: table " + std::to_string(t) +
+                                " does not exist (there are " + std::to_string(num_tables) + " tables)");
+    }
+  }
+  const int T = static_cast<int>(tbe->feature_table_.size());
+
+  tbe->output_offsets_.assign(T + 1, 0);
+  int64_t col = 0;
+  for (int f = 0; f < T; ++f) {
+    const int d = cfg.tables[tbe->feature_table_[f]].dim;
+    col += d;
+    if (col > INT32_MAX)
+      return invalid_argument("cfg: the features' dimensions add up to more than 2^31-1 output columns");
+    tbe->output_offsets_[f + 1] = static_cast<int>(col);
+    if (d > tbe->max_dim_) tbe->max_dim_ = d;
+  }
+
+  // DeviceMeta: per-feature arrays and the zeroed scratch words, uploaded in one copy.
+  const MetaLayout L(static_cast<size_t>(T));
+  std::vector<unsigned char> host(L.bytes, 0);
+  auto* w_off = reinterpret_cast<int64_t*>(host.data() + L.weight_offsets);
+  auto* rows = reinterpret_cast<int64_t*>(host.data() + L.num_rows);
+  auto* dims = reinterpret_cast<int32_t*>(host.data() + L.dims);
+  auto* o_off = reinterpret_cast<int32_t*>(host.data() + L.output_offsets);
+  for (int f = 0; f < T; ++f) {
+    const int t = tbe->feature_table_[f];
+    w_off[f] = tbe->weight_offsets_[t];
+    rows[f] = cfg.tables[t].num_rows;
+    dims[f] = cfg.tables[t].dim;
+  }
+  for (int f = 0; f <= T; ++f) o_off[f] = tbe->output_offsets_[f];
+
+  void* storage = nullptr;
+  EMBSCALE_RETURN_IF_ERROR(backend_malloc(ctx.backend, L.bytes, &storage));
+  const Status st = copy_to_backend(ctx, storage, host.data(), L.bytes);
+  if (!st.ok()) {
+    backend_free(ctx.backend, storage);
+    return st;
+  }
+  tbe->meta_storage_ = storage;
+  auto* base = static_cast<unsigned char*>(storage);
+  tbe->meta_.scratch = reinterpret_cast<int64_t*>(base + L.scratch);
+  tbe->meta_.weight_offsets = reinterpret_cast<const int64_t*>(base + L.weight_offsets);
+  tbe->meta_.num_rows = reinterpret_cast<const int64_t*>(base + L.num_rows);
+  tbe->meta_.dims = reinterpret_cast<const int32_t*>(base + L.dims);
+  tbe->meta_.output_offsets = reinterpret_cast<const int32_t*>(base + L.output_offsets);
+  *out = std::move(tbe);
+  return Status::Ok();
+}
+
+TableBatchedEmbedding::~TableBatchedEmbedding() { backend_free(backend_, meta_storage_); }
+
+Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& args) const {
+  if (ctx.backend != backend_)
+    return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
+                            " differs from the backend this TableBatchedEmbedding was created on (" +
+                            backend_name(backend_) + ")");
+  if (args.pooling != PoolingMode::kSum && args.pooling != PoolingMode::kMean && args.pooling != PoolingMode::kNone)
+    return invalid_argument("pooling: unknown pooling mode " + std::to_string(static_cast<int>(args.pooling)));
+  if (args.bounds_check != BoundsCheckMode::kError && args.bounds_check != BoundsCheckMode::kSkip &&
+      args.bounds_check != BoundsCheckMode::kOff)
+    return invalid_argument("bounds_check: unknown mode " + std::to_string(static_cast<int>(args.bounds_check)));
+  const int64_t T = num_features();
+  const int64_t B = args.batch_size;
+  if (B < 0) return invalid_argument("batch_size: " + std::to_string(B) + " is negative");
+  if (B > (INT64_MAX - 1) / (T > 0 ? T : 1))
+    return invalid_argument("batch_size: " + std::to_string(B) + " times " + std::to_string(T) + " features overflows");
+
+  // weights
+  EMBSCALE_RETURN_IF_ERROR(check_view("weights", args.weights));
+  if (args.weights.dtype != cfg_.weights_dtype)
+    return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) +
+                            " differs from the configured weights dtype " + dtype_name(cfg_.weights_dtype));
+  if (args.weights.numel() != num_weights())
+    return invalid_argument("weights: " + std::to_string(args.weights.numel()) + " elements; expected num_weights() = " +
+                            std::to_string(num_weights()));
+
+  // indices and offsets
+  EMBSCALE_RETURN_IF_ERROR(check_view("indices", args.indices));
+  EMBSCALE_RETURN_IF_ERROR(check_view("offsets", args.offsets));
+  if (!is_index_dtype(args.indices.dtype))
+    return invalid_argument(std::string("indices: dtype ") + dtype_name(args.indices.dtype) +
+                            " is not supported; expected int32 or int64");
+  if (args.offsets.dtype != args.indices.dtype)
+    return invalid_argument(std::string("offsets: dtype ") + dtype_name(args.offsets.dtype) +
+                            " differs from the indices' dtype " + dtype_name(args.indices.dtype));
+  if (args.indices.ndim != 1) return invalid_argument("indices: shape " + shape_str(args.indices) + " is not 1-D");
+  if (args.offsets.ndim != 1) return invalid_argument("offsets: shape " + shape_str(args.offsets) + " is not 1-D");
+  const int64_t N = args.indices.numel();
+  if (args.offsets.numel() != T * B + 1)
+    return invalid_argument("offsets: " + std::to_string(args.offsets.numel()) + " entries; expected T*B+1 = " +
+                            std::to_string(T * B + 1) + " (T = " + std::to_string(T) + " features, B = " +
+                            std::to_string(B) + ")");
+  if (args.indices.dtype == DType::kI32 && N > INT32_MAX)
+    return invalid_argument("indices: " + std::to_string(N) + " entries cannot be addressed by int32 offsets; use int64");
+
+  // Weighted MEAN is refused, as FBGEMM does: whether it should divide by the bag's length or by the
+  // sum of its weights is ambiguous, and a caller can pre-scale the per-sample weights instead.
+  if (args.per_sample_weights != nullptr && args.pooling == PoolingMode::kMean)
+    return invalid_argument("per_sample_weights: not supported with mean pooling; use sum with weights scaled by 1/L");
+
+  // output
+  EMBSCALE_RETURN_IF_ERROR(check_view("output", args.output));
+  if (!is_float_dtype(args.output.dtype))
+    return invalid_argument(std::string("output: dtype ") + dtype_name(args.output.dtype) +
+                            " is not supported; expected fp32, fp16 or bf16");
+  if (args.pooling == PoolingMode::kNone) {
+    for (int f = 1; f < T; ++f) {
+      if (feature_dim(f) != feature_dim(0))
+        return invalid_argument("pooling: sequence mode (none) needs all features of one dimension; feature 0 has " +
+                                std::to_string(feature_dim(0)) + ", feature " + std::to_string(f) + " has " +
+                                std::to_string(feature_dim(f)));
+    }
+    const int64_t D = T > 0 ? feature_dim(0) : 0;
+    if (args.output.ndim != 2 || args.output.shape[0] != N || args.output.shape[1] != D)
+      return invalid_argument("output: shape " + shape_str(args.output) + "; sequence mode expects [N, D] = [" +
+                              std::to_string(N) + ", " + std::to_string(D) + "]");
+  } else {
+    if (args.output.ndim != 2 || args.output.shape[0] != B || args.output.shape[1] != total_dim())
+      return invalid_argument("output: shape " + shape_str(args.output) + "; expected [B, total_dim()] = [" +
+                              std::to_string(B) + ", " + std::to_string(total_dim()) + "]");
+  }
+
+  if (ctx.backend == Backend::kCpu) return cpu::tbe_forward(ctx, *this, args);
+#if EMBSCALE_WITH_CUDA
+  return cuda::tbe_forward(ctx, *this, args);
+#else
+  return unsupported("ctx: this build of embscale has no CUDA backend");
+#endif
+}
+
+}  // namespace embscale
