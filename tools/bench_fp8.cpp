@@ -164,7 +164,7 @@ Status make_plan(const Fp8BenchArgs& a, Plan* p) {
     int64_t n = 0;
     if (!parse_count(s, &n))
       return invalid_argument("--sizes: '" + s + "' is not a positive element count (use e.g. 65536, 2^16, 64K)");
-    p->sizes.push_back(n);
+    if (std::find(p->sizes.begin(), p->sizes.end(), n) == p->sizes.end()) p->sizes.push_back(n);
   }
 
   p->dtypes.clear();

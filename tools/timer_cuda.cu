@@ -11,6 +11,26 @@
 namespace embscale {
 namespace tools {
 
+// Records `batches` event-bracketed batches of back-to-back calls on s, waits, reads the elapsed times.
+static Status timed_batches(cudaStream_t s, int batches, int calls_per_batch, int* call,
+                            const std::function<Status(int)>& op, const std::vector<cudaEvent_t>& ev,
+                            std::vector<double>* batch_ms) {
+  using cuda::cuda_status;
+  for (int b = 0; b < batches; ++b) {
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ev[2 * b], s), "cudaEventRecord"));
+    for (int c = 0; c < calls_per_batch; ++c) EMBSCALE_RETURN_IF_ERROR(op((*call)++));
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ev[2 * b + 1], s), "cudaEventRecord"));
+  }
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "timed batches"));
+  batch_ms->clear();
+  for (int b = 0; b < batches; ++b) {
+    float ms = 0;
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaEventElapsedTime(&ms, ev[2 * b], ev[2 * b + 1]), "cudaEventElapsedTime"));
+    batch_ms->push_back(ms);
+  }
+  return Status::Ok();
+}
+
 Status cuda_time_batches(void* stream, int warmup, int batches, int calls_per_batch,
                          const std::function<Status(int)>& op, std::vector<double>* batch_ms) {
   using cuda::cuda_status;
@@ -18,22 +38,19 @@ Status cuda_time_batches(void* stream, int warmup, int batches, int calls_per_ba
   int call = 0;
   for (int i = 0; i < warmup; ++i) EMBSCALE_RETURN_IF_ERROR(op(call++));
   EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "warm-up"));
-  std::vector<cudaEvent_t> ev(2 * batches);
-  for (auto& e : ev) EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&e), "cudaEventCreate"));
-  Status st;
-  for (int b = 0; b < batches && st.ok(); ++b) {
-    cudaEventRecord(ev[2 * b], s);
-    for (int c = 0; c < calls_per_batch && st.ok(); ++c) st = op(call++);
-    cudaEventRecord(ev[2 * b + 1], s);
+  std::vector<cudaEvent_t> ev(2 * batches, nullptr);
+  Status created;
+  for (auto& e : ev) {
+    const Status c = cuda_status(cudaEventCreate(&e), "cudaEventCreate");
+    if (!c.ok()) {
+      e = nullptr;
+      created = c;
+      break;
+    }
   }
-  if (st.ok()) st = cuda_status(cudaStreamSynchronize(s), "timed batches");
-  batch_ms->clear();
-  for (int b = 0; b < batches && st.ok(); ++b) {
-    float ms = 0;
-    st = cuda_status(cudaEventElapsedTime(&ms, ev[2 * b], ev[2 * b + 1]), "cudaEventElapsedTime");
-    batch_ms->push_back(ms);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
+  const Status st = created.ok() ? timed_batches(s, batches, calls_per_batch, &call, op, ev, batch_ms) : created;
+  for (auto& e : ev)
+    if (e != nullptr) cudaEventDestroy(e);
   return st;
 }
 
