@@ -1,10 +1,12 @@
 // Activations of the activation+amax fusion (fp8.h), written once for the CPU and CUDA backends and
 // evaluated in fp32.
 //
-// GELU(tanh) is evaluated through the identity 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)): the tanh form
-// cancels catastrophically for negative v (1 + tanh(u) -> 0), the exp form keeps a small relative error
-// everywhere, and both give the same values at +-0, +inf and NaN. Overflow of v^3 or exp() is benign:
-// it drives the quotient to v or to a signed zero, which is the limit of the function.
+// GELU(tanh) and SiLU are v * sigmoid(z) (z = 2u and z = v; 0.5 (1 + tanh u) = sigmoid(2u)), and
+// sigmoid(z) is formed from t = exp(-|z|) in (0, 1]: 1 / (1 + t) for z >= 0, t / (1 + t) for z < 0.
+// exp() then never overflows and nothing cancels: the tanh form loses everything to 1 + tanh(u) -> 0
+// for negative v, and exp(-z) overflows to inf and flushes to zero results that are still bf16 or fp32
+// subnormals. The relative error is a few fp32 ulps plus |z| times the relative error of z. At
+// +-inf, NaN and overflowing v^3 the result is the function's limit or NaN (GELU(-inf) is NaN).
 #pragma once
 
 #include <cmath>
@@ -17,13 +19,19 @@ namespace embscale {
 // max(v, 0) with NaN propagated (so the non-finite flag sees it) and -0 mapped to +0.
 EMBSCALE_HD float relu_f(float v) { return (v <= 0.0f) ? 0.0f : v; }
 
+// v * sigmoid(z) without overflow.
+EMBSCALE_HD float times_sigmoid_f(float v, float z) {
+  const float t = expf(-fabsf(z));
+  return v * (z >= 0.0f ? 1.0f : t) / (1.0f + t);
+}
+
 EMBSCALE_HD float gelu_tanh_f(float v) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   const float u = k * (v + 0.044715f * v * v * v);
-  return v / (1.0f + expf(-2.0f * u));
+  return times_sigmoid_f(v, 2.0f * u);
 }
 
-EMBSCALE_HD float silu_f(float v) { return v / (1.0f + expf(-v)); }
+EMBSCALE_HD float silu_f(float v) { return times_sigmoid_f(v, v); }
 
 template <Activation kAct>
 EMBSCALE_HD float activation_f(float v) {

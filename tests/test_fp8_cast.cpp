@@ -1,0 +1,251 @@
+// quantize, dequantize and quantize_current_scaling against the oracle, on every available backend.
+// fp8 codes must equal the oracle's exactly: the product x * scale is one fp32 rounding and the fp8
+// cast is round-to-nearest-even with saturation, both fully determined, so there is no neighbouring
+// code to allow (NaN matches any NaN code). Dequantized values are exact as well.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <string>
+
+#include "fp8_test_util.h"
+
+namespace embscale {
+namespace {
+
+using fp8test::DevScalar;
+using fp8test::DevTensor;
+using fp8test::float_bits_of;
+using ref::HostTensor;
+
+// First index where two code tensors differ (NaN == NaN), or -1.
+int64_t first_mismatch(const HostTensor& got, const HostTensor& want) {
+  const ref::Format f = ref::format_of(want.dtype);
+  for (int64_t i = 0; i < want.numel(); ++i)
+    if (!ref::same_code(got.code(i), want.code(i), f)) return i;
+  return -1;
+}
+
+std::string describe(const HostTensor& x, const HostTensor& got, const HostTensor& want, int64_t i) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "index %lld: x=%.9g got code 0x%x (%g), want 0x%x (%g)", static_cast<long long>(i),
+                x.get(i), got.code(i), got.get(i), want.code(i), want.get(i));
+  return buf;
+}
+
+class Fp8Cast : public fp8test::Fp8Test {
+ protected:
+  HostTensor run_quantize(const HostTensor& x, float scale, DType fp8, int64_t offset) {
+    DevTensor dx(backend(), x.dtype, x.numel(), offset), dy(backend(), fp8, x.numel(), 3 - offset);
+    EXPECT_TRUE(dx.upload(ctx(), x).ok());
+    EXPECT_TRUE(dy.poison(ctx()).ok());
+    DevScalar<float> s(backend());
+    s.set(ctx(), scale);
+    const Status st = quantize(ctx(), dx.vec(), s.ptr(), dy.vec());
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(synchronize(ctx()).ok());
+    EXPECT_TRUE(dy.guards_intact(ctx())) << "quantize wrote outside y";
+    return dy.download(ctx());
+  }
+};
+
+TEST_P(Fp8Cast, QuantizeRandomMatchesReference) {
+  const int64_t sizes[] = {0, 1, 2, 3, 7, 31, 1000, 4097, 65537, (1 << 20) + 1};
+  uint64_t salt = 100;
+  for (DType dt : fp8test::kFloatDTypes) {
+    for (DType fp8 : fp8test::kFp8DTypes) {
+      for (int64_t n : sizes) {
+        const uint64_t seed = fp8test::case_seed(++salt);
+        SCOPED_TRACE(std::string(dtype_name(dt)) + "->" + dtype_name(fp8) + " n=" + std::to_string(n) +
+                     " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        HostTensor x(dt, n);
+        fp8test::fill_random(&x, rng);
+        const float amax_v = ref::amax(x).amax;
+        // The current scale, a scale that saturates a good part of x, and one that sends most of x
+        // into the fp8 subnormals.
+        for (float scale : {ref::scale(amax_v, fp8_max(fp8), 0.0f, false), 20.0f * fp8_max(fp8) / 8.0f, 1.0f / 4096.0f}) {
+          if (n > 70000 && scale != ref::scale(amax_v, fp8_max(fp8), 0.0f, false)) continue;  // time: big n once
+          HostTensor want(fp8, n);
+          ref::quantize(x, scale, &want);
+          const HostTensor got = run_quantize(x, scale, fp8, static_cast<int64_t>(salt % 4));
+          const int64_t bad = first_mismatch(got, want);
+          EXPECT_EQ(bad, -1) << "scale " << scale << ": " << (bad >= 0 ? describe(x, got, want, bad) : "");
+        }
+        if (n > 8) {
+          HostTensor want(fp8, n);
+          ref::quantize(x, 1.0f, &want);
+          int64_t nonzero = 0;
+          for (int64_t i = 0; i < n; ++i) nonzero += want.get(i) != 0.0;
+          ASSERT_GT(nonzero, 0) << "reference is all zeros";
+        }
+      }
+    }
+  }
+}
+
+// Every midpoint between adjacent fp8 values (ties go to the even code), the values one fp32 step to
+// either side of it, every exact fp8 value, overflow and the special values.
+TEST_P(Fp8Cast, QuantizeTiesSaturationAndSpecials) {
+  for (DType fp8 : fp8test::kFp8DTypes) {
+    const ref::Format f = ref::format_of(fp8);
+    HostTensor x(DType::kF32, 0);
+    std::vector<double> vals;
+    const uint32_t maxc = ref::max_finite_code(f);
+    for (uint32_t c = 0; c <= maxc; ++c) {
+      const double v = ref::decode(c, f);
+      vals.push_back(v);
+      if (c < maxc) {
+        const float mid = static_cast<float>(0.5 * (v + ref::decode(c + 1, f)));  // exact in fp32
+        vals.push_back(mid);
+        vals.push_back(std::nextafter(mid, 0.0f));
+        vals.push_back(std::nextafter(mid, INFINITY));
+      }
+    }
+    const double top = ref::decode(maxc, f);
+    for (double v : {top * 1.03, top * 1.5, top * 4.0, 1e30, static_cast<double>(FLT_MAX), static_cast<double>(INFINITY),
+                     std::nan(""), 0.0, -0.0})
+      vals.push_back(v);
+    const size_t n_pos = vals.size();
+    for (size_t i = 0; i < n_pos; ++i) vals.push_back(-vals[i]);
+    x = HostTensor(DType::kF32, static_cast<int64_t>(vals.size()));
+    for (size_t i = 0; i < vals.size(); ++i) x.set(static_cast<int64_t>(i), vals[i]);
+    HostTensor want(fp8, x.numel());
+    ref::quantize(x, 1.0f, &want);
+    // Spot checks of the oracle itself: saturation, and the sign of zero.
+    EXPECT_EQ(want.code(static_cast<int64_t>(n_pos) - 4), maxc) << "+inf saturates";
+    EXPECT_EQ(want.code(static_cast<int64_t>(vals.size()) - 1), 0u) << "-(-0) is +0";
+    const HostTensor got = run_quantize(x, 1.0f, fp8, 1);
+    const int64_t bad = first_mismatch(got, want);
+    EXPECT_EQ(bad, -1) << dtype_name(fp8) << ": " << (bad >= 0 ? describe(x, got, want, bad) : "");
+  }
+}
+
+TEST_P(Fp8Cast, DequantizeEveryCodeExactly) {
+  for (DType fp8 : fp8test::kFp8DTypes) {
+    HostTensor y(fp8, 256 * 3 + 1);
+    for (int64_t i = 0; i < y.numel(); ++i) y.set_code(i, static_cast<uint32_t>(i % 256));
+    for (DType dt : fp8test::kFloatDTypes) {
+      for (float s_inv : {1.0f, 1.0f / 3.7f, 0x1p-10f, 1e30f, 3.0e-5f}) {
+        SCOPED_TRACE(std::string(dtype_name(fp8)) + "->" + dtype_name(dt) + " scale_inv=" + std::to_string(s_inv));
+        HostTensor want(dt, y.numel());
+        ref::dequantize(y, s_inv, &want);
+        DevTensor dy(backend(), fp8, y.numel(), 1), dx(backend(), dt, y.numel(), 2);
+        ASSERT_TRUE(dy.upload(ctx(), y).ok());
+        ASSERT_TRUE(dx.poison(ctx()).ok());
+        DevScalar<float> si(backend());
+        si.set(ctx(), s_inv);
+        const Status st = dequantize(ctx(), dy.vec(), si.ptr(), dx.vec());
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        EXPECT_TRUE(dx.guards_intact(ctx()));
+        const HostTensor got = dx.download(ctx());
+        const int64_t bad = first_mismatch(got, want);
+        EXPECT_EQ(bad, -1) << (bad >= 0 ? describe(y, got, want, bad) : "");
+      }
+    }
+  }
+}
+
+TEST_P(Fp8Cast, QuantizeAndDequantizeNoop) {
+  HostTensor x(DType::kBF16, 5000);
+  for (int64_t i = 0; i < x.numel(); ++i) x.set(i, 0.01 * static_cast<double>(i) - 20.0);
+  DevTensor dx(backend(), x.dtype, x.numel()), dy(backend(), DType::kF8E4M3, x.numel());
+  ASSERT_TRUE(dx.upload(ctx(), x).ok());
+  ASSERT_TRUE(dy.poison(ctx()).ok());
+  DevScalar<float> s(backend()), noop(backend());
+  s.set(ctx(), 2.0f);
+  noop.set(ctx(), 1.0f);
+  ASSERT_TRUE(quantize(ctx(), dx.vec(), s.ptr(), dy.vec(), noop.ptr()).ok());
+  const HostTensor y = dy.download(ctx());
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.code(i), fp8test::kPoisonByte) << i;
+  ASSERT_TRUE(dx.poison(ctx()).ok());
+  ASSERT_TRUE(dequantize(ctx(), dy.vec(), s.ptr(), dx.vec(), noop.ptr()).ok());
+  const HostTensor xb = dx.download(ctx());
+  for (int64_t i = 0; i < xb.numel(); ++i) ASSERT_EQ(xb.code(i), 0xA5A5u) << i;
+}
+
+// ---- quantize with current scaling ----
+
+TEST_P(Fp8Cast, CurrentScalingMatchesReference) {
+  const int64_t sizes[] = {0, 1, 3, 31, 4097, 65537, (1 << 20) + 7};
+  uint64_t salt = 300;
+  for (DType dt : fp8test::kFloatDTypes) {
+    for (DType fp8 : fp8test::kFp8DTypes) {
+      for (int64_t n : sizes) {
+        for (AmaxAlgo algo : {AmaxAlgo::kAtomic, AmaxAlgo::kTwoStage}) {
+          const uint64_t seed = fp8test::case_seed(++salt);
+          const bool p2 = salt % 3 == 0;
+          const float eps = salt % 5 == 0 ? 1e-3f : 0.0f;
+          SCOPED_TRACE(std::string(dtype_name(dt)) + "->" + dtype_name(fp8) + " n=" + std::to_string(n) + " " +
+                       amax_algo_name(algo) + " pow2=" + std::to_string(p2) + " seed=" + std::to_string(seed));
+          std::mt19937_64 rng(seed);
+          HostTensor x(dt, n);
+          fp8test::fill_random(&x, rng, 0.5);
+          if (n > 10) x.set(n / 3, std::nan(""));
+          const ref::AmaxResult ra = ref::amax(x);
+          const float rs = ref::scale(ra.amax, fp8_max(fp8), eps, p2);
+          HostTensor want(fp8, n);
+          ref::quantize(x, rs, &want);
+
+          DevTensor dx(backend(), dt, n, salt % 4), dy(backend(), fp8, n, 1);
+          ASSERT_TRUE(dx.upload(ctx(), x).ok());
+          ASSERT_TRUE(dy.poison(ctx()).ok());
+          DevScalar<float> a(backend()), s(backend()), si(backend());
+          DevScalar<int32_t> flag(backend());
+          a.poison(ctx());
+          s.poison(ctx());
+          si.poison(ctx());
+          flag.poison(ctx());
+          CurrentScalingOptions opts;
+          opts.amax.algo = algo;
+          opts.amax.nonfinite_flag = flag.ptr();
+          opts.scale.eps = eps;
+          opts.scale.power_of_2 = p2;
+          size_t ws_bytes = 0;
+          ASSERT_TRUE(quantize_current_scaling_workspace_size(ctx(), dx.vec(), opts, &ws_bytes).ok());
+          Buffer ws(backend(), ws_bytes);
+          const Status st = quantize_current_scaling(ctx(), dx.vec(), dy.vec(), a.ptr(), s.ptr(), si.ptr(), opts,
+                                                     ws.data(), ws_bytes);
+          ASSERT_TRUE(st.ok()) << st.to_string();
+          EXPECT_EQ(float_bits_of(a.get(ctx())), float_bits_of(ra.amax));
+          EXPECT_EQ(float_bits_of(s.get(ctx())), float_bits_of(rs));
+          EXPECT_EQ(float_bits_of(si.get(ctx())), float_bits_of(ref::scale_inv(rs)));
+          EXPECT_EQ(flag.get(ctx()), ra.nonfinite ? 1 : 0);
+          EXPECT_TRUE(dy.guards_intact(ctx()));
+          const HostTensor got = dy.download(ctx());
+          const int64_t bad = first_mismatch(got, want);
+          EXPECT_EQ(bad, -1) << (bad >= 0 ? describe(x, got, want, bad) : "");
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Fp8Cast, CurrentScalingNoop) {
+  HostTensor x(DType::kF32, 70000);
+  for (int64_t i = 0; i < x.numel(); ++i) x.set(i, std::sin(0.001 * static_cast<double>(i)) * 50.0);
+  DevTensor dx(backend(), x.dtype, x.numel()), dy(backend(), DType::kF8E5M2, x.numel());
+  ASSERT_TRUE(dx.upload(ctx(), x).ok());
+  ASSERT_TRUE(dy.poison(ctx()).ok());
+  DevScalar<float> a(backend()), s(backend()), si(backend()), noop(backend());
+  a.poison(ctx());
+  s.poison(ctx());
+  si.poison(ctx());
+  noop.set(ctx(), 1.0f);
+  CurrentScalingOptions opts;
+  opts.amax.noop_flag = noop.ptr();
+  size_t ws_bytes = 0;
+  ASSERT_TRUE(quantize_current_scaling_workspace_size(ctx(), dx.vec(), opts, &ws_bytes).ok());
+  Buffer ws(backend(), ws_bytes);
+  ASSERT_TRUE(quantize_current_scaling(ctx(), dx.vec(), dy.vec(), a.ptr(), s.ptr(), si.ptr(), opts, ws.data(), ws_bytes).ok());
+  EXPECT_EQ(float_bits_of(a.get(ctx())), 0xA5A5A5A5u);
+  EXPECT_EQ(float_bits_of(s.get(ctx())), 0xA5A5A5A5u);
+  EXPECT_EQ(float_bits_of(si.get(ctx())), 0xA5A5A5A5u);
+  const HostTensor y = dy.download(ctx());
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.code(i), fp8test::kPoisonByte) << i;
+}
+
+EMBSCALE_FP8_INSTANTIATE(Fp8Cast);
+
+}  // namespace
+}  // namespace embscale
