@@ -1,0 +1,453 @@
+// TBE forward: bounds-check modes (error names feature, bag and position; skip counts exactly and
+// pools only valid lookups; weights are never written), bad offsets, bad arguments and bad configs
+// (each Status naming the argument), and 64-bit weight addressing.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "embscale/memory.h"
+#include "embscale/tbe.h"
+#include "reference_tbe.h"
+
+namespace embscale {
+namespace {
+
+// A small valid problem in backend memory: 3 features over 2 tables (E = 50, 7; D = 6, 3),
+// B = 4, fp32 weights equal to small integers so sums are exact.
+struct Problem {
+  Backend backend;
+  Context ctx;
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  ref::Config rc;
+  std::vector<float> weights;     // host copy
+  std::vector<int64_t> indices;   // [N]
+  std::vector<int64_t> offsets;   // [T*B+1]
+  std::vector<float> psw;         // [N]
+  int64_t B = 4;
+  std::unique_ptr<Buffer> d_w, d_idx, d_off, d_psw, d_out, d_skipped;
+
+  explicit Problem(Backend b) : backend(b), ctx(b == Backend::kCuda ? Context::cuda() : Context::cpu()) {
+    TbeConfig cfg;
+    cfg.tables = {TableSpec{50, 6}, TableSpec{7, 3}};
+    cfg.feature_table_map = {0, 1, 0};
+    EXPECT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+    rc.num_rows = {50, 7};
+    rc.dims = {6, 3};
+    rc.feature_table = {0, 1, 0};
+    weights.resize(static_cast<size_t>(tbe->num_weights()));
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(static_cast<int>(i % 11) - 5);
+    // Bag sizes 0..3 cycling; indices within each feature's table.
+    offsets.push_back(0);
+    for (int f = 0; f < 3; ++f)
+      for (int64_t bag = 0; bag < B; ++bag) {
+        const int len = static_cast<int>((f + bag) % 4);
+        for (int p = 0; p < len; ++p) indices.push_back((f * 13 + bag * 5 + p * 3) % rc.num_rows[rc.feature_table[f]]);
+        offsets.push_back(static_cast<int64_t>(indices.size()));
+      }
+    for (size_t i = 0; i < indices.size(); ++i) psw.push_back(static_cast<float>(i % 3) - 1.0f);
+    d_w.reset(new Buffer(b, weights.size() * 4));
+    d_out.reset(new Buffer(b, 64 * 1024));
+    d_skipped.reset(new Buffer(b, 8));
+    EXPECT_TRUE(copy_to_backend(ctx, d_w->data(), weights.data(), weights.size() * 4).ok());
+    upload();
+  }
+
+  void upload() {
+    d_idx.reset(new Buffer(backend, indices.size() * 8));
+    d_off.reset(new Buffer(backend, offsets.size() * 8));
+    d_psw.reset(new Buffer(backend, psw.size() * 4));
+    EXPECT_TRUE(copy_to_backend(ctx, d_idx->data(), indices.data(), indices.size() * 8).ok());
+    EXPECT_TRUE(copy_to_backend(ctx, d_off->data(), offsets.data(), offsets.size() * 8).ok());
+    EXPECT_TRUE(copy_to_backend(ctx, d_psw->data(), psw.data(), psw.size() * 4).ok());
+    EXPECT_TRUE(fill_bytes(ctx, d_out->data(), 0xff, d_out->bytes()).ok());
+  }
+
+  TbeForwardArgs args(PoolingMode pool = PoolingMode::kSum) const {
+    TbeForwardArgs a;
+    a.weights = TensorView::vec(d_w->data(), DType::kF32, tbe->num_weights());
+    a.indices = TensorView::vec(d_idx->data(), DType::kI64, static_cast<int64_t>(indices.size()));
+    a.offsets = TensorView::vec(d_off->data(), DType::kI64, static_cast<int64_t>(offsets.size()));
+    a.batch_size = B;
+    a.pooling = pool;
+    a.output = pool == PoolingMode::kNone ? TensorView::mat(d_out->data(), DType::kF32, a.indices.numel(), 6)
+                                          : TensorView::mat(d_out->data(), DType::kF32, B, tbe->total_dim());
+    return a;
+  }
+
+  Status run(const TbeForwardArgs& a) {
+    Status st = tbe->forward(ctx, a);
+    const Status sync = synchronize(ctx);
+    return st.ok() ? sync : st;
+  }
+
+  std::vector<float> output(int64_t n) const {
+    std::vector<float> o(static_cast<size_t>(n));
+    EXPECT_TRUE(copy_to_host(ctx, o.data(), d_out->data(), o.size() * 4).ok());
+    return o;
+  }
+
+  void expect_weights_unchanged() const {
+    std::vector<float> w(weights.size());
+    ASSERT_TRUE(copy_to_host(ctx, w.data(), d_w->data(), w.size() * 4).ok());
+    EXPECT_EQ(0, std::memcmp(w.data(), weights.data(), w.size() * 4)) << "weights were written";
+  }
+
+  // Position in `indices` of bag (f, bag)'s lookup p.
+  int64_t pos(int f, int64_t bag, int64_t p) const { return offsets[f * B + bag] + p; }
+};
+
+class TbeForwardErrors : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (!backend_available(GetParam())) GTEST_SKIP() << backend_name(GetParam()) << " backend not available";
+  }
+};
+
+void expect_contains(const Status& st, const std::string& what) {
+  EXPECT_NE(st.message().find(what), std::string::npos) << "message \"" << st.message() << "\" lacks \"" << what << "\"";
+}
+
+TEST_P(TbeForwardErrors, ErrorModeNamesFeatureBagAndPosition) {
+  for (int64_t bad_value : {int64_t{50}, int64_t{-1}, int64_t{1000012}}) {
+    Problem pr(GetParam());
+    // Feature 2 (table 0, 50 rows), bag 3 has (2 + 3) % 4 = 1 lookup; feature 2, bag 1 has 3.
+    const int64_t at = pr.pos(2, 1, 2);
+    pr.indices[at] = bad_value;
+    pr.upload();
+    const Status st = pr.run(pr.args());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+    expect_contains(st, "indices");
+    expect_contains(st, "feature 2");
+    expect_contains(st, "bag 1");
+    expect_contains(st, "position 2");
+    expect_contains(st, std::to_string(bad_value));
+    expect_contains(st, "table 0");
+    expect_contains(st, "50 rows");
+    pr.expect_weights_unchanged();
+  }
+}
+
+TEST_P(TbeForwardErrors, SkipModeCountsAndPoolsValidLookupsOnly) {
+  for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
+    Problem pr(GetParam());
+    pr.indices[pr.pos(0, 1, 0)] = 50;       // table 0 has 50 rows
+    pr.indices[pr.pos(1, 2, 2)] = 7;        // table 1 has 7 rows
+    pr.indices[pr.pos(2, 3, 0)] = -3;
+    pr.indices[pr.pos(1, 0, 0)] = 1 << 30;  // feature 1, bag 0 has a single lookup: now empty
+    pr.upload();
+    ASSERT_TRUE(fill_bytes(pr.ctx, pr.d_skipped->data(), 0xff, 8).ok());
+    TbeForwardArgs a = pr.args(pool);
+    a.bounds_check = BoundsCheckMode::kSkip;
+    a.num_skipped = pr.d_skipped->as<int64_t>();
+    ASSERT_TRUE(pr.run(a).ok());
+    int64_t skipped = -1;
+    ASSERT_TRUE(copy_to_host(pr.ctx, &skipped, pr.d_skipped->data(), 8).ok());
+    EXPECT_EQ(skipped, 4);
+    const ref::Result r = ref::tbe_forward(pr.rc, pr.weights.data(), pr.indices, pr.offsets, nullptr, pr.B, pool,
+                                           BoundsCheckMode::kSkip);
+    ASSERT_TRUE(r.ok);
+    EXPECT_EQ(r.skipped, 4);
+    const std::vector<float> got = pr.output(static_cast<int64_t>(r.out.size()));
+    bool nonzero = false;
+    for (size_t i = 0; i < r.out.size(); ++i) {
+      nonzero |= r.out[i] != 0;
+      // Integer weights: SUM is exact; MEAN's division is within the rounding bound.
+      if (pool == PoolingMode::kSum)
+        EXPECT_EQ(got[i], static_cast<float>(r.out[i])) << "output element " << i;
+      else
+        EXPECT_NEAR(got[i], r.out[i], ref::tolerance(r.out[i], r.abs_sum[i], r.terms[i], DType::kF32))
+            << "output element " << i;
+    }
+    EXPECT_TRUE(nonzero);
+    pr.expect_weights_unchanged();
+  }
+}
+
+TEST_P(TbeForwardErrors, SkipModeInSequenceWritesZeroRows) {
+  Problem pr(GetParam());
+  // Sequence mode needs one D: use features 0 and 2 only (both table 0, D = 6) via a new object.
+  TbeConfig cfg;
+  cfg.tables = {TableSpec{50, 6}};
+  cfg.feature_table_map = {0, 0};
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  ASSERT_TRUE(TableBatchedEmbedding::create(pr.ctx, cfg, &tbe).ok());
+  std::vector<int64_t> idx = {3, 49, 50, 0, -1, 7};
+  std::vector<int64_t> off = {0, 2, 2, 5, 6};  // T = 2, B = 2
+  Buffer d_idx(pr.backend, idx.size() * 8), d_off(pr.backend, off.size() * 8);
+  ASSERT_TRUE(copy_to_backend(pr.ctx, d_idx.data(), idx.data(), idx.size() * 8).ok());
+  ASSERT_TRUE(copy_to_backend(pr.ctx, d_off.data(), off.data(), off.size() * 8).ok());
+  ASSERT_TRUE(fill_bytes(pr.ctx, pr.d_out->data(), 0xff, pr.d_out->bytes()).ok());
+  TbeForwardArgs a;
+  a.weights = TensorView::vec(pr.d_w->data(), DType::kF32, tbe->num_weights());
+  a.indices = TensorView::vec(d_idx.data(), DType::kI64, 6);
+  a.offsets = TensorView::vec(d_off.data(), DType::kI64, 5);
+  a.batch_size = 2;
+  a.pooling = PoolingMode::kNone;
+  a.bounds_check = BoundsCheckMode::kSkip;
+  a.num_skipped = pr.d_skipped->as<int64_t>();
+  a.output = TensorView::mat(pr.d_out->data(), DType::kF32, 6, 6);
+  ASSERT_TRUE(tbe->forward(pr.ctx, a).ok());
+  ASSERT_TRUE(synchronize(pr.ctx).ok());
+  int64_t skipped = -1;
+  ASSERT_TRUE(copy_to_host(pr.ctx, &skipped, pr.d_skipped->data(), 8).ok());
+  EXPECT_EQ(skipped, 2);
+  const std::vector<float> got = pr.output(36);
+  for (int i = 0; i < 6; ++i)
+    for (int d = 0; d < 6; ++d) {
+      const bool bad = idx[i] < 0 || idx[i] >= 50;
+      const float want = bad ? 0.0f : pr.weights[static_cast<size_t>(idx[i] * 6 + d)];
+      EXPECT_EQ(got[i * 6 + d], want) << "row " << i << ", column " << d;
+    }
+}
+
+TEST_P(TbeForwardErrors, OffModeMatchesOnValidInput) {
+  Problem pr(GetParam());
+  TbeForwardArgs a = pr.args();
+  a.bounds_check = BoundsCheckMode::kOff;
+  a.per_sample_weights = pr.d_psw->as<float>();
+  ASSERT_TRUE(pr.run(a).ok());
+  const ref::Result r = ref::tbe_forward(pr.rc, pr.weights.data(), pr.indices, pr.offsets, pr.psw.data(), pr.B,
+                                         PoolingMode::kSum, BoundsCheckMode::kOff);
+  const std::vector<float> got = pr.output(static_cast<int64_t>(r.out.size()));
+  bool nonzero = false;
+  for (size_t i = 0; i < r.out.size(); ++i) {
+    nonzero |= r.out[i] != 0;
+    EXPECT_EQ(got[i], static_cast<float>(r.out[i])) << "output element " << i;
+  }
+  EXPECT_TRUE(nonzero);
+}
+
+TEST_P(TbeForwardErrors, BadOffsets) {
+  struct BadCase {
+    const char* what;
+    std::function<void(Problem&)> mutate;
+  };
+  const std::vector<BadCase> cases = {
+      {"decreasing", [](Problem& p) { p.offsets[5] = p.offsets[4] - 1; }},
+      {"last below N", [](Problem& p) { p.offsets.back() -= 1; }},
+      {"last above N", [](Problem& p) { p.offsets.back() += 1; }},
+      {"negative first", [](Problem& p) { p.offsets[0] = -1; }},
+  };
+  for (const auto& bc : cases) {
+    for (BoundsCheckMode mode : {BoundsCheckMode::kError, BoundsCheckMode::kSkip}) {
+      Problem pr(GetParam());
+      bc.mutate(pr);
+      pr.upload();
+      TbeForwardArgs a = pr.args();
+      a.bounds_check = mode;
+      const Status st = pr.run(a);
+      EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << bc.what << ": " << st.to_string();
+      expect_contains(st, "offsets");
+      pr.expect_weights_unchanged();
+    }
+  }
+}
+
+TEST_P(TbeForwardErrors, BadArgumentsNameTheArgument) {
+  Problem pr(GetParam());
+  struct BadCase {
+    const char* name;
+    std::function<void(TbeForwardArgs&)> mutate;
+  };
+  const std::vector<BadCase> cases = {
+      {"weights", [](TbeForwardArgs& a) { a.weights.data = nullptr; }},
+      {"weights", [](TbeForwardArgs& a) { a.weights.dtype = DType::kF16; }},
+      {"weights", [](TbeForwardArgs& a) { a.weights.shape[0] -= 1; }},
+      {"indices", [](TbeForwardArgs& a) { a.indices.data = nullptr; }},
+      {"indices", [](TbeForwardArgs& a) { a.indices.dtype = DType::kF32; }},
+      {"indices", [](TbeForwardArgs& a) { a.indices.shape[0] = -2; }},
+      {"offsets", [](TbeForwardArgs& a) { a.offsets.data = nullptr; }},
+      {"offsets", [](TbeForwardArgs& a) { a.offsets.dtype = DType::kI32; }},
+      {"offsets", [](TbeForwardArgs& a) { a.offsets.shape[0] += 1; }},
+      {"batch_size", [](TbeForwardArgs& a) { a.batch_size = -1; }},
+      {"offsets", [](TbeForwardArgs& a) { a.batch_size = 5; }},
+      {"output", [](TbeForwardArgs& a) { a.output.data = nullptr; }},
+      {"output", [](TbeForwardArgs& a) { a.output.dtype = DType::kI32; }},
+      {"output", [](TbeForwardArgs& a) { a.output.dtype = DType::kF8E4M3; }},
+      {"output", [](TbeForwardArgs& a) { a.output.shape[1] += 1; }},
+      {"output", [](TbeForwardArgs& a) { a.output.shape[0] += 1; }},
+      {"output", [](TbeForwardArgs& a) { a.output.ndim = 1; }},
+      {"per_sample_weights", [&](TbeForwardArgs& a) {
+         a.pooling = PoolingMode::kMean;
+         a.per_sample_weights = pr.d_psw->as<float>();
+       }},
+      {"pooling", [](TbeForwardArgs& a) {  // sequence mode with features of D 6 and 3
+         a.pooling = PoolingMode::kNone;
+         a.output = TensorView::mat(a.output.data, DType::kF32, a.indices.numel(), 6);
+       }},
+      {"pooling", [](TbeForwardArgs& a) { a.pooling = static_cast<PoolingMode>(7); }},
+      {"bounds_check", [](TbeForwardArgs& a) { a.bounds_check = static_cast<BoundsCheckMode>(9); }},
+  };
+  for (const auto& bc : cases) {
+    ASSERT_TRUE(fill_bytes(pr.ctx, pr.d_out->data(), 0x7f, pr.d_out->bytes()).ok());
+    TbeForwardArgs a = pr.args();
+    bc.mutate(a);
+    const Status st = pr.run(a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bc.name << ": " << st.to_string();
+    EXPECT_EQ(st.message().rfind(bc.name, 0), 0u) << "message \"" << st.message() << "\" should start with " << bc.name;
+    // Nothing was written: the output still holds the fill pattern.
+    std::vector<unsigned char> out(pr.d_out->bytes());
+    ASSERT_TRUE(copy_to_host(pr.ctx, out.data(), pr.d_out->data(), out.size()).ok());
+    for (unsigned char v : out) ASSERT_EQ(v, 0x7f) << bc.name << ": output written on error";
+  }
+  pr.expect_weights_unchanged();
+  // The context must be of the object's backend.
+  const Context other = GetParam() == Backend::kCpu ? Context::cuda() : Context::cpu();
+  const Status st = pr.tbe->forward(other, pr.args());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("ctx", 0), 0u) << st.message();
+}
+
+TEST_P(TbeForwardErrors, NullIndicesAllowedWhenEmpty) {
+  Problem pr(GetParam());
+  std::vector<int64_t> off(3 * 2 + 1, 0);
+  Buffer d_off(pr.backend, off.size() * 8);
+  ASSERT_TRUE(copy_to_backend(pr.ctx, d_off.data(), off.data(), off.size() * 8).ok());
+  ASSERT_TRUE(fill_bytes(pr.ctx, pr.d_out->data(), 0xff, pr.d_out->bytes()).ok());
+  TbeForwardArgs a = pr.args();
+  a.indices = TensorView::vec(nullptr, DType::kI64, 0);
+  a.offsets = TensorView::vec(d_off.data(), DType::kI64, 7);
+  a.batch_size = 2;
+  a.output = TensorView::mat(pr.d_out->data(), DType::kF32, 2, pr.tbe->total_dim());
+  ASSERT_TRUE(pr.run(a).ok());
+  for (float v : pr.output(2 * pr.tbe->total_dim())) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_P(TbeForwardErrors, BadConfigsNameTheField) {
+  const Context ctx = GetParam() == Backend::kCuda ? Context::cuda() : Context::cpu();
+  struct BadCase {
+    const char* name;
+    TbeConfig cfg;
+  };
+  std::vector<BadCase> cases;
+  cases.push_back({"cfg.tables", TbeConfig{}});
+  TbeConfig c;
+  c.tables = {TableSpec{10, 4}, TableSpec{0, 4}};
+  cases.push_back({"cfg.tables[1].num_rows", c});
+  c.tables = {TableSpec{10, 0}};
+  cases.push_back({"cfg.tables[0].dim", c});
+  c.tables = {TableSpec{10, 4}, TableSpec{3, 2}};
+  c.feature_table_map = {0, 1, 2};
+  cases.push_back({"cfg.feature_table_map[2]", c});
+  c.feature_table_map = {-1};
+  cases.push_back({"cfg.feature_table_map[0]", c});
+  c.feature_table_map = {};
+  for (DType bad : {DType::kI32, DType::kF8E4M3, DType::kI64}) {
+    c.weights_dtype = bad;
+    cases.push_back({"cfg.weights_dtype", c});
+  }
+  c.weights_dtype = DType::kF32;
+  c.tables = {TableSpec{int64_t{1} << 40, 1 << 30}};
+  cases.push_back({"cfg.tables[0]", c});
+  for (const auto& bc : cases) {
+    std::unique_ptr<TableBatchedEmbedding> tbe;
+    const Status st = TableBatchedEmbedding::create(ctx, bc.cfg, &tbe);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bc.name << ": " << st.to_string();
+    EXPECT_EQ(st.message().rfind(bc.name, 0), 0u) << "message \"" << st.message() << "\" should start with " << bc.name;
+    EXPECT_EQ(tbe, nullptr);
+  }
+}
+
+TEST_P(TbeForwardErrors, WeightOffsetsAre64Bit) {
+  // Offsets past 2^31 and 2^32 elements are computed without allocating the tables.
+  const Context ctx = GetParam() == Backend::kCuda ? Context::cuda() : Context::cpu();
+  TbeConfig cfg;
+  cfg.tables = {TableSpec{int64_t{1} << 21, 1024}, TableSpec{3, 5}, TableSpec{int64_t{3} << 20, 1000}, TableSpec{1, 7}};
+  cfg.feature_table_map = {2, 3, 0, 3};
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+  const int64_t t1 = (int64_t{1} << 21) * 1024;  // 2^31
+  EXPECT_EQ(tbe->weight_offset(0), 0);
+  EXPECT_EQ(tbe->weight_offset(1), t1);
+  EXPECT_EQ(tbe->weight_offset(2), t1 + 15);
+  EXPECT_EQ(tbe->weight_offset(3), t1 + 15 + (int64_t{3} << 20) * 1000);
+  EXPECT_EQ(tbe->num_weights(), t1 + 15 + (int64_t{3} << 20) * 1000 + 7);
+  EXPECT_GT(tbe->num_weights(), int64_t{1} << 32);
+  EXPECT_EQ(tbe->num_features(), 4);
+  EXPECT_EQ(tbe->output_offset(1), 1000);
+  EXPECT_EQ(tbe->output_offset(2), 1007);
+  EXPECT_EQ(tbe->output_offset(3), 2031);
+  EXPECT_EQ(tbe->total_dim(), 2038);
+  EXPECT_EQ(tbe->max_dim(), 1024);
+  // DeviceMeta holds the per-feature view of the same numbers.
+  const auto& m = tbe->device_meta();
+  std::vector<int64_t> w_off(4), rows(4);
+  std::vector<int32_t> dims(4), o_off(5);
+  ASSERT_TRUE(copy_to_host(ctx, w_off.data(), m.weight_offsets, 32).ok());
+  ASSERT_TRUE(copy_to_host(ctx, rows.data(), m.num_rows, 32).ok());
+  ASSERT_TRUE(copy_to_host(ctx, dims.data(), m.dims, 16).ok());
+  ASSERT_TRUE(copy_to_host(ctx, o_off.data(), m.output_offsets, 20).ok());
+  EXPECT_EQ(w_off, (std::vector<int64_t>{t1 + 15, t1 + 15 + (int64_t{3} << 20) * 1000, 0, t1 + 15 + (int64_t{3} << 20) * 1000}));
+  EXPECT_EQ(rows, (std::vector<int64_t>{int64_t{3} << 20, 1, int64_t{1} << 21, 1}));
+  EXPECT_EQ(dims, (std::vector<int32_t>{1000, 7, 1024, 7}));
+  EXPECT_EQ(o_off, (std::vector<int32_t>{0, 1000, 1007, 2031, 2038}));
+  std::vector<int64_t> scratch(TableBatchedEmbedding::kScratchWords, -1);
+  ASSERT_TRUE(copy_to_host(ctx, scratch.data(), m.scratch, scratch.size() * 8).ok());
+  for (int64_t s : scratch) EXPECT_EQ(s, 0);
+}
+
+TEST_P(TbeForwardErrors, RealBufferBeyond2To31Elements) {
+  // CUDA only (the host here is shared): a bf16 buffer of 2^31 + 2^16 elements, lookups in the last
+  // rows of table 0 and in table 1, which starts past element 2^31.
+  if (GetParam() != Backend::kCuda) GTEST_SKIP() << "runs on the CUDA backend only";
+  const Context ctx = Context::cuda();
+  constexpr int D = 64;
+  const int64_t rows0 = (int64_t{1} << 31) / D;  // table 0 ends exactly at element 2^31
+  TbeConfig cfg;
+  cfg.tables = {TableSpec{rows0, D}, TableSpec{1024, D}};
+  cfg.weights_dtype = DType::kBF16;
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+  Buffer w(Backend::kCuda, static_cast<size_t>(tbe->num_weights()) * 2);
+  if (!w.valid()) GTEST_SKIP() << "device lacks memory for " << tbe->num_weights() * 2 << " bytes";
+  // Rows rows0-2, rows0-1 of table 0 and rows 0, 1023 of table 1 get value (row tag + d) in bf16 (exact
+  // for small integers); everything else stays unread.
+  auto put_row = [&](int64_t element, float base) {
+    std::vector<uint16_t> row(D);
+    for (int d = 0; d < D; ++d) {
+      const float v = base + static_cast<float>(d);
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      row[d] = static_cast<uint16_t>(u >> 16);  // exact: small integers
+    }
+    ASSERT_TRUE(copy_to_backend(ctx, w.as<uint16_t>() + element, row.data(), D * 2).ok());
+  };
+  put_row((rows0 - 2) * D, 1.0f);
+  put_row((rows0 - 1) * D, 100.0f);
+  put_row(tbe->weight_offset(1), -50.0f);
+  put_row(tbe->weight_offset(1) + 1023 * D, 7.0f);
+  const std::vector<int64_t> idx = {rows0 - 1, rows0 - 2, rows0 - 1, 1023, 0, 1023};
+  const std::vector<int64_t> off = {0, 2, 3, 5, 6};  // T = 2, B = 2
+  Buffer d_idx(Backend::kCuda, idx.size() * 8), d_off(Backend::kCuda, off.size() * 8), d_out(Backend::kCuda, 2 * 2 * D * 4);
+  ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), idx.data(), idx.size() * 8).ok());
+  ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), off.data(), off.size() * 8).ok());
+  ASSERT_TRUE(fill_bytes(ctx, d_out.data(), 0xff, d_out.bytes()).ok());
+  TbeForwardArgs a;
+  a.weights = TensorView::vec(w.data(), DType::kBF16, tbe->num_weights());
+  a.indices = TensorView::vec(d_idx.data(), DType::kI64, 6);
+  a.offsets = TensorView::vec(d_off.data(), DType::kI64, 5);
+  a.batch_size = 2;
+  a.output = TensorView::mat(d_out.data(), DType::kF32, 2, 2 * D);
+  ASSERT_TRUE(tbe->forward(ctx, a).ok());
+  ASSERT_TRUE(synchronize(ctx).ok());
+  std::vector<float> out(2 * 2 * D);
+  ASSERT_TRUE(copy_to_host(ctx, out.data(), d_out.data(), out.size() * 4).ok());
+  for (int d = 0; d < D; ++d) {
+    EXPECT_EQ(out[d], 101.0f + 2 * d);              // feature 0, bag 0: rows0-1 + rows0-2
+    EXPECT_EQ(out[2 * D + d], 100.0f + d);          // feature 0, bag 1: rows0-1
+    EXPECT_EQ(out[D + d], 7.0f + d + (-50.0f + d)); // feature 1, bag 0: 1023 + 0
+    EXPECT_EQ(out[3 * D + d], 7.0f + d);            // feature 1, bag 1: 1023
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TbeForwardErrors, ::testing::Values(Backend::kCpu, Backend::kCuda),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return std::string(backend_name(info.param)); });
+
+}  // namespace
+}  // namespace embscale
