@@ -1,0 +1,180 @@
+// CUDA table-batched embedding forward: grid sizing, the one runtime -> compile-time dtype dispatch,
+// and the bounds-check protocol around the bags kernel (tbe_forward_kernels.cuh).
+//
+// Enqueued on ctx.stream, in order:
+//   1. tbe_forward_bags_kernel: grid (bag tiles, features), sized from each feature's row plan so the
+//      feature needing the most blocks gets exactly enough; blocks of other features past their last
+//      bag exit at once.
+//   2. (error and skip modes) tbe_forward_finalize_kernel, one thread: first/last offset checks, the
+//      report or the skip count, and the scratch records cleared for the next call.
+//   3. (error mode only) the 5-word report is copied to the host and the stream synchronised; a report
+//      becomes a kOutOfRange Status. This is the one synchronising mode, so it is refused while the
+//      stream is being captured.
+// Skip and off modes never synchronise and never allocate, so they can be captured in a CUDA graph.
+// Skip mode cannot return a Status for broken offsets without waiting for the device: it makes the
+// kernel skip the broken bags (nothing is read out of bounds) and writes -1 to *num_skipped instead
+// of the count.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "api/tbe_backend.h"
+#include "cuda/check.cuh"
+#include "cuda/tbe_forward_launch.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace {
+
+using tbe_fwd::TbeForwardParams;
+
+constexpr int64_t kMaxGridX = INT_MAX;
+constexpr int kMaxGridY = 65535;
+
+template <typename W, typename O>
+Status dispatch_index(const TbeForwardParams& p, DType index_dtype, dim3 grid, cudaStream_t s) {
+  if (index_dtype == DType::kI32) return tbe_fwd::launch_tbe_forward<W, O, int32_t>(p, grid, s);
+  return tbe_fwd::launch_tbe_forward<W, O, int64_t>(p, grid, s);
+}
+
+template <typename W>
+Status dispatch_output(const TbeForwardParams& p, DType out_dtype, DType index_dtype, dim3 grid, cudaStream_t s) {
+  switch (out_dtype) {
+    case DType::kF32: return dispatch_index<W, float>(p, index_dtype, grid, s);
+    case DType::kF16: return dispatch_index<W, fp16_t>(p, index_dtype, grid, s);
+    case DType::kBF16: return dispatch_index<W, bf16_t>(p, index_dtype, grid, s);
+    default: break;
+  }
+  return invalid_argument(std::string("output: dtype ") + dtype_name(out_dtype) +
+                          " is not supported; expected fp32, fp16 or bf16");
+}
+
+Status launch_bags(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DType index_dtype, dim3 grid,
+                   cudaStream_t s) {
+  switch (w_dtype) {
+    case DType::kF32: return dispatch_output<float>(p, out_dtype, index_dtype, grid, s);
+    case DType::kF16: return dispatch_output<fp16_t>(p, out_dtype, index_dtype, grid, s);
+    case DType::kBF16: return dispatch_output<bf16_t>(p, out_dtype, index_dtype, grid, s);
+    default: break;
+  }
+  return invalid_argument(std::string("weights: dtype ") + dtype_name(w_dtype) +
+                          " is not supported; expected fp32, fp16 or bf16");
+}
+
+Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, cudaStream_t s) {
+  const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
+  if (index_dtype == DType::kI32) {
+    tbe_fwd::tbe_forward_finalize_kernel<int32_t><<<1, 32, 0, s>>>(
+        static_cast<const int32_t*>(p.offsets), static_cast<const int32_t*>(p.indices), items, p.num_indices, p.check,
+        p.scratch, num_skipped);
+  } else {
+    tbe_fwd::tbe_forward_finalize_kernel<int64_t><<<1, 32, 0, s>>>(
+        static_cast<const int64_t*>(p.offsets), static_cast<const int64_t*>(p.indices), items, p.num_indices, p.check,
+        p.scratch, num_skipped);
+  }
+  EMBSCALE_CHECK_LAUNCH("tbe_forward_finalize_kernel");
+  return Status::Ok();
+}
+
+// The error-mode report (scratch words kReport..kReport+4) as a Status naming what was wrong.
+Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r) {
+  const auto s = [](int64_t v) { return std::to_string(v); };
+  switch (r[0]) {
+    case tbe_fwd::kReportNone: return Status::Ok();
+    case tbe_fwd::kReportNegativeFirst:
+      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + s(r[1]) + " is negative");
+    case tbe_fwd::kReportDecreasing: {
+      const int64_t item = r[1] - 1;  // offsets[i] ends bag i-1
+      return out_of_range("offsets: position " + s(r[1]) + " (end of feature " + s(B > 0 ? item / B : 0) + ", bag " +
+                          s(B > 0 ? item % B : 0) + "): value " + s(r[2]) + " is less than the previous value " +
+                          s(r[3]));
+    }
+    case tbe_fwd::kReportLastMismatch:
+      return out_of_range("offsets: the last value " + s(r[1]) + " differs from the number of indices " + s(N));
+    case tbe_fwd::kReportBadIndex: {
+      const int64_t item = r[1];
+      const int f = static_cast<int>(item / B);
+      const int t = tbe.feature_table(f);
+      return out_of_range("indices: feature " + s(f) + ", bag " + s(item % B) + ", position " + s(r[2] - r[4]) +
+                          " (indices[" + s(r[2]) + "]): index " + s(r[3]) + " is outside table " + s(t) + " (" +
+                          s(tbe.config().tables[t].num_rows) + " rows)");
+    }
+    default: break;
+  }
+  return Status(StatusCode::kBackendError, "tbe forward: unknown bounds-check report " + s(r[0]));
+}
+
+}  // namespace
+
+Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
+  const int T = tbe.num_features();
+  const int64_t B = args.batch_size;
+  const int64_t N = args.indices.numel();
+  const bool sequence = args.pooling == PoolingMode::kNone;
+
+  if (args.bounds_check == BoundsCheckMode::kError) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
+    if (capture != cudaStreamCaptureStatusNone)
+      return invalid_argument(
+          "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
+          "inside a CUDA graph capture; use skip or off");
+  }
+
+  TbeForwardParams p;
+  p.weights = args.weights.data;
+  p.indices = args.indices.data;
+  p.offsets = args.offsets.data;
+  p.per_sample_weights = args.per_sample_weights;
+  p.output = args.output.data;
+  p.weight_offsets = meta.weight_offsets;
+  p.num_rows = meta.num_rows;
+  p.dims = meta.dims;
+  p.output_offsets = meta.output_offsets;
+  p.scratch = meta.scratch;
+  p.batch_size = B;
+  p.num_indices = N;
+  p.out_row_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
+  p.num_features = T;
+  p.pooling = args.pooling == PoolingMode::kSum ? tbe_fwd::kPoolSum
+              : args.pooling == PoolingMode::kMean ? tbe_fwd::kPoolMean
+                                                   : tbe_fwd::kPoolNone;
+  p.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
+            : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
+                                                          : tbe_fwd::kCheckOff;
+
+  // Grid: x covers the bags of the feature whose row plan packs the fewest bags per block (the same
+  // plan_row the kernel evaluates, so the sizes agree); y is the feature, folded if T > 65535.
+  if (T > 0 && B > 0) {
+    const int es = static_cast<int>(dtype_size(args.weights.dtype));
+    const auto base = reinterpret_cast<uintptr_t>(args.weights.data);
+    int64_t tiles = 1;
+    for (int f = 0; f < T; ++f) {
+      const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
+      const tbe_fwd::RowPlan plan = tbe_fwd::plan_row(tbe.feature_dim(f), es, table);
+      const int64_t bags_per_block = tbe_fwd::kBlockThreads / plan.group;
+      tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
+    }
+    const dim3 grid(static_cast<unsigned>(std::min(tiles, kMaxGridX)), static_cast<unsigned>(std::min(T, kMaxGridY)));
+    EMBSCALE_RETURN_IF_ERROR(launch_bags(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
+  }
+  if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
+
+  EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, stream));
+  if (args.bounds_check == BoundsCheckMode::kSkip) return Status::Ok();
+
+  int64_t report[5] = {0, 0, 0, 0, 0};
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, meta.scratch + tbe_fwd::kReport, sizeof(report),
+                                                       cudaMemcpyDeviceToHost, stream),
+                                       "cudaMemcpyAsync (bounds-check report)"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (bounds-check report)"));
+  return report_status(tbe, B, N, report);
+}
+
+}  // namespace cuda
+}  // namespace embscale
