@@ -1,0 +1,191 @@
+// Bad input to the FP8 API: each case returns the documented StatusCode with a message naming the
+// offending argument, never crashes and never writes outputs. Validation happens before dispatch,
+// so these run on every available backend with the same expectations.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fp8_test_util.h"
+
+namespace embscale {
+namespace {
+
+using fp8test::DevScalar;
+using fp8test::DevTensor;
+
+class Fp8Errors : public fp8test::Fp8Test {};
+
+#define EXPECT_STATUS(expr, code_, needle)                                                           \
+  do {                                                                                               \
+    const ::embscale::Status _st = (expr);                                                           \
+    EXPECT_EQ(_st.code(), code_) << #expr << " -> " << _st.to_string();                              \
+    EXPECT_NE(_st.message().find(needle), std::string::npos) << #expr << " -> " << _st.to_string(); \
+  } while (0)
+
+TEST_P(Fp8Errors, AmaxArguments) {
+  const StatusCode kBad = StatusCode::kInvalidArgument;
+  DevTensor x(backend(), DType::kF32, 100), xi(backend(), DType::kI32, 100);
+  DevScalar<float> out(backend());
+  out.poison(ctx());
+  EXPECT_STATUS(amax(ctx(), xi.vec(), out.ptr(), {}, nullptr, 0), kBad, "x: dtype int32");
+  EXPECT_STATUS(amax(ctx(), TensorView::vec(x.data(), DType::kF8E4M3, 100), out.ptr(), {}, nullptr, 0), kBad, "x: dtype fp8e4m3");
+  EXPECT_STATUS(amax(ctx(), TensorView::vec(nullptr, DType::kF32, 100), out.ptr(), {}, nullptr, 0), kBad, "x: data is null");
+  EXPECT_STATUS(amax(ctx(), x.vec(), nullptr, {}, nullptr, 0), kBad, "amax: must not be null");
+  TensorView neg = x.vec();
+  neg.shape[0] = -4;
+  EXPECT_STATUS(amax(ctx(), neg, out.ptr(), {}, nullptr, 0), kBad, "x: shape [-4]");
+  TensorView bad_ndim = x.vec();
+  bad_ndim.ndim = 7;
+  EXPECT_STATUS(amax(ctx(), bad_ndim, out.ptr(), {}, nullptr, 0), kBad, "x: ndim 7");
+  const TensorView odd = TensorView::vec(static_cast<char*>(x.data()) + 2, DType::kF32, 10);
+  EXPECT_STATUS(amax(ctx(), odd, out.ptr(), {}, nullptr, 0), kBad, "x: data pointer is not aligned");
+  AmaxOptions bad_algo;
+  bad_algo.algo = static_cast<AmaxAlgo>(9);
+  EXPECT_STATUS(amax(ctx(), x.vec(), out.ptr(), bad_algo, nullptr, 0), kBad, "opts.algo");
+  size_t bytes = 0;
+  EXPECT_STATUS(amax_workspace_size(ctx(), x.vec(), {}, nullptr), kBad, "bytes: must not be null");
+  EXPECT_STATUS(amax_workspace_size(ctx(), xi.vec(), {}, &bytes), kBad, "x: dtype int32");
+  EXPECT_EQ(fp8test::float_bits_of(out.get(ctx())), 0xA5A5A5A5u) << "a refused call wrote its output";
+}
+
+TEST_P(Fp8Errors, WorkspaceTooSmallOrMissing) {
+  DevTensor x(backend(), DType::kBF16, 1 << 20);
+  DevScalar<float> out(backend());
+  for (AmaxAlgo algo : {AmaxAlgo::kAtomic, AmaxAlgo::kTwoStage}) {
+    AmaxOptions opts;
+    opts.algo = algo;
+    size_t need = 0;
+    ASSERT_TRUE(amax_workspace_size(ctx(), x.vec(), opts, &need).ok());
+    if (need == 0) continue;  // this backend needs no workspace for this algorithm
+    Buffer ws(backend(), need);
+    EXPECT_STATUS(amax(ctx(), x.vec(), out.ptr(), opts, ws.data(), need - 1), StatusCode::kWorkspaceTooSmall,
+                  "workspace_bytes");
+    EXPECT_STATUS(amax(ctx(), x.vec(), out.ptr(), opts, nullptr, need), StatusCode::kInvalidArgument, "workspace: null");
+  }
+  // A workspace larger than needed is fine.
+  AmaxOptions opts;
+  size_t need = 0;
+  ASSERT_TRUE(amax_workspace_size(ctx(), x.vec(), opts, &need).ok());
+  Buffer ws(backend(), need + 512);
+  EXPECT_TRUE(amax(ctx(), x.vec(), out.ptr(), opts, ws.data(), need + 512).ok());
+  // The size check itself is backend-independent: claim fewer bytes than a nonzero query.
+  CurrentScalingOptions cs;
+  size_t cs_need = 0;
+  ASSERT_TRUE(quantize_current_scaling_workspace_size(ctx(), x.vec(), cs, &cs_need).ok());
+  if (cs_need > 0) {
+    DevTensor y(backend(), DType::kF8E4M3, 1 << 20);
+    DevScalar<float> s(backend()), si(backend());
+    EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), out.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0),
+                  StatusCode::kWorkspaceTooSmall, "workspace_bytes");
+  }
+}
+
+TEST_P(Fp8Errors, ScaleArguments) {
+  const StatusCode kBad = StatusCode::kInvalidArgument;
+  DevScalar<float> a(backend()), s(backend()), si(backend());
+  a.set(ctx(), 1.0f);
+  EXPECT_STATUS(compute_scale(ctx(), nullptr, DType::kF8E4M3, {}, s.ptr(), si.ptr()), kBad, "amax: must not be null");
+  EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kBF16, {}, s.ptr(), si.ptr()), kBad, "fp8_dtype: dtype bf16");
+  EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kF8E5M2, {}, nullptr, si.ptr()), kBad, "scale: must not be null");
+  EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kF8E5M2, {}, s.ptr(), nullptr), kBad, "scale_inv: must not be null");
+  ScaleOptions neg;
+  neg.eps = -1.0f;
+  EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kF8E4M3, neg, s.ptr(), si.ptr()), kBad, "opts.eps");
+  ScaleOptions nan_eps;
+  nan_eps.eps = std::nanf("");
+  EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kF8E4M3, nan_eps, s.ptr(), si.ptr()), kBad, "opts.eps");
+  EXPECT_EQ(fp8_max(DType::kF8E4M3), 448.0f);
+  EXPECT_EQ(fp8_max(DType::kF8E5M2), 57344.0f);
+  EXPECT_EQ(fp8_max(DType::kF32), 0.0f);
+}
+
+TEST_P(Fp8Errors, CastArguments) {
+  const StatusCode kBad = StatusCode::kInvalidArgument;
+  DevTensor x(backend(), DType::kF16, 64), y(backend(), DType::kF8E4M3, 64), y_short(backend(), DType::kF8E4M3, 63);
+  DevScalar<float> s(backend()), si(backend()), a(backend());
+  s.set(ctx(), 1.0f);
+  ASSERT_TRUE(y.poison(ctx()).ok());
+  EXPECT_STATUS(quantize(ctx(), x.vec(), s.ptr(), y_short.vec()), kBad, "y: shape [63] has 63 elements; expected 64");
+  EXPECT_STATUS(quantize(ctx(), x.vec(), s.ptr(), x.vec()), kBad, "y: dtype fp16 is not supported; expected fp8e4m3 or fp8e5m2");
+  EXPECT_STATUS(quantize(ctx(), y.vec(), s.ptr(), y.vec()), kBad, "x: dtype fp8e4m3");
+  EXPECT_STATUS(quantize(ctx(), x.vec(), nullptr, y.vec()), kBad, "scale: must not be null");
+  EXPECT_STATUS(quantize(ctx(), x.vec(), s.ptr(), TensorView::vec(nullptr, DType::kF8E5M2, 64)), kBad, "y: data is null");
+  EXPECT_STATUS(dequantize(ctx(), y.vec(), nullptr, x.vec()), kBad, "scale_inv: must not be null");
+  EXPECT_STATUS(dequantize(ctx(), x.vec(), si.ptr(), x.vec()), kBad, "y: dtype fp16");
+  EXPECT_STATUS(dequantize(ctx(), y.vec(), si.ptr(), TensorView::vec(x.data(), DType::kI64, 8)), kBad, "x: dtype int64");
+  EXPECT_STATUS(dequantize(ctx(), y_short.vec(), si.ptr(), x.vec()), kBad, "x: shape [64]");
+  CurrentScalingOptions cs;
+  EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), nullptr, s.ptr(), si.ptr(), cs, nullptr, 0), kBad,
+                "amax: must not be null");
+  EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), a.ptr(), nullptr, si.ptr(), cs, nullptr, 0), kBad,
+                "scale: must not be null");
+  EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), a.ptr(), s.ptr(), nullptr, cs, nullptr, 0), kBad,
+                "scale_inv: must not be null");
+  EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y_short.vec(), a.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0), kBad,
+                "y: shape [63]");
+  cs.scale.eps = -2.0f;
+  EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), a.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0), kBad,
+                "opts.scale.eps");
+  const ref::HostTensor untouched = y.download(ctx());
+  for (int64_t i = 0; i < untouched.numel(); ++i) ASSERT_EQ(untouched.code(i), fp8test::kPoisonByte);
+}
+
+TEST_P(Fp8Errors, FusionArguments) {
+  const StatusCode kBad = StatusCode::kInvalidArgument;
+  DevTensor x(backend(), DType::kBF16, 12), y(backend(), DType::kF32, 12), q(backend(), DType::kF8E4M3, 12),
+      qt(backend(), DType::kF8E4M3, 12), q5(backend(), DType::kF8E5M2, 12);
+  DevScalar<float> a(backend()), s(backend());
+  s.set(ctx(), 1.0f);
+  EXPECT_STATUS(activation_amax(ctx(), static_cast<Activation>(7), x.vec(), y.vec(), a.ptr(), {}, nullptr, 0), kBad, "act");
+  EXPECT_STATUS(activation_amax(ctx(), Activation::kSilu, x.vec(), q.vec(), a.ptr(), {}, nullptr, 0), kBad, "y: dtype fp8e4m3");
+  EXPECT_STATUS(activation_amax(ctx(), Activation::kSilu, x.vec(), y.mat(3, 3), a.ptr(), {}, nullptr, 0), kBad, "y: shape [3, 3]");
+  EXPECT_STATUS(activation_amax(ctx(), Activation::kSilu, x.vec(), y.vec(), nullptr, {}, nullptr, 0), kBad, "amax: must not be null");
+
+  EXPECT_STATUS(cast_transpose(ctx(), x.vec(), s.ptr(), q.vec(), qt.vec()), kBad, "x: shape [12] is not 2-D");
+  EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), s.ptr(), q.mat(4, 3), qt.mat(4, 3)), kBad, "y: shape [4, 3]");
+  EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), s.ptr(), q.mat(3, 4), qt.mat(3, 4)), kBad, "yt: shape [3, 4] is not the transpose");
+  EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), s.ptr(), q.mat(3, 4), q5.mat(4, 3)), kBad, "yt: dtype fp8e5m2");
+  EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), s.ptr(), y.mat(3, 4), qt.mat(4, 3)), kBad, "y: dtype fp32");
+  EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), nullptr, q.mat(3, 4), qt.mat(4, 3)), kBad, "scale: must not be null");
+}
+
+TEST_P(Fp8Errors, ContextArguments) {
+  DevTensor x(backend(), DType::kF32, 4);
+  DevScalar<float> out(backend());
+  Context bad = ctx();
+  bad.backend = static_cast<Backend>(5);
+  EXPECT_STATUS(amax(bad, x.vec(), out.ptr(), {}, nullptr, 0), StatusCode::kInvalidArgument, "ctx.backend");
+  if (backend() == Backend::kCpu) {
+    EXPECT_STATUS(amax(Context::cpu(-2), x.vec(), out.ptr(), {}, nullptr, 0), StatusCode::kInvalidArgument, "ctx.num_threads");
+  }
+}
+
+EMBSCALE_FP8_INSTANTIATE(Fp8Errors);
+
+TEST(Fp8Names, RoundTrip) {
+  for (AmaxAlgo a : {AmaxAlgo::kAuto, AmaxAlgo::kAtomic, AmaxAlgo::kTwoStage}) {
+    AmaxAlgo p;
+    ASSERT_TRUE(parse_amax_algo(amax_algo_name(a), &p));
+    EXPECT_EQ(p, a);
+  }
+  for (Activation a : {Activation::kRelu, Activation::kGeluTanh, Activation::kSilu}) {
+    Activation p;
+    ASSERT_TRUE(parse_activation(activation_name(a), &p));
+    EXPECT_EQ(p, a);
+  }
+  AmaxAlgo p;
+  EXPECT_FALSE(parse_amax_algo("fast", &p));
+  Activation q;
+  EXPECT_FALSE(parse_activation("tanh", &q));
+}
+
+TEST(Fp8ErrorsNoCuda, CudaContextWithoutCudaBuild) {
+  if (backend_compiled(Backend::kCuda)) GTEST_SKIP() << "CUDA is compiled in";
+  float out = 0.0f, x = 1.0f;
+  const Status st = amax(Context::cuda(), TensorView::vec(&x, DType::kF32, 1), &out, {}, nullptr, 0);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.to_string();
+  EXPECT_NE(st.message().find("ctx.backend"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace embscale
