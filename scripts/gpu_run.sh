@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Everything the GPU machine is for, in one call: build (Release, CUDA on, sm_90a) into build-gpu/,
+# `embscale info`, the whole test suite, a memcheck pass over small CUDA cases, the benchmarks (ours with
+# the in-harness peers, then torch's), and a summary table printed last.
+#
+# Each stage's failure is reported and the later stages still run, so one call yields as much as it
+# can; the exit status is non-zero when any stage failed. Logs and one results.jsonl (every benchmark
+# record) go to $OUT (default ./out).
+#
+# Environment:
+#   OUT                    output directory (default: ./out)
+#   STAGES                 stages to run, in order (default: "build info test sanitize bench summary")
+#   BUILD_DIR              build directory (default: build-gpu). When it already holds the embscale and
+#                          embscale_tests binaries (a build made elsewhere), the build stage is skipped.
+#   EMBSCALE_EXTRA_PREFIX  extra install prefix(es), ':'-separated, for CLI11, nlohmann_json and GTest
+#                          when the system lacks them: passed as CMAKE_PREFIX_PATH, and <prefix>/include
+#                          (or the directory itself when it holds the headers) is added to the include path.
+#   TIME_BUDGET            seconds for the whole run (default: 470); each stage is capped at what is left.
+#   SANITIZE_FILTER        gtest filter for the memcheck pass (default: CUDA tests minus the > 2^31 one).
+#   EXTRA_BENCHES          more benchmark entries, one per line, in the BENCHES format below.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+STAGES=${STAGES:-"build info test sanitize bench summary"}
+TIME_BUDGET=${TIME_BUDGET:-470}
+SANITIZE_FILTER=${SANITIZE_FILTER:-"*/cuda:-*RealBufferBeyond2To31Elements*"}
+CLI="$ROOT/$BUILD_DIR/embscale"
+TESTS="$ROOT/$BUILD_DIR/embscale_tests"
+
+# Benchmarks, in order: "name|timeout_s|command". A command prints readable lines and/or JSON records
+# on stdout, and may also write JSON records to the file $JSONL; records from both end up in
+# results.jsonl. Add embedding benchmarks here (or through EXTRA_BENCHES).
+BENCHES=(
+  "fp8|200|\"\$CLI\" bench fp8 --json"
+  "torch_fp8|220|python3 bench/torch_fp8_peers.py --out \"\$JSONL\""
+)
+if [ -n "${EXTRA_BENCHES:-}" ]; then
+  while IFS= read -r line; do [ -n "$line" ] && BENCHES+=("$line"); done <<<"$EXTRA_BENCHES"
+fi
+
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+RESULTS="$OUT/results.jsonl"
+START=$(date +%s)
+FAILED=()
+REPORT=()
+
+remaining() { echo $((TIME_BUDGET - ($(date +%s) - START))); }
+
+# run_step NAME TIMEOUT LOG CMD...: runs CMD with a time limit capped by the budget, output to LOG;
+# records ok / FAILED (rc) / TIMEOUT in the report.
+run_step() {
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local left
+  left=$(remaining)
+  if [ "$left" -lt 15 ]; then
+    echo "== $name: skipped, the time budget is spent"
+    FAILED+=("$name")
+    REPORT+=("$(printf '%-26s %s' "$name" "SKIPPED (time budget spent)")")
+    return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (limit ${limit}s) -> ${log#$OUT/}"
+  local t0 rc
+  t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  local dt=$(($(date +%s) - t0)) status
+  if [ $rc -eq 0 ]; then
+    status="ok"
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    status="TIMEOUT after ${limit}s"
+  else
+    status="FAILED (rc $rc)"
+  fi
+  [ $rc -ne 0 ] && { FAILED+=("$name"); tail -n 15 "$log" | sed 's/^/   | /'; }
+  REPORT+=("$(printf '%-26s %-24s %4ss' "$name" "$status" "$dt")")
+  return $rc
+}
+
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+stage_build() {
+  if [ -x "$CLI" ] && [ -x "$TESTS" ]; then
+    echo "== build: $BUILD_DIR/embscale and $BUILD_DIR/embscale_tests exist; not rebuilding"
+    REPORT+=("$(printf '%-26s %s' build "prebuilt (skipped)")")
+    return 0
+  fi
+  local gen="Unix Makefiles"
+  command -v ninja >/dev/null && gen=Ninja
+  local args=(-S . -B "$BUILD_DIR" -G "$gen" -DCMAKE_BUILD_TYPE=Release -DEMBSCALE_CUDA=ON
+              -DEMBSCALE_CUDA_ARCHITECTURES=90a)
+  if [ -n "${EMBSCALE_EXTRA_PREFIX:-}" ]; then
+    local prefixes="${EMBSCALE_EXTRA_PREFIX//:/;}" incs="" p
+    IFS=':' read -r -a plist <<<"$EMBSCALE_EXTRA_PREFIX"
+    for p in "${plist[@]}"; do
+      if [ -d "$p/include" ]; then incs+=" -I$p/include"; else incs+=" -I$p"; fi
+    done
+    args+=("-DCMAKE_PREFIX_PATH=$prefixes" "-DCMAKE_CXX_FLAGS=$incs" "-DCMAKE_CUDA_FLAGS=$incs")
+  fi
+  # A build directory carried from another checkout has a cache naming other paths: start it afresh.
+  if [ -f "$BUILD_DIR/CMakeCache.txt" ] && ! grep -q "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT\$" "$BUILD_DIR/CMakeCache.txt"; then
+    rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+  fi
+  run_step configure 120 "$OUT/configure.log" cmake "${args[@]}" || return 1
+  run_step build 360 "$OUT/build.log" cmake --build "$BUILD_DIR" -j "$(nproc)" --target embscale_cli embscale_tests
+}
+
+stage_info() { run_step info 30 "$OUT/info.log" "$CLI" info && cat "$OUT/info.log"; }
+
+stage_test() {
+  run_step test 150 "$OUT/test.log" "$TESTS" --gtest_output="xml:$OUT/tests.xml"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$OUT/test.log" | tail -n 12
+}
+
+stage_sanitize() {
+  local cs
+  cs=$(command -v compute-sanitizer || true)
+  [ -z "$cs" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && cs=/usr/local/cuda/bin/compute-sanitizer
+  if [ -z "$cs" ]; then
+    echo "== sanitize: compute-sanitizer not found"
+    FAILED+=(sanitize)
+    REPORT+=("$(printf '%-26s %s' sanitize "FAILED (compute-sanitizer not found)")")
+    return 1
+  fi
+  local mc=("$cs" --tool memcheck --error-exitcode 99 --print-limit 20)
+  run_step "memcheck tests" 150 "$OUT/memcheck_tests.log" "${mc[@]}" "$TESTS" --gtest_filter="$SANITIZE_FILTER"
+  run_step "memcheck check" 90 "$OUT/memcheck_check.log" "${mc[@]}" "$CLI" check --backend cuda
+  # Every fp8 op and amax peer once at small, odd sizes (tails after the last full vector).
+  run_step "memcheck bench fp8" 90 "$OUT/memcheck_bench.log" "${mc[@]}" "$CLI" bench fp8 --backend cuda \
+    --sizes 1000003,4099 --shape 300x260 --dtypes fp32,bf16,fp16 --warmup 0 --iters 1
+}
+
+stage_bench() {
+  : >"$RESULTS"
+  local entry name limit cmd
+  for entry in "${BENCHES[@]}"; do
+    name=${entry%%|*}
+    limit=${entry#*|}
+    limit=${limit%%|*}
+    cmd=${entry#*|*|}
+    JSONL="$OUT/bench_$name.jsonl"
+    : >"$JSONL"
+    export CLI JSONL
+    run_step "bench $name" "$limit" "$OUT/bench_$name.log" bash -c "$cmd"
+    grep -h '^{' "$OUT/bench_$name.log" "$JSONL" >>"$RESULTS" 2>/dev/null
+    echo "   $(grep -c '^{' "$OUT/bench_$name.log" "$JSONL" 2>/dev/null | awk -F: '{s += $NF} END {print s + 0}') records"
+  done
+}
+
+stage_summary() {
+  [ -s "$RESULTS" ] || { echo "== summary: no results"; return 0; }
+  python3 bench/summarize.py "$RESULTS" >"$OUT/summary.txt" 2>&1 || FAILED+=(summary)
+}
+
+echo "embscale GPU run: stages '$STAGES', build $BUILD_DIR, output $OUT, budget ${TIME_BUDGET}s"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+for s in $STAGES; do
+  case $s in
+    build|info|test|sanitize|bench|summary) "stage_$s" ;;
+    *) echo "== unknown stage '$s' (expected build info test sanitize bench summary)"; FAILED+=("$s") ;;
+  esac
+done
+
+echo
+echo "== stages ($(($(date +%s) - START))s in all)"
+for line in "${REPORT[@]}"; do echo "   $line"; done
+if has_stage summary && [ -f "$OUT/summary.txt" ]; then
+  echo
+  cat "$OUT/summary.txt"
+fi
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "FAILED: ${FAILED[*]}"
+  exit 1
+fi
+echo "all stages passed"
