@@ -113,7 +113,7 @@ stage_info() { run_step info 30 "$OUT/info.log" "$CLI" info && cat "$OUT/info.lo
 
 stage_test() {
   run_step test 150 "$OUT/test.log" "$TESTS" --gtest_output="xml:$OUT/tests.xml"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$OUT/test.log" | tail -n 12
+  grep -E "^\[==========\] [0-9]+ tests? from .* ran|^\[  (PASSED|SKIPPED) +\] [0-9]+ tests?|^\[  FAILED  \]" "$OUT/test.log" | head -n 20
 }
 
 stage_sanitize() {
