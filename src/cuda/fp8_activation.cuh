@@ -1,0 +1,98 @@
+// Activation + amax: y = act(x) rounded to y's dtype, and amax = max |y| of the values as stored, in one
+// pass over x (read x, write y). The reduction and its finish are the amax kernels' (fp8_amax.cuh):
+// one cluster for small inputs, a grid with one atomic or one slot per block and a last-block finish
+// otherwise, so the workspace contract is the same as amax's.
+//
+// Activations are evaluated in fp32 in forms without cancellation, so fp32 outputs keep their relative
+// accuracy where the result is tiny:
+//   relu(v)      = v > 0 ? v : 0 (NaN stays NaN, -0 -> +0)
+//   gelu_tanh(v) = 0.5 v (1 + tanh(u)) = v / (1 + exp(-2u)),  u = sqrt(2/pi) (v + 0.044715 v^3)
+//   silu(v)      = v / (1 + exp(-v))
+// exp is expf (a few ulp); the quotient uses the fast division, whose error is a few ulp and which
+// returns v * 0 when the denominator overflows (the true value underflows there).
+#pragma once
+
+#include "cuda/fp8_amax.cuh"
+#include "cuda/fp8_common.cuh"
+
+namespace embscale {
+namespace cuda {
+
+enum ActKind : int { kActRelu = 0, kActGeluTanh = 1, kActSilu = 2 };
+
+template <int kAct>
+__device__ __forceinline__ float apply_activation(float v) {
+  if constexpr (kAct == kActRelu) {
+    return v > 0.0f ? v : (v == v ? 0.0f : v);
+  } else if constexpr (kAct == kActGeluTanh) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    constexpr float kCubic = 0.044715f;
+    const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
+    return __fdividef(v, 1.0f + expf(-2.0f * u));
+  } else {
+    return __fdividef(v, 1.0f + expf(-v));
+  }
+}
+
+struct ActParams {
+  const void* x;  // [n] input
+  void* y;        // [n] output
+  RangeSplit split;
+  const float* noop_flag;
+  AmaxOutputs out;
+};
+
+template <typename Tin, typename Tout, int kAct>
+__device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams& p, int64_t start, int64_t stride) {
+  constexpr int kN = Vec16<Tin>::kN;
+  MagAcc<Tout> acc;
+  const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin));
+  void* yb = static_cast<char*>(p.y) + p.split.head * static_cast<int64_t>(sizeof(Tout));
+  stream_vectors<Tin, kAmaxUnroll>(xb, p.split.nvec, start, stride, false, [&](int64_t i, const Vec16<Tin>& v) {
+    OutPack<Tout, kN> o;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(apply_activation<kAct>(load_float(v.elem(k)))));
+#pragma unroll
+    for (int w = 0; w < OutPack<Tout, kN>::kWords; ++w) acc.add_word(o.w[w]);  // amax of y as stored
+    o.store(yb, i);
+  });
+  stream_scalars(p.split, start, stride, [&](int64_t i) {
+    const Tout r = from_float<Tout>(apply_activation<kAct>(load_float(load_elem<Tin>(p.x, i, p.split.in_aligned))));
+    acc.add_bits(elem_bits(r));
+    store_elem<Tout>(p.y, i, r, p.split.out_aligned);
+  });
+  return acc.result();
+}
+
+// Grid path; two_stage selects the finish (uniform, so only the tail differs).
+template <typename Tin, typename Tout, int kAct>
+__global__ void __launch_bounds__(kAmaxGridThreads) activation_amax_grid_kernel(ActParams p, bool two_stage) {
+  if (kernel_prologue_skip(p.noop_flag)) return;
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const AmaxPartial r = block_reduce_amax(activation_thread_partial<Tin, Tout, kAct>(p, start, stride));
+  if (two_stage) {
+    finish_grid<true>(r, p.out);
+  } else {
+    finish_grid<false>(r, p.out);
+  }
+}
+
+// Launched as exactly one cluster.
+template <typename Tin, typename Tout, int kAct>
+__global__ void __launch_bounds__(kClusterThreads, 1) activation_amax_cluster_kernel(ActParams p) {
+  if (kernel_prologue_skip(p.noop_flag)) return;
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const AmaxPartial r = block_reduce_amax(activation_thread_partial<Tin, Tout, kAct>(p, start, stride));
+  const AmaxPartial total = cluster_reduce_amax(r);
+  cluster_done_reading();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.out.amax = bits_float(total.bits);
+    if (p.out.nonfinite_flag != nullptr) *p.out.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
+  }
+  cluster_wait_before_exit();
+}
+
+}  // namespace cuda
+}  // namespace embscale
