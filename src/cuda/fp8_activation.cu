@@ -1,6 +1,7 @@
 // activation_amax on CUDA: path choice (as amax: cluster for small inputs, else atomic or two-stage grid)
 // and the one dispatch over {relu, gelu_tanh, silu} x {fp32, fp16, bf16} in x {fp32, fp16, bf16} out.
 #include <string>
+#include <type_traits>
 
 #include "api/fp8_backend.h"
 #include "cuda/fp8_activation.cuh"
@@ -30,20 +31,20 @@ Status dispatch_float(DType dt, const char* what, F&& f) {
   }
 }
 
-template <int kAct, class F>
+template <Activation kAct, class F>
 Status with_act(F&& f) {
-  return f(std::integral_constant<int, kAct>{});
+  return f(std::integral_constant<Activation, kAct>{});
 }
 
 template <class F>
 Status dispatch_act(Activation act, F&& f) {
   switch (act) {
     case Activation::kRelu:
-      return with_act<kActRelu>(f);
+      return with_act<Activation::kRelu>(f);
     case Activation::kGeluTanh:
-      return with_act<kActGeluTanh>(f);
+      return with_act<Activation::kGeluTanh>(f);
     case Activation::kSilu:
-      return with_act<kActSilu>(f);
+      return with_act<Activation::kSilu>(f);
   }
   return invalid_argument("act: unknown activation");
 }
@@ -51,7 +52,7 @@ Status dispatch_act(Activation act, F&& f) {
 // Cluster availability is a property of the launch shape, identical for every instantiation; one
 // representative kernel answers for all.
 int activation_cluster_size() {
-  return cluster_size_for(activation_amax_cluster_kernel<bf16_t, bf16_t, kActRelu>, kClusterThreads);
+  return cluster_size_for(activation_amax_cluster_kernel<bf16_t, bf16_t, Activation::kRelu>, kClusterThreads);
 }
 
 AmaxPath activation_path(const TensorView& x, AmaxAlgo algo) {
@@ -72,7 +73,7 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
   const int64_t n = x.numel();
   const AmaxPath path = activation_path(x, opts.algo);
   return dispatch_act(act, [&](auto act_c) -> Status {
-    constexpr int kAct = decltype(act_c)::value;
+    constexpr Activation kAct = decltype(act_c)::value;
     return dispatch_float(x.dtype, "x", [&](auto tin) -> Status {
       return dispatch_float(y.dtype, "y", [&](auto tout) -> Status {
         using Tin = typename decltype(tin)::type;
@@ -82,7 +83,7 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
         p.y = y.data;
         p.split = make_split(x.data, sizeof(Tin), n, y.data, sizeof(Tout));
         p.noop_flag = opts.noop_flag;
-        p.out = AmaxOutputs{amax_out, opts.nonfinite_flag, static_cast<uint32_t*>(ws)};
+        p.out = AmaxOutputs{amax_out, opts.nonfinite_flag, ws, 0u};
         if (path == AmaxPath::kCluster) {
           // Per-kernel query: it also enables the non-portable cluster size on this kernel.
           const int c = cluster_size_for(activation_amax_cluster_kernel<Tin, Tout, kAct>, kClusterThreads);
@@ -90,6 +91,8 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
           return launch_kernel("activation_amax_cluster_kernel", activation_amax_cluster_kernel<Tin, Tout, kAct>,
                                dim3(c), dim3(kClusterThreads), c, stream, p);
         }
+        EMBSCALE_RETURN_IF_ERROR(check_amax_workspace(ws, "activation_amax"));
+        p.out.token = next_launch_token();
         const int64_t work = p.split.nvec + ceil_div(p.split.num_scalar(), 4);
         return launch_kernel("activation_amax_grid_kernel", activation_amax_grid_kernel<Tin, Tout, kAct>,
                              dim3(amax_grid_blocks(work)), dim3(kAmaxGridThreads), 0, stream, p,

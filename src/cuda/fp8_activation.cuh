@@ -3,36 +3,16 @@
 // one cluster for small inputs, a grid with one atomic or one slot per block and a last-block finish
 // otherwise, so the workspace contract is the same as amax's.
 //
-// Activations are evaluated in fp32 in forms without cancellation, so fp32 outputs keep their relative
-// accuracy where the result is tiny:
-//   relu(v)      = v > 0 ? v : 0 (NaN stays NaN, -0 -> +0)
-//   gelu_tanh(v) = 0.5 v (1 + tanh(u)) = v / (1 + exp(-2u)),  u = sqrt(2/pi) (v + 0.044715 v^3)
-//   silu(v)      = v / (1 + exp(-v))
-// exp is expf (a few ulp); the quotient uses the fast division, whose error is a few ulp and which
-// returns v * 0 when the denominator overflows (the true value underflows there).
+// The activations themselves are common/activation.h, shared with the CPU backend (fp32 math in forms
+// that neither overflow nor cancel).
 #pragma once
 
+#include "common/activation.h"
 #include "cuda/fp8_amax.cuh"
 #include "cuda/fp8_common.cuh"
 
 namespace embscale {
 namespace cuda {
-
-enum ActKind : int { kActRelu = 0, kActGeluTanh = 1, kActSilu = 2 };
-
-template <int kAct>
-__device__ __forceinline__ float apply_activation(float v) {
-  if constexpr (kAct == kActRelu) {
-    return v > 0.0f ? v : (v == v ? 0.0f : v);
-  } else if constexpr (kAct == kActGeluTanh) {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    constexpr float kCubic = 0.044715f;
-    const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
-    return __fdividef(v, 1.0f + expf(-2.0f * u));
-  } else {
-    return __fdividef(v, 1.0f + expf(-v));
-  }
-}
 
 struct ActParams {
   const void* x;  // [n] input
@@ -42,7 +22,7 @@ struct ActParams {
   AmaxOutputs out;
 };
 
-template <typename Tin, typename Tout, int kAct>
+template <typename Tin, typename Tout, Activation kAct>
 __device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams& p, int64_t start, int64_t stride) {
   constexpr int kN = Vec16<Tin>::kN;
   MagAcc<Tout> acc;
@@ -51,13 +31,13 @@ __device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams
   stream_vectors<Tin, kAmaxUnroll>(xb, p.split.nvec, start, stride, false, [&](int64_t i, const Vec16<Tin>& v) {
     OutPack<Tout, kN> o;
 #pragma unroll
-    for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(apply_activation<kAct>(load_float(v.elem(k)))));
+    for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(activation_f<kAct>(load_float(v.elem(k)))));
 #pragma unroll
     for (int w = 0; w < OutPack<Tout, kN>::kWords; ++w) acc.add_word(o.w[w]);  // amax of y as stored
     o.store(yb, i);
   });
   stream_scalars(p.split, start, stride, [&](int64_t i) {
-    const Tout r = from_float<Tout>(apply_activation<kAct>(load_float(load_elem<Tin>(p.x, i, p.split.in_aligned))));
+    const Tout r = from_float<Tout>(activation_f<kAct>(load_float(load_elem<Tin>(p.x, i, p.split.in_aligned))));
     acc.add_bits(elem_bits(r));
     store_elem<Tout>(p.y, i, r, p.split.out_aligned);
   });
@@ -65,7 +45,7 @@ __device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams
 }
 
 // Grid path; two_stage selects the finish (uniform, so only the tail differs).
-template <typename Tin, typename Tout, int kAct>
+template <typename Tin, typename Tout, Activation kAct>
 __global__ void __launch_bounds__(kAmaxGridThreads) activation_amax_grid_kernel(ActParams p, bool two_stage) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -79,7 +59,7 @@ __global__ void __launch_bounds__(kAmaxGridThreads) activation_amax_grid_kernel(
 }
 
 // Launched as exactly one cluster.
-template <typename Tin, typename Tout, int kAct>
+template <typename Tin, typename Tout, Activation kAct>
 __global__ void __launch_bounds__(kClusterThreads, 1) activation_amax_cluster_kernel(ActParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

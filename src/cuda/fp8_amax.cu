@@ -51,9 +51,14 @@ Status launch_amax_typed(cudaStream_t stream, const TensorView& x, float* amax, 
   p.x = x.data;
   p.split = make_split(x.data, sizeof(T), n, nullptr, 0);
   p.noop_flag = noop_flag;
-  p.out = AmaxOutputs{amax, nonfinite_flag, static_cast<uint32_t*>(ws)};
+  p.out = AmaxOutputs{amax, nonfinite_flag, ws, 0u};
   const int64_t work = p.split.nvec + ceil_div(p.split.num_scalar(), 4);
-  switch (amax_path_for<T>(n, algo)) {
+  const AmaxPath path = amax_path_for<T>(n, algo);
+  if (path != AmaxPath::kCluster) {
+    EMBSCALE_RETURN_IF_ERROR(check_amax_workspace(ws, "amax"));
+    p.out.token = next_launch_token();
+  }
+  switch (path) {
     case AmaxPath::kCluster: {
       const int c = cluster_size_for(amax_cluster_kernel<T>, kClusterThreads);
       return launch_kernel("amax_cluster_kernel", amax_cluster_kernel<T>, dim3(c), dim3(kClusterThreads), c,

@@ -5,18 +5,16 @@
 //  * cluster   (small inputs): one thread-block cluster (16 or 8 blocks of 1024 threads on sm_90) reads
 //                the whole input; blocks combine through distributed shared memory and rank 0 writes
 //                the result. No workspace, no atomics: the launch is the whole cost.
-//  * atomic    (grid): a grid sized to the SMs streams the input; each block does one atomicMax of its
+//  * atomic    (grid): a grid sized to the SMs streams the input; each block does one atomic max of its
 //                maximum into the workspace accumulator, then takes a ticket; the block that takes the
 //                last ticket copies the accumulator to *amax and resets the workspace.
 //  * two_stage (grid): each block writes its maximum to its own workspace slot, then takes a ticket;
 //                the last block reduces the slots in a fixed order and resets the ticket.
 // The output is written by a plain store from exactly one block, so it needs no initialisation.
 //
-// Workspace contract for the grid paths: the buffer must be zero-filled once before its first use
-// (e.g. cudaMemsetAsync right after allocation); every launch leaves it zero-filled again, so it can be
-// reused by later calls on the same stream without re-zeroing. One workspace must not be used by two
-// ops running concurrently (on different streams). The noop flag skips the op before the workspace is
-// touched, so skipped calls keep the contract.
+// Workspace contract for the grid paths: any content on entry (see the layout below); one workspace must
+// not be used by two ops running concurrently (on different streams). The noop flag skips the op before
+// the workspace is touched.
 //
 // Ordering: a block publishes its maximum (atomic or L2 store), fences, then takes a ticket; the last
 // ticket therefore sees every maximum. Slots are read through L2 (ld.cg) because L1 is not coherent.
@@ -39,18 +37,58 @@ constexpr int kClusterThreads = 1024;      // threads per block of the cluster p
 // kAuto uses the single-cluster path up to this many input bytes, the atomic grid path above.
 constexpr int64_t kAmaxClusterMaxBytes = int64_t(1) << 20;
 
-// ---- workspace layout (32-bit words) -------------------------------------------------------------
-constexpr int kWsTicket = 0;     // blocks finished so far in the running launch
-constexpr int kWsMaxBits = 1;    // atomic path: running max of magnitude bits
-constexpr int kWsNonfinite = 2;  // atomic path: 1 once any block saw inf/NaN
-constexpr int kWsSlots = 64;     // two-stage path: slot b = block b's max bits | nonfinite << 31
-constexpr size_t kWsHeaderBytes = kWsSlots * 4;  // 256 B, so slots start 256-B aligned
+// ---- workspace layout ----------------------------------------------------------------------------
+// Two 64-bit words, each tagged in its high half with the launch's token (a host counter, never 0):
+//   ticket = token << 32 | blocks finished so far
+//   acc    = token << 32 | max magnitude bits << 1 | nonfinite      (atomic path)
+// then, at byte 256, one 32-bit slot per block (two-stage path): max bits | nonfinite << 31.
+// A word whose tag is not the running launch's token counts as empty, so the workspace may hold
+// anything on entry (CUB's convention: no zero-fill needed); the last block resets both words to 0 so a
+// replayed CUDA graph (same token) starts from empty again. Updates are compare-and-swap loops; a block
+// whose maximum cannot raise acc skips the write.
+constexpr int kWsTicket = 0;
+constexpr int kWsAcc = 1;
+constexpr size_t kWsHeaderBytes = 256;
 
 struct AmaxOutputs {
   float* amax;              // [1]
   int32_t* nonfinite_flag;  // [1] or null
-  uint32_t* ws;             // grid paths: header + [gridDim.x] slots; cluster path: unused
+  void* ws;                 // grid paths: header + [gridDim.x] slots; cluster path: unused
+  uint32_t token;           // grid paths: tag of this launch, != 0
 };
+
+__device__ __forceinline__ unsigned long long* ws_word(const AmaxOutputs& o, int w) {
+  return static_cast<unsigned long long*>(o.ws) + w;
+}
+__device__ __forceinline__ uint32_t* ws_slots(const AmaxOutputs& o) {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(o.ws) + kWsHeaderBytes);
+}
+
+// Adds one finished block to the ticket; returns how many blocks (this one included) have finished.
+__device__ __forceinline__ uint32_t take_ticket(unsigned long long* ticket, uint32_t token) {
+  unsigned long long cur = __ldcg(ticket);
+  while (true) {
+    const unsigned long long next =
+        (cur >> 32) == token ? cur + 1 : (static_cast<unsigned long long>(token) << 32 | 1ull);
+    const unsigned long long prev = atomicCAS(ticket, cur, next);
+    if (prev == cur) return static_cast<uint32_t>(next);
+    cur = prev;
+  }
+}
+
+// Raises acc to include (bits, nonfinite): the atomic max of the atomic path.
+__device__ __forceinline__ void acc_max(unsigned long long* acc, uint32_t token, uint32_t bits, uint32_t nonfinite) {
+  const unsigned long long tag = static_cast<unsigned long long>(token) << 32;
+  unsigned long long cur = __ldcg(acc);
+  while (true) {
+    const uint32_t low = (cur >> 32) == token ? static_cast<uint32_t>(cur) : 0u;
+    const uint32_t want = max(low >> 1, bits) << 1 | ((low | nonfinite) & 1u);
+    if ((cur >> 32) == token && want == low) return;  // nothing to raise
+    const unsigned long long prev = atomicCAS(acc, cur, tag | want);
+    if (prev == cur) return;
+    cur = prev;
+  }
+}
 
 // The block total r (valid in every thread) is combined across the grid; the last block writes.
 template <bool kTwoStage>
@@ -58,14 +96,12 @@ __device__ __forceinline__ void finish_grid(AmaxPartial r, const AmaxOutputs& o)
   __shared__ uint32_t s_last;
   if (threadIdx.x == 0) {
     if (kTwoStage) {
-      __stcg(&o.ws[kWsSlots + blockIdx.x], r.bits | (r.nonfinite << 31));
+      __stcg(&ws_slots(o)[blockIdx.x], r.bits | (r.nonfinite << 31));
     } else {
-      if (r.bits != 0) atomicMax(&o.ws[kWsMaxBits], r.bits);
-      if (r.nonfinite != 0) atomicOr(&o.ws[kWsNonfinite], 1u);
+      acc_max(ws_word(o, kWsAcc), o.token, r.bits, r.nonfinite);
     }
     __threadfence();
-    const uint32_t ticket = atomicAdd(&o.ws[kWsTicket], 1u);
-    s_last = (ticket == gridDim.x - 1) ? 1u : 0u;
+    s_last = take_ticket(ws_word(o, kWsTicket), o.token) == gridDim.x ? 1u : 0u;
   }
   __syncthreads();
   if (s_last == 0) return;
@@ -75,17 +111,18 @@ __device__ __forceinline__ void finish_grid(AmaxPartial r, const AmaxOutputs& o)
     // Fixed traversal (thread t takes slots t, t + blockDim, ...), then the block reduction.
     AmaxPartial p{0u, 0u};
     for (uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-      const uint32_t v = __ldcg(&o.ws[kWsSlots + b]);
+      const uint32_t v = __ldcg(&ws_slots(o)[b]);
       p.bits = max(p.bits, v & 0x7fffffffu);
       p.nonfinite |= v >> 31;
     }
     total = block_reduce_amax(p);
   } else if (threadIdx.x == 0) {
-    total.bits = atomicExch(&o.ws[kWsMaxBits], 0u);
-    total.nonfinite = atomicExch(&o.ws[kWsNonfinite], 0u);
+    const unsigned long long acc = atomicExch(ws_word(o, kWsAcc), 0ull);
+    const uint32_t low = (acc >> 32) == o.token ? static_cast<uint32_t>(acc) : 0u;
+    total = AmaxPartial{low >> 1, low & 1u};
   }
   if (threadIdx.x == 0) {
-    atomicExch(&o.ws[kWsTicket], 0u);
+    atomicExch(ws_word(o, kWsTicket), 0ull);
     *o.amax = bits_float(total.bits);
     if (o.nonfinite_flag != nullptr) *o.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
   }

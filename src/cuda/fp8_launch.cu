@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cuda/fp8_launch.cuh"
 
@@ -47,6 +48,20 @@ bool pdl_enabled() {
     return v != nullptr && std::strcmp(v, "0") == 0;
   }();
   return !env_off && cc_major() >= 9;
+}
+
+uint32_t next_launch_token() {
+  static std::atomic<uint32_t> counter{0};
+  uint32_t t = counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (t == 0) t = counter.fetch_add(1, std::memory_order_relaxed) + 1;  // 0 marks an empty word
+  return t;
+}
+
+Status check_amax_workspace(const void* ws, const char* op) {
+  if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 8 != 0) {
+    return invalid_argument(std::string(op) + ": workspace must be non-null and 8-byte aligned for this size");
+  }
+  return Status::Ok();
 }
 
 RangeSplit make_split(const void* in, size_t in_size, int64_t n, const void* out, size_t out_size) {

@@ -102,8 +102,13 @@ Status launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim
   return Status::Ok();
 }
 
+// Tag for one launch of a grid amax kernel (fp8_amax.cuh): a process-wide counter that skips 0.
+uint32_t next_launch_token();
+// The grid amax paths use 64-bit atomics on the workspace: it must be 8-byte aligned.
+Status check_amax_workspace(const void* ws, const char* op);
+
 // ---- amax launch shared by amax, quantize_current_scaling and (through its own kernels) the
-// activation fusion. Workspace contract (fp8_amax.cuh): zero-filled before first use, left zeroed.
+// activation fusion. The workspace may hold anything on entry (fp8_amax.cuh).
 enum class AmaxPath { kCluster, kAtomic, kTwoStage };
 AmaxPath choose_amax_path(AmaxAlgo algo, int64_t bytes, bool cluster_available);
 size_t amax_grid_workspace_bytes(AmaxPath path);
