@@ -49,8 +49,11 @@ namespace tbe_fwd {
 
 constexpr int kBlockThreads = 256;
 constexpr int kUnroll = 8;
-// Occupancy floor for the register allocator: 3 x 256 threads per SM (<= 85 registers per thread).
+// Occupancy floor for the register allocator: pooled kernels 3 x 256 threads per SM (<= 80 registers,
+// no spills; 7-8 of the kUnroll row loads issued before the first add), sequence kernels 2 x 256 (their
+// per-lookup stores keep more values live and would spill at 80).
 constexpr int kMinBlocksPerSm = 3;
+constexpr int kMinBlocksPerSmSequence = 2;
 
 enum PoolKind : int { kPoolSum = 0, kPoolMean = 1, kPoolNone = 2 };
 enum CheckKind : int { kCheckError = 0, kCheckSkip = 1, kCheckOff = 2 };
@@ -297,7 +300,8 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
       const int u = u0 + rank;
       const bool active = u < plan.units;
       const bool first_pass = u0 == 0;
-      const W* col = table + static_cast<int64_t>(u) * V;
+      // Inactive lanes (u >= units) read a column of row 0 that exists, so loads need no predicate.
+      const W* col = table + static_cast<int64_t>(active ? u : 0) * V;
       float acc[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] = 0.0f;
@@ -328,7 +332,7 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
         Words<kBytes> raw[kUnroll];
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j)
-          raw[j] = (active && (present >> j & 1u)) ? load_words<kBytes>(src[j]) : zero_words<kBytes>();
+          raw[j] = load_words<kBytes>(src[j]);
         float sw[kUnroll];
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j) sw[j] = (psw != nullptr && s + j < end) ? __ldg(psw + s + j) : 1.0f;
@@ -377,7 +381,8 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
 // kernels: the sequence loop keeps more values live (a store per lookup) and would otherwise set the
 // register budget, and so the occupancy, of the pooled kernel too.
 template <typename W, typename O, typename I, bool kPooled>
-__global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSm) tbe_forward_bags_kernel(const TbeForwardParams p) {
+__global__ void __launch_bounds__(kBlockThreads, kPooled ? kMinBlocksPerSm : kMinBlocksPerSmSequence)
+    tbe_forward_bags_kernel(const TbeForwardParams p) {
   for (int f = blockIdx.y; f < p.num_features; f += gridDim.y) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
     const RowPlan plan = plan_row(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table));
