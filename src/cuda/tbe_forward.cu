@@ -7,13 +7,13 @@
 //      bag exit at once.
 //   2. (error and skip modes) tbe_forward_finalize_kernel, one thread: first/last offset checks, the
 //      report or the skip count, and the scratch records cleared for the next call.
-//   3. (error mode only) the 5-word report is copied to the host and the stream synchronised; a report
-//      becomes a kOutOfRange Status. This is the one synchronising mode, so it is refused while the
-//      stream is being captured.
-// Skip and off modes never synchronise and never allocate, so they can be captured in a CUDA graph.
-// Skip mode cannot return a Status for broken offsets without waiting for the device: it makes the
-// kernel skip the broken bags (nothing is read out of bounds) and writes -1 to *num_skipped instead
-// of the count.
+//   3. the 5-word report is copied to the host and the stream synchronised; a report becomes a
+//      kOutOfRange Status naming what was wrong:
+//      * error mode: always (the documented synchronising mode), so it is refused during capture;
+//      * skip mode: only when the stream is not being captured, so that broken offsets are an error
+//        Status as on the CPU backend. Inside a capture skip mode never synchronises: broken bags are
+//        skipped (nothing is read out of bounds) and *num_skipped is set to -1 instead of the count.
+// Off mode only launches the bags kernel. No mode allocates.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -117,14 +117,16 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   const int64_t N = args.indices.numel();
   const bool sequence = args.pooling == PoolingMode::kNone;
 
-  if (args.bounds_check == BoundsCheckMode::kError) {
+  bool capturing = false;
+  if (args.bounds_check != BoundsCheckMode::kOff) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
-    if (capture != cudaStreamCaptureStatusNone)
-      return invalid_argument(
-          "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
-          "inside a CUDA graph capture; use skip or off");
+    capturing = capture != cudaStreamCaptureStatusNone;
   }
+  if (args.bounds_check == BoundsCheckMode::kError && capturing)
+    return invalid_argument(
+        "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
+        "inside a CUDA graph capture; use skip or off");
 
   TbeForwardParams p;
   p.weights = args.weights.data;
@@ -166,7 +168,7 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
 
   EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, stream));
-  if (args.bounds_check == BoundsCheckMode::kSkip) return Status::Ok();
+  if (args.bounds_check == BoundsCheckMode::kSkip && capturing) return Status::Ok();
 
   int64_t report[5] = {0, 0, 0, 0, 0};
   EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, meta.scratch + tbe_fwd::kReport, sizeof(report),
