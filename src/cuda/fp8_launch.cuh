@@ -1,5 +1,5 @@
 // Host-side launch plumbing shared by the FP8 ops: cached device facts, the head/body/tail split of a
-// range, and one launch helper that adds the thread-block-cluster and programmatic-dependent-launch
+// range, and one launch function that adds the thread-block-cluster and programmatic-dependent-launch
 // attributes and checks the launch. Kernels live in the fp8_*.cuh headers; dispatch in fp8_*.cu.
 #pragma once
 
