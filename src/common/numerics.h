@@ -99,7 +99,7 @@ EMBSCALE_HD uint8_t float_to_fp8_soft(float f) {
   const uint32_t u = float_bits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7f);  // NaN
+  if (a > 0x7f800000u) return 0x7f;  // NaN -> the canonical positive NaN code, as the hardware cvt gives
   const float af = bits_float(a);
   if (af >= kMax) return static_cast<uint8_t>(sign | kMaxBits);  // saturate (inf included)
   // Smallest normal is 2^(1 - bias); below it the grid is uniform with step 2^(1 - bias - man).
