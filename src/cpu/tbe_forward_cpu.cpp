@@ -23,8 +23,9 @@ namespace embscale {
 namespace cpu {
 namespace {
 
-// Rows this many lookups ahead are prefetched (a row of D=128 fp32 is 8 cache lines).
-constexpr int64_t kPrefetchDistance = 4;
+// Rows this many lookups ahead are prefetched (a row of D=128 fp32 is 8 cache lines), so the memory
+// latency of several random row gathers overlaps with summing the current row.
+constexpr int64_t kPrefetchDistance = 8;
 // At most this many cache lines of a row are prefetched; the hardware streamer follows the rest.
 constexpr int64_t kPrefetchMaxLines = 32;
 
@@ -149,8 +150,11 @@ Status forward_impl(const Params& p) {
 
       for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
       int64_t count = 0;
+      // Prefetch runs ahead across bag boundaries within the feature: consecutive bags of one feature
+      // are adjacent in indices and usually processed by the same thread.
+      const int64_t prefetch_end = static_cast<int64_t>(offsets[(f + 1) * B]);
       for (int64_t pos = start; pos < end; ++pos) {
-        if (pos + kPrefetchDistance < end) {
+        if (pos + kPrefetchDistance < prefetch_end) {
           const int64_t ahead = static_cast<int64_t>(indices[pos + kPrefetchDistance]);
           if (ahead >= 0 && ahead < E) prefetch_row(table + ahead * D, D * static_cast<int64_t>(sizeof(W)));
         }
