@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -33,23 +34,24 @@ namespace embscale {
 namespace tools {
 namespace {
 
-// The command line as given; -1 means "the backend's default".
+// The command line as given; kUnset means "the backend's default".
+constexpr int64_t kUnset = INT64_MIN;
 struct TbeBenchArgs {
   std::string backend;
-  int64_t batch_size = -1;
-  int64_t num_tables = -1;
-  int64_t embedding_dim = -1;
+  int64_t batch_size = kUnset;
+  int64_t num_tables = kUnset;
+  int64_t embedding_dim = kUnset;
   bool mixed_dim = false;
-  int64_t bag_size = -1;
-  int64_t num_embeddings = -1;
+  int64_t bag_size = kUnset;
+  int64_t num_embeddings = kUnset;
   double alpha = 0.0;
   std::string weights_precision = "fp32";
   std::string output_dtype;  // default: weights precision
   std::string pooling = "sum";
   bool weighted = false;
   std::string indices_dtype = "64";
-  int iters = -1;
-  int warmup = -1;
+  int64_t iters = kUnset;
+  int64_t warmup = kUnset;
   bool json = false;
   std::string bounds_check = "off";
   bool variable_bag_size = false;
@@ -78,13 +80,14 @@ std::string make_plan(const TbeBenchArgs& a, Plan* p) {
     return "--backend: unknown backend '" + a.backend + "' (expected cpu or cuda)";
   if (!backend_available(p->backend)) return std::string("--backend: ") + backend_name(p->backend) + " is not available";
   const bool gpu = p->backend == Backend::kCuda;
-  const int64_t T = a.num_tables >= 0 ? a.num_tables : (gpu ? 32 : 8);
-  p->B = a.batch_size >= 0 ? a.batch_size : (gpu ? 8192 : 512);
-  p->E = a.num_embeddings >= 0 ? a.num_embeddings : (gpu ? 1000000 : 100000);
-  const int64_t D = a.embedding_dim >= 0 ? a.embedding_dim : 128;
-  const int64_t L = a.bag_size >= 0 ? a.bag_size : 20;
-  if (a.num_tables < -1 || a.batch_size < -1 || a.num_embeddings < -1 || a.embedding_dim < -1 || a.bag_size < -1)
-    return "sizes must not be negative";
+  auto given = [](int64_t v, int64_t dflt) { return v == kUnset ? dflt : v; };
+  const int64_t T = given(a.num_tables, gpu ? 32 : 8);
+  p->B = given(a.batch_size, gpu ? 8192 : 512);
+  p->E = given(a.num_embeddings, gpu ? 1000000 : 100000);
+  const int64_t D = given(a.embedding_dim, 128);
+  const int64_t L = given(a.bag_size, 20);
+  if (p->B < 0) return "--batch-size: " + std::to_string(p->B) + " is negative";
+  if (L < 0) return "--bag-size: " + std::to_string(L) + " is negative";
   if (T < 1) return "--num-tables: " + std::to_string(T) + "; at least one table is needed";
   if (T > 100000) return "--num-tables: " + std::to_string(T) + " is more than this benchmark supports (100000)";
   if (p->E < 1) return "--num-embeddings: " + std::to_string(p->E) + "; a table needs at least one row";
@@ -103,9 +106,11 @@ std::string make_plan(const TbeBenchArgs& a, Plan* p) {
     return "--bounds-check: '" + a.bounds_check + "'; expected error, skip or off";
   if (a.weighted && p->pooling == PoolingMode::kMean) return "--weighted: not supported with --pooling mean";
   if (a.mixed_dim && p->pooling == PoolingMode::kNone) return "--mixed-dim: sequence mode (--pooling none) needs one D";
-  p->iters = a.iters >= 0 ? a.iters : (gpu ? 50 : 10);
-  p->warmup = a.warmup >= 0 ? a.warmup : (gpu ? 10 : 2);
-  if (p->iters < 1) return "--iters: must be >= 1";
+  const int64_t iters = given(a.iters, gpu ? 50 : 10), warmup = given(a.warmup, gpu ? 10 : 2);
+  if (iters < 1 || iters > 1000000) return "--iters: " + std::to_string(iters) + "; expected 1..1000000";
+  if (warmup < 0 || warmup > 1000000) return "--warmup: " + std::to_string(warmup) + "; expected 0..1000000";
+  p->iters = static_cast<int>(iters);
+  p->warmup = static_cast<int>(warmup);
   const int64_t lookups = T * p->B * (a.variable_bag_size ? 2 * L : L);
   if (lookups > (int64_t{1} << 33)) return "the configuration has more than 2^33 lookups";
   if (p->idx_dtype == DType::kI32 && (lookups > INT32_MAX || p->E - 1 > INT32_MAX))

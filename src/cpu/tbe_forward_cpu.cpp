@@ -33,12 +33,13 @@ inline float load_weight(const float* p) { return *p; }
 inline float load_weight(const bf16_t* p) { return bits_float(static_cast<uint32_t>(p->bits) << 16); }
 // fp16 -> fp32 without branches so the loop over D vectorises: the exponent/mantissa field shifted into
 // fp32 position and multiplied by 2^112 is exact for normal and subnormal halves alike (the rebias is a
-// power of two); exponent 31 (inf/NaN) is patched to the fp32 all-ones exponent by a select.
+// power of two); exponent 31 (inf/NaN) is patched to the fp32 all-ones exponent by a mask.
 inline float load_weight(const fp16_t* p) {
   const uint32_t h = p->bits;
   const uint32_t em = (h & 0x7fffu) << 13;
   const float scaled = bits_float(em) * 5.192296858534828e33f;  // 2^112
-  const uint32_t mag = (em >= 0x0f800000u) ? (em | 0x7f800000u) : float_bits(scaled);
+  const uint32_t special = 0u - static_cast<uint32_t>(em >= 0x0f800000u);  // all ones for inf/NaN
+  const uint32_t mag = (float_bits(scaled) & ~special) | ((em | 0x7f800000u) & special);
   return bits_float(mag | ((h & 0x8000u) << 16));
 }
 
