@@ -36,8 +36,9 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 //  kSkip:  the index is treated as absent (it adds nothing, and MEAN divides by the valid count); the
 //          number skipped is written to `num_skipped` when given.
 //  kOff:   no check (fastest); the caller guarantees valid indices.
-// Offsets that decrease, or a last offset that differs from the number of indices, are an error in
-// kError and kSkip modes.
+// Offsets that decrease (a negative first offset included), or a last offset that differs from the
+// number of indices, are an error in kError and kSkip modes. In sequence mode (kNone) a skipped
+// lookup's output row is zeros.
 enum class BoundsCheckMode { kError = 0, kSkip, kOff };
 const char* bounds_check_mode_name(BoundsCheckMode m);  // "error", "skip", "off"
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);
@@ -57,7 +58,8 @@ struct TbeForwardArgs {
   TensorView weights;                        // [num_weights()] of weights_dtype
   TensorView indices;                        // [N] int32 or int64
   TensorView offsets;                        // [T*B+1], the dtype of indices
-  const float* per_sample_weights = nullptr; // [N] optional (fp32, backend memory)
+  const float* per_sample_weights = nullptr; // [N] optional (fp32, backend memory); SUM or kNone only:
+                                             // with MEAN an invalid_argument (as FBGEMM)
   int64_t batch_size = 0;                    // B
   PoolingMode pooling = PoolingMode::kSum;
   BoundsCheckMode bounds_check = BoundsCheckMode::kError;
