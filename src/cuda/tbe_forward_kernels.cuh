@@ -39,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/numerics.h"
 #include "cuda/arch_traits.cuh"
@@ -307,35 +308,37 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
       for (int k = 0; k < V; ++k) acc[k] = 0.0f;
       valid = 0;
 
-      for (int64_t s = start; s < end; s += kUnroll) {
-        // Indices first (the group's lanes share each address), then all row loads, then the adds in
-        // index order: kUnroll rows in flight per lane.
-        // The index loads are predicated, not branched on, so all kUnroll are in flight together; the
-        // checks come after them.
+      // One step of kUnroll lookups from s. Indices first (the group's lanes share each address), then
+      // the checks, then all row loads, then the adds in index order: kUnroll rows in flight per lane.
+      // Full steps carry no predicates at all (ptxas then issues every row load before the first add);
+      // only the bag's last, partial step tests s + j < end. An invalid index loads a column of row 0
+      // (always present) and is dropped, so no load depends on a predicate computed from the indices.
+      const auto step = [&](int64_t s, auto full) {
+        constexpr bool kFull = decltype(full)::value;
         int64_t idx[kUnroll];
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) idx[j] = (s + j < end) ? load_index(indices + s + j) : 0;
+        for (int j = 0; j < kUnroll; ++j) idx[j] = (kFull || s + j < end) ? load_index(indices + s + j) : 0;
         unsigned present = 0;  // bit j: lookup s+j exists and its index is valid
         unsigned invalid = 0;  // bit j: lookup s+j exists and its index is outside [0, E)
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j) {
-          const bool in = s + j < end;
+          const bool in = kFull || s + j < end;
           const bool ok = !check || (idx[j] >= 0 && idx[j] < E);
           present |= static_cast<unsigned>(in && ok) << j;
           invalid |= static_cast<unsigned>(in && !ok) << j;
         }
         if (invalid != 0 && p.check == kCheckError && first_pass && rank == 0)
           record_min_position(p.scratch + kBadIndexKey, s + __ffs(invalid) - 1);
-        const W* src[kUnroll];
-#pragma unroll
-        for (int j = 0; j < kUnroll; ++j) src[j] = col + ((present >> j & 1u) ? idx[j] * D : 0);
         Words<kBytes> raw[kUnroll];
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j)
-          raw[j] = load_words<kBytes>(src[j]);
+        for (int j = 0; j < kUnroll; ++j) {
+          const W* src = col + ((present >> j & 1u) ? idx[j] * D : 0);
+          raw[j] = (kFull || s + j < end) ? load_words<kBytes>(src) : zero_words<kBytes>();
+        }
         float sw[kUnroll];
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) sw[j] = (psw != nullptr && s + j < end) ? __ldg(psw + s + j) : 1.0f;
+        for (int j = 0; j < kUnroll; ++j)
+          sw[j] = (psw != nullptr && (kFull || s + j < end)) ? __ldg(psw + s + j) : 1.0f;
         valid += __popc(present);
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j) {
@@ -350,14 +353,17 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
           } else {
             // Sequence: row q is the (weighted) looked-up row, zeros for an invalid index.
             const int64_t q = s + j;
-            if (q < end && active) {
+            if ((kFull || q < end) && active) {
 #pragma unroll
               for (int k = 0; k < V; ++k) x[k] = ok ? __fmul_rn(sw[j], x[k]) : 0.0f;
               store_out<O, V>(out + q * p.out_row_stride + static_cast<int64_t>(u) * V, x);
             }
           }
         }
-      }
+      };
+      int64_t s = start;
+      for (; s + kUnroll <= end; s += kUnroll) step(s, std::true_type{});
+      if (s < end) step(s, std::false_type{});
 
       if constexpr (kPooled) {
         if (active) {
