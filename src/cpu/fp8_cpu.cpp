@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "api/fp8_backend.h"
@@ -72,9 +73,9 @@ AmaxPartial mag_max(const T* x, int64_t begin, int64_t end) {
     U u;
     std::memcpy(&u, p + i * sizeof(U), sizeof(U));
     const U a = static_cast<U>(u & MagBits<T>::kMask);
-    am = am > a ? am : a;
-    const U f = a <= MagBits<T>::kInf ? a : U{0};
-    fm = fm > f ? fm : f;
+    am = std::max(am, a);
+    const U keep = static_cast<U>(-static_cast<U>(a <= MagBits<T>::kInf));  // all ones unless NaN
+    fm = std::max(fm, static_cast<U>(a & keep));
   }
   return {fm, am};
 }
@@ -110,19 +111,98 @@ void amax_any(const Context& ctx, const TensorView& x, float* amax, int32_t* non
   }
 }
 
+// ---- input decoding ----
+// fp16 -> fp32 through a 64K-entry table filled by the shared fp16_to_float (its branches on subnormal
+// and inf/NaN inputs would otherwise keep the hot loops scalar); fp32 and bf16 decode inline.
+struct Fp16Decoder {
+  float v[1 << 16];
+  Fp16Decoder() {
+    for (uint32_t h = 0; h < (1u << 16); ++h) v[h] = fp16_to_float(static_cast<uint16_t>(h));
+  }
+};
+const float* fp16_table() {
+  static const Fp16Decoder dec;
+  return dec.v;
+}
+
+// Decodes x[0, n) into out.
+template <typename Ti>
+__attribute__((always_inline)) inline void decode_chunk(const Ti* x, int n, float* out) {
+  if constexpr (std::is_same<Ti, fp16_t>::value) {
+    const float* t = fp16_table();
+    for (int j = 0; j < n; ++j) out[j] = t[x[j].bits];
+  } else {
+    for (int j = 0; j < n; ++j) out[j] = to_float(x[j]);
+  }
+}
+
+// ---- fp8 encoding through a table ----
+// The fp8 code of an fp32 value depends only on its sign, its top 12 magnitude bits (the exponent and
+// 4 mantissa bits, which hold the kept fp8 bits and the round bit in every normal and subnormal fp8
+// binade of both formats) and on whether any of the 19 lower bits is set (the sticky bit of
+// round-to-nearest-even). A table over those 13 bits, each entry produced by the shared
+// from_float<F8> on one representative input, therefore reproduces the shared cast exactly for all
+// 2^32 inputs (checked exhaustively for e4m3 and e5m2), and the hot loop has no branches.
+template <typename F8>
+struct Fp8Encoder {
+  uint8_t mag[1 << 13];
+  Fp8Encoder() {
+    for (uint32_t idx = 0; idx < (1u << 13); ++idx)
+      mag[idx] = from_float<F8>(bits_float(((idx >> 1) << 19) | (idx & 1u))).bits;
+  }
+  // Table index of v (sign dropped).
+  static uint32_t index(float v) {
+    const uint32_t a = float_bits(v) & 0x7fffffffu;
+    return ((a >> 19) << 1) | static_cast<uint32_t>((a & 0x7ffffu) != 0u);
+  }
+  static uint8_t sign(float v) { return static_cast<uint8_t>((float_bits(v) >> 24) & 0x80u); }
+  F8 operator()(float v) const { return F8{static_cast<uint8_t>(mag[index(v)] | sign(v))}; }
+
+  // y[i] = fp8(to_float(x[i]) * s) for i < n. In chunks: the products and table indices are formed in
+  // a loop the compiler vectorises, then the byte lookups run as a short scalar loop.
+  template <typename Ti>
+  void encode_scaled(const Ti* x, float s, F8* y, int64_t n) const {
+    constexpr int kChunk = 64;
+    int64_t i = 0;
+    for (; i + kChunk <= n; i += kChunk) encode_chunk<kChunk>(x + i, s, y + i, kChunk);
+    if (i < n) encode_chunk<kChunk>(x + i, s, y + i, static_cast<int>(n - i));
+  }
+
+  template <int kChunk, typename Ti>
+  __attribute__((always_inline)) inline void encode_chunk(const Ti* x, float s, F8* y, int m) const {
+    float v[kChunk];
+    uint32_t idx[kChunk];
+    uint8_t sgn[kChunk];
+    decode_chunk(x, m, v);
+    for (int j = 0; j < m; ++j) {
+      const float p = v[j] * s;
+      idx[j] = index(p);
+      sgn[j] = sign(p);
+    }
+    for (int j = 0; j < m; ++j) y[j] = F8{static_cast<uint8_t>(mag[idx[j]] | sgn[j])};
+  }
+};
+
+template <typename F8>
+const Fp8Encoder<F8>& fp8_encoder() {
+  static const Fp8Encoder<F8> enc;
+  return enc;
+}
+
 // ---- element-wise casts ----
-// y = from_float<To>(to_float(x) * s): one fp32 product, then one rounding into To.
-template <typename Ti, typename To>
-void scale_cast(const Context& ctx, const Ti* x, float s, To* y, int64_t n) {
+// y = fp8(to_float(x) * s): one fp32 product, then the fp8 rounding.
+template <typename Ti, typename F8>
+void quantize_typed(const Context& ctx, const Ti* x, float s, F8* y, int64_t n) {
+  const Fp8Encoder<F8>& enc = fp8_encoder<F8>();
   parallel_blocks(thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) y[i] = from_float<To>(to_float(x[i]) * s);
+    enc.encode_scaled(x + b, s, y + b, e - b);
   });
 }
 
 template <typename Ti>
 void quantize_from(const Context& ctx, const Ti* x, float s, const TensorView& y) {
-  if (y.dtype == DType::kF8E4M3) return scale_cast(ctx, x, s, static_cast<fp8e4m3_t*>(y.data), y.numel());
-  return scale_cast(ctx, x, s, static_cast<fp8e5m2_t*>(y.data), y.numel());
+  if (y.dtype == DType::kF8E4M3) return quantize_typed(ctx, x, s, static_cast<fp8e4m3_t*>(y.data), y.numel());
+  return quantize_typed(ctx, x, s, static_cast<fp8e5m2_t*>(y.data), y.numel());
 }
 
 void quantize_any(const Context& ctx, const TensorView& x, float s, const TensorView& y) {
@@ -133,27 +213,22 @@ void quantize_any(const Context& ctx, const TensorView& x, float s, const Tensor
   }
 }
 
-// An fp8 code decodes through a 256-entry table built from the shared decoder, so the hot loop is a
-// gather, a multiply and the output rounding.
-template <typename F8>
-const float* fp8_table() {
-  static const struct Table {
-    float v[256];
-    Table() {
-      for (int c = 0; c < 256; ++c) v[c] = to_float(F8{static_cast<uint8_t>(c)});
-    }
-  } table;
-  return table.v;
+// An fp8 input has only 256 values, so each call first tabulates from_float<To>(float(code) * s) for
+// all of them with the shared conversions; the hot loop is then a byte-indexed load.
+template <typename F8, typename To>
+void dequantize_typed(const Context& ctx, const uint8_t* codes, float s, To* x, int64_t n) {
+  To lut[256];
+  for (int c = 0; c < 256; ++c) lut[c] = from_float<To>(to_float(F8{static_cast<uint8_t>(c)}) * s);
+  parallel_blocks(thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) x[i] = lut[codes[i]];
+  });
 }
 
 template <typename To>
 void dequantize_to(const Context& ctx, const TensorView& y, float s, To* x) {
-  const float* table = y.dtype == DType::kF8E4M3 ? fp8_table<fp8e4m3_t>() : fp8_table<fp8e5m2_t>();
   const uint8_t* codes = static_cast<const uint8_t*>(y.data);
-  const int64_t n = y.numel();
-  parallel_blocks(thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) x[i] = from_float<To>(table[codes[i]] * s);
-  });
+  if (y.dtype == DType::kF8E4M3) return dequantize_typed<fp8e4m3_t>(ctx, codes, s, x, y.numel());
+  return dequantize_typed<fp8e5m2_t>(ctx, codes, s, x, y.numel());
 }
 
 // ---- activation + amax ----
@@ -205,17 +280,18 @@ void activation_amax_act(const Context& ctx, const TensorView& x, const TensorVi
 }
 
 // ---- cast + transpose ----
-// Square tiles: a tile of x is read row by row (contiguous), quantized into a local buffer, then
-// written to y row by row and to yt column by column, so both writes stay within a few cache lines
-// per row of the tile. Threads own whole bands of tile rows.
-constexpr int64_t kTile = 32;
+// 64 x 64 tiles: a tile of x is read row by row (contiguous), quantized into y row by row and into a
+// local transposed tile, which is then written to yt as 64-byte rows, one full cache line each, so no
+// partially written line of yt is evicted and re-read. Threads own whole bands of 64 rows of x.
+constexpr int64_t kTile = 64;
 
 template <typename Ti, typename F8>
 void cast_transpose_typed(const Context& ctx, const Ti* x, float s, F8* y, F8* yt, int64_t rows, int64_t cols) {
+  const Fp8Encoder<F8>& enc = fp8_encoder<F8>();
   const int64_t bands = (rows + kTile - 1) / kTile;
   const int threads = thread_count(ctx, rows * cols);
   parallel_blocks(threads, bands, [&](int64_t b0, int64_t b1, int) {
-    F8 tile[kTile][kTile];
+    alignas(64) F8 tile[kTile][kTile];
     for (int64_t band = b0; band < b1; ++band) {
       const int64_t r0 = band * kTile, nr = std::min(kTile, rows - r0);
       for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
@@ -224,12 +300,12 @@ void cast_transpose_typed(const Context& ctx, const Ti* x, float s, F8* y, F8* y
           const Ti* xr = x + (r0 + r) * cols + c0;
           F8* yr = y + (r0 + r) * cols + c0;
           for (int64_t c = 0; c < nc; ++c) {
-            const F8 q = from_float<F8>(to_float(xr[c]) * s);
+            const F8 q = enc(to_float(xr[c]) * s);
             yr[c] = q;
             tile[c][r] = q;
           }
         }
-        for (int64_t c = 0; c < nc; ++c) std::memcpy(yt + (c0 + c) * rows + r0, tile[c], nr * sizeof(F8));
+        for (int64_t c = 0; c < nc; ++c) std::memcpy(yt + (c0 + c) * rows + r0, tile[c], static_cast<size_t>(nr) * sizeof(F8));
       }
     }
   });
