@@ -4,13 +4,10 @@
 // then each feature's indices come from a second stream.
 #include "embscale/tbe_generator.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <string>
 
 #include "common/numerics.h"
