@@ -47,7 +47,7 @@ template <typename W>
 inline void prefetch_row(const W* row, int64_t bytes) {
   const char* c = reinterpret_cast<const char*>(row);
   const int64_t lines = std::min<int64_t>((bytes + 63) / 64, kPrefetchMaxLines);
-  for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, 0);
+  for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, 3);
 }
 
 // First bad index seen, ordered by (item, position) so the report does not depend on the schedule.
