@@ -172,6 +172,9 @@ if has_stage summary && [ -f "$OUT/summary.txt" ]; then
   echo
   cat "$OUT/summary.txt"
 fi
+# Only a few files come back from a remote run: pack every log into one archive beside the results.
+(cd "$OUT" && tar -czf logs.tgz --exclude=logs.tgz --exclude=results.jsonl --exclude=summary.txt . 2>/dev/null &&
+  find . -maxdepth 1 -type f ! -name logs.tgz ! -name results.jsonl ! -name summary.txt -delete)
 if [ ${#FAILED[@]} -gt 0 ]; then
   echo "FAILED: ${FAILED[*]}"
   exit 1
