@@ -69,6 +69,74 @@ struct TbeForwardArgs {
   int64_t* num_skipped = nullptr;            // optional (backend memory): invalid indices skipped (kSkip)
 };
 
+
+// ---- backward fused with the optimizer -------------------------------------------------------------
+// The gradient never materialises as a dense tensor: lookups are linearised into (table row) keys,
+// radix-sorted on the key's significant bits, run-length encoded into unique rows, each unique row's
+// gradient is summed in fp32 in a fixed order (sorted lookup order), and the optimizer updates that row
+// in place exactly once. Optimizer state is fp32, caller-owned, laid out per table:
+//   row-wise state ([total_rows()] floats): row r of table t at row_offset(t) + r;
+//   element-wise state ([num_weights()] floats): the weights' layout (weight_offset(t) + r*D_t + d).
+enum class OptimizerType {
+  kNone = 0,           // dense-gradient mode: unique rows and their summed gradients, no update
+  kSgd,                // exact SGD: w -= lr * g
+  kRowwiseAdagrad,     // FBGEMM's exact row-wise Adagrad (momentum1: row-wise)
+  kAdam,               // Adam with bias correction (momentum1, momentum2: element-wise)
+  kPartialRowwiseAdam  // Adam with a row-wise second moment (momentum1 element-wise, momentum2 row-wise)
+};
+const char* optimizer_name(OptimizerType o);  // "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam"
+bool parse_optimizer(const std::string& name, OptimizerType* out);
+
+enum class WeightDecayMode { kNone = 0, kL2, kDecoupled };
+
+struct OptimizerParams {
+  OptimizerType type = OptimizerType::kRowwiseAdagrad;
+  float learning_rate = 0.01f;  // may change between steps
+  float eps = 1e-8f;
+  float beta1 = 0.9f;           // Adam variants
+  float beta2 = 0.999f;
+  float weight_decay = 0.0f;
+  WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;
+  float max_norm = 0.0f;        // > 0: after the update, rescale a row whose L2 norm exceeds it (row-wise Adagrad)
+  float gradient_clipping = 0.0f;  // > 0: clip each summed gradient element to [-c, c] before the update
+  int64_t step = 1;             // 1-based step counter for Adam's bias correction; may change between steps
+};
+
+// fp16/bf16 weights: how an updated fp32 value is rounded back to the weights' dtype.
+enum class WeightRounding { kNearest = 0, kStochastic };
+
+// Tunables of the segment strategy (0 = the per-device default chosen by measurement).
+struct TbeBackwardTuning {
+  int max_warp_segment = 0;   // segments up to this many lookups: a warp per row
+  int max_block_segment = 0;  // longer segments up to this: a thread block per row; beyond: split across blocks
+  int block_threads = 0;      // threads per block of the block-per-row path
+};
+
+struct TbeBackwardArgs {
+  TensorView weights;                         // [num_weights()] updated in place (not in kNone mode)
+  TensorView indices;                         // [N] int32 or int64, as in the forward
+  TensorView offsets;                         // [T*B+1]
+  const float* per_sample_weights = nullptr;  // [N] optional, as in the forward
+  int64_t batch_size = 0;
+  PoolingMode pooling = PoolingMode::kSum;
+  BoundsCheckMode bounds_check = BoundsCheckMode::kError;
+  TensorView grad_output;                     // pooled: [B, total_dim()]; kNone: [N, D]; fp32/fp16/bf16
+  OptimizerParams optimizer;
+  float* momentum1 = nullptr;                 // optimizer state (see above), updated in place
+  float* momentum2 = nullptr;
+  float* grad_per_sample_weights = nullptr;   // optional [N]: dot(weight row before the update, grad of its bag)
+  // Dense-gradient mode (optimizer.type == kNone): unique linearised rows (row_offset(t) + r, ascending),
+  // their count, and their summed fp32 gradients [N, max_dim()] (row u uses its table's D columns).
+  int64_t* unique_rows = nullptr;             // [N]
+  int64_t* num_unique = nullptr;              // [1]
+  float* unique_grads = nullptr;              // [N * max_dim()]
+  bool deterministic = true;                  // bit-identical results across runs and tunings
+  WeightRounding rounding = WeightRounding::kStochastic;
+  uint64_t seed = 0;                          // stochastic rounding: same seed and step -> same result
+  TbeBackwardTuning tuning;
+  int64_t* num_skipped = nullptr;             // as in the forward
+};
+
 class TableBatchedEmbedding {
  public:
   static Status create(const Context& ctx, const TbeConfig& cfg, std::unique_ptr<TableBatchedEmbedding>* out);
@@ -91,12 +159,21 @@ class TableBatchedEmbedding {
   // Pooled or sequence lookup (see TbeForwardArgs).
   Status forward(const Context& ctx, const TbeForwardArgs& args) const;
 
+  // Backward fused with the optimizer (see TbeBackwardArgs). The workspace holds the sort and encode
+  // scratch; its size depends on the number of lookups N, the batch size and the arguments' modes.
+  Status backward_workspace_size(const Context& ctx, const TbeBackwardArgs& args, size_t* bytes) const;
+  Status backward(const Context& ctx, const TbeBackwardArgs& args, void* workspace, size_t workspace_bytes) const;
+
+  int64_t row_offset(int table) const { return row_offsets_[table]; }  // first row of table in row-wise state
+  int64_t total_rows() const { return row_offsets_.back(); }           // rows of all tables
+
   // Per-feature tables in the backend's memory, for the backend implementations.
   struct DeviceMeta {
     const int64_t* weight_offsets = nullptr;  // [T] element offset of each feature's table
     const int64_t* num_rows = nullptr;        // [T] E of each feature's table
     const int32_t* dims = nullptr;            // [T] D of each feature
     const int32_t* output_offsets = nullptr;  // [T+1] output column of each feature
+    const int64_t* row_offsets = nullptr;     // [T] first linearised row of each feature's table
     // kScratchWords int64 of backend memory owned by this object, zeroed at creation: a backend keeps
     // its bounds-check error record and skip counter here (ops on one object must not run
     // concurrently on different streams in kError/kSkip mode).
@@ -111,6 +188,7 @@ class TableBatchedEmbedding {
   Backend backend_ = Backend::kCpu;
   std::vector<int> feature_table_;
   std::vector<int64_t> weight_offsets_;  // [num_tables + 1]
+  std::vector<int64_t> row_offsets_;     // [num_tables + 1]
   std::vector<int> output_offsets_;      // [T + 1]
   int max_dim_ = 0;
   void* meta_storage_ = nullptr;         // one allocation holding DeviceMeta's arrays

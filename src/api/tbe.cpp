@@ -67,12 +67,13 @@ namespace {
 // array is naturally aligned: [scratch | weight_offsets | num_rows] as int64, then [dims |
 // output_offsets] as int32.
 struct MetaLayout {
-  size_t scratch = 0, weight_offsets = 0, num_rows = 0, dims = 0, output_offsets = 0, bytes = 0;
+  size_t scratch = 0, weight_offsets = 0, num_rows = 0, row_offsets = 0, dims = 0, output_offsets = 0, bytes = 0;
   explicit MetaLayout(size_t T) {
     scratch = 0;
     weight_offsets = scratch + sizeof(int64_t) * TableBatchedEmbedding::kScratchWords;
     num_rows = weight_offsets + sizeof(int64_t) * T;
-    dims = num_rows + sizeof(int64_t) * T;
+    row_offsets = num_rows + sizeof(int64_t) * T;
+    dims = row_offsets + sizeof(int64_t) * T;
     output_offsets = dims + sizeof(int32_t) * T;
     bytes = output_offsets + sizeof(int32_t) * (T + 1);
   }
@@ -121,6 +122,7 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
   // Weight offsets in elements, 64-bit: E_t * D_t and their running sum are checked against
   // overflow so a buffer over 2^31 (or 2^32) elements is addressed correctly.
   tbe->weight_offsets_.assign(num_tables + 1, 0);
+  tbe->row_offsets_.assign(num_tables + 1, 0);
   constexpr int64_t kMaxElements = int64_t{1} << 62;
   for (int t = 0; t < num_tables; ++t) {
     const TableSpec& s = cfg.tables[t];
@@ -132,6 +134,7 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
         tbe->weight_offsets_[t] > kMaxElements - s.num_rows * static_cast<int64_t>(s.dim))
       return invalid_argument(name + ": the weights of the tables up to this one exceed 2^62 elements");
     tbe->weight_offsets_[t + 1] = tbe->weight_offsets_[t] + s.num_rows * static_cast<int64_t>(s.dim);
+    tbe->row_offsets_[t + 1] = tbe->row_offsets_[t] + s.num_rows;  // <= weight_offsets_, so no overflow
   }
 
   // Features: the map, or one feature per table.
@@ -165,12 +168,14 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
   std::vector<unsigned char> host(L.bytes, 0);
   auto* w_off = reinterpret_cast<int64_t*>(host.data() + L.weight_offsets);
   auto* rows = reinterpret_cast<int64_t*>(host.data() + L.num_rows);
+  auto* r_off = reinterpret_cast<int64_t*>(host.data() + L.row_offsets);
   auto* dims = reinterpret_cast<int32_t*>(host.data() + L.dims);
   auto* o_off = reinterpret_cast<int32_t*>(host.data() + L.output_offsets);
   for (int f = 0; f < T; ++f) {
     const int t = tbe->feature_table_[f];
     w_off[f] = tbe->weight_offsets_[t];
     rows[f] = cfg.tables[t].num_rows;
+    r_off[f] = tbe->row_offsets_[t];
     dims[f] = cfg.tables[t].dim;
   }
   for (int f = 0; f <= T; ++f) o_off[f] = tbe->output_offsets_[f];
@@ -187,6 +192,7 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
   tbe->meta_.scratch = reinterpret_cast<int64_t*>(base + L.scratch);
   tbe->meta_.weight_offsets = reinterpret_cast<const int64_t*>(base + L.weight_offsets);
   tbe->meta_.num_rows = reinterpret_cast<const int64_t*>(base + L.num_rows);
+  tbe->meta_.row_offsets = reinterpret_cast<const int64_t*>(base + L.row_offsets);
   tbe->meta_.dims = reinterpret_cast<const int32_t*>(base + L.dims);
   tbe->meta_.output_offsets = reinterpret_cast<const int32_t*>(base + L.output_offsets);
   *out = std::move(tbe);
