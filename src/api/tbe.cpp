@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api/tbe_backend.h"
+#include "api/tbe_validate.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 
@@ -78,25 +79,6 @@ struct MetaLayout {
     bytes = output_offsets + sizeof(int32_t) * (T + 1);
   }
 };
-
-std::string shape_str(const TensorView& t) {
-  std::string s = "[";
-  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
-  return s + "]";
-}
-
-// ndim in range and no negative extent, so numel() is meaningful.
-Status check_view(const char* name, const TensorView& t) {
-  if (t.ndim < 1 || t.ndim > kMaxDims)
-    return invalid_argument(std::string(name) + ": ndim " + std::to_string(t.ndim) + " is outside [1, " +
-                            std::to_string(kMaxDims) + "]");
-  for (int i = 0; i < t.ndim; ++i)
-    if (t.shape[i] < 0) return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has a negative extent");
-  if (t.numel() > 0 && t.data == nullptr)
-    return invalid_argument(std::string(name) + ": data is null but the tensor has " + std::to_string(t.numel()) +
-                            " elements");
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -202,53 +184,14 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
 TableBatchedEmbedding::~TableBatchedEmbedding() { backend_free(backend_, meta_storage_); }
 
 Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& args) const {
-  if (ctx.backend != backend_)
-    return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
-                            " differs from the backend this TableBatchedEmbedding was created on (" +
-                            backend_name(backend_) + ")");
-  if (args.pooling != PoolingMode::kSum && args.pooling != PoolingMode::kMean && args.pooling != PoolingMode::kNone)
-    return invalid_argument("pooling: unknown pooling mode " + std::to_string(static_cast<int>(args.pooling)));
-  if (args.bounds_check != BoundsCheckMode::kError && args.bounds_check != BoundsCheckMode::kSkip &&
-      args.bounds_check != BoundsCheckMode::kOff)
-    return invalid_argument("bounds_check: unknown mode " + std::to_string(static_cast<int>(args.bounds_check)));
-  const int64_t T = num_features();
+  using tbe_validate::check_view;
+  using tbe_validate::shape_str;
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_lookup_args(
+      *this, ctx,
+      {&args.weights, &args.indices, &args.offsets, args.per_sample_weights, args.batch_size, args.pooling,
+       args.bounds_check}));
   const int64_t B = args.batch_size;
-  if (B < 0) return invalid_argument("batch_size: " + std::to_string(B) + " is negative");
-  if (B > (INT64_MAX - 1) / (T > 0 ? T : 1))
-    return invalid_argument("batch_size: " + std::to_string(B) + " times " + std::to_string(T) + " features overflows");
-
-  // weights
-  EMBSCALE_RETURN_IF_ERROR(check_view("weights", args.weights));
-  if (args.weights.dtype != cfg_.weights_dtype)
-    return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) +
-                            " differs from the configured weights dtype " + dtype_name(cfg_.weights_dtype));
-  if (args.weights.numel() != num_weights())
-    return invalid_argument("weights: " + std::to_string(args.weights.numel()) + " elements; expected num_weights() = " +
-                            std::to_string(num_weights()));
-
-  // indices and offsets
-  EMBSCALE_RETURN_IF_ERROR(check_view("indices", args.indices));
-  EMBSCALE_RETURN_IF_ERROR(check_view("offsets", args.offsets));
-  if (!is_index_dtype(args.indices.dtype))
-    return invalid_argument(std::string("indices: dtype ") + dtype_name(args.indices.dtype) +
-                            " is not supported; expected int32 or int64");
-  if (args.offsets.dtype != args.indices.dtype)
-    return invalid_argument(std::string("offsets: dtype ") + dtype_name(args.offsets.dtype) +
-                            " differs from the indices' dtype " + dtype_name(args.indices.dtype));
-  if (args.indices.ndim != 1) return invalid_argument("indices: shape " + shape_str(args.indices) + " is not 1-D");
-  if (args.offsets.ndim != 1) return invalid_argument("offsets: shape " + shape_str(args.offsets) + " is not 1-D");
   const int64_t N = args.indices.numel();
-  if (args.offsets.numel() != T * B + 1)
-    return invalid_argument("offsets: " + std::to_string(args.offsets.numel()) + " entries; expected T*B+1 = " +
-                            std::to_string(T * B + 1) + " (T = " + std::to_string(T) + " features, B = " +
-                            std::to_string(B) + ")");
-  if (args.indices.dtype == DType::kI32 && N > INT32_MAX)
-    return invalid_argument("indices: " + std::to_string(N) + " entries cannot be addressed by int32 offsets; use int64");
-
-  // Weighted MEAN is refused, as FBGEMM does: whether it should divide by the bag's length or by the
-  // sum of its weights is ambiguous, and a caller can pre-scale the per-sample weights instead.
-  if (args.per_sample_weights != nullptr && args.pooling == PoolingMode::kMean)
-    return invalid_argument("per_sample_weights: not supported with mean pooling; use sum with weights scaled by 1/L");
 
   // output
   EMBSCALE_RETURN_IF_ERROR(check_view("output", args.output));
@@ -256,13 +199,8 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
     return invalid_argument(std::string("output: dtype ") + dtype_name(args.output.dtype) +
                             " is not supported; expected fp32, fp16 or bf16");
   if (args.pooling == PoolingMode::kNone) {
-    for (int f = 1; f < T; ++f) {
-      if (feature_dim(f) != feature_dim(0))
-        return invalid_argument("pooling: sequence mode (none) needs all features of one dimension; feature 0 has " +
-                                std::to_string(feature_dim(0)) + ", feature " + std::to_string(f) + " has " +
-                                std::to_string(feature_dim(f)));
-    }
-    const int64_t D = T > 0 ? feature_dim(0) : 0;
+    int64_t D = 0;
+    EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_sequence_dims(*this, &D));
     if (args.output.ndim != 2 || args.output.shape[0] != N || args.output.shape[1] != D)
       return invalid_argument("output: shape " + shape_str(args.output) + "; sequence mode expects [N, D] = [" +
                               std::to_string(N) + ", " + std::to_string(D) + "]");

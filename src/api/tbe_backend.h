@@ -5,9 +5,6 @@
 // the backend according to args.bounds_check, since only the backend can read them cheaply.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "embscale/tbe.h"
 
 namespace embscale {
@@ -22,19 +19,9 @@ Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const 
 #if EMBSCALE_WITH_CUDA
 namespace cuda {
 Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args);
-
-// Tuning knobs of the CUDA forward, for benchmarks and tests (not part of the public API). Read once,
-// at the first forward call, from EMBSCALE_TBE_FWD_VARIANT (a name of tbe_forward_variant_names()),
-// EMBSCALE_TBE_FWD_ORDER (tile | feature) and EMBSCALE_TBE_FWD_BAGS (1..64), unless set before.
-struct TbeForwardTuning {
-  std::string variant = "default";  // kernel shape for pooled fp32 weights and output, int64 indices
-  bool feature_inner = false;       // grid (features, bag tiles) instead of (bag tiles, features)
-  int bags_per_group = 1;           // bags each lane group walks (the grid shrinks by this factor)
-};
-std::vector<std::string> tbe_forward_variant_names();  // "default" first
-// The tuning in effect; an invalid environment value is an invalid_argument naming the variable.
-Status tbe_forward_tuning(TbeForwardTuning* out);
-Status set_tbe_forward_tuning(const TbeForwardTuning& t);
+Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes);
+Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, void* ws,
+                    size_t ws_bytes);
 }  // namespace cuda
 #endif
 

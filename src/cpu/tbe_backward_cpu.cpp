@@ -1,0 +1,375 @@
+// CPU table-batched embedding backward fused with the optimizer (OpenMP, always deterministic).
+//
+// Steps, each a parallel loop except where noted:
+//  1. offsets checked in order (serial, as in the forward) unless bounds_check is kOff;
+//  2. per lookup i (parallel over bags): key = row_offset(table of its feature) + index, or a sentinel
+//     for a skipped lookup (out of range in kSkip mode, or before offsets[0]); its grad_output row
+//     offset; and its scale: 1 (SUM), per_sample_weights[i] (weighted), 1.0f / count (MEAN, count = the
+//     bag's valid lookups, the fp32 reciprocal rounded once). In kError mode the first bad index in
+//     (bag, position) order is reported here, before anything is written;
+//  3. grad_per_sample_weights[i] = dot(weight row before the update, grad_output row), fp32 in d order;
+//  4. (key, lookup) pairs sorted by key then lookup: chunks sorted in parallel, then merged pairwise.
+//     Lookups are unique, so the order is total and the result does not depend on the thread count;
+//     it is the stable sort by key (ties keep lookup order), the order the CUDA backend also sums in;
+//  5. run-length encode into unique rows (segments), serially;
+//  6. per unique row (parallel): g[d] = sum over its lookups, in sorted lookup order, of
+//     scale * grad_output[row][d] in fp32 (acc = acc + scale*x, no FMA on the baseline x86-64-v2 target),
+//     then the optimizer (common/optimizer.h, row sums in d order) and rounding to the weights' dtype
+//     (common/rounding.h), written exactly once. In dense mode (optimizer none) g is written instead:
+//     unique_grads row u holds its table's D columns and zeros in columns [D, max_dim()).
+// Scratch comes from the caller's workspace (tbe_backward_workspace_size): two pair arrays, the
+// per-lookup row offsets and scales, and the segment starts, each 256-byte aligned.
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "api/tbe_backend.h"
+#include "common/numerics.h"
+#include "common/optimizer.h"
+#include "common/rounding.h"
+
+namespace embscale {
+namespace cpu {
+namespace {
+
+constexpr int64_t kSkippedKey = INT64_MAX;  // sorts after every real row
+
+struct KeyPos {
+  int64_t key;
+  int64_t pos;
+};
+inline bool operator<(const KeyPos& a, const KeyPos& b) { return a.key < b.key || (a.key == b.key && a.pos < b.pos); }
+
+inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+
+struct Layout {
+  size_t pairs = 0, tmp = 0, go_off = 0, scale = 0, seg = 0, bytes = 0;
+  explicit Layout(int64_t N) {
+    const size_t n = static_cast<size_t>(N);
+    if (n == 0) return;
+    pairs = 0;
+    tmp = align256(pairs + n * sizeof(KeyPos));
+    go_off = align256(tmp + n * sizeof(KeyPos));
+    scale = align256(go_off + n * sizeof(int64_t));
+    seg = align256(scale + n * sizeof(float));
+    bytes = align256(seg + (n + 1) * sizeof(int64_t));
+  }
+};
+
+// First bad index seen, ordered by (item, position) so the report does not depend on the schedule.
+struct BadIndex {
+  int64_t item = INT64_MAX;
+  int64_t pos = 0;
+  int64_t value = 0;
+};
+
+struct Params {
+  const TableBatchedEmbedding* tbe;
+  const TbeBackwardArgs* args;
+  int64_t T, B, N;
+  int threads;
+  unsigned char* ws;
+};
+
+// Sorts pairs[0, N) using tmp[0, N) as the merge buffer; returns the array holding the result.
+KeyPos* sort_pairs(KeyPos* pairs, KeyPos* tmp, int64_t N, int threads) {
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads, N / 4096));
+  std::vector<int64_t> bounds(chunks + 1);
+  for (int64_t c = 0; c <= chunks; ++c) bounds[c] = N * c / chunks;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int64_t c = 0; c < chunks; ++c) std::sort(pairs + bounds[c], pairs + bounds[c + 1]);
+  KeyPos* src = pairs;
+  KeyPos* dst = tmp;
+  while (bounds.size() > 2) {
+    const int64_t runs = static_cast<int64_t>(bounds.size()) - 1;
+    const int64_t merges = (runs + 1) / 2;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int64_t m = 0; m < merges; ++m) {
+      const int64_t lo = bounds[2 * m];
+      const int64_t mid = bounds[std::min(2 * m + 1, runs)];
+      const int64_t hi = bounds[std::min(2 * m + 2, runs)];
+      std::merge(src + lo, src + mid, src + mid, src + hi, dst + lo);
+    }
+    std::vector<int64_t> next;
+    for (int64_t m = 0; m < merges; ++m) next.push_back(bounds[2 * m]);
+    next.push_back(N);
+    bounds.swap(next);
+    std::swap(src, dst);
+  }
+  return src;
+}
+
+template <typename W, typename G, typename I>
+Status backward_impl(const Params& p) {
+  const TbeBackwardArgs& a = *p.args;
+  const TableBatchedEmbedding& tbe = *p.tbe;
+  W* __restrict weights = static_cast<W*>(a.weights.data);
+  const I* __restrict indices = static_cast<const I*>(a.indices.data);
+  const I* __restrict offsets = static_cast<const I*>(a.offsets.data);
+  const float* __restrict psw = a.per_sample_weights;
+  const G* __restrict grad = static_cast<const G*>(a.grad_output.data);
+  const int64_t T = p.T, B = p.B, N = p.N;
+  const BoundsCheckMode check = a.bounds_check;
+  const bool mean = a.pooling == PoolingMode::kMean;
+  const bool sequence = a.pooling == PoolingMode::kNone;
+  const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();  // host memory on the CPU
+  const int64_t go_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
+  const int threads = p.threads;
+
+  // 1. offsets
+  const int64_t TB = T * B;
+  if (check != BoundsCheckMode::kOff) {
+    if (static_cast<int64_t>(offsets[0]) < 0)
+      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + std::to_string(offsets[0]) +
+                          " is negative");
+    for (int64_t i = 1; i <= TB; ++i) {
+      if (offsets[i] < offsets[i - 1]) {
+        const int64_t item = i - 1;
+        return out_of_range("offsets: position " + std::to_string(i) + " (end of feature " +
+                            std::to_string(B > 0 ? item / B : 0) + ", bag " + std::to_string(B > 0 ? item % B : 0) +
+                            "): value " + std::to_string(offsets[i]) + " is less than the previous value " +
+                            std::to_string(offsets[i - 1]));
+      }
+    }
+    if (static_cast<int64_t>(offsets[TB]) != N)
+      return out_of_range("offsets: the last value " + std::to_string(offsets[TB]) +
+                          " differs from the number of indices " + std::to_string(N));
+  }
+  if (N == 0) {
+    if (a.optimizer.type == OptimizerType::kNone) *a.num_unique = 0;
+    if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
+    return Status::Ok();
+  }
+
+  const Layout L(N);
+  KeyPos* pairs = reinterpret_cast<KeyPos*>(p.ws + L.pairs);
+  KeyPos* tmp = reinterpret_cast<KeyPos*>(p.ws + L.tmp);
+  int64_t* go_off = reinterpret_cast<int64_t*>(p.ws + L.go_off);
+  float* scale = reinterpret_cast<float*>(p.ws + L.scale);
+  int64_t* seg = reinterpret_cast<int64_t*>(p.ws + L.seg);
+
+  // 2. keys, grad_output rows, scales. Lookups before offsets[0] belong to no bag.
+  const int64_t first = std::min<int64_t>(std::max<int64_t>(static_cast<int64_t>(offsets[0]), 0), N);
+  for (int64_t pos = 0; pos < first; ++pos) {
+    pairs[pos] = KeyPos{kSkippedKey, pos};
+    go_off[pos] = 0;
+    scale[pos] = 0.0f;
+  }
+  BadIndex bad;
+  int64_t skipped_total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : skipped_total)
+  {
+    BadIndex my_bad;
+#pragma omp for schedule(dynamic, 64)
+    for (int64_t item = 0; item < TB; ++item) {
+      const int f = static_cast<int>(item / B);
+      const int64_t b = item % B;
+      const int64_t E = meta.num_rows[f];
+      const int64_t start = static_cast<int64_t>(offsets[item]);
+      const int64_t end = static_cast<int64_t>(offsets[item + 1]);
+      int64_t count = 0;
+      for (int64_t pos = start; pos < end; ++pos) {
+        const int64_t idx = static_cast<int64_t>(indices[pos]);
+        const bool valid = check == BoundsCheckMode::kOff || (idx >= 0 && idx < E);
+        if (!valid) {
+          if (check == BoundsCheckMode::kSkip) {
+            ++skipped_total;
+          } else if (item < my_bad.item) {
+            my_bad = BadIndex{item, pos, idx};
+          }
+        } else {
+          ++count;
+        }
+        pairs[pos] = KeyPos{valid ? meta.row_offsets[f] + idx : kSkippedKey, pos};
+        go_off[pos] = sequence ? pos * go_stride : b * go_stride + meta.output_offsets[f];
+      }
+      const float mean_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+      for (int64_t pos = start; pos < end; ++pos) scale[pos] = mean ? mean_scale : (psw ? psw[pos] : 1.0f);
+    }
+    if (my_bad.item != INT64_MAX) {
+#pragma omp critical(embscale_tbe_backward_bad_index)
+      {
+        if (my_bad.item < bad.item || (my_bad.item == bad.item && my_bad.pos < bad.pos)) bad = my_bad;
+      }
+    }
+  }
+  if (bad.item != INT64_MAX) {
+    const int f = static_cast<int>(bad.item / B);
+    const int t = tbe.feature_table(f);
+    const int64_t start = static_cast<int64_t>(offsets[bad.item]);
+    return out_of_range("indices: feature " + std::to_string(f) + ", bag " + std::to_string(bad.item % B) +
+                        ", position " + std::to_string(bad.pos - start) + " (indices[" + std::to_string(bad.pos) +
+                        "]): index " + std::to_string(bad.value) + " is outside table " + std::to_string(t) + " (" +
+                        std::to_string(tbe.config().tables[t].num_rows) + " rows)");
+  }
+
+  // 3. gradient w.r.t. the per-sample weights, from the weights before any update.
+  if (a.grad_per_sample_weights != nullptr) {
+    float* __restrict gpsw = a.grad_per_sample_weights;
+    for (int64_t pos = 0; pos < first; ++pos) gpsw[pos] = 0.0f;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+    for (int64_t item = 0; item < TB; ++item) {
+      const int f = static_cast<int>(item / B);
+      const int64_t D = meta.dims[f];
+      const int64_t start = static_cast<int64_t>(offsets[item]);
+      const int64_t end = static_cast<int64_t>(offsets[item + 1]);
+      for (int64_t pos = start; pos < end; ++pos) {
+        if (pairs[pos].key == kSkippedKey) {
+          gpsw[pos] = 0.0f;
+          continue;
+        }
+        const W* __restrict row = weights + meta.weight_offsets[f] + static_cast<int64_t>(indices[pos]) * D;
+        const G* __restrict go = grad + go_off[pos];
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; ++d) dot += to_float(row[d]) * to_float(go[d]);
+        gpsw[pos] = dot;
+      }
+    }
+  }
+
+  // 4. sort; 5. segments over the valid lookups (skipped ones sorted to the end).
+  const KeyPos* sorted = sort_pairs(pairs, tmp, N, threads);
+  int64_t valid = N;
+  while (valid > 0 && sorted[valid - 1].key == kSkippedKey) --valid;
+  int64_t U = 0;
+  for (int64_t i = 0; i < valid; ++i)
+    if (i == 0 || sorted[i].key != sorted[i - 1].key) seg[U++] = i;
+  seg[U] = valid;
+
+  // Table of a linearised row: the last table whose first row is <= key.
+  const int num_tables = tbe.num_tables();
+  std::vector<int64_t> row_first(num_tables + 1);
+  for (int t = 0; t <= num_tables; ++t) row_first[t] = t < num_tables ? tbe.row_offset(t) : tbe.total_rows();
+  auto table_of = [&](int64_t key) {
+    return static_cast<int>(std::upper_bound(row_first.begin(), row_first.end(), key) - row_first.begin()) - 1;
+  };
+
+  const OptimizerParams op = a.optimizer;
+  const opt::AdamCorrections corr = opt::adam_corrections(op);
+  const uint64_t rkey = rounding_key(a.seed, op.step);
+  const int max_dim = tbe.max_dim();
+  float* __restrict m1 = a.momentum1;
+  float* __restrict m2 = a.momentum2;
+
+  // 6. one owner per unique row.
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> g_storage(static_cast<size_t>(max_dim) + 16), w_storage(static_cast<size_t>(max_dim) + 16);
+    float* __restrict gacc = g_storage.data();
+    float* __restrict wv = w_storage.data();
+#pragma omp for schedule(dynamic, 32)
+    for (int64_t u = 0; u < U; ++u) {
+      const int64_t key = sorted[seg[u]].key;
+      const int t = table_of(key);
+      const int D = tbe.config().tables[t].dim;
+      const int64_t welem = tbe.weight_offset(t) + (key - row_first[t]) * D;
+      float* __restrict g = op.type == OptimizerType::kNone ? a.unique_grads + u * max_dim : gacc;
+      for (int d = 0; d < D; ++d) g[d] = 0.0f;
+      for (int64_t j = seg[u]; j < seg[u + 1]; ++j) {
+        const int64_t pos = sorted[j].pos;
+        const G* __restrict go = grad + go_off[pos];
+        const float s = scale[pos];
+        for (int d = 0; d < D; ++d) g[d] += s * to_float(go[d]);
+      }
+      if (op.type == OptimizerType::kNone) {
+        for (int d = D; d < max_dim; ++d) g[d] = 0.0f;
+        a.unique_rows[u] = key;
+        continue;
+      }
+      W* __restrict w = weights + welem;
+      for (int d = 0; d < D; ++d) {
+        g[d] = opt::clip_grad(g[d], op);
+        wv[d] = to_float(w[d]);
+      }
+      switch (op.type) {
+        case OptimizerType::kSgd:
+          for (int d = 0; d < D; ++d) wv[d] = opt::sgd_apply(wv[d], g[d], op);
+          break;
+        case OptimizerType::kRowwiseAdagrad: {
+          float sum_sq = 0.0f;
+          for (int d = 0; d < D; ++d) sum_sq += opt::row_sq_term(g[d], wv[d], op);
+          const float mult = opt::rowwise_adagrad_multiplier(m1 + key, sum_sq, D, op);
+          const float c = opt::rowwise_adagrad_correction(mult, op);
+          for (int d = 0; d < D; ++d) wv[d] = opt::rowwise_adagrad_apply(wv[d], g[d], mult, c);
+          if (op.max_norm > 0.0f) {
+            float sum_w = 0.0f;
+            for (int d = 0; d < D; ++d) sum_w += wv[d] * wv[d];
+            const float factor = opt::max_norm_factor(sum_w, op);
+            for (int d = 0; d < D; ++d) wv[d] *= factor;
+          }
+          break;
+        }
+        case OptimizerType::kAdam:
+          for (int d = 0; d < D; ++d) wv[d] = opt::adam_apply(wv[d], g[d], m1 + welem + d, m2 + welem + d, op, corr);
+          break;
+        case OptimizerType::kPartialRowwiseAdam: {
+          float sum_sq = 0.0f;
+          for (int d = 0; d < D; ++d) sum_sq += opt::row_sq_term(g[d], wv[d], op);
+          const float denom = opt::partial_rowwise_adam_denominator(m2 + key, sum_sq, D, op, corr);
+          for (int d = 0; d < D; ++d) wv[d] = opt::partial_rowwise_adam_apply(wv[d], g[d], m1 + welem + d, denom, op, corr);
+          break;
+        }
+        default: break;
+      }
+      for (int d = 0; d < D; ++d) w[d] = round_weight<W>(wv[d], a.rounding, rkey, welem + d);
+    }
+  }
+
+  if (op.type == OptimizerType::kNone) *a.num_unique = U;
+  if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = skipped_total;
+  return Status::Ok();
+}
+
+template <typename W, typename G>
+Status dispatch_index(const Params& p) {
+  return p.args->indices.dtype == DType::kI32 ? backward_impl<W, G, int32_t>(p) : backward_impl<W, G, int64_t>(p);
+}
+
+template <typename W>
+Status dispatch_grad(const Params& p) {
+  switch (p.args->grad_output.dtype) {
+    case DType::kF32: return dispatch_index<W, float>(p);
+    case DType::kF16: return dispatch_index<W, fp16_t>(p);
+    case DType::kBF16: return dispatch_index<W, bf16_t>(p);
+    default: break;
+  }
+  return invalid_argument(std::string("grad_output: dtype ") + dtype_name(p.args->grad_output.dtype) +
+                          " is not supported");
+}
+
+}  // namespace
+
+Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes) {
+  (void)tbe;
+  *bytes = Layout(args.indices.numel()).bytes;
+  return Status::Ok();
+}
+
+Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, void* ws,
+                    size_t ws_bytes) {
+  Params p;
+  p.tbe = &tbe;
+  p.args = &args;
+  p.T = tbe.num_features();
+  p.B = args.batch_size;
+  p.N = args.indices.numel();
+  p.threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
+  p.ws = static_cast<unsigned char*>(ws);
+  if (ws_bytes < Layout(p.N).bytes)
+    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " +
+                                                      std::to_string(Layout(p.N).bytes) + " are needed");
+  switch (args.weights.dtype) {
+    case DType::kF32: return dispatch_grad<float>(p);
+    case DType::kF16: return dispatch_grad<fp16_t>(p);
+    case DType::kBF16: return dispatch_grad<bf16_t>(p);
+    default: break;
+  }
+  return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) + " is not supported");
+}
+
+}  // namespace cpu
+}  // namespace embscale
