@@ -102,8 +102,11 @@ Status check_optimizer(const TbeBackwardArgs& a) {
   const bool dense = t == OptimizerType::kNone;
   const struct { const char* name; const void* p; } outs[] = {
       {"unique_rows", a.unique_rows}, {"num_unique", a.num_unique}, {"unique_grads", a.unique_grads}};
+  const bool no_lookups = a.indices.numel() == 0;
   for (const auto& o : outs) {
-    if (dense && o.p == nullptr)
+    // [N]-sized outputs may be null when there are no lookups, as an empty tensor's data may.
+    const bool may_be_null = no_lookups && std::string(o.name) != "num_unique";
+    if (dense && o.p == nullptr && !may_be_null)
       return invalid_argument(std::string(o.name) + ": null, but dense-gradient mode (optimizer none) writes it");
     if (!dense && o.p != nullptr)
       return invalid_argument(std::string(o.name) + ": given, but only dense-gradient mode (optimizer none) writes it; " +

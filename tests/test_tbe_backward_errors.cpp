@@ -1,0 +1,225 @@
+// TBE backward: bad input is reported as a Status naming the argument, and on every error the weights,
+// the optimizer state and the dense-mode outputs are left untouched (compared byte for byte before and
+// after): an out-of-range index in kError mode (named by feature, bag and position), bad offsets, bad
+// optimizer parameters, missing or unexpected state pointers, bad shapes and dtypes, a short workspace.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "embscale/memory.h"
+#include "embscale/tbe.h"
+
+namespace embscale {
+namespace {
+
+// 3 features over 2 tables (E = 20, 9; D = 5, 3), B = 3, int32 lookups, row-wise Adagrad state.
+struct Problem {
+  Backend backend;
+  Context ctx;
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  std::vector<int32_t> idx = {1, 2, 3, 4, 5, 6, 7, 8, 8, 0, 19, 2};
+  std::vector<int32_t> off = {0, 1, 2, 3, 5, 6, 9, 10, 11, 12};
+  Buffer d_w, d_idx, d_off, d_go, d_m1, d_m2, d_ws;
+  std::vector<float> w0, m0;
+  size_t ws_bytes = 0;
+
+  explicit Problem(Backend b) : backend(b), ctx(b == Backend::kCuda ? Context::cuda() : Context::cpu()) {
+    TbeConfig cfg;
+    cfg.tables = {TableSpec{20, 5}, TableSpec{9, 3}};
+    cfg.feature_table_map = {0, 1, 0};
+    EXPECT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+    w0.resize(tbe->num_weights());
+    for (size_t i = 0; i < w0.size(); ++i) w0[i] = 0.25f * static_cast<float>(static_cast<int>(i % 9) - 4);
+    m0.assign(tbe->num_weights(), 0.5f);
+    d_w = Buffer(b, w0.size() * 4);
+    d_idx = Buffer(b, idx.size() * 4);
+    d_off = Buffer(b, off.size() * 4);
+    d_go = Buffer(b, 3 * tbe->total_dim() * 4);
+    d_m1 = Buffer(b, m0.size() * 4);
+    d_m2 = Buffer(b, m0.size() * 4);
+    const std::vector<float> go(3 * tbe->total_dim(), 1.0f);
+    EXPECT_TRUE(copy_to_backend(ctx, d_idx.data(), idx.data(), idx.size() * 4).ok());
+    EXPECT_TRUE(copy_to_backend(ctx, d_off.data(), off.data(), off.size() * 4).ok());
+    EXPECT_TRUE(copy_to_backend(ctx, d_go.data(), go.data(), go.size() * 4).ok());
+    reset();
+  }
+  void reset() {
+    EXPECT_TRUE(copy_to_backend(ctx, d_w.data(), w0.data(), w0.size() * 4).ok());
+    EXPECT_TRUE(copy_to_backend(ctx, d_m1.data(), m0.data(), m0.size() * 4).ok());
+    EXPECT_TRUE(copy_to_backend(ctx, d_m2.data(), m0.data(), m0.size() * 4).ok());
+  }
+  TbeBackwardArgs args() const {
+    TbeBackwardArgs a;
+    a.weights = TensorView::vec(d_w.data(), DType::kF32, tbe->num_weights());
+    a.indices = TensorView::vec(d_idx.data(), DType::kI32, static_cast<int64_t>(idx.size()));
+    a.offsets = TensorView::vec(d_off.data(), DType::kI32, static_cast<int64_t>(off.size()));
+    a.batch_size = 3;
+    a.grad_output = TensorView::mat(d_go.data(), DType::kF32, 3, tbe->total_dim());
+    a.optimizer.type = OptimizerType::kRowwiseAdagrad;
+    a.momentum1 = d_m1.as<float>();
+    return a;
+  }
+  Status run(const TbeBackwardArgs& a) {
+    size_t bytes = 0;
+    Status st = tbe->backward_workspace_size(ctx, a, &bytes);
+    if (st.ok() && bytes > ws_bytes) {
+      d_ws = Buffer(backend, bytes);
+      ws_bytes = bytes;
+    }
+    st = tbe->backward(ctx, a, d_ws.data(), ws_bytes);
+    if (st.ok()) st = synchronize(ctx);
+    return st;
+  }
+  // Weights and both state buffers equal their initial bytes.
+  bool untouched() {
+    std::vector<float> w(w0.size()), m1(m0.size()), m2(m0.size());
+    EXPECT_TRUE(copy_to_host(ctx, w.data(), d_w.data(), w.size() * 4).ok());
+    EXPECT_TRUE(copy_to_host(ctx, m1.data(), d_m1.data(), m1.size() * 4).ok());
+    EXPECT_TRUE(copy_to_host(ctx, m2.data(), d_m2.data(), m2.size() * 4).ok());
+    return std::memcmp(w.data(), w0.data(), w.size() * 4) == 0 && std::memcmp(m1.data(), m0.data(), m1.size() * 4) == 0 &&
+           std::memcmp(m2.data(), m0.data(), m2.size() * 4) == 0;
+  }
+};
+
+class TbeBackwardErrors : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (!backend_available(GetParam())) GTEST_SKIP() << backend_name(GetParam()) << " backend not available";
+  }
+};
+
+TEST_P(TbeBackwardErrors, ValidCallUpdates) {
+  Problem p(GetParam());
+  const Status st = p.run(p.args());
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_FALSE(p.untouched()) << "a valid call must update the tables";
+}
+
+TEST_P(TbeBackwardErrors, OutOfRangeIndexWritesNothing) {
+  Problem p(GetParam());
+  p.idx[7] = 9;  // feature 1, bag 2, position 1: table 1 has 9 rows
+  ASSERT_TRUE(copy_to_backend(p.ctx, p.d_idx.data(), p.idx.data(), p.idx.size() * 4).ok());
+  for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad, OptimizerType::kAdam}) {
+    TbeBackwardArgs a = p.args();
+    a.optimizer.type = opt;
+    a.momentum1 = opt == OptimizerType::kSgd ? nullptr : p.d_m1.as<float>();
+    a.momentum2 = opt == OptimizerType::kAdam ? p.d_m2.as<float>() : nullptr;
+    const Status st = p.run(a);
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+    EXPECT_NE(st.message().find("feature 1, bag 2, position 1"), std::string::npos) << st.message();
+    EXPECT_TRUE(p.untouched()) << optimizer_name(opt);
+  }
+  // kSkip: the lookup is skipped and counted.
+  TbeBackwardArgs a = p.args();
+  Buffer d_skip(GetParam(), 8);
+  a.bounds_check = BoundsCheckMode::kSkip;
+  a.num_skipped = d_skip.as<int64_t>();
+  ASSERT_TRUE(p.run(a).ok());
+  int64_t skipped = -1;
+  ASSERT_TRUE(copy_to_host(p.ctx, &skipped, d_skip.data(), 8).ok());
+  EXPECT_EQ(skipped, 1);
+}
+
+TEST_P(TbeBackwardErrors, BadOffsetsWriteNothing) {
+  Problem p(GetParam());
+  p.off[4] = 2;  // decreases
+  ASSERT_TRUE(copy_to_backend(p.ctx, p.d_off.data(), p.off.data(), p.off.size() * 4).ok());
+  const Status st = p.run(p.args());
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+  EXPECT_NE(st.message().find("offsets"), std::string::npos) << st.message();
+  EXPECT_TRUE(p.untouched());
+}
+
+// Each mutation must give invalid_argument (or workspace_too_small) naming `what`, and write nothing.
+TEST_P(TbeBackwardErrors, BadArguments) {
+  Problem p(GetParam());
+  Buffer d_rows(GetParam(), 8 * p.idx.size()), d_nu(GetParam(), 8), d_ug(GetParam(), 4 * p.idx.size() * 5),
+      d_psw(GetParam(), 4 * p.idx.size()), d_gpsw(GetParam(), 4 * p.idx.size());
+  struct Bad {
+    const char* what;
+    std::function<void(TbeBackwardArgs&)> mutate;
+  };
+  const Bad bads[] = {
+      {"learning_rate", [](TbeBackwardArgs& a) { a.optimizer.learning_rate = NAN; }},
+      {"eps", [](TbeBackwardArgs& a) { a.optimizer.eps = 0.0f; }},
+      {"beta1", [&](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kAdam;
+         a.momentum2 = p.d_m2.as<float>();
+         a.optimizer.beta1 = 1.0f;
+       }},
+      {"beta2", [&](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kPartialRowwiseAdam;
+         a.momentum2 = p.d_m2.as<float>();
+         a.optimizer.beta2 = -0.1f;
+       }},
+      {"step", [](TbeBackwardArgs& a) { a.optimizer.step = 0; }},
+      {"momentum1", [](TbeBackwardArgs& a) { a.momentum1 = nullptr; }},
+      {"momentum2", [&](TbeBackwardArgs& a) { a.momentum2 = p.d_m2.as<float>(); }},
+      {"momentum1", [](TbeBackwardArgs& a) { a.optimizer.type = OptimizerType::kSgd; }},
+      {"max_norm", [](TbeBackwardArgs& a) { a.optimizer.max_norm = -1.0f; }},
+      {"gradient_clipping", [](TbeBackwardArgs& a) { a.optimizer.gradient_clipping = INFINITY; }},
+      {"weight_decay", [](TbeBackwardArgs& a) { a.optimizer.weight_decay = NAN; }},
+      {"optimizer.type", [](TbeBackwardArgs& a) { a.optimizer.type = static_cast<OptimizerType>(42); }},
+      {"unique_rows", [](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kNone;
+         a.momentum1 = nullptr;
+       }},
+      {"unique_grads", [&](TbeBackwardArgs& a) { a.unique_grads = d_ug.as<float>(); }},
+      {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.shape[1] -= 1; }},
+      {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.dtype = DType::kI32; }},
+      {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.data = nullptr; }},
+      {"weights", [&](TbeBackwardArgs& a) { a.weights.shape[0] -= 1; }},
+      {"weights", [&](TbeBackwardArgs& a) { a.weights.dtype = DType::kBF16; }},
+      {"offsets", [&](TbeBackwardArgs& a) { a.batch_size = 4; }},
+      {"indices", [&](TbeBackwardArgs& a) { a.indices.dtype = DType::kF32; }},
+      {"per_sample_weights", [&](TbeBackwardArgs& a) {
+         a.pooling = PoolingMode::kMean;
+         a.per_sample_weights = d_psw.as<float>();
+       }},
+      {"grad_per_sample_weights", [&](TbeBackwardArgs& a) { a.grad_per_sample_weights = d_gpsw.as<float>(); }},
+      {"pooling", [&](TbeBackwardArgs& a) { a.pooling = PoolingMode::kNone; }},
+      {"tuning.block_threads", [&](TbeBackwardArgs& a) { a.tuning.block_threads = -1; }},
+      {"rounding", [&](TbeBackwardArgs& a) { a.rounding = static_cast<WeightRounding>(9); }},
+      {"batch_size", [&](TbeBackwardArgs& a) { a.batch_size = -1; }},
+  };
+  for (const Bad& b : bads) {
+    TbeBackwardArgs a = p.args();
+    b.mutate(a);
+    const Status st = p.run(a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << b.what << ": " << st.to_string();
+    EXPECT_NE(st.message().find(b.what), std::string::npos) << b.what << ": " << st.message();
+    EXPECT_TRUE(p.untouched()) << b.what;
+  }
+  // A short workspace.
+  TbeBackwardArgs a = p.args();
+  size_t bytes = 0;
+  ASSERT_TRUE(p.tbe->backward_workspace_size(p.ctx, a, &bytes).ok());
+  if (bytes > 0) {
+    Buffer ws(GetParam(), bytes);
+    const Status st = p.tbe->backward(p.ctx, a, ws.data(), bytes - 1);
+    EXPECT_EQ(st.code(), StatusCode::kWorkspaceTooSmall) << st.to_string();
+    EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
+    EXPECT_TRUE(p.untouched());
+  }
+}
+
+TEST(TbeBackwardNames, Optimizers) {
+  for (OptimizerType o : {OptimizerType::kNone, OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad,
+                          OptimizerType::kAdam, OptimizerType::kPartialRowwiseAdam}) {
+    OptimizerType back = OptimizerType::kSgd;
+    EXPECT_TRUE(parse_optimizer(optimizer_name(o), &back)) << optimizer_name(o);
+    EXPECT_EQ(back, o);
+  }
+  EXPECT_FALSE(parse_optimizer("adagrad_typo", nullptr));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TbeBackwardErrors, ::testing::Values(Backend::kCpu, Backend::kCuda),
+                         [](const ::testing::TestParamInfo<Backend>& i) { return std::string(backend_name(i.param)); });
+
+}  // namespace
+}  // namespace embscale
