@@ -14,7 +14,8 @@
 //    NaN stays NaN. dequantize: x = float(y) * scale_inv, rounded to the output dtype.
 //
 // Workspaces follow CUB's two-phase convention: ask `*_workspace_size`, pass a buffer of at least that
-// many bytes (nullptr is fine when the size is 0). Ops never allocate.
+// many bytes (nullptr is fine when the size is 0). Any content on entry; a workspace must not be shared
+// by ops running concurrently. Ops never allocate.
 //
 // No-op flag: every GPU op takes an optional device pointer `noop_flag`; when *noop_flag == 1.0f the
 // op returns without touching its outputs, so a captured graph can skip it.

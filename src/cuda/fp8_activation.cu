@@ -49,10 +49,12 @@ Status dispatch_act(Activation act, F&& f) {
   return invalid_argument("act: unknown activation");
 }
 
-// Cluster availability is a property of the launch shape, identical for every instantiation; one
-// representative kernel answers for all.
+// Cluster availability is a property of the launch shape; one representative kernel answers for the
+// path choice (so the workspace query needs no output dtype). The kernel actually launched is queried
+// (and its non-portable size enabled) on its own, and a refused cluster launch falls back to the atomic
+// path, which needs no workspace either.
 int activation_cluster_size() {
-  return cluster_size_for(activation_amax_cluster_kernel<bf16_t, bf16_t, Activation::kRelu>, kClusterThreads);
+  return cluster_size_for<activation_amax_cluster_kernel<bf16_t, bf16_t, Activation::kRelu>>(kClusterThreads);
 }
 
 AmaxPath activation_path(const TensorView& x, AmaxAlgo algo) {
@@ -83,20 +85,33 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
         p.y = y.data;
         p.split = make_split(x.data, sizeof(Tin), n, y.data, sizeof(Tout));
         p.noop_flag = opts.noop_flag;
-        p.out = AmaxOutputs{amax_out, opts.nonfinite_flag, ws, 0u};
-        if (path == AmaxPath::kCluster) {
-          // Per-kernel query: it also enables the non-portable cluster size on this kernel.
-          const int c = cluster_size_for(activation_amax_cluster_kernel<Tin, Tout, kAct>, kClusterThreads);
-          if (c == 0) return Status(StatusCode::kBackendError, "activation_amax: cluster launch unavailable");
-          return launch_kernel("activation_amax_cluster_kernel", activation_amax_cluster_kernel<Tin, Tout, kAct>,
-                               dim3(c), dim3(kClusterThreads), c, stream, p);
+        p.out = AmaxOutputs{amax_out, opts.nonfinite_flag, static_cast<uint32_t*>(ws)};
+        AmaxPath run_path = path;
+        if (run_path == AmaxPath::kCluster) {
+          const int c = cluster_size_for<activation_amax_cluster_kernel<Tin, Tout, kAct>>(kClusterThreads);
+          if (c > 0) {
+            const Status st = launch_kernel("activation_amax_cluster_kernel",
+                                            activation_amax_cluster_kernel<Tin, Tout, kAct>, dim3(c),
+                                            dim3(kClusterThreads), c, stream, p);
+            if (st.ok()) return st;
+          }
+          run_path = AmaxPath::kAtomic;  // refused: the grid path (its error was cleared)
         }
-        EMBSCALE_RETURN_IF_ERROR(check_amax_workspace(ws, "activation_amax"));
-        p.out.token = next_launch_token();
+        const bool two_stage = run_path == AmaxPath::kTwoStage;
+        if (two_stage) {
+          EMBSCALE_RETURN_IF_ERROR(check_amax_slots(ws, "activation_amax"));
+        } else {
+          EMBSCALE_RETURN_IF_ERROR(launch_amax_init(stream, amax_out, opts.nonfinite_flag, opts.noop_flag));
+          if (n == 0) return Status::Ok();
+        }
         const int64_t work = p.split.nvec + ceil_div(p.split.num_scalar(), 4);
-        return launch_kernel("activation_amax_grid_kernel", activation_amax_grid_kernel<Tin, Tout, kAct>,
-                             dim3(amax_grid_blocks(work)), dim3(kAmaxGridThreads), 0, stream, p,
-                             path == AmaxPath::kTwoStage);
+        const int grid = amax_grid_blocks(
+            work, resident_wave_blocks<activation_amax_grid_kernel<Tin, Tout, kAct>>(kAmaxGridThreads));
+        EMBSCALE_RETURN_IF_ERROR(launch_kernel("activation_amax_grid_kernel",
+                                               activation_amax_grid_kernel<Tin, Tout, kAct>, dim3(grid),
+                                               dim3(kAmaxGridThreads), 0, stream, p, two_stage));
+        if (!two_stage) return Status::Ok();
+        return launch_amax_reduce_slots(stream, p.out.slots, grid, amax_out, opts.nonfinite_flag, opts.noop_flag);
       });
     });
   });

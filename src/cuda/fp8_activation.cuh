@@ -1,10 +1,12 @@
 // Activation + amax: y = act(x) rounded to y's dtype, and amax = max |y| of the values as stored, in one
 // pass over x (read x, write y). The reduction and its finish are the amax kernels' (fp8_amax.cuh):
-// one cluster for small inputs, a grid with one atomic or one slot per block and a last-block finish
-// otherwise, so the workspace contract is the same as amax's.
+// one cluster for small inputs; otherwise amax_init_kernel + this grid with one native atomicMax per
+// block (atomic), or this grid with one slot per block + the one-block slot reduction (two-stage), so
+// the workspace contract is the same as amax's.
 //
 // The activations themselves are common/activation.h, shared with the CPU backend (fp32 math in forms
-// that neither overflow nor cancel).
+// that neither overflow nor cancel; device code uses the hardware exp2 / reciprocal approximations
+// there). 16-bit outputs are converted two at a time with the hardware round-to-nearest-even cvt.
 #pragma once
 
 #include "common/activation.h"
@@ -22,6 +24,23 @@ struct ActParams {
   AmaxOutputs out;
 };
 
+// Two fp32 values rounded to a 16-bit format (nearest even, as from_float; a NaN stays a NaN, possibly
+// with another payload) and packed low, high.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2_rn(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+#else
+  return elem_bits(from_float<T>(lo)) | elem_bits(from_float<T>(hi)) << 16;
+#endif
+}
+
 template <typename Tin, typename Tout, Activation kAct>
 __device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams& p, int64_t start, int64_t stride) {
   constexpr int kN = Vec16<Tin>::kN;
@@ -30,8 +49,16 @@ __device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams
   void* yb = static_cast<char*>(p.y) + p.split.head * static_cast<int64_t>(sizeof(Tout));
   stream_vectors<Tin, kAmaxUnroll>(xb, p.split.nvec, start, stride, false, [&](int64_t i, const Vec16<Tin>& v) {
     OutPack<Tout, kN> o;
+    if constexpr (sizeof(Tout) == 2) {
 #pragma unroll
-    for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(activation_f<kAct>(load_float(v.elem(k)))));
+      for (int k = 0; k < kN; k += 2) {
+        o.w[k / 2] = pack2_rn<Tout>(activation_f<kAct>(load_float(v.elem(k))),
+                                    activation_f<kAct>(load_float(v.elem(k + 1))));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(activation_f<kAct>(load_float(v.elem(k)))));
+    }
 #pragma unroll
     for (int w = 0; w < OutPack<Tout, kN>::kWords; ++w) acc.add_word(o.w[w]);  // amax of y as stored
     o.store(yb, i);

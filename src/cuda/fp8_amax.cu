@@ -1,6 +1,9 @@
-// amax on CUDA: path choice (cluster / atomic / two-stage, see fp8_amax.cuh), workspace size and the
-// one dtype dispatch of the amax kernels (fp32, fp16, bf16).
+// amax on CUDA: path choice (cluster / atomic / two-stage, see fp8_amax.cuh), workspace size, the small
+// init and final-reduce kernels of the grid paths, and the one dtype dispatch of the amax kernels (fp32,
+// fp16, bf16).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "api/fp8_backend.h"
 #include "cuda/fp8_amax.cuh"
@@ -9,37 +12,88 @@
 namespace embscale {
 namespace cuda {
 
+// One thread: the atomic path's initial values.
+__global__ void amax_init_kernel(AmaxOutputs o, const float* noop_flag) {
+  if (kernel_prologue_skip(noop_flag)) return;
+  if (threadIdx.x == 0) {
+    *o.amax = 0.0f;
+    if (o.nonfinite_flag != nullptr) *o.nonfinite_flag = 0;
+  }
+}
+
+// One block: reduces nslots slots of the two-stage path and writes amax and flag.
+__global__ void __launch_bounds__(kAmaxReduceThreads) amax_reduce_slots_kernel(AmaxOutputs o, int nslots,
+                                                                              const float* noop_flag) {
+  if (kernel_prologue_skip(noop_flag)) return;
+  // Fixed traversal (thread t takes slots t, t + blockDim, ...), then the block reduction. The slots
+  // were written by the previous grid: read them through L2.
+  AmaxPartial p{0u, 0u};
+  for (int b = threadIdx.x; b < nslots; b += blockDim.x) {
+    const uint32_t v = __ldcg(&o.slots[b]);
+    p.bits = max(p.bits, v & 0x7fffffffu);
+    p.nonfinite |= v >> 31;
+  }
+  const AmaxPartial total = block_reduce_amax(p);
+  if (threadIdx.x == 0) {
+    *o.amax = bits_float(total.bits);
+    if (o.nonfinite_flag != nullptr) *o.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
+  }
+}
+
+int64_t amax_cluster_max_bytes() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("EMBSCALE_AMAX_CLUSTER_MAX_BYTES");
+    if (e == nullptr || *e == '\0') return kAmaxClusterMaxBytes;
+    char* end = nullptr;
+    const long long b = std::strtoll(e, &end, 10);
+    if (end == e || *end != '\0' || b < 0) return kAmaxClusterMaxBytes;  // not a byte count: the default
+    return static_cast<int64_t>(b);
+  }();
+  return v;
+}
+
 AmaxPath choose_amax_path(AmaxAlgo algo, int64_t bytes, bool cluster_available) {
   if (algo == AmaxAlgo::kAtomic) return AmaxPath::kAtomic;
   if (algo == AmaxAlgo::kTwoStage) return AmaxPath::kTwoStage;
-  return (cluster_available && bytes <= kAmaxClusterMaxBytes) ? AmaxPath::kCluster : AmaxPath::kAtomic;
+  const int64_t max_bytes = amax_cluster_max_bytes();
+  return (cluster_available && max_bytes > 0 && bytes <= max_bytes) ? AmaxPath::kCluster : AmaxPath::kAtomic;
 }
+
+namespace {
+// Upper bound of any grid amax kernel's resident wave: SMs x (threads per SM / threads per block).
+int64_t max_amax_grid() {
+  return static_cast<int64_t>(sm_count()) * std::max(1, max_threads_per_sm() / kAmaxGridThreads);
+}
+}  // namespace
 
 size_t amax_grid_workspace_bytes(AmaxPath path) {
-  switch (path) {
-    case AmaxPath::kCluster:
-      return 0;
-    case AmaxPath::kAtomic:
-      return kWsHeaderBytes;
-    case AmaxPath::kTwoStage: {
-      const size_t slots = static_cast<size_t>(sm_count()) * kAmaxGridBlocksPerSm * 4;
-      return kWsHeaderBytes + (slots + 255) / 256 * 256;
-    }
-  }
-  return 0;
+  if (path != AmaxPath::kTwoStage) return 0;
+  const size_t slots = static_cast<size_t>(max_amax_grid()) * 4;
+  return (slots + 255) / 256 * 256;
 }
 
-int amax_grid_blocks(int64_t work_vectors) {
-  const int64_t per_block = static_cast<int64_t>(kAmaxGridThreads) * kAmaxUnroll;
-  const int64_t cap = static_cast<int64_t>(sm_count()) * kAmaxGridBlocksPerSm;
-  return static_cast<int>(std::max<int64_t>(1, std::min(cap, ceil_div(std::max<int64_t>(work_vectors, 1), per_block))));
+int amax_grid_blocks(int64_t work_vectors, int wave) {
+  const int64_t cap = std::min<int64_t>(wave, max_amax_grid());
+  const int64_t want = ceil_div(std::max<int64_t>(work_vectors, 1), kAmaxGridThreads);
+  return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
+}
+
+Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag) {
+  return launch_kernel("amax_init_kernel", amax_init_kernel, dim3(1), dim3(Arch::kWarpSize), 0, stream,
+                       AmaxOutputs{amax, nonfinite_flag, nullptr}, noop_flag);
+}
+
+Status launch_amax_reduce_slots(cudaStream_t stream, const uint32_t* slots, int nslots, float* amax,
+                                int32_t* nonfinite_flag, const float* noop_flag) {
+  return launch_kernel("amax_reduce_slots_kernel", amax_reduce_slots_kernel, dim3(1), dim3(kAmaxReduceThreads), 0,
+                       stream, AmaxOutputs{amax, nonfinite_flag, const_cast<uint32_t*>(slots)}, nslots, noop_flag);
 }
 
 namespace {
 
 template <typename T>
 AmaxPath amax_path_for(int64_t n, AmaxAlgo algo) {
-  const bool cluster = cluster_size_for(amax_cluster_kernel<T>, kClusterThreads) > 0;
+  const bool cluster = cluster_size_for<amax_cluster_kernel<T>>(kClusterThreads) > 0;
   return choose_amax_path(algo, n * static_cast<int64_t>(sizeof(T)), cluster);
 }
 
@@ -51,27 +105,30 @@ Status launch_amax_typed(cudaStream_t stream, const TensorView& x, float* amax, 
   p.x = x.data;
   p.split = make_split(x.data, sizeof(T), n, nullptr, 0);
   p.noop_flag = noop_flag;
-  p.out = AmaxOutputs{amax, nonfinite_flag, ws, 0u};
+  p.out = AmaxOutputs{amax, nonfinite_flag, static_cast<uint32_t*>(ws)};
+  AmaxPath path = amax_path_for<T>(n, algo);
+  if (path == AmaxPath::kCluster) {
+    const int c = cluster_size_for<amax_cluster_kernel<T>>(kClusterThreads);
+    const Status st = launch_kernel("amax_cluster_kernel", amax_cluster_kernel<T>, dim3(c), dim3(kClusterThreads),
+                                    c, stream, p);
+    if (st.ok()) return st;
+    // The cluster launch was refused (its error is cleared): kAuto falls back to the atomic path, which
+    // needs no workspace either.
+    path = AmaxPath::kAtomic;
+  }
   const int64_t work = p.split.nvec + ceil_div(p.split.num_scalar(), 4);
-  const AmaxPath path = amax_path_for<T>(n, algo);
-  if (path != AmaxPath::kCluster) {
-    EMBSCALE_RETURN_IF_ERROR(check_amax_workspace(ws, "amax"));
-    p.out.token = next_launch_token();
+  if (path == AmaxPath::kAtomic) {
+    EMBSCALE_RETURN_IF_ERROR(launch_amax_init(stream, amax, nonfinite_flag, noop_flag));
+    if (n == 0) return Status::Ok();
+    const int grid = amax_grid_blocks(work, resident_wave_blocks<amax_atomic_kernel<T>>(kAmaxGridThreads));
+    return launch_kernel("amax_atomic_kernel", amax_atomic_kernel<T>, dim3(grid), dim3(kAmaxGridThreads), 0, stream,
+                         p);
   }
-  switch (path) {
-    case AmaxPath::kCluster: {
-      const int c = cluster_size_for(amax_cluster_kernel<T>, kClusterThreads);
-      return launch_kernel("amax_cluster_kernel", amax_cluster_kernel<T>, dim3(c), dim3(kClusterThreads), c,
-                           stream, p);
-    }
-    case AmaxPath::kAtomic:
-      return launch_kernel("amax_atomic_kernel", amax_atomic_kernel<T>, dim3(amax_grid_blocks(work)),
-                           dim3(kAmaxGridThreads), 0, stream, p);
-    case AmaxPath::kTwoStage:
-      return launch_kernel("amax_two_stage_kernel", amax_two_stage_kernel<T>, dim3(amax_grid_blocks(work)),
-                           dim3(kAmaxGridThreads), 0, stream, p);
-  }
-  return Status::Ok();
+  EMBSCALE_RETURN_IF_ERROR(check_amax_slots(ws, "amax"));
+  const int grid = amax_grid_blocks(work, resident_wave_blocks<amax_two_stage_kernel<T>>(kAmaxGridThreads));
+  EMBSCALE_RETURN_IF_ERROR(launch_kernel("amax_two_stage_kernel", amax_two_stage_kernel<T>, dim3(grid),
+                                         dim3(kAmaxGridThreads), 0, stream, p));
+  return launch_amax_reduce_slots(stream, p.out.slots, grid, amax, nonfinite_flag, noop_flag);
 }
 
 }  // namespace

@@ -52,30 +52,17 @@ int cast_grid_blocks(const RangeSplit& s, int unroll) {
   return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
 }
 
-// Cluster size for the one-launch current-scaling path of input type Tin, or 0 when it does not apply
-// (explicit amax algorithm, too large, or no cluster support). Independent of pointers and of the fp8
-// format, so the workspace query and the op agree.
-template <typename Tin>
+// Cluster size for the one-launch current-scaling path of Tin -> Tout, or 0 when it does not apply
+// (explicit amax algorithm, too large, or no cluster support). The workspace does not depend on it: the
+// fallback under kAuto is the atomic amax path, which needs none either.
+template <typename Tin, typename Tout>
 int qcs_cluster_size(int64_t n, AmaxAlgo algo) {
   if (algo != AmaxAlgo::kAuto) return 0;
   if (n * static_cast<int64_t>(sizeof(Tin)) > kQcsClusterMaxBytes) return 0;
-  const int c = cluster_size_for(quantize_current_scaling_cluster_kernel<Tin, fp8e4m3_t>, kClusterThreads);
+  const int c = cluster_size_for<quantize_current_scaling_cluster_kernel<Tin, Tout>>(kClusterThreads);
   if (c == 0) return 0;
   const int64_t capacity = static_cast<int64_t>(kQcsVecPerThread) * c * kClusterThreads * Vec16<Tin>::kN;
   return n <= capacity ? c : 0;
-}
-
-int qcs_cluster_size_for(DType xdt, int64_t n, AmaxAlgo algo) {
-  switch (xdt) {
-    case DType::kF32:
-      return qcs_cluster_size<float>(n, algo);
-    case DType::kF16:
-      return qcs_cluster_size<fp16_t>(n, algo);
-    case DType::kBF16:
-      return qcs_cluster_size<bf16_t>(n, algo);
-    default:
-      return 0;
-  }
 }
 
 }  // namespace
@@ -128,11 +115,7 @@ Status dequantize(const Context& ctx, const TensorView& y, const float* scale_in
 
 Status quantize_current_scaling_workspace_size(const TensorView& x, const CurrentScalingOptions& opts,
                                                size_t* bytes) {
-  if (qcs_cluster_size_for(x.dtype, x.numel(), opts.amax.algo) > 0) {
-    *bytes = 0;
-  } else {
-    *bytes = launch_amax_workspace_bytes(x, opts.amax.algo);
-  }
+  *bytes = launch_amax_workspace_bytes(x, opts.amax.algo);
   return Status::Ok();
 }
 
@@ -156,15 +139,16 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
     p.scale_inv_out = scale_inv;
     p.rule = ScaleRule{fp8_max_for(y.dtype), opts.scale.eps, opts.scale.power_of_2};
     p.noop_flag = opts.amax.noop_flag;
-    const int c = qcs_cluster_size<Tin>(n, opts.amax.algo);
+    const int c = qcs_cluster_size<Tin, Tout>(n, opts.amax.algo);
     if (c > 0) {
-      // Per-kernel query: it also enables the non-portable cluster size on this instantiation.
-      const int ck = cluster_size_for(quantize_current_scaling_cluster_kernel<Tin, Tout>, kClusterThreads);
-      if (ck != c) return Status(StatusCode::kBackendError, "quantize_current_scaling: cluster launch unavailable");
-      return launch_kernel("quantize_current_scaling_cluster_kernel",
-                           quantize_current_scaling_cluster_kernel<Tin, Tout>, dim3(c), dim3(kClusterThreads), c,
-                           stream, p);
+      const Status st = launch_kernel("quantize_current_scaling_cluster_kernel",
+                                      quantize_current_scaling_cluster_kernel<Tin, Tout>, dim3(c),
+                                      dim3(kClusterThreads), c, stream, p);
+      if (st.ok()) return st;
+      // The cluster launch was refused (its error is cleared): fall back to amax + cast below.
     }
+    // amax (any path; none needs a workspace under kAuto), then the cast, PDL-launched: it waits for the
+    // amax kernels to finish before reading *amax.
     EMBSCALE_RETURN_IF_ERROR(
         launch_amax(stream, x, amax_out, opts.amax.nonfinite_flag, opts.amax.noop_flag, opts.amax.algo, ws));
     // With n == 0 the cast has nothing to do, but scale and scale_inv must still be written.

@@ -3,7 +3,7 @@
 //
 //  * Large inputs: amax (fp8_amax.cuh) then quantize_from_amax_kernel. Every block derives the scale
 //    from the finished *amax with the shared rule (scaling.h), block 0 also stores scale and scale_inv,
-//    so amax -> scale -> cast is two launches with no host round trip. The cast walks the vectors in
+//    so amax -> scale -> cast runs with no host round trip (the cast is PDL-launched after the amax kernels). The cast walks the vectors in
 //    reverse so it starts on the part of x the amax pass read last, which may still sit in L2.
 //  * Small inputs: quantize_current_scaling_cluster_kernel does everything in one launch: one cluster
 //    loads x into registers (at most kQcsVecPerThread vectors per thread), reduces amax across the

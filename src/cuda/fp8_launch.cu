@@ -50,16 +50,14 @@ bool pdl_enabled() {
   return !env_off && cc_major() >= 9;
 }
 
-uint32_t next_launch_token() {
-  static std::atomic<uint32_t> counter{0};
-  uint32_t t = counter.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (t == 0) t = counter.fetch_add(1, std::memory_order_relaxed) + 1;  // 0 marks an empty word
-  return t;
+int max_threads_per_sm() {
+  static std::atomic<int> cache[kMaxDevices];
+  return cached_attribute(cache, cudaDevAttrMaxThreadsPerMultiProcessor);
 }
 
-Status check_amax_workspace(const void* ws, const char* op) {
-  if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 8 != 0) {
-    return invalid_argument(std::string(op) + ": workspace must be non-null and 8-byte aligned for this size");
+Status check_amax_slots(const void* ws, const char* op) {
+  if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 4 != 0) {
+    return invalid_argument(std::string(op) + ": workspace must be non-null and 4-byte aligned for two_stage");
   }
   return Status::Ok();
 }

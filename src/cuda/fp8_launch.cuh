@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -31,12 +32,15 @@ RangeSplit make_split(const void* in, size_t in_size, int64_t n, const void* out
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Largest cluster (16 non-portable, else 8) with which `kernel` at `threads` threads per block can be
-// resident, or 0 without cluster support. Cached per device for each kernel.
-template <typename Kernel>
-int cluster_size_for(Kernel kernel, int threads) {
+// Threads one SM can hold (cached per device).
+int max_threads_per_sm();
+
+// Per-device cache of one integer per kernel instantiation: kKernel is a template argument, so every
+// instantiation (every dtype) gets its own cache. compute() runs once per device.
+template <auto kKernel, class Compute>
+int per_kernel_cached(Compute&& compute) {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // 0: not asked yet; -1: no clusters; else the size
+  static std::atomic<int> cache[kMaxDevices];  // 0: not asked yet; -1: "none"; else the value
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
     cudaGetLastError();
@@ -44,11 +48,24 @@ int cluster_size_for(Kernel kernel, int threads) {
   }
   const int known = cache[dev].load(std::memory_order_relaxed);
   if (known != 0) return known > 0 ? known : 0;
-  int result = -1;
-  if (cc_major() >= 9) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  const int v = compute();
+  cache[dev].store(v > 0 ? v : -1, std::memory_order_relaxed);
+  return v > 0 ? v : 0;
+}
+
+// Largest cluster (16 non-portable, else the portable 8) with which kKernel at `threads` threads per
+// block can be resident, or 0 without cluster support. The non-portable attribute is set on this very
+// instantiation before its occupancy is queried (a size allowed for one instantiation says nothing
+// about another). Cached per device and kernel.
+template <auto kKernel>
+int cluster_size_for(int threads) {
+  return per_kernel_cached<kKernel>([threads]() -> int {
+    if (cc_major() < 9) return -1;
+    const bool nonportable = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+                             cudaSuccess;
     cudaGetLastError();
     for (int c : {16, 8}) {
+      if (c > 8 && !nonportable) continue;
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(c);
       cfg.blockDim = dim3(threads);
@@ -60,15 +77,26 @@ int cluster_size_for(Kernel kernel, int threads) {
       cfg.attrs = &attr;
       cfg.numAttrs = 1;
       int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters >= 1) {
-        result = c;
-        break;
-      }
+      if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &cfg) == cudaSuccess && clusters >= 1) return c;
       cudaGetLastError();
     }
-  }
-  cache[dev].store(result, std::memory_order_relaxed);
-  return result > 0 ? result : 0;
+    return -1;
+  });
+}
+
+// Blocks of kKernel (at `threads` threads, no dynamic shared memory) resident on the whole device at
+// once: SMs x blocks per SM from the occupancy API. Cached per device and kernel; at least 1.
+template <auto kKernel>
+int resident_wave_blocks(int threads) {
+  const int per_sm = per_kernel_cached<kKernel>([threads]() -> int {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, threads, 0) != cudaSuccess || b < 1) {
+      cudaGetLastError();
+      b = 1;
+    }
+    return b;
+  });
+  return std::max(1, per_sm) * sm_count();
 }
 
 // Launches kernel<<<grid, block, 0, stream>>> with a cluster of `cluster` blocks (0: none) and, when
@@ -97,23 +125,35 @@ Status launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim
   }
   cfg.attrs = attrs;
   cfg.numAttrs = n;
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what));
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // read (clear) it here, so it does not surface in the caller's next launch
+    return cuda_status(err, what);
+  }
   EMBSCALE_CHECK_LAUNCH(what);
   return Status::Ok();
 }
 
-// Tag for one launch of a grid amax kernel (fp8_amax.cuh): a process-wide counter that skips 0.
-uint32_t next_launch_token();
-// The grid amax paths use 64-bit atomics on the workspace: it must be 8-byte aligned.
-Status check_amax_workspace(const void* ws, const char* op);
-
-// ---- amax launch shared by amax, quantize_current_scaling and (through its own kernels) the
-// activation fusion. The workspace may hold anything on entry (fp8_amax.cuh).
+// ---- amax launch shared by amax, quantize_current_scaling and activation_amax (fp8_amax.cuh) ----
+// No path keeps state between calls: kAtomic needs no workspace, kTwoStage one 32-bit slot per grid
+// block whose content on entry does not matter.
 enum class AmaxPath { kCluster, kAtomic, kTwoStage };
+// kAuto: the single-cluster path up to amax_cluster_max_bytes() of input, else kAtomic.
 AmaxPath choose_amax_path(AmaxAlgo algo, int64_t bytes, bool cluster_available);
+// kAmaxClusterMaxBytes, or EMBSCALE_AMAX_CLUSTER_MAX_BYTES (bytes; 0 disables the cluster path), read once.
+int64_t amax_cluster_max_bytes();
+// Workspace of a path: 0, except kTwoStage: one slot for each block the largest grid can have.
 size_t amax_grid_workspace_bytes(AmaxPath path);
-// The grid (number of blocks) the atomic / two-stage kernels use for `nvec` 16-byte vectors.
-int amax_grid_blocks(int64_t nvec);
+// Grid of a grid amax kernel: enough blocks to give each thread about one 16-byte vector, at most the
+// resident wave `wave` and at most the slots amax_grid_workspace_bytes provides.
+int amax_grid_blocks(int64_t work_vectors, int wave);
+// The two-stage workspace holds 32-bit slots: non-null and 4-byte aligned.
+Status check_amax_slots(const void* ws, const char* op);
+// kAtomic's first launch: one thread zeroes *amax and *nonfinite_flag (after the grid-dependency wait).
+Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag);
+// kTwoStage's last launch: one block reduces `nslots` slots in a fixed order and writes amax and flag.
+Status launch_amax_reduce_slots(cudaStream_t stream, const uint32_t* slots, int nslots, float* amax,
+                                int32_t* nonfinite_flag, const float* noop_flag);
 
 Status launch_amax(cudaStream_t stream, const TensorView& x, float* amax, int32_t* nonfinite_flag,
                    const float* noop_flag, AmaxAlgo algo, void* ws);

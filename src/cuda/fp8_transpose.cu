@@ -15,7 +15,7 @@ namespace {
 template <typename Tin, typename Tout>
 Status launch_cast_transpose(cudaStream_t stream, const CastTransposeParams& p) {
   const int64_t ntiles = ceil_div(p.rows, kTileRows) * ceil_div(p.cols, kTileCols);
-  const int64_t cap = static_cast<int64_t>(sm_count()) * kTransposeBlocksPerSm;
+  const int64_t cap = static_cast<int64_t>(sm_count()) * kTransposeMaxBlocksPerSm;
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min(ntiles, cap)));
   return launch_kernel("cast_transpose_tiled_kernel", cast_transpose_tiled_kernel<Tin, Tout>, dim3(grid),
                        dim3(kTransposeThreads), 0, stream, p);
@@ -50,10 +50,10 @@ Status cast_transpose(const Context& ctx, const TensorView& x, const float* scal
   if (p.rows == 0 || p.cols == 0) return Status::Ok();
   const size_t esz = dtype_size(x.dtype);
   p.in_aligned = aligned(x.data, esz);
-  // Fast path: every row of x starts 16-byte aligned (so 8-element groups are whole 16-byte loads),
-  // every row of y 8-byte aligned, every row of yt 16-byte aligned at multiples of 16 rows.
-  p.vec_ok = aligned(x.data, 16) && (p.cols * static_cast<int64_t>(esz)) % 16 == 0 && aligned(y.data, 8) &&
-             p.cols % 8 == 0 && aligned(yt.data, 16) && p.rows % 16 == 0;
+  // Fast path: every row of x and y starts 16-byte aligned (16-element groups are whole 16-byte loads
+  // of x and one 16-byte store of y), every row of yt 16-byte aligned at multiples of 16 rows.
+  p.vec_ok = aligned(x.data, 16) && aligned(y.data, 16) && p.cols % 16 == 0 && aligned(yt.data, 16) &&
+             p.rows % 16 == 0;
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
   switch (x.dtype) {
     case DType::kF32:

@@ -1,14 +1,17 @@
 // cast_transpose: x [rows, cols] -> y = fp8(x * scale) as [rows, cols] and yt = y^T as [cols, rows], one
-// read of x. Blocks walk 64x64 tiles (grid-stride over tiles, row-band major).
+// read of x. Tiles are 64 rows x 128 columns; the grid has one block per tile (grid-stride beyond
+// kTransposeMaxBlocksPerSm blocks per SM), so the scheduler overlaps one block's stores with the next
+// blocks' loads.
 //
-// Full, aligned tiles (fast path): 128 threads; thread (tr, tc) loads a 4-row x 8-column patch with one
-// 16-byte load per row (two for fp32), converts it, stores its 4 x 8 fp8 to y with 8-byte stores, then
-// transposes the 4 x 8 bytes in registers (byte permutes) into 8 words, each holding 4 consecutive rows
-// of one column, and stores them to shared memory. After one barrier each thread copies 16-byte chunks
-// (16 rows of one column) from shared memory to yt, so every global store is 16 bytes and each warp
-// writes 64 contiguous bytes of 8 yt rows. The shared tile is [64 columns][16 words]; the 4-word chunk
-// index is XOR-swizzled with column bits 3..4, which bounds the transposing stores to 2-way bank
-// conflicts while keeping the 16-byte chunks intact for the reads.
+// Full, aligned tiles (fast path): 128 threads; thread (tr, tc) loads a 4-row x 16-column patch (two
+// 16-byte loads per row for 16-bit inputs, four for fp32, all issued before any is used), converts it,
+// stores each row's 16 fp8 to y with one 16-byte store (a warp writes 128 contiguous bytes of 4 rows),
+// then transposes 4x4 byte blocks in registers (byte permutes) into 16 words, each holding 4
+// consecutive rows of one column, and stores them to shared memory. After one barrier each thread
+// copies 16-byte chunks (16 rows of one column) from shared memory to yt, so every global store is 16
+// bytes and each warp writes 64 contiguous bytes of 8 yt rows. The shared tile is [128 columns][16
+// words]; the 4-word chunk index is XOR-swizzled with column bits 4..5, which bounds the transposing
+// stores to 2-way bank conflicts while keeping the 16-byte chunks intact for the reads.
 // Any other tile (edges, odd shapes, unaligned pointers) goes through a per-element path with a byte
 // tile in shared memory: correct for every shape, including rows or cols of 1.
 #pragma once
@@ -19,9 +22,11 @@ namespace embscale {
 namespace cuda {
 
 constexpr int kTileRows = 64;
-constexpr int kTileCols = 64;
+constexpr int kTileCols = 128;
+constexpr int kPatchCols = 16;  // columns per thread in the fast path (one 16-byte fp8 store per row)
 constexpr int kTransposeThreads = 128;
-constexpr int kTransposeBlocksPerSm = 8;
+constexpr int kTransposeMaxBlocksPerSm = 256;  // grid cap; above it blocks loop over tiles
+static_assert(kTransposeThreads == (kTileRows / 4) * (kTileCols / kPatchCols), "one 4 x 16 patch per thread");
 
 struct CastTransposeParams {
   const void* x;  // [rows, cols]
@@ -47,48 +52,47 @@ __device__ __forceinline__ void transpose_4x4_bytes(const uint32_t (&r)[4], uint
   c[3] = __byte_perm(t1, t3, 0x7632);
 }
 
-__device__ __forceinline__ int swizzled_word(int col, int word) { return col * 16 + (word ^ (((col >> 3) & 3) << 2)); }
+// Word `word` (rows 4 word .. 4 word + 3) of column `col` in the [kTileCols][16] shared tile.
+__device__ __forceinline__ int swizzled_word(int col, int word) { return col * 16 + (word ^ (((col >> 4) & 3) << 2)); }
 
 template <typename Tin, typename Tout>
 __device__ __forceinline__ void cast_transpose_full_tile(const CastTransposeParams& p, float s, int64_t r0,
                                                          int64_t c0, uint32_t* tile) {
-  const int tr = threadIdx.x / 8;  // rows 4*tr .. 4*tr+3 of the tile
-  const int tc = threadIdx.x % 8;  // columns 8*tc .. 8*tc+7 of the tile
-  constexpr int kLoads = 8 * static_cast<int>(sizeof(Tin)) / 16;  // 16-byte loads per 8 elements
+  const int tr = threadIdx.x / (kTileCols / kPatchCols);  // rows 4*tr .. 4*tr+3 of the tile
+  const int tc = threadIdx.x % (kTileCols / kPatchCols);  // columns 16*tc .. 16*tc+15 of the tile
+  constexpr int kPer = Vec16<Tin>::kN;
+  constexpr int kLoads = kPatchCols / kPer;  // 16-byte loads per patch row
   Vec16<Tin> v[4][kLoads];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int64_t off = (r0 + 4 * tr + i) * p.cols + c0 + 8 * tc;  // element offset, multiple of 8
+    const int64_t off = (r0 + 4 * tr + i) * p.cols + c0 + kPatchCols * tc;  // element offset, multiple of 16
     const uint4* src = reinterpret_cast<const uint4*>(static_cast<const Tin*>(p.x) + off);
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) v[i][l].raw = __ldg(src + l);
   }
-  uint32_t lo[4], hi[4];  // row i: fp8 of columns 0..3 and 4..7 of the patch
+  uint32_t w[4][4];  // w[i][j]: row i, fp8 of patch columns 4j .. 4j+3
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    OutPack<Tout, 8> o;
+    OutPack<Tout, kPatchCols> o;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      constexpr int kPer = Vec16<Tin>::kN;
-      o.set(k, from_float<Tout>(load_float(v[i][k / kPer].elem(k % kPer)) * s));
-    }
-    lo[i] = o.w[0];
-    hi[i] = o.w[1];
-    const int64_t off = (r0 + 4 * tr + i) * p.cols + c0 + 8 * tc;
-    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.y) + off) = make_uint2(o.w[0], o.w[1]);
+    for (int k = 0; k < kPatchCols; ++k) o.set(k, from_float<Tout>(load_float(v[i][k / kPer].elem(k % kPer)) * s));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[i][j] = o.w[j];
+    const int64_t off = (r0 + 4 * tr + i) * p.cols + c0 + kPatchCols * tc;
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.y) + off) = make_uint4(o.w[0], o.w[1], o.w[2], o.w[3]);
   }
-  uint32_t clo[4], chi[4];
-  transpose_4x4_bytes(lo, clo);
-  transpose_4x4_bytes(hi, chi);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    tile[swizzled_word(8 * tc + k, tr)] = clo[k];
-    tile[swizzled_word(8 * tc + 4 + k, tr)] = chi[k];
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t rows4[4] = {w[0][j], w[1][j], w[2][j], w[3][j]};
+    uint32_t cols4[4];
+    transpose_4x4_bytes(rows4, cols4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tile[swizzled_word(kPatchCols * tc + 4 * j + k, tr)] = cols4[k];
   }
   __syncthreads();
-  // 64 columns x 4 chunks of 16 rows; thread t takes chunks t and t + 128.
+  // kTileCols columns x 4 chunks of 16 rows; thread t takes chunks t, t + 128, ...
 #pragma unroll
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < kTileCols * 4 / kTransposeThreads; ++rep) {
     const int id = threadIdx.x + rep * kTransposeThreads;
     const int col = id / 4;
     const int q = id % 4;
@@ -126,8 +130,8 @@ __device__ __forceinline__ void cast_transpose_any_tile(const CastTransposeParam
 
 template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(kTransposeThreads) cast_transpose_tiled_kernel(CastTransposeParams p) {
-  if (kernel_prologue_skip(p.noop_flag)) return;
-  __shared__ __align__(16) uint32_t tile_words[kTileCols * 16];
+  if (kernel_prologue_skip(p.noop_flag)) return;  // waits for the previous grid before any load
+  __shared__ __align__(16) uint32_t tile_words[kTileCols * 16];  // fast path: [kTileCols][16 words]
   __shared__ uint8_t tile_bytes[kTileRows][kTileCols + 1];
   const float s = *p.scale;
   const int64_t tiles_r = (p.rows + kTileRows - 1) / kTileRows;
