@@ -14,14 +14,21 @@
 //        Status as on the CPU backend. Inside a capture skip mode never synchronises: broken bags are
 //        skipped (nothing is read out of bounds) and *num_skipped is set to -1 instead of the count.
 // Off mode only launches the bags kernel. No mode allocates.
+//
+// Tuning (api/tbe_tuning.h): the kernel shape for pooled fp32 -> fp32 with int64 indices
+// (tbe_forward_variants.cu), the grid order and the bags per lane group, from the environment at the
+// first call or set by a test or benchmark.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "api/tbe_backend.h"
+#include "api/tbe_tuning.h"
 #include "cuda/check.cuh"
 #include "cuda/tbe_forward_launch.cuh"
 
@@ -62,6 +69,84 @@ Status launch_bags(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DT
   }
   return invalid_argument(std::string("weights: dtype ") + dtype_name(w_dtype) +
                           " is not supported; expected fp32, fp16 or bf16");
+}
+
+// ---- tuning ----
+
+struct TuningState {
+  std::mutex mu;
+  bool loaded = false;
+  std::string env_error;  // a bad environment value's message; empty when none
+  TbeForwardTuning t;
+  int variant_index = 0;
+};
+
+TuningState& tuning_state() {
+  static TuningState s;
+  return s;
+}
+
+int find_variant(const std::string& name) {
+  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i)
+    if (name == tbe_fwd::fwd_variant(i).name) return i;
+  return -1;
+}
+
+std::string variant_list() {
+  std::string s;
+  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i) s += (i ? ", " : "") + std::string(tbe_fwd::fwd_variant(i).name);
+  return s;
+}
+
+Status check_tuning(const TbeForwardTuning& t, const char* variant_src, const char* bags_src, int* index) {
+  const int i = find_variant(t.variant);
+  if (i < 0)
+    return invalid_argument(std::string(variant_src) + ": unknown variant '" + t.variant + "'; expected one of " +
+                            variant_list());
+  if (t.bags_per_group < 1 || t.bags_per_group > 64)
+    return invalid_argument(std::string(bags_src) + ": " + std::to_string(t.bags_per_group) + "; expected 1..64");
+  *index = i;
+  return Status::Ok();
+}
+
+// Loads the environment once (caller holds the lock).
+void load_env(TuningState& s) {
+  if (s.loaded) return;
+  s.loaded = true;
+  TbeForwardTuning t;
+  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_VARIANT"); v != nullptr && *v != 0) t.variant = v;
+  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_ORDER"); v != nullptr && *v != 0) {
+    const std::string o = v;
+    if (o == "feature") {
+      t.feature_inner = true;
+    } else if (o != "tile") {
+      s.env_error = "EMBSCALE_TBE_FWD_ORDER: '" + o + "'; expected tile or feature";
+      return;
+    }
+  }
+  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_BAGS"); v != nullptr && *v != 0) {
+    char* e = nullptr;
+    const long n = std::strtol(v, &e, 10);
+    t.bags_per_group = (e != nullptr && *e == 0 && n >= 1 && n <= 64) ? static_cast<int>(n) : 0;
+  }
+  int index = 0;
+  const Status st = check_tuning(t, "EMBSCALE_TBE_FWD_VARIANT", "EMBSCALE_TBE_FWD_BAGS", &index);
+  if (!st.ok()) {
+    s.env_error = st.message();
+  } else {
+    s.t = t;
+    s.variant_index = index;
+  }
+}
+
+Status current_tuning(TbeForwardTuning* t, int* index) {
+  TuningState& s = tuning_state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  load_env(s);
+  if (!s.env_error.empty()) return invalid_argument(s.env_error);
+  *t = s.t;
+  *index = s.variant_index;
+  return Status::Ok();
 }
 
 Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, cudaStream_t s) {
@@ -109,6 +194,29 @@ Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, con
 
 }  // namespace
 
+std::vector<std::string> tbe_forward_variant_names() {
+  std::vector<std::string> names;
+  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i) names.emplace_back(tbe_fwd::fwd_variant(i).name);
+  return names;
+}
+
+Status tbe_forward_tuning(TbeForwardTuning* out) {
+  int index = 0;
+  return current_tuning(out, &index);
+}
+
+Status set_tbe_forward_tuning(const TbeForwardTuning& t) {
+  int index = 0;
+  EMBSCALE_RETURN_IF_ERROR(check_tuning(t, "variant", "bags_per_group", &index));
+  TuningState& s = tuning_state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.loaded = true;  // an explicit setting replaces the environment's
+  s.env_error.clear();
+  s.t = t;
+  s.variant_index = index;
+  return Status::Ok();
+}
+
 Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
@@ -150,20 +258,38 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
             : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
                                                           : tbe_fwd::kCheckOff;
 
-  // Grid: x covers the bags of the feature whose row plan packs the fewest bags per block (the same
-  // plan_row the kernel evaluates, so the sizes agree); y is the feature, folded if T > 65535.
+  TbeForwardTuning tuning;
+  int variant_index = 0;
+  EMBSCALE_RETURN_IF_ERROR(current_tuning(&tuning, &variant_index));
+  p.feature_inner = tuning.feature_inner ? 1 : 0;
+  // The variants cover pooled fp32 -> fp32 with int64 indices; everything else runs the default.
+  const bool use_variant = variant_index != 0 && !sequence && args.weights.dtype == DType::kF32 &&
+                           args.output.dtype == DType::kF32 && args.indices.dtype == DType::kI64;
+  const tbe_fwd::FwdVariant& variant = tbe_fwd::fwd_variant(use_variant ? variant_index : 0);
+
+  // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
+  // same plan_row the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
+  // the tile and y the feature (folded if T > 65535), or the other way round in feature-inner order
+  // (tiles folded past 65535: the kernel loops over the bags of its tiles).
   if (T > 0 && B > 0) {
     const int es = static_cast<int>(dtype_size(args.weights.dtype));
     const auto base = reinterpret_cast<uintptr_t>(args.weights.data);
     int64_t tiles = 1;
     for (int f = 0; f < T; ++f) {
       const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
-      const tbe_fwd::RowPlan plan = tbe_fwd::plan_row(tbe.feature_dim(f), es, table);
-      const int64_t bags_per_block = tbe_fwd::kBlockThreads / plan.group;
+      const tbe_fwd::RowPlan plan = tbe_fwd::plan_row(tbe.feature_dim(f), es, table, variant.vecs);
+      const int64_t bags_per_block = static_cast<int64_t>(variant.block / plan.group) * tuning.bags_per_group;
       tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
     }
-    const dim3 grid(static_cast<unsigned>(std::min(tiles, kMaxGridX)), static_cast<unsigned>(std::min(T, kMaxGridY)));
-    EMBSCALE_RETURN_IF_ERROR(launch_bags(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
+    const dim3 grid = tuning.feature_inner
+                          ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))
+                          : dim3(static_cast<unsigned>(std::min(tiles, kMaxGridX)),
+                                 static_cast<unsigned>(std::min(T, kMaxGridY)));
+    if (use_variant) {
+      EMBSCALE_RETURN_IF_ERROR(variant.launch(p, grid, stream));
+    } else {
+      EMBSCALE_RETURN_IF_ERROR(launch_bags(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
+    }
   }
   if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
 

@@ -10,10 +10,11 @@ namespace tbe_fwd {
 
 template <typename W, typename O, typename I>
 Status launch_tbe_forward(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
+  using C = DefaultFwdConfig;
   if (p.pooling == kPoolNone) {
-    tbe_forward_bags_kernel<W, O, I, false><<<grid, kBlockThreads, 0, stream>>>(p);
+    tbe_forward_bags_kernel<W, O, I, false, C><<<grid, C::kBlock, 0, stream>>>(p);
   } else {
-    tbe_forward_bags_kernel<W, O, I, true><<<grid, kBlockThreads, 0, stream>>>(p);
+    tbe_forward_bags_kernel<W, O, I, true, C><<<grid, C::kBlock, 0, stream>>>(p);
   }
   EMBSCALE_CHECK_LAUNCH("tbe_forward_bags_kernel");
   return Status::Ok();

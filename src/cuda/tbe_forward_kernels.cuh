@@ -48,13 +48,32 @@ namespace embscale {
 namespace cuda {
 namespace tbe_fwd {
 
-constexpr int kBlockThreads = 256;
-constexpr int kUnroll = 8;
-// Occupancy floor for the register allocator: pooled kernels 3 x 256 threads per SM (<= 80 registers,
-// no spills; 7-8 of the kUnroll row loads issued before the first add), sequence kernels 2 x 256 (their
-// per-lookup stores keep more values live and would spill at 80).
-constexpr int kMinBlocksPerSm = 3;
-constexpr int kMinBlocksPerSmSequence = 2;
+// Compile-time shape of the bags kernel. The default is used for every dtype combination; a few
+// other shapes are compiled for fp32 weights and output with int64 indices, pooled, so that they can
+// be compared on one build (tbe_forward_variants.cu, selected by EMBSCALE_TBE_FWD_VARIANT):
+//  kBlock, kMinBlocks: block size and the occupancy floor given to the register allocator;
+//  kUnroll:            lookups per step (row loads in flight per lane per vector);
+//  kVecs:              vectors per lane per pass (2: D=128 fp32 is 16 lanes per bag, two bags a warp);
+//  kNoAlloc:           row loads bypass L1 (ld.global.nc.L1::no_allocate; rows are rarely reused);
+//  kCoopIdx:           the bag's indices are loaded by the group's lanes together, one per lane, and
+//                      broadcast with shuffles; the next chunk's load is issued before the current
+//                      chunk's rows (pooled only; best when the group has at least kUnroll lanes).
+template <int kBlock_, int kMinBlocks_, int kUnroll_, int kVecs_, bool kNoAlloc_, bool kCoopIdx_>
+struct FwdConfig {
+  static constexpr int kBlock = kBlock_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  // Sequence kernels keep more values live (a store per lookup): two thirds of the pooled floor.
+  static constexpr int kMinBlocksSequence = kMinBlocks_ * 2 / 3 > 0 ? kMinBlocks_ * 2 / 3 : 1;
+  static constexpr int kUnroll = kUnroll_;
+  static constexpr int kVecs = kVecs_;
+  static constexpr bool kNoAlloc = kNoAlloc_;
+  static constexpr bool kCoopIdx = kCoopIdx_;
+};
+
+// Default: 256 threads, pooled kernels 3 x 256 threads per SM (<= 80 registers, no spills; 7-8 of the
+// kUnroll row loads issued before the first add), sequence kernels 2 x 256.
+using DefaultFwdConfig = FwdConfig<256, 3, 8, 1, false, false>;
+constexpr int kBlockThreads = DefaultFwdConfig::kBlock;
 
 enum PoolKind : int { kPoolSum = 0, kPoolMean = 1, kPoolNone = 2 };
 enum CheckKind : int { kCheckError = 0, kCheckSkip = 1, kCheckOff = 2 };
@@ -94,6 +113,7 @@ struct TbeForwardParams {
   int num_features;               // T
   int pooling;                    // PoolKind
   int check;                      // CheckKind
+  int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
 };
 
 // How one feature's rows are read: vector bytes per lane, vectors per row, lanes per bag.
@@ -103,7 +123,9 @@ struct RowPlan {
   int group;
 };
 
-__host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t table_addr) {
+// vecs: vectors per lane per pass (FwdConfig::kVecs); the group is the power of two of lanes that
+// covers the row with vecs vectors each, at most a warp.
+__host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t table_addr, int vecs = 1) {
   const int64_t row_bytes = static_cast<int64_t>(dim) * elem_bytes;
   int vb = elem_bytes;
   for (int cand = ArchTraits::kVectorBytes; cand > elem_bytes; cand /= 2) {
@@ -115,8 +137,9 @@ __host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t t
   RowPlan plan;
   plan.vec_bytes = vb;
   plan.units = static_cast<int>(row_bytes / vb);
+  const int lanes = (plan.units + vecs - 1) / vecs;
   int g = 1;
-  while (g < plan.units && g < ArchTraits::kWarpSize) g *= 2;
+  while (g < lanes && g < ArchTraits::kWarpSize) g *= 2;
   plan.group = g;
   return plan;
 }
@@ -128,11 +151,20 @@ struct Words {
   uint32_t w[kBytes >= 4 ? kBytes / 4 : 1];
 };
 
-// Weights are read-only for the kernel's lifetime: the non-coherent path (LDG.E.*.CONSTANT).
-template <int kBytes>
+// Weights are read-only for the kernel's lifetime: the non-coherent path (LDG.E.*.CONSTANT). With
+// kNoAlloc the line is not kept in L1 (rows of a uniform lookup are rarely reused; L2 still caches).
+template <int kBytes, bool kNoAlloc = false>
 __device__ __forceinline__ Words<kBytes> load_words(const void* p) {
   Words<kBytes> r;
-  if constexpr (kBytes == 16) {
+  if constexpr (kNoAlloc && kBytes == 16) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3])
+        : "l"(p));
+  } else if constexpr (kNoAlloc && kBytes == 8) {
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p));
+  } else if constexpr (kNoAlloc && kBytes == 4) {
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.w[0]) : "l"(p));
+  } else if constexpr (kBytes == 16) {
     const uint4 v = __ldg(static_cast<const uint4*>(p));
     r.w[0] = v.x; r.w[1] = v.y; r.w[2] = v.z; r.w[3] = v.w;
   } else if constexpr (kBytes == 8) {
@@ -259,10 +291,13 @@ __device__ __forceinline__ void record_min_position(int64_t* word, int64_t posit
 
 // ---- one feature's bags, for one vector width and pooled or sequence output ----
 
-template <typename W, typename O, typename I, int kBytes, bool kPooled>
+template <typename W, typename O, typename I, int kBytes, bool kPooled, typename C>
 __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, int f, const W* table,
-                                                    const RowPlan plan) {
-  constexpr int V = kBytes / static_cast<int>(sizeof(W));  // elements per lane per row
+                                                    const RowPlan plan, int64_t tile0, int64_t tiles) {
+  constexpr int V = kBytes / static_cast<int>(sizeof(W));  // elements per lane per vector
+  constexpr int kU = C::kUnroll;
+  constexpr int kC = C::kVecs;
+  static_assert((kU & (kU - 1)) == 0 && kU <= 32, "kUnroll: a power of two up to 32 (a chunk of a group is whole steps)");
   const I* indices = static_cast<const I*>(p.indices);
   const I* offsets = static_cast<const I*>(p.offsets);
   const float* psw = p.per_sample_weights;
@@ -273,13 +308,19 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
   const int64_t E = p.num_rows[f];
   const bool check = p.check != kCheckOff;
   const int group = plan.group;
+  const int pass = group * kC;  // vectors covered by one pass over the bag's lookups
   const int gi = static_cast<int>(threadIdx.x) / group;
   const int rank = static_cast<int>(threadIdx.x) - gi * group;
-  const int bags_per_block = kBlockThreads / group;
+  const int bags_per_block = C::kBlock / group;
   const int64_t out_col = kPooled ? p.output_offsets[f] : 0;
+  // Cooperative index loads: the group's lanes (converged: they share the bag) exchange indices.
+  constexpr bool kCoop = C::kCoopIdx && kPooled;
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const unsigned gmask = group >= ArchTraits::kWarpSize
+                             ? ArchTraits::kFullMask
+                             : ((1u << group) - 1u) << (lane & ~(group - 1));
 
-  for (int64_t b = static_cast<int64_t>(blockIdx.x) * bags_per_block + gi; b < B;
-       b += static_cast<int64_t>(gridDim.x) * bags_per_block) {
+  for (int64_t b = tile0 * bags_per_block + gi; b < B; b += tiles * bags_per_block) {
     const int64_t item = static_cast<int64_t>(f) * B + b;
     int64_t start = static_cast<int64_t>(offsets[item]);
     int64_t end = static_cast<int64_t>(offsets[item + 1]);
@@ -297,31 +338,38 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
     }
 
     int64_t valid = 0;
-    for (int u0 = 0; u0 < plan.units; u0 += group) {
-      const int u = u0 + rank;
-      const bool active = u < plan.units;
-      const bool first_pass = u0 == 0;
-      // Inactive lanes (u >= units) read a column of row 0 that exists, so loads need no predicate.
-      const W* col = table + static_cast<int64_t>(active ? u : 0) * V;
-      float acc[V];
+    for (int u0 = 0; u0 < plan.units; u0 += pass) {
+      // Lane rank owns vectors u0 + rank + c * group, c < kC. Inactive ones (u >= units) read a column
+      // of row 0 that exists, so loads need no predicate.
+      int u[kC];
+      bool active[kC];
+      const W* col[kC];
 #pragma unroll
-      for (int k = 0; k < V; ++k) acc[k] = 0.0f;
+      for (int c = 0; c < kC; ++c) {
+        u[c] = u0 + rank + c * group;
+        active[c] = u[c] < plan.units;
+        col[c] = table + static_cast<int64_t>(active[c] ? u[c] : 0) * V;
+      }
+      const bool first_pass = u0 == 0;
+      float acc[kC][V];
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[c][k] = 0.0f;
       valid = 0;
 
-      // One step of kUnroll lookups from s. Indices first (the group's lanes share each address), then
-      // the checks, then all row loads, then the adds in index order: kUnroll rows in flight per lane.
-      // Full steps carry no predicates at all (ptxas then issues every row load before the first add);
-      // only the bag's last, partial step tests s + j < end. An invalid index loads a column of row 0
-      // (always present) and is dropped, so no load depends on a predicate computed from the indices.
+      int64_t idx[kU];  // the step's indices, filled before each step
+      // One step of kU lookups from s with their indices idx. The checks, then all row loads, then
+      // the adds in index order: kU x kC rows in flight per lane. Full steps carry no predicates at all
+      // (ptxas then issues every row load before the first add); only the bag's last, partial step
+      // tests s + j < end. An invalid index loads a column of row 0 (always present) and is dropped,
+      // so no load depends on a predicate computed from the indices.
       const auto step = [&](int64_t s, auto full) {
         constexpr bool kFull = decltype(full)::value;
-        int64_t idx[kUnroll];
-#pragma unroll
-        for (int j = 0; j < kUnroll; ++j) idx[j] = (kFull || s + j < end) ? load_index(indices + s + j) : 0;
         unsigned present = 0;  // bit j: lookup s+j exists and its index is valid
         unsigned invalid = 0;  // bit j: lookup s+j exists and its index is outside [0, E)
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
+        for (int j = 0; j < kU; ++j) {
           const bool in = kFull || s + j < end;
           const bool ok = !check || (idx[j] >= 0 && idx[j] < E);
           present |= static_cast<unsigned>(in && ok) << j;
@@ -329,50 +377,94 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
         }
         if (invalid != 0 && p.check == kCheckError && first_pass && rank == 0)
           record_min_position(p.scratch + kBadIndexKey, s + __ffs(invalid) - 1);
-        Words<kBytes> raw[kUnroll];
+        Words<kBytes> raw[kU][kC];
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
-          const W* src = col + ((present >> j & 1u) ? idx[j] * D : 0);
-          raw[j] = (kFull || s + j < end) ? load_words<kBytes>(src) : zero_words<kBytes>();
+        for (int j = 0; j < kU; ++j) {
+          const int64_t row = (present >> j & 1u) ? idx[j] * D : 0;
+#pragma unroll
+          for (int c = 0; c < kC; ++c)
+            raw[j][c] = (kFull || s + j < end) ? load_words<kBytes, C::kNoAlloc>(col[c] + row) : zero_words<kBytes>();
         }
-        float sw[kUnroll];
+        float sw[kU];
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j)
+        for (int j = 0; j < kU; ++j)
           sw[j] = (psw != nullptr && (kFull || s + j < end)) ? __ldg(psw + s + j) : 1.0f;
         valid += __popc(present);
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
-          float x[V];
-          unpack<W, kBytes>(raw[j], x);
+        for (int j = 0; j < kU; ++j) {
           const bool ok = (present >> j & 1u) != 0;
-          if constexpr (kPooled) {
-            if (ok) {
 #pragma unroll
-              for (int k = 0; k < V; ++k) acc[k] = __fadd_rn(acc[k], __fmul_rn(sw[j], x[k]));
-            }
-          } else {
-            // Sequence: row q is the (weighted) looked-up row, zeros for an invalid index.
-            const int64_t q = s + j;
-            if ((kFull || q < end) && active) {
+          for (int c = 0; c < kC; ++c) {
+            float x[V];
+            unpack<W, kBytes>(raw[j][c], x);
+            if constexpr (kPooled) {
+              if (ok) {
 #pragma unroll
-              for (int k = 0; k < V; ++k) x[k] = ok ? __fmul_rn(sw[j], x[k]) : 0.0f;
-              store_out<O, V>(out + q * p.out_row_stride + static_cast<int64_t>(u) * V, x);
+                for (int k = 0; k < V; ++k) acc[c][k] = __fadd_rn(acc[c][k], __fmul_rn(sw[j], x[k]));
+              }
+            } else {
+              // Sequence: row q is the (weighted) looked-up row, zeros for an invalid index.
+              const int64_t q = s + j;
+              if ((kFull || q < end) && active[c]) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) x[k] = ok ? __fmul_rn(sw[j], x[k]) : 0.0f;
+                store_out<O, V>(out + q * p.out_row_stride + static_cast<int64_t>(u[c]) * V, x);
+              }
             }
           }
         }
       };
-      int64_t s = start;
-      for (; s + kUnroll <= end; s += kUnroll) step(s, std::true_type{});
-      if (s < end) step(s, std::false_type{});
+
+      if constexpr (kCoop) {
+        // Chunks of `group` lookups: lane r holds index s + r; the next chunk's load is in flight
+        // while the current chunk's rows are read. A group of fewer than kU lanes takes partial steps
+        // of `group` lookups (only one path is compiled, to keep the register budget).
+        int64_t s = start;
+        int64_t mine = s + rank < end ? load_index(indices + s + rank) : 0;
+        while (s < end) {
+          const int64_t next_s = s + group;
+          const int64_t next = next_s + rank < end ? load_index(indices + next_s + rank) : 0;
+          const int n = static_cast<int>(end - s < group ? end - s : group);
+          int k = 0;
+          for (; k + kU <= n; k += kU) {
+#pragma unroll
+            for (int j = 0; j < kU; ++j) idx[j] = __shfl_sync(gmask, mine, k + j, group);
+            step(s + k, std::true_type{});
+          }
+          if (k < n) {
+#pragma unroll
+            for (int j = 0; j < kU; ++j) idx[j] = __shfl_sync(gmask, mine, (k + j) & (group - 1), group);
+            step(s + k, std::false_type{});
+          }
+          mine = next;
+          s = next_s;
+        }
+      } else {
+        int64_t s = start;
+        for (; s + kU <= end; s += kU) {
+          // The group's lanes read the same address: one transaction per index.
+#pragma unroll
+          for (int j = 0; j < kU; ++j) idx[j] = load_index(indices + s + j);
+          step(s, std::true_type{});
+        }
+        if (s < end) {
+#pragma unroll
+          for (int j = 0; j < kU; ++j) idx[j] = s + j < end ? load_index(indices + s + j) : 0;
+          step(s, std::false_type{});
+        }
+      }
 
       if constexpr (kPooled) {
-        if (active) {
-          if (p.pooling == kPoolMean && valid > 0) {
-            const float n = static_cast<float>(valid);
 #pragma unroll
-            for (int k = 0; k < V; ++k) acc[k] = __fdiv_rn(acc[k], n);
+        for (int c = 0; c < kC; ++c) {
+          if (active[c]) {
+            if (p.pooling == kPoolMean && valid > 0) {
+              const float n = static_cast<float>(valid);
+#pragma unroll
+              for (int k = 0; k < V; ++k) acc[c][k] = __fdiv_rn(acc[c][k], n);
+            }
+            store_out<O, V>(out + b * p.out_row_stride + out_col + static_cast<int64_t>(u[c]) * V, acc[c]);
           }
-          store_out<O, V>(out + b * p.out_row_stride + out_col + static_cast<int64_t>(u) * V, acc);
         }
       }
     }
@@ -383,25 +475,33 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
   }
 }
 
-// grid = (bag tiles, features); block = kBlockThreads. Pooled and sequence outputs are separate
-// kernels: the sequence loop keeps more values live (a store per lookup) and would otherwise set the
-// register budget, and so the occupancy, of the pooled kernel too.
-template <typename W, typename O, typename I, bool kPooled>
-__global__ void __launch_bounds__(kBlockThreads, kPooled ? kMinBlocksPerSm : kMinBlocksPerSmSequence)
+// grid = (bag tiles, features), or (features, bag tiles) when p.feature_inner; block = C::kBlock.
+// Pooled and sequence outputs are separate kernels: the sequence loop keeps more values live (a store
+// per lookup) and would otherwise set the register budget, and so the occupancy, of the pooled kernel.
+template <typename W, typename O, typename I, bool kPooled, typename C = DefaultFwdConfig>
+__global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBlocksSequence)
     tbe_forward_bags_kernel(const TbeForwardParams p) {
-  for (int f = blockIdx.y; f < p.num_features; f += gridDim.y) {
+  const bool fi = p.feature_inner != 0;
+  const int f0 = static_cast<int>(fi ? blockIdx.x : blockIdx.y);
+  const int f_stride = static_cast<int>(fi ? gridDim.x : gridDim.y);
+  const int64_t tile0 = fi ? blockIdx.y : blockIdx.x;
+  const int64_t tiles = fi ? gridDim.y : gridDim.x;
+  for (int f = f0; f < p.num_features; f += f_stride) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
-    const RowPlan plan = plan_row(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table));
+    const RowPlan plan =
+        plan_row(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs);
     switch (plan.vec_bytes) {
-      case 16: tbe_forward_feature<W, O, I, 16, kPooled>(p, f, table, plan); break;
-      case 8: tbe_forward_feature<W, O, I, 8, kPooled>(p, f, table, plan); break;
+      case 16: tbe_forward_feature<W, O, I, 16, kPooled, C>(p, f, table, plan, tile0, tiles); break;
+      case 8: tbe_forward_feature<W, O, I, 8, kPooled, C>(p, f, table, plan, tile0, tiles); break;
       case 4:
         if constexpr (sizeof(W) < 4) {
-          tbe_forward_feature<W, O, I, 4, kPooled>(p, f, table, plan);
+          tbe_forward_feature<W, O, I, 4, kPooled, C>(p, f, table, plan, tile0, tiles);
           break;
         }
         [[fallthrough]];
-      default: tbe_forward_feature<W, O, I, static_cast<int>(sizeof(W)), kPooled>(p, f, table, plan); break;
+      default:
+        tbe_forward_feature<W, O, I, static_cast<int>(sizeof(W)), kPooled, C>(p, f, table, plan, tile0, tiles);
+        break;
     }
   }
 }

@@ -28,6 +28,18 @@ EMBSCALE_TBE_FORWARD_EXTERN(fp16_t)
 EMBSCALE_TBE_FORWARD_EXTERN(bf16_t)
 #undef EMBSCALE_TBE_FORWARD_EXTERN
 
+// Compiled shapes of the pooled fp32 -> fp32, int64-index kernel (tbe_forward_variants.cu), to compare
+// on one build. Index 0 is DefaultFwdConfig (the launcher above); grid sizing needs block and vecs.
+struct FwdVariant {
+  const char* name;
+  const char* what;
+  int block;  // threads per block
+  int vecs;   // FwdConfig::kVecs
+  Status (*launch)(const TbeForwardParams& p, dim3 grid, cudaStream_t stream);  // pooled only
+};
+int num_fwd_variants();
+const FwdVariant& fwd_variant(int i);
+
 }  // namespace tbe_fwd
 }  // namespace cuda
 }  // namespace embscale
