@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "api/tbe_tuning.h"
 #include "bench_util.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
@@ -56,6 +57,7 @@ struct TbeBenchArgs {
   std::string bounds_check = "off";
   bool variable_bag_size = false;
   uint64_t seed = 20261130;
+  std::string sweep;  // CUDA: comma-separated forward variants ("all": every compiled one)
 };
 
 struct Plan {
@@ -72,6 +74,7 @@ struct Plan {
   int iters = 0, warmup = 0;
   bool json = false;
   uint64_t seed = 0;
+  std::vector<std::string> sweep;  // forward variants to time in turn on the same inputs
 };
 
 std::string make_plan(const TbeBenchArgs& a, Plan* p) {
@@ -124,6 +127,30 @@ std::string make_plan(const TbeBenchArgs& a, Plan* p) {
   p->alpha = a.alpha;
   p->json = a.json;
   p->seed = a.seed;
+  if (!a.sweep.empty()) {
+#if EMBSCALE_WITH_CUDA
+    if (!gpu) return "--sweep: the forward variants are CUDA kernels; use --backend cuda";
+    const std::vector<std::string> all = cuda::tbe_forward_variant_names();
+    if (a.sweep == "all") {
+      p->sweep = all;
+    } else {
+      size_t pos = 0;
+      while (pos <= a.sweep.size()) {
+        const size_t comma = std::min(a.sweep.find(',', pos), a.sweep.size());
+        const std::string name = a.sweep.substr(pos, comma - pos);
+        if (std::find(all.begin(), all.end(), name) == all.end()) {
+          std::string list;
+          for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
+          return "--sweep: unknown variant '" + name + "'; expected all or a list of " + list;
+        }
+        p->sweep.push_back(name);
+        pos = comma + 1;
+      }
+    }
+#else
+    return "--sweep: this build has no CUDA backend";
+#endif
+  }
   // Mixed dimensions as FBGEMM's benchmark draws them, around D (in [D/2, 3D/2]), but any D >= 1.
   p->dims.assign(T, p->D);
   if (p->mixed) {
@@ -245,131 +272,160 @@ int run_plan(const Plan& p) {
     return a;
   };
 
-  // Spot check set 0 against the reference on a sample of output rows, rebuilding only the weight
-  // rows those bags read (the initialiser is counter-based).
-  st = tbe->forward(ctx, make_args(0));
-  if (st.ok()) st = synchronize(ctx);
-  if (!st.ok()) return fail("forward", st);
-  {
-    const TbeInputs& in = sets[0].host;
-    const int64_t out_rows = sequence ? in.num_indices() : p.B;
-    const int64_t cols = sequence ? p.D : tbe->total_dim();
-    std::vector<unsigned char> got(static_cast<size_t>(out_rows * cols) * dtype_size(p.out_dtype));
-    st = copy_to_host(ctx, got.data(), outs[0]->data(), got.size());
-    if (!st.ok()) return fail("download", st);
-    bool nonzero = false;
-    const int64_t step = std::max<int64_t>(1, out_rows / 64);
-    const size_t es = dtype_size(p.w_dtype);
-    std::vector<unsigned char> row(static_cast<size_t>(std::max(p.D, tbe->max_dim())) * es);
-    for (int64_t r = 0; r < out_rows; r += step) {
-      for (int g = 0; g < (sequence ? 1 : p.T); ++g) {
-        int f = g;
-        if (sequence)  // the feature whose bags hold position r
-          while (f + 1 < p.T && in.offsets[static_cast<size_t>(f + 1) * p.B] <= r) ++f;
-        const int64_t D = p.dims[f];
-        std::vector<double> want(static_cast<size_t>(D), 0.0), abs(static_cast<size_t>(D), 0.0);
-        int64_t begin, end, col0;
-        if (sequence) {
-          begin = r;
-          end = r + 1;
-          col0 = 0;
-        } else {
-          begin = in.offsets[f * p.B + r];
-          end = in.offsets[f * p.B + r + 1];
-          col0 = tbe->output_offset(f);
-        }
-        for (int64_t i = begin; i < end; ++i) {
-          (void)init_uniform_weights(p.w_dtype, 1.0f, w_seed, tbe->weight_offset(f) + in.indices[i] * D, D, row.data());
-          const double w = p.weighted ? in.per_sample_weights[i] : 1.0;
-          for (int64_t d = 0; d < D; ++d) {
-            const double v = w * ref::decode(row.data(), p.w_dtype, d);
-            want[d] += v;
-            abs[d] += std::fabs(v);
+  // With --sweep, each variant in turn: set it, spot check, time, one record.
+  const std::vector<std::string> variants = p.sweep.empty() ? std::vector<std::string>{""} : p.sweep;
+  for (const std::string& variant : variants) {
+#if EMBSCALE_WITH_CUDA
+    if (!variant.empty()) {
+      cuda::TbeForwardTuning tu;
+      st = cuda::tbe_forward_tuning(&tu);
+      if (st.ok()) {
+        tu.variant = variant;
+        st = cuda::set_tbe_forward_tuning(tu);
+      }
+      if (!st.ok()) return fail("--sweep", st);
+    }
+#endif
+    // Spot check set 0 against the reference on a sample of output rows, rebuilding only the weight
+    // rows those bags read (the initialiser is counter-based).
+    st = tbe->forward(ctx, make_args(0));
+    if (st.ok()) st = synchronize(ctx);
+    if (!st.ok()) return fail("forward", st);
+    {
+      const TbeInputs& in = sets[0].host;
+      const int64_t out_rows = sequence ? in.num_indices() : p.B;
+      const int64_t cols = sequence ? p.D : tbe->total_dim();
+      std::vector<unsigned char> got(static_cast<size_t>(out_rows * cols) * dtype_size(p.out_dtype));
+      st = copy_to_host(ctx, got.data(), outs[0]->data(), got.size());
+      if (!st.ok()) return fail("download", st);
+      bool nonzero = false;
+      const int64_t step = std::max<int64_t>(1, out_rows / 64);
+      const size_t es = dtype_size(p.w_dtype);
+      std::vector<unsigned char> row(static_cast<size_t>(std::max(p.D, tbe->max_dim())) * es);
+      for (int64_t r = 0; r < out_rows; r += step) {
+        for (int g = 0; g < (sequence ? 1 : p.T); ++g) {
+          int f = g;
+          if (sequence)  // the feature whose bags hold position r
+            while (f + 1 < p.T && in.offsets[static_cast<size_t>(f + 1) * p.B] <= r) ++f;
+          const int64_t D = p.dims[f];
+          std::vector<double> want(static_cast<size_t>(D), 0.0), abs(static_cast<size_t>(D), 0.0);
+          int64_t begin, end, col0;
+          if (sequence) {
+            begin = r;
+            end = r + 1;
+            col0 = 0;
+          } else {
+            begin = in.offsets[f * p.B + r];
+            end = in.offsets[f * p.B + r + 1];
+            col0 = tbe->output_offset(f);
           }
-        }
-        const int64_t n = end - begin;
-        const double div = (p.pooling == PoolingMode::kMean && n > 0) ? static_cast<double>(n) : 1.0;
-        for (int64_t d = 0; d < D; ++d) {
-          const double g = ref::decode(got.data(), p.out_dtype, r * cols + col0 + d);
-          const double tol = ref::tolerance(want[d] / div, abs[d] / div, n, p.out_dtype);
-          nonzero |= g != 0;
-          if (!(std::fabs(g - want[d] / div) <= tol)) {
-            std::fprintf(stderr, "error: forward output row %lld, feature %d, column %lld is %.9g; expected %.9g\n",
-                         static_cast<long long>(r), f, static_cast<long long>(d), g, want[d] / div);
-            return 1;
+          for (int64_t i = begin; i < end; ++i) {
+            (void)init_uniform_weights(p.w_dtype, 1.0f, w_seed, tbe->weight_offset(f) + in.indices[i] * D, D, row.data());
+            const double w = p.weighted ? in.per_sample_weights[i] : 1.0;
+            for (int64_t d = 0; d < D; ++d) {
+              const double v = w * ref::decode(row.data(), p.w_dtype, d);
+              want[d] += v;
+              abs[d] += std::fabs(v);
+            }
+          }
+          const int64_t n = end - begin;
+          const double div = (p.pooling == PoolingMode::kMean && n > 0) ? static_cast<double>(n) : 1.0;
+          for (int64_t d = 0; d < D; ++d) {
+            const double g = ref::decode(got.data(), p.out_dtype, r * cols + col0 + d);
+            const double tol = ref::tolerance(want[d] / div, abs[d] / div, n, p.out_dtype);
+            nonzero |= g != 0;
+            if (!(std::fabs(g - want[d] / div) <= tol)) {
+              std::fprintf(stderr, "error: forward output row %lld, feature %d, column %lld is %.9g; expected %.9g\n",
+                           static_cast<long long>(r), f, static_cast<long long>(d), g, want[d] / div);
+              return 1;
+            }
           }
         }
       }
+      if (out_rows > 0 && cols > 0 && N0 > 0 && !nonzero) {
+        std::fprintf(stderr, "error: the sampled forward outputs are all zero\n");
+        return 1;
+      }
     }
-    if (out_rows > 0 && cols > 0 && N0 > 0 && !nonzero) {
-      std::fprintf(stderr, "error: the sampled forward outputs are all zero\n");
-      return 1;
+
+    TimingConfig tc;
+    tc.warmup = p.warmup;
+    tc.repeats = p.iters;
+    Timing t;
+    st = time_op(ctx, tc, [&](int call) { return tbe->forward(ctx, make_args(static_cast<size_t>(call) % sets.size())); }, &t);
+    if (!st.ok()) return fail("forward", st);
+
+    // Unique (table, row) pairs of set 0, as ANCHORS.md quotes them.
+    int64_t unique_rows = 0;
+    {
+      const TbeInputs& in = sets[0].host;
+      std::vector<int64_t> keys(in.indices.size());
+      for (int f = 0; f < p.T; ++f)
+        for (int64_t i = in.offsets[f * p.B]; i < in.offsets[(f + 1) * p.B]; ++i) keys[i] = f * p.E + in.indices[i];
+      std::sort(keys.begin(), keys.end());
+      unique_rows = static_cast<int64_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
     }
-  }
 
-  TimingConfig tc;
-  tc.warmup = p.warmup;
-  tc.repeats = p.iters;
-  Timing t;
-  st = time_op(ctx, tc, [&](int call) { return tbe->forward(ctx, make_args(static_cast<size_t>(call) % sets.size())); }, &t);
-  if (!st.ok()) return fail("forward", st);
-
-  // Unique (table, row) pairs of set 0, as ANCHORS.md quotes them.
-  int64_t unique_rows = 0;
-  {
-    const TbeInputs& in = sets[0].host;
-    std::vector<int64_t> keys(in.indices.size());
-    for (int f = 0; f < p.T; ++f)
-      for (int64_t i = in.offsets[f * p.B]; i < in.offsets[(f + 1) * p.B]; ++i) keys[i] = f * p.E + in.indices[i];
-    std::sort(keys.begin(), keys.end());
-    unique_rows = static_cast<int64_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
+    const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
+    const double floor_us = bytes / (copy_gbps * 1e9) * 1e6;
+    const double pct = t.median_us > 0 ? 100.0 * floor_us / t.median_us : 0.0;
+    nlohmann::json rec = base_record(p.backend);
+    rec["op"] = "tbe_forward";
+    rec["impl"] = "embscale";
+    rec["num_tables"] = p.T;
+    rec["batch_size"] = p.B;
+    if (p.mixed) {
+      rec["embedding_dim"] = "mixed";
+      rec["dims"] = p.dims;
+    } else {
+      rec["embedding_dim"] = p.D;
+    }
+    rec["bag_size"] = p.L;
+    rec["variable_bag_size"] = p.variable;
+    rec["num_embeddings"] = p.E;
+    rec["alpha"] = p.alpha;
+    rec["weights_precision"] = dtype_name(p.w_dtype);
+    rec["output_dtype"] = dtype_name(p.out_dtype);
+    rec["pooling"] = pooling_mode_name(p.pooling);
+    rec["weighted"] = p.weighted;
+    rec["indices_dtype"] = dtype_name(p.idx_dtype);
+    rec["bounds_check"] = bounds_check_mode_name(p.bounds);
+    rec["num_lookups"] = N0;
+    rec["unique_rows"] = unique_rows;
+    rec["input_sets"] = sets.size();
+    rec["bytes"] = bytes;
+    rec["median_us"] = t.median_us;
+    rec["min_us"] = t.min_us;
+    rec["GBps"] = gbps;
+    rec["copy_GBps"] = copy_gbps;
+    rec["floor_us"] = floor_us;
+    rec["pct_of_floor"] = pct;
+    // The CUDA forward's tuning (EMBSCALE_TBE_FWD_VARIANT / _ORDER / _BAGS), so sweep records name it.
+    std::string tuning_note;
+#if EMBSCALE_WITH_CUDA
+    if (p.backend == Backend::kCuda) {
+      cuda::TbeForwardTuning tu;
+      if (cuda::tbe_forward_tuning(&tu).ok()) {
+        rec["fwd_variant"] = tu.variant;
+        rec["fwd_order"] = tu.feature_inner ? "feature" : "tile";
+        rec["fwd_bags_per_group"] = tu.bags_per_group;
+        tuning_note = " [" + tu.variant + (tu.feature_inner ? ", feature order" : "") +
+                      (tu.bags_per_group > 1 ? ", " + std::to_string(tu.bags_per_group) + " bags/group" : "") + "]";
+      }
+    }
+#endif
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "tbe_forward %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s->%s idx=%s %s%s bounds=%s: %.1f us, "
+                  "%.1f GB/s, %.0f%% of the byte floor (%.1f us at copy %.1f GB/s), %lld lookups, %lld unique rows%s",
+                  backend_name(p.backend), p.T, static_cast<long long>(p.B),
+                  p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
+                  static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
+                  dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
+                  bounds_check_mode_name(p.bounds), t.median_us, gbps, pct, floor_us, copy_gbps,
+                  static_cast<long long>(N0), static_cast<long long>(unique_rows), tuning_note.c_str());
+    emit(rec, p.json, line);
   }
-
-  const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
-  const double floor_us = bytes / (copy_gbps * 1e9) * 1e6;
-  const double pct = t.median_us > 0 ? 100.0 * floor_us / t.median_us : 0.0;
-  nlohmann::json rec = base_record(p.backend);
-  rec["op"] = "tbe_forward";
-  rec["impl"] = "embscale";
-  rec["num_tables"] = p.T;
-  rec["batch_size"] = p.B;
-  if (p.mixed) {
-    rec["embedding_dim"] = "mixed";
-    rec["dims"] = p.dims;
-  } else {
-    rec["embedding_dim"] = p.D;
-  }
-  rec["bag_size"] = p.L;
-  rec["variable_bag_size"] = p.variable;
-  rec["num_embeddings"] = p.E;
-  rec["alpha"] = p.alpha;
-  rec["weights_precision"] = dtype_name(p.w_dtype);
-  rec["output_dtype"] = dtype_name(p.out_dtype);
-  rec["pooling"] = pooling_mode_name(p.pooling);
-  rec["weighted"] = p.weighted;
-  rec["indices_dtype"] = dtype_name(p.idx_dtype);
-  rec["bounds_check"] = bounds_check_mode_name(p.bounds);
-  rec["num_lookups"] = N0;
-  rec["unique_rows"] = unique_rows;
-  rec["input_sets"] = sets.size();
-  rec["bytes"] = bytes;
-  rec["median_us"] = t.median_us;
-  rec["min_us"] = t.min_us;
-  rec["GBps"] = gbps;
-  rec["copy_GBps"] = copy_gbps;
-  rec["floor_us"] = floor_us;
-  rec["pct_of_floor"] = pct;
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "tbe_forward %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s->%s idx=%s %s%s bounds=%s: %.1f us, "
-                "%.1f GB/s, %.0f%% of the byte floor (%.1f us at copy %.1f GB/s), %lld lookups, %lld unique rows",
-                backend_name(p.backend), p.T, static_cast<long long>(p.B),
-                p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
-                static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
-                dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
-                bounds_check_mode_name(p.bounds), t.median_us, gbps, pct, floor_us, copy_gbps,
-                static_cast<long long>(N0), static_cast<long long>(unique_rows));
-  emit(rec, p.json, line);
   return 0;
 }
 
@@ -405,6 +461,9 @@ void add_tbe_bench(CLI::App& bench) {
   sub->add_option("--bounds-check", args->bounds_check, "error, skip or off")->capture_default_str();
   sub->add_option("--seed", args->seed, "input seed")->capture_default_str();
   sub->add_flag("--json", args->json, "print one JSON record instead of a text line");
+  sub->add_option("--sweep", args->sweep,
+                  "cuda: time these forward variants in turn on the same inputs (comma-separated names, or all; "
+                  "see EMBSCALE_TBE_FWD_VARIANT)");
   sub->callback([args] { std::exit(run_from_args(*args)); });
 }
 
