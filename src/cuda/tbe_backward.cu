@@ -1,0 +1,456 @@
+// CUDA table-batched embedding backward fused with the optimizer: workspace layout, the CUB calls,
+// the launch order and the bounds-check protocol around the kernels of tbe_backward_kernels.cuh.
+//
+// Enqueued on ctx.stream, in order (no allocation, no host readback except in error mode):
+//   linearize   keys/values (+ checks); error and skip modes then run the forward's finalize kernel,
+//               which turns the records into a report (or *num_skipped) and clears them.
+//               Error mode: the report is copied back and the stream synchronised HERE, before any
+//               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
+//   sort        cub::DeviceRadixSort::SortPairs on bits [0, bit_width(total_rows)) (stable).
+//   encode      counters cleared, cub::DeviceRunLengthEncode::Encode, cub::DeviceScan::ExclusiveSum
+//               (run starts), then the classify kernel (warp / block / hot lists, hot-row slots).
+//   rows        grad_per_sample_weights, then the warp, block, hot-part and hot-combine kernels; all
+//               persistent grids sized from the SM count, each reading its list length on the device.
+// Skip mode: broken offsets set the report on the device and the row kernels then write nothing;
+// outside a graph capture the report is read back at the end (the op synchronises, as the forward
+// does) and becomes an error Status; inside a capture *num_skipped is -1 instead.
+//
+// Keys are uint32 when total_rows + 1 fits (half the sort traffic of uint64), else uint64; values are
+// uint32 (lookup ids or bag items), so N and T*B must be below 2^31 and 2^32 - 1.
+#include <cuda_runtime.h>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_run_length_encode.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "api/tbe_backend.h"
+#include "common/optimizer.h"
+#include "common/rounding.h"
+#include "cuda/check.cuh"
+#include "cuda/tbe_backward_launch.cuh"
+#include "cuda/tbe_backward_phases.h"
+
+namespace embscale {
+namespace cuda {
+namespace {
+
+using tbe_bwd::BwdParams;
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+int bit_width(uint64_t v) {
+  int b = 0;
+  while (v != 0) {
+    ++b;
+    v >>= 1;
+  }
+  return b;
+}
+
+struct Tuning {
+  int max_warp = tbe_bwd::kDefaultMaxWarpSegment;
+  int max_block = tbe_bwd::kDefaultMaxBlockSegment;
+  int block_threads = tbe_bwd::kDefaultBlockThreads;
+};
+
+Status resolve_tuning(const TbeBackwardTuning& t, Tuning* out) {
+  Tuning r;
+  if (t.max_warp_segment != 0) r.max_warp = t.max_warp_segment;
+  if (t.max_block_segment != 0) r.max_block = t.max_block_segment;
+  if (t.block_threads != 0) r.block_threads = t.block_threads;
+  if (r.max_warp < 1) return invalid_argument("tuning.max_warp_segment: " + std::to_string(r.max_warp) + "; expected >= 1");
+  if (r.max_block < r.max_warp)
+    return invalid_argument("tuning.max_block_segment: " + std::to_string(r.max_block) +
+                            " is less than max_warp_segment " + std::to_string(r.max_warp));
+  if (r.block_threads < ArchTraits::kWarpSize || r.block_threads > tbe_bwd::kMaxBlockThreads ||
+      r.block_threads % ArchTraits::kWarpSize != 0)
+    return invalid_argument("tuning.block_threads: " + std::to_string(r.block_threads) +
+                            "; the CUDA backend takes a multiple of 32 in 32.." +
+                            std::to_string(tbe_bwd::kMaxBlockThreads));
+  *out = r;
+  return Status::Ok();
+}
+
+// Sub-buffer offsets of the workspace (bytes from its first 256-byte aligned address).
+struct Layout {
+  size_t keys_in = 0, keys_sorted = 0, vals_in = 0, vals_sorted = 0, bag_of = 0, bag_count = 0, unique_keys = 0,
+         run_lengths = 0, run_starts = 0, row_list = 0, hot_list = 0, hot_base = 0, slot_row = 0, slot_super = 0,
+         partials = 0, counters = 0, cub_temp = 0, cub_bytes = 0, total = 0;
+  int64_t max_block_rows = 0, max_hot = 0, max_slots = 0;
+  bool key64 = false;
+  int end_bit = 0;
+};
+
+struct CallShape {
+  int64_t N = 0, B = 0, items = 0, total_rows = 0;
+  bool sequence = false, mean = false, vals_are_items = true;
+};
+
+CallShape call_shape(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) {
+  CallShape c;
+  c.N = args.indices.numel();
+  c.B = args.batch_size;
+  c.items = static_cast<int64_t>(tbe.num_features()) * c.B;
+  c.total_rows = tbe.total_rows();
+  c.sequence = args.pooling == PoolingMode::kNone;
+  c.mean = args.pooling == PoolingMode::kMean;
+  c.vals_are_items = !c.sequence && args.per_sample_weights == nullptr && args.grad_per_sample_weights == nullptr;
+  return c;
+}
+
+template <typename K>
+Status cub_bytes(int64_t N, int end_bit, cudaStream_t s, size_t* out) {
+  const int n = static_cast<int>(N);
+  size_t sort = 0, rle = 0, scan = 0;
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(
+      cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
+                                      static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), n, 0,
+                                      end_bit, s),
+      "cub::DeviceRadixSort::SortPairs (size)"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(
+      cub::DeviceRunLengthEncode::Encode(nullptr, rle, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
+                                         static_cast<uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), n, s),
+      "cub::DeviceRunLengthEncode::Encode (size)"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cub::DeviceScan::ExclusiveSum(nullptr, scan, static_cast<const uint32_t*>(nullptr),
+                                                                     static_cast<uint32_t*>(nullptr), n, s),
+                                       "cub::DeviceScan::ExclusiveSum (size)"));
+  *out = std::max(sort, std::max(rle, scan));
+  return Status::Ok();
+}
+
+Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, const Tuning& t, cudaStream_t s,
+                   Layout* out) {
+  const CallShape c = call_shape(tbe, args);
+  if (c.N > INT32_MAX)
+    return unsupported("indices: " + std::to_string(c.N) + " lookups; the CUDA backward supports up to 2^31 - 1");
+  if (c.items >= static_cast<int64_t>(UINT32_MAX))
+    return unsupported("batch_size: T*B = " + std::to_string(c.items) + " bags; the CUDA backward supports fewer than 2^32 - 1");
+  Layout L;
+  L.key64 = static_cast<uint64_t>(c.total_rows) >= UINT32_MAX;  // the sentinel total_rows must fit the key
+  L.end_bit = std::max(1, bit_width(static_cast<uint64_t>(c.total_rows)));
+  const size_t N = static_cast<size_t>(c.N);
+  const size_t kb = L.key64 ? 8 : 4;
+  L.max_block_rows = c.N / (static_cast<int64_t>(t.max_warp) + 1) + 1;
+  L.max_hot = c.N / (static_cast<int64_t>(t.max_block) + 1) + 1;
+  L.max_slots = c.N / tbe_bwd::kSuperChunk + L.max_hot + 1;
+  size_t at = 0;
+  const auto take = [&](size_t bytes) {
+    const size_t o = at;
+    at = align_up(at + bytes);
+    return o;
+  };
+  L.keys_in = take(N * kb);
+  L.keys_sorted = take(N * kb);
+  L.vals_in = take(N * 4);
+  L.vals_sorted = take(N * 4);
+  L.bag_of = take(c.vals_are_items ? 0 : N * 4);
+  L.bag_count = take(c.mean ? static_cast<size_t>(c.items) * 4 : 0);
+  L.unique_keys = take(N * kb);
+  L.run_lengths = take(N * 4);
+  L.run_starts = take(N * 4);
+  L.row_list = take(static_cast<size_t>(L.max_block_rows) * 4);
+  L.hot_list = take(static_cast<size_t>(L.max_hot) * 4);
+  L.hot_base = take(static_cast<size_t>(L.max_hot) * 4);
+  L.slot_row = take(static_cast<size_t>(L.max_slots) * 4);
+  L.slot_super = take(static_cast<size_t>(L.max_slots) * 4);
+  L.partials = take(static_cast<size_t>(L.max_slots) * static_cast<size_t>(tbe.max_dim()) * 4);
+  L.counters = take(tbe_bwd::kNumCounters * 4);
+  if (c.N > 0) {
+    EMBSCALE_RETURN_IF_ERROR(L.key64 ? cub_bytes<uint64_t>(c.N, L.end_bit, s, &L.cub_bytes)
+                                     : cub_bytes<uint32_t>(c.N, L.end_bit, s, &L.cub_bytes));
+  }
+  L.cub_temp = take(L.cub_bytes);
+  L.total = at + kAlign;  // slack: the caller's buffer need not be 256-byte aligned
+  *out = L;
+  return Status::Ok();
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;
+  return std::max(1, sms);
+}
+
+// The error-mode report (scratch words kReport..kReport+4) as a Status naming what was wrong; the
+// same wording as the forward's.
+Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r) {
+  const auto s = [](int64_t v) { return std::to_string(v); };
+  switch (r[0]) {
+    case tbe_fwd::kReportNone: return Status::Ok();
+    case tbe_fwd::kReportNegativeFirst:
+      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + s(r[1]) + " is negative");
+    case tbe_fwd::kReportDecreasing: {
+      const int64_t item = r[1] - 1;
+      return out_of_range("offsets: position " + s(r[1]) + " (end of feature " + s(B > 0 ? item / B : 0) + ", bag " +
+                          s(B > 0 ? item % B : 0) + "): value " + s(r[2]) + " is less than the previous value " +
+                          s(r[3]));
+    }
+    case tbe_fwd::kReportLastMismatch:
+      return out_of_range("offsets: the last value " + s(r[1]) + " differs from the number of indices " + s(N));
+    case tbe_fwd::kReportBadIndex: {
+      const int64_t item = r[1];
+      const int f = static_cast<int>(item / B);
+      const int t = tbe.feature_table(f);
+      return out_of_range("indices: feature " + s(f) + ", bag " + s(item % B) + ", position " + s(r[2] - r[4]) +
+                          " (indices[" + s(r[2]) + "]): index " + s(r[3]) + " is outside table " + s(t) + " (" +
+                          s(tbe.config().tables[t].num_rows) + " rows)");
+    }
+    default: break;
+  }
+  return Status(StatusCode::kBackendError, "tbe backward: unknown bounds-check report " + s(r[0]));
+}
+
+Status read_report(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, cudaStream_t stream) {
+  int64_t report[5] = {0, 0, 0, 0, 0};
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, tbe.device_meta().scratch + tbe_fwd::kReport,
+                                                       sizeof(report), cudaMemcpyDeviceToHost, stream),
+                                       "cudaMemcpyAsync (bounds-check report)"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (bounds-check report)"));
+  return report_status(tbe, B, N, report);
+}
+
+template <typename K, typename I>
+Status launch_linearize(const BwdParams& p, cudaStream_t s) {
+  const int64_t blocks = std::max<int64_t>(1, (p.num_items + tbe_bwd::kLinearizeItems - 1) / tbe_bwd::kLinearizeItems);
+  tbe_bwd::tbe_backward_linearize_kernel<K, I><<<static_cast<unsigned>(blocks), tbe_bwd::kLinearizeItems, 0, s>>>(p);
+  EMBSCALE_CHECK_LAUNCH("tbe_backward_linearize_kernel");
+  return Status::Ok();
+}
+
+template <typename I>
+Status launch_finalize(const BwdParams& p, int64_t* num_skipped, cudaStream_t s) {
+  tbe_fwd::tbe_forward_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+                                                          static_cast<const I*>(p.indices), p.num_items,
+                                                          p.num_indices, p.check, p.scratch, num_skipped);
+  EMBSCALE_CHECK_LAUNCH("tbe_forward_finalize_kernel (backward)");
+  return Status::Ok();
+}
+
+template <typename K>
+Status run_sort(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
+  size_t bytes = L.cub_bytes;
+  return cuda_status(cub::DeviceRadixSort::SortPairs(temp, bytes, static_cast<const K*>(p.keys_in),
+                                                     static_cast<K*>(p.keys_sorted), p.vals_in, p.vals_sorted,
+                                                     static_cast<int>(p.num_indices), 0, L.end_bit, s),
+                     "cub::DeviceRadixSort::SortPairs");
+}
+
+template <typename K>
+Status run_encode(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
+  size_t bytes = L.cub_bytes;
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(
+      cub::DeviceRunLengthEncode::Encode(temp, bytes, static_cast<const K*>(p.keys_sorted), static_cast<K*>(p.unique_keys),
+                                         p.run_lengths, p.counters + tbe_bwd::kNumRuns,
+                                         static_cast<int>(p.num_indices), s),
+      "cub::DeviceRunLengthEncode::Encode"));
+  bytes = L.cub_bytes;
+  return cuda_status(cub::DeviceScan::ExclusiveSum(temp, bytes, static_cast<const uint32_t*>(p.run_lengths),
+                                                   p.run_starts, static_cast<int>(p.num_indices), s),
+                     "cub::DeviceScan::ExclusiveSum");
+}
+
+bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+}  // namespace
+
+Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes) {
+  Tuning t;
+  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, &t));
+  Layout L;
+  EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, nullptr, &L));
+  *bytes = L.total;
+  return Status::Ok();
+}
+
+Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, void* ws,
+                    size_t ws_bytes) {
+  return tbe_backward_phases(ctx, tbe, args, ws, ws_bytes, kTbeBwdAll);
+}
+
+Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args,
+                           void* ws, size_t ws_bytes, unsigned phases) {
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
+  Tuning t;
+  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, &t));
+  Layout L;
+  EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, stream, &L));
+  if (ws_bytes < L.total)
+    return invalid_argument("workspace: " + std::to_string(ws_bytes) + " bytes; this call needs " +
+                            std::to_string(L.total) + " (tbe_backward_workspace_size)");
+  if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(L.total) + " bytes are needed");
+  const CallShape c = call_shape(tbe, args);
+  const bool dense = args.optimizer.type == OptimizerType::kNone;
+
+  bool capturing = false;
+  if (args.bounds_check != BoundsCheckMode::kOff) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
+    capturing = capture != cudaStreamCaptureStatusNone;
+  }
+  if (args.bounds_check == BoundsCheckMode::kError && capturing && (phases & kTbeBwdLinearize))
+    return invalid_argument(
+        "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
+        "inside a CUDA graph capture; use skip or off");
+
+  char* base = reinterpret_cast<char*>(align_up(reinterpret_cast<uintptr_t>(ws)));
+  const auto at = [&](size_t off) { return static_cast<void*>(base + off); };
+  BwdParams p{};
+  p.weights = args.weights.data;
+  p.grad_output = args.grad_output.data;
+  p.indices = args.indices.data;
+  p.offsets = args.offsets.data;
+  p.psw = args.per_sample_weights;
+  p.weight_offsets = meta.weight_offsets;
+  p.num_rows = meta.num_rows;
+  p.dims = meta.dims;
+  p.output_offsets = meta.output_offsets;
+  p.row_offsets = meta.row_offsets;
+  p.scratch = meta.scratch;
+  p.momentum1 = args.momentum1;
+  p.momentum2 = args.momentum2;
+  p.grad_psw = args.grad_per_sample_weights;
+  p.unique_rows_out = args.unique_rows;
+  p.num_unique_out = args.num_unique;
+  p.unique_grads = args.unique_grads;
+  p.keys_in = at(L.keys_in);
+  p.keys_sorted = at(L.keys_sorted);
+  p.vals_in = static_cast<uint32_t*>(at(L.vals_in));
+  p.vals_sorted = static_cast<uint32_t*>(at(L.vals_sorted));
+  p.bag_of = static_cast<uint32_t*>(at(L.bag_of));
+  p.bag_count = static_cast<int32_t*>(at(L.bag_count));
+  p.unique_keys = at(L.unique_keys);
+  p.run_lengths = static_cast<uint32_t*>(at(L.run_lengths));
+  p.run_starts = static_cast<uint32_t*>(at(L.run_starts));
+  p.row_list = static_cast<uint32_t*>(at(L.row_list));
+  p.hot_list = static_cast<uint32_t*>(at(L.hot_list));
+  p.hot_base = static_cast<uint32_t*>(at(L.hot_base));
+  p.slot_row = static_cast<uint32_t*>(at(L.slot_row));
+  p.slot_super = static_cast<uint32_t*>(at(L.slot_super));
+  p.partials = static_cast<float*>(at(L.partials));
+  p.counters = static_cast<uint32_t*>(at(L.counters));
+  p.batch_size = c.B;
+  p.num_indices = c.N;
+  p.num_items = c.items;
+  p.total_rows = c.total_rows;
+  const int T = tbe.num_features();
+  p.grad_stride = c.sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
+  p.max_hot = L.max_hot;
+  p.max_slots = L.max_slots;
+  p.num_features = T;
+  p.max_dim = tbe.max_dim();
+  p.key64 = L.key64 ? 1 : 0;
+  p.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
+            : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
+                                                          : tbe_fwd::kCheckOff;
+  p.check_report = args.bounds_check == BoundsCheckMode::kSkip ? 1 : 0;
+  p.sequence = c.sequence ? 1 : 0;
+  p.vals_are_items = c.vals_are_items ? 1 : 0;
+  p.need_bag_of = c.vals_are_items ? 0 : 1;
+  p.mean = c.mean ? 1 : 0;
+  p.contrib = c.mean ? tbe_bwd::kContribMean
+                     : (args.per_sample_weights != nullptr ? tbe_bwd::kContribWeighted : tbe_bwd::kContribPlain);
+  // Vector access: every row of every table (and every gradient row) starts at a multiple of kVec
+  // elements of a suitably aligned base.
+  const size_t wes = dtype_size(args.weights.dtype), ges = dtype_size(args.grad_output.dtype);
+  bool w_vec = aligned(args.weights.data, wes * tbe_bwd::kVec), g_vec = aligned(args.grad_output.data, ges * tbe_bwd::kVec);
+  for (int f = 0; f < T; ++f) {
+    w_vec = w_vec && tbe.feature_dim(f) % tbe_bwd::kVec == 0 && tbe.weight_offset(tbe.feature_table(f)) % tbe_bwd::kVec == 0;
+    g_vec = g_vec && p.grad_stride % tbe_bwd::kVec == 0 && (c.sequence || tbe.output_offset(f) % tbe_bwd::kVec == 0);
+  }
+  p.w_vec = w_vec ? 1 : 0;
+  p.g_vec = g_vec ? 1 : 0;
+  p.ug_vec = (dense && aligned(args.unique_grads, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
+  p.max_warp_segment = t.max_warp;
+  p.max_block_segment = t.max_block;
+  p.opt = args.optimizer;
+  p.corrections = opt::adam_corrections(args.optimizer);
+  p.rounding = args.rounding;
+  p.rounding_key = rounding_key(args.seed, args.optimizer.step);
+  void* cub_temp = at(L.cub_temp);
+  const bool i64 = args.indices.dtype == DType::kI64;
+
+  // 1. linearize and check
+  if (phases & kTbeBwdLinearize) {
+    if (c.N > 0 || args.bounds_check != BoundsCheckMode::kOff) {
+      if (L.key64) {
+        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint64_t, int64_t>(p, stream)
+                                      : launch_linearize<uint64_t, int32_t>(p, stream)));
+      } else {
+        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint32_t, int64_t>(p, stream)
+                                      : launch_linearize<uint32_t, int32_t>(p, stream)));
+      }
+    }
+    if (args.bounds_check != BoundsCheckMode::kOff) {
+      EMBSCALE_RETURN_IF_ERROR(i64 ? launch_finalize<int64_t>(p, args.num_skipped, stream)
+                                   : launch_finalize<int32_t>(p, args.num_skipped, stream));
+    }
+    if (args.bounds_check == BoundsCheckMode::kError) EMBSCALE_RETURN_IF_ERROR(read_report(tbe, c.B, c.N, stream));
+  }
+  if (c.N == 0) {
+    if (dense && (phases & kTbeBwdEncode))
+      EMBSCALE_RETURN_IF_ERROR(
+          cuda_status(cudaMemsetAsync(args.num_unique, 0, sizeof(int64_t), stream), "cudaMemsetAsync (num_unique)"));
+  } else {
+    // 2. sort
+    if (phases & kTbeBwdSort) {
+      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_sort<uint64_t>(p, L, cub_temp, stream)
+                                       : run_sort<uint32_t>(p, L, cub_temp, stream));
+    }
+    // 3. encode and classify
+    if (phases & kTbeBwdEncode) {
+      EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(p.counters, 0, tbe_bwd::kNumCounters * 4, stream),
+                                           "cudaMemsetAsync (counters)"));
+      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_encode<uint64_t>(p, L, cub_temp, stream)
+                                       : run_encode<uint32_t>(p, L, cub_temp, stream));
+      const int64_t blocks =
+          std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, static_cast<int64_t>(sm_count()) * 8);
+      if (L.key64) {
+        tbe_bwd::tbe_backward_classify_kernel<uint64_t><<<static_cast<unsigned>(blocks), tbe_bwd::kRowThreads, 0, stream>>>(p);
+      } else {
+        tbe_bwd::tbe_backward_classify_kernel<uint32_t><<<static_cast<unsigned>(blocks), tbe_bwd::kRowThreads, 0, stream>>>(p);
+      }
+      EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_kernel");
+    }
+    // 4. gradient sums and updates
+    if (phases & kTbeBwdRows) {
+      const int sms = sm_count();
+      const int per_sm = ArchTraits::kMaxThreadsPerBlock * 2 / t.block_threads;  // 2048 threads per SM
+      tbe_bwd::RowGrids g;
+      g.warp_rows = sms * 8;
+      g.block_rows = sms * per_sm;
+      g.hot_parts = sms * per_sm;
+      g.combine = sms * 8;
+      g.grad_psw = sms * 8;
+      g.block_threads = t.block_threads;
+      switch (args.weights.dtype) {
+        case DType::kF32:
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<float>(p, args.grad_output.dtype, g, stream)));
+          break;
+        case DType::kF16:
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<fp16_t>(p, args.grad_output.dtype, g, stream)));
+          break;
+        case DType::kBF16:
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<bf16_t>(p, args.grad_output.dtype, g, stream)));
+          break;
+        default:
+          return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) +
+                                  " is not supported; expected fp32, fp16 or bf16");
+      }
+    }
+  }
+  // Skip mode outside a capture: broken offsets become an error Status (nothing was updated).
+  if (args.bounds_check == BoundsCheckMode::kSkip && !capturing && (phases & kTbeBwdLinearize))
+    return read_report(tbe, c.B, c.N, stream);
+  return Status::Ok();
+}
+
+}  // namespace cuda
+}  // namespace embscale

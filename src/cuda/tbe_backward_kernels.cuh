@@ -1,0 +1,918 @@
+// CUDA table-batched embedding backward fused with the optimizer: the kernels (workspace, CUB calls,
+// dispatch and launch order live in tbe_backward.cu; the row kernels are instantiated per weights
+// dtype in tbe_backward_rows_{f32,f16,bf16}.cu).
+//
+// Pipeline (all on one stream, no host readback except the error-mode report):
+//   linearize  lookup i of bag (f, b) -> key = row_offsets[f] + indices[i] (an invalid index in skip
+//              mode, or a lookup outside every bag, gets the sentinel key total_rows, which sorts past
+//              every valid key and is dropped); value = the bag item f*B+b when the pooled gradient row
+//              is all a lookup needs, else the lookup id i (then bag_of[i] = item is stored too).
+//   CUB        radix sort of (key, value) on the key's significant bits (stable: ties keep lookup
+//              order), run-length encode -> unique keys + run lengths, exclusive scan -> run starts.
+//   classify   by run length: short rows stay where they are (the warp kernel walks the unique rows
+//              directly), longer ones go to the block list, hot ones to the hot list with their
+//              superchunk slots (see below) from an atomic bump allocator.
+//   grad psw   (optional) per lookup, dot(weight row, gradient row) - before any weight is written.
+//   rows       warp per short row, block per long row, block per superchunk of a hot row + a warp
+//              per hot row to combine; each unique row is updated by exactly one owner.
+//
+// Canonical summation order (the determinism contract). A row's gradient over its sorted segment is
+//   total = 0; for each superchunk S (kSuperChunk consecutive lookups): sp = 0;
+//     for each chunk C of S (kChunk consecutive lookups): p = 0; for each lookup j of C: p = p + c_j;
+//     sp = sp + p;   then total = total + sp
+// with c_j = s_j * grad, s_j = 1 (SUM), psw_j (weighted) or the fp32 reciprocal of the bag's valid
+// lookup count (MEAN), every operation a correctly rounded fp32 multiply or add (no FMA). A segment of
+// at most kChunk lookups is thus summed exactly as the CPU backend's flat loop; longer ones differ from
+// it only in the association of the adds. kChunk and kSuperChunk are constants, not
+// tunables: the warp path walks the nesting sequentially, the block path computes the chunk partials
+// of a superchunk on different warps and adds them in chunk order, the multi-block path computes one
+// superchunk per block and the combine step adds the superchunk partials in order. So every path
+// performs the same fp32 operations in the same order, and results are bit-identical across runs,
+// across tunings (max_warp_segment, max_block_segment, block_threads) and across paths. Row-level sums
+// for the optimizer (sum of g'^2, the updated row's norm) are warp reductions in a fixed tree.
+//
+// Columns: a pass covers kPassCols = 32 lanes x kVec columns; lane l owns columns
+// pass*kPassCols + l*kVec .. +kVec-1. Rows wider than one pass loop over passes; the gradient of the
+// first kCachedPasses passes is kept in registers, wider rows recompute it (same operations, same bits)
+// for each sweep the optimizer needs (row sum, norm, apply).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/numerics.h"
+#include "common/optimizer.h"
+#include "common/rounding.h"
+#include "cuda/arch_traits.cuh"
+#include "cuda/tbe_forward_kernels.cuh"  // bounds-check scratch words, report kinds, finalize kernel
+#include "embscale/tbe.h"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_bwd {
+
+// ---- constants -------------------------------------------------------------------------------------
+
+constexpr int kChunk = 32;                          // lookups per chunk of the canonical order
+constexpr int kChunksPerSuper = 32;                 // chunks per superchunk
+constexpr int kSuperChunk = kChunk * kChunksPerSuper;  // lookups per superchunk (and per multi-block part)
+constexpr int kVec = 4;                             // columns per lane per pass
+constexpr int kPassCols = ArchTraits::kWarpSize * kVec;  // columns per pass
+constexpr int kCachedPasses = 2;                    // passes whose gradient stays in registers
+constexpr int kUnroll = 4;                          // gradient rows in flight per lane
+
+// Per-device defaults of TbeBackwardTuning (FBGEMM's thresholds; to be tuned on the H200).
+constexpr int kDefaultMaxWarpSegment = 32;
+constexpr int kDefaultMaxBlockSegment = 1024;
+constexpr int kDefaultBlockThreads = 256;
+constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
+
+constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)
+constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
+constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
+
+// Counters in the workspace (zeroed at the start of every call).
+enum Counter : int {
+  kUnused = 0,
+  kBlockCount = 1,  // rows in the block list
+  kHotCount = 2,    // rows in the hot list
+  kSlotCount = 3,   // superchunk slots handed out to hot rows
+  kNumRuns = 4,     // CUB run-length encode: number of runs (sentinel run included)
+  kNumCounters = 8
+};
+
+constexpr uint32_t kNoBag = 0xffffffffu;  // bag_of of a dropped lookup
+
+enum ContribKind : int { kContribPlain = 0, kContribWeighted = 1, kContribMean = 2 };
+
+// Plain parameters of one backward call (pointers are device memory).
+struct BwdParams {
+  // inputs
+  void* weights;                   // [num_weights] of W
+  const void* grad_output;         // pooled [B, total_dim] / sequence [N, D] of G
+  const void* indices;             // [N] of I
+  const void* offsets;             // [T*B+1] of I
+  const float* psw;                // [N] or null
+  const int64_t* weight_offsets;   // [T]
+  const int64_t* num_rows;         // [T]
+  const int32_t* dims;             // [T]
+  const int32_t* output_offsets;   // [T+1]
+  const int64_t* row_offsets;      // [T]
+  int64_t* scratch;                // [8] bounds-check records (tbe_fwd::ScratchWord)
+  float* momentum1;
+  float* momentum2;
+  float* grad_psw;                 // [N] or null
+  int64_t* unique_rows_out;        // dense mode [N]
+  int64_t* num_unique_out;         // dense mode [1]
+  float* unique_grads;             // dense mode [N * max_dim]
+  // workspace
+  void* keys_in;                   // [N] of K
+  void* keys_sorted;               // [N] of K
+  uint32_t* vals_in;               // [N]
+  uint32_t* vals_sorted;           // [N]
+  uint32_t* bag_of;                // [N] bag item of each lookup (when values are lookup ids)
+  int32_t* bag_count;              // [T*B] valid lookups per bag (MEAN)
+  void* unique_keys;               // [N] of K
+  uint32_t* run_lengths;           // [N]
+  uint32_t* run_starts;            // [N]
+  uint32_t* row_list;              // [max_block_rows] rows of the block path
+  uint32_t* hot_list;              // [max_hot]
+  uint32_t* hot_base;              // [max_hot] first slot of each hot row
+  uint32_t* slot_row;              // [max_slots] unique index of the slot's row
+  uint32_t* slot_super;            // [max_slots] superchunk index within the row
+  float* partials;                 // [max_slots * max_dim]
+  uint32_t* counters;              // [kNumCounters]
+  // sizes and modes
+  int64_t batch_size;              // B
+  int64_t num_indices;             // N
+  int64_t num_items;               // T*B
+  int64_t total_rows;              // sentinel key
+  int64_t grad_stride;             // grad_output row stride (elements)
+  int64_t max_hot;
+  int64_t max_slots;
+  int num_features;
+  int max_dim;
+  int key64;                       // keys are uint64 (else uint32)
+  int check;                       // tbe_fwd::CheckKind
+  int check_report;                // skip mode: rows exit when the bounds-check report is set
+  int sequence;                    // grad_output is [N, D]
+  int vals_are_items;              // sorted values are bag items (else lookup ids)
+  int need_bag_of;
+  int contrib;                     // ContribKind
+  int mean;
+  int w_vec;                       // weights rows allow kVec-element vector access
+  int g_vec;                       // grad_output rows allow kVec-element vector access
+  int ug_vec;                      // unique_grads rows allow kVec-element vector stores
+  int max_warp_segment;
+  int max_block_segment;
+  OptimizerParams opt;
+  opt::AdamCorrections corrections;
+  WeightRounding rounding;
+  uint64_t rounding_key;
+};
+
+// ---- small helpers ---------------------------------------------------------------------------------
+
+template <typename I>
+__device__ __forceinline__ int64_t load_index_bwd(const I* p) {
+  return static_cast<int64_t>(__ldg(p));
+}
+
+__device__ __forceinline__ void record_min_position_bwd(int64_t* word, int64_t position) {
+  atomicMax(reinterpret_cast<unsigned long long*>(word), ~static_cast<unsigned long long>(position));
+}
+
+__device__ __forceinline__ int64_t unique_key(const BwdParams& p, int64_t u) {
+  return p.key64 ? static_cast<int64_t>(static_cast<const uint64_t*>(p.unique_keys)[u])
+                 : static_cast<int64_t>(static_cast<const uint32_t*>(p.unique_keys)[u]);
+}
+
+// Skip mode: broken offsets (reported by the finalize kernel before the rows run) mean no update.
+__device__ __forceinline__ bool rows_disabled(const BwdParams& p) {
+  return p.check_report && *reinterpret_cast<volatile const int64_t*>(p.scratch + tbe_fwd::kReport) != tbe_fwd::kReportNone;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = ArchTraits::kWarpSize / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(ArchTraits::kFullMask, v, o));
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_float<fp16_t>(fp16_t v) { return fp16_to_float(v.bits); }
+template <>
+__device__ __forceinline__ float to_float<bf16_t>(bf16_t v) { return bf16_to_float(v.bits); }
+
+// kVec elements from p (n valid of them; the rest read as 0). vec: p is kVec-element aligned and all
+// kVec exist, one 16-byte (fp32) or 8-byte (fp16/bf16) access. ro: the data is read-only for the
+// kernel's lifetime (grad_output), so the non-coherent path may be used.
+template <typename T, bool kRo>
+__device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) {
+  if (vec && n == kVec) {
+    if constexpr (sizeof(T) == 4) {
+      const float4 v = kRo ? __ldg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
+      x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+    } else {
+      const uint2 v = kRo ? __ldg(reinterpret_cast<const uint2*>(p)) : *reinterpret_cast<const uint2*>(p);
+      const uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        x[2 * k] = to_float<T>(T{static_cast<uint16_t>(w[k] & 0xffffu)});
+        x[2 * k + 1] = to_float<T>(T{static_cast<uint16_t>(w[k] >> 16)});
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    if (k < n) {
+      if constexpr (sizeof(T) == 4) {
+        x[k] = kRo ? __ldg(reinterpret_cast<const float*>(p) + k) : reinterpret_cast<const float*>(p)[k];
+      } else {
+        const uint16_t b = kRo ? __ldg(reinterpret_cast<const unsigned short*>(p) + k)
+                               : reinterpret_cast<const unsigned short*>(p)[k];
+        x[k] = to_float<T>(T{b});
+      }
+    } else {
+      x[k] = 0.0f;
+    }
+  }
+}
+
+template <typename W>
+__device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v) {
+  if (vec && n == kVec) {
+    if constexpr (sizeof(W) == 4) {
+      *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      const uint32_t a = static_cast<uint32_t>(v[0].bits) | (static_cast<uint32_t>(v[1].bits) << 16);
+      const uint32_t b = static_cast<uint32_t>(v[2].bits) | (static_cast<uint32_t>(v[3].bits) << 16);
+      *reinterpret_cast<uint2*>(p) = make_uint2(a, b);
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+    if (k < n) p[k] = v[k];
+}
+
+__device__ __forceinline__ void store_floats(float* p, bool vec, int n, const float* v) {
+  if (vec && n == kVec) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+    if (k < n) p[k] = v[k];
+}
+
+// ---- linearize (+ bounds checks) -------------------------------------------------------------------
+
+// grid = ceil(T*B / kLinearizeItems), block = kLinearizeItems. Block x owns bags [x*256, x*256+256) and
+// the lookups between their first and last offsets (block 0 also those before offsets[0], the last
+// block those after offsets[T*B]: they belong to no bag and get the sentinel key). A lookup finds its
+// bag by binary search in the block's offsets (shared memory), so reads and writes are coalesced.
+template <typename K, typename I>
+__global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel(const BwdParams p) {
+  __shared__ int64_t off[kLinearizeItems + 1];
+  __shared__ int cnt[kLinearizeItems];
+  __shared__ unsigned long long skipped;
+  const I* offsets = static_cast<const I*>(p.offsets);
+  const I* indices = static_cast<const I*>(p.indices);
+  const int64_t N = p.num_indices;
+  const int64_t B = p.batch_size;
+  const int64_t item0 = static_cast<int64_t>(blockIdx.x) * kLinearizeItems;
+  const int nitems = static_cast<int>(p.num_items - item0 < kLinearizeItems ? p.num_items - item0 : kLinearizeItems);
+  const bool check = p.check != tbe_fwd::kCheckOff;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int k = tid; k <= nitems; k += blockDim.x) {
+    int64_t o = static_cast<int64_t>(offsets[item0 + k]);
+    if (check && k < nitems) {
+      const int64_t next = static_cast<int64_t>(offsets[item0 + k + 1]);
+      if (next < o) record_min_position_bwd(p.scratch + tbe_fwd::kBadOffsetKey, item0 + k + 1);
+    }
+    off[k] = o < 0 ? 0 : (o > N ? N : o);  // clamped: nothing outside [0, N) is ever read
+  }
+  if (tid < kLinearizeItems) cnt[tid] = 0;
+  if (tid == 0) skipped = 0;
+  __syncthreads();
+  const int64_t lo = blockIdx.x == 0 ? 0 : off[0];
+  const int64_t hi = item0 + nitems == p.num_items ? N : off[nitems];
+  unsigned my_skipped = 0;
+  for (int64_t i = lo + tid; i < hi; i += blockDim.x) {
+    // bag k: the last k with off[k] <= i (k = -1 or k = nitems: no bag)
+    int a = 0, b = nitems + 1;  // off[a-1] <= i < off[b] over the virtual bounds
+    while (a < b) {
+      const int m = (a + b) >> 1;
+      if (off[m] <= i) a = m + 1; else b = m;
+    }
+    const int k = a - 1;
+    K key = static_cast<K>(p.total_rows);
+    int64_t item = 0;
+    if (k >= 0 && k < nitems) {
+      item = item0 + k;
+      const int f = static_cast<int>(item / B);
+      const int64_t idx = load_index_bwd(indices + i);
+      const bool ok = !check || (idx >= 0 && idx < p.num_rows[f]);
+      if (ok) {
+        key = static_cast<K>(p.row_offsets[f] + idx);
+        if (p.mean) atomicAdd(&cnt[k], 1);
+      } else if (p.check == tbe_fwd::kCheckError) {
+        record_min_position_bwd(p.scratch + tbe_fwd::kBadIndexKey, i);
+      } else {
+        ++my_skipped;
+      }
+    }
+    static_cast<K*>(p.keys_in)[i] = key;
+    p.vals_in[i] = static_cast<uint32_t>(p.vals_are_items ? item : i);
+    if (p.need_bag_of) p.bag_of[i] = key == static_cast<K>(p.total_rows) ? kNoBag : static_cast<uint32_t>(item);
+  }
+  if (p.check == tbe_fwd::kCheckSkip && my_skipped != 0) atomicAdd(&skipped, static_cast<unsigned long long>(my_skipped));
+  __syncthreads();
+  if (p.mean)
+    for (int k = tid; k < nitems; k += blockDim.x) p.bag_count[item0 + k] = cnt[k];
+  if (tid == 0 && skipped != 0) atomicAdd(reinterpret_cast<unsigned long long*>(p.scratch + tbe_fwd::kSkipCount), skipped);
+}
+
+// ---- classify --------------------------------------------------------------------------------------
+
+// Grid-stride over the upper bound N of unique rows; u >= num_runs exits. Appends use atomics, so the
+// lists' order varies between runs; it does not matter: each row has exactly one owner and its
+// arithmetic does not depend on when it runs. Dense mode also writes unique_rows and num_unique here.
+// K: the key type (instantiated by tbe_backward.cu only).
+template <typename K>
+__global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_kernel(const BwdParams p) {
+  const K* keys = static_cast<const K*>(p.unique_keys);
+  const uint32_t runs = p.counters[kNumRuns];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (first == 0 && p.opt.type == OptimizerType::kNone) {
+    const bool sentinel_last = runs > 0 && static_cast<int64_t>(keys[runs - 1]) == p.total_rows;
+    *p.num_unique_out = static_cast<int64_t>(runs) - (sentinel_last ? 1 : 0);
+  }
+  if (rows_disabled(p)) return;
+  for (int64_t u = first; u < runs; u += stride) {
+    const int64_t key = static_cast<int64_t>(keys[u]);
+    if (key == p.total_rows) continue;
+    if (p.opt.type == OptimizerType::kNone) p.unique_rows_out[u] = key;
+    const uint32_t len = p.run_lengths[u];
+    if (len <= static_cast<uint32_t>(p.max_warp_segment)) {
+      // warp rows are not listed: the warp kernel walks the unique rows directly
+    } else if (len <= static_cast<uint32_t>(p.max_block_segment)) {
+      const uint32_t w = atomicAdd(p.counters + kBlockCount, 1u);
+      p.row_list[w] = static_cast<uint32_t>(u);
+    } else {
+      const uint32_t supers = (len + kSuperChunk - 1) / kSuperChunk;
+      const uint32_t h = atomicAdd(p.counters + kHotCount, 1u);
+      const uint32_t base = atomicAdd(p.counters + kSlotCount, supers);
+      p.hot_list[h] = static_cast<uint32_t>(u);
+      p.hot_base[h] = base;
+      for (uint32_t s = 0; s < supers; ++s) {
+        p.slot_row[base + s] = static_cast<uint32_t>(u);
+        p.slot_super[base + s] = s;
+      }
+    }
+  }
+}
+
+// ---- gradient sums ---------------------------------------------------------------------------------
+
+// Where lookup (sorted position q) reads its gradient row, and its scale.
+struct LookupMeta {
+  int64_t grad_off;  // element offset of the row's first column in grad_output (incl. feature column)
+  float scale;       // 1 (SUM), psw (weighted) or 1/count rounded once (MEAN), as the CPU backend
+};
+
+__device__ __forceinline__ LookupMeta meta_of(const BwdParams& p, uint32_t v, uint32_t item) {
+  LookupMeta m;
+  if (p.sequence) {
+    m.grad_off = static_cast<int64_t>(v) * p.grad_stride;
+  } else {
+    const uint32_t f = item / static_cast<uint32_t>(p.batch_size);
+    const int64_t b = static_cast<int64_t>(item) - static_cast<int64_t>(f) * p.batch_size;
+    m.grad_off = b * p.grad_stride + p.output_offsets[f];
+  }
+  m.scale = 1.0f;
+  if (p.contrib == kContribWeighted) m.scale = __ldg(p.psw + v);
+  else if (p.contrib == kContribMean) m.scale = __fdiv_rn(1.0f, static_cast<float>(p.bag_count[item]));
+  return m;
+}
+
+__device__ __forceinline__ LookupMeta lookup_meta(const BwdParams& p, int64_t q) {
+  const uint32_t v = p.vals_sorted[q];
+  return meta_of(p, v, p.vals_are_items ? v : p.bag_of[v]);
+}
+
+// One chunk (n <= kChunk lookups from sorted position first) summed by one warp, lane's kVec columns
+// of pass `pass`, in lookup order from 0: out[k] = ((0 + c_0) + c_1) + ...
+// pre: the meta of lookup `first` when the caller already has it (saves a dependent load chain).
+template <typename G>
+__device__ __forceinline__ void warp_chunk_sum(const BwdParams& p, int64_t first, int n, int col, int ncols,
+                                               float* out, const LookupMeta* pre = nullptr) {
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  LookupMeta mine{0, 1.0f};
+  if (lane < n) mine = (pre != nullptr && lane == 0) ? *pre : lookup_meta(p, first + lane);
+  const G* grad = static_cast<const G*>(p.grad_output);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) out[k] = 0.0f;
+  const bool vec = p.g_vec != 0;
+  for (int j0 = 0; j0 < n; j0 += kUnroll) {
+    float x[kUnroll][kVec];
+    float sc[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      // Lookups past n read the chunk's first row (present), so the loads carry no predicate.
+      const int src = j0 + j < n ? j0 + j : 0;
+      const int64_t off = __shfl_sync(ArchTraits::kFullMask, mine.grad_off, src);
+      sc[j] = __shfl_sync(ArchTraits::kFullMask, mine.scale, src);
+      load_vec<G, true>(grad + off + col, vec, ncols, x[j]);  // ncols == 0: zeros, no access
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      if (j0 + j < n) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          // scale 1 (plain SUM) is exact, so one multiply serves every mode
+          out[k] = __fadd_rn(out[k], __fmul_rn(sc[j], x[j][k]));
+        }
+      }
+    }
+  }
+}
+
+// Columns of pass `pass` owned by this lane: first column and how many of its kVec exist.
+__device__ __forceinline__ void lane_cols(int pass, int D, int* col, int* ncols) {
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  *col = pass * kPassCols + lane * kVec;
+  const int left = D - *col;
+  *ncols = left <= 0 ? 0 : (left < kVec ? left : kVec);
+}
+
+// Warp path: the whole canonical nesting on one warp.
+template <typename G>
+struct WarpGrad {
+  int64_t start;
+  int64_t len;
+  int D;
+  LookupMeta first;  // meta of lookup `start`
+  __device__ void operator()(const BwdParams& p, int pass, float* g) const {
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+    float total[kVec] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t s0 = 0; s0 < len; s0 += kSuperChunk) {
+      float sp[kVec] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const int64_t s_end = len - s0 < kSuperChunk ? len : s0 + kSuperChunk;
+      for (int64_t c0 = s0; c0 < s_end; c0 += kChunk) {
+        const int n = static_cast<int>(s_end - c0 < kChunk ? s_end - c0 : kChunk);
+        float part[kVec];
+        warp_chunk_sum<G>(p, start + c0, n, col, ncols, part, c0 == 0 ? &first : nullptr);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) sp[k] = __fadd_rn(sp[k], part[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) total[k] = __fadd_rn(total[k], sp[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) g[k] = total[k];
+  }
+};
+
+// Shared memory of the block-level superchunk sum: the chunk partials of one superchunk.
+struct SuperSmem {
+  float part[kChunksPerSuper][kPassCols];
+  float total[kPassCols];
+};
+
+// One superchunk (from sorted position first, n lookups) of one pass summed by the whole block: warps
+// take chunks round-robin, then thread t adds column t's chunk partials in chunk order into sp[t].
+// Returns with sp (in smem, caller-provided) complete and the block synchronised.
+template <typename G>
+__device__ __forceinline__ void block_super_sum(const BwdParams& p, SuperSmem& sm, int64_t first, int64_t n, int pass,
+                                                int D, float* sp_out /* smem [kPassCols] */, bool accumulate) {
+  const int warp = static_cast<int>(threadIdx.x) / ArchTraits::kWarpSize;
+  const int nwarps = static_cast<int>(blockDim.x) / ArchTraits::kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const int nchunks = static_cast<int>((n + kChunk - 1) / kChunk);
+  int col, ncols;
+  lane_cols(pass, D, &col, &ncols);
+  for (int c = warp; c < nchunks; c += nwarps) {
+    const int m = static_cast<int>(n - static_cast<int64_t>(c) * kChunk < kChunk ? n - static_cast<int64_t>(c) * kChunk
+                                                                                 : kChunk);
+    float part[kVec];
+    warp_chunk_sum<G>(p, first + static_cast<int64_t>(c) * kChunk, m, col, ncols, part);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) sm.part[c][lane * kVec + k] = part[k];
+  }
+  __syncthreads();
+  for (int t = static_cast<int>(threadIdx.x); t < kPassCols; t += blockDim.x) {
+    float sp = 0.0f;
+    for (int c = 0; c < nchunks; ++c) sp = __fadd_rn(sp, sm.part[c][t]);
+    sp_out[t] = accumulate ? __fadd_rn(sp_out[t], sp) : sp;
+  }
+  __syncthreads();
+}
+
+// Block path: every warp of the block calls this with the same pass (it synchronises the block);
+// every warp gets the same gradient for its lane's columns.
+template <typename G>
+struct BlockGrad {
+  SuperSmem* sm;
+  int64_t start;
+  int64_t len;
+  int D;
+  __device__ void operator()(const BwdParams& p, int pass, float* g) const {
+    const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+    for (int t = static_cast<int>(threadIdx.x); t < kPassCols; t += blockDim.x) sm->total[t] = 0.0f;
+    __syncthreads();
+    // total = total + sp per superchunk: block_super_sum with accumulate adds sp to total in place,
+    // computing sp from 0 first, so the order is the canonical one.
+    for (int64_t s0 = 0; s0 < len; s0 += kSuperChunk) {
+      const int64_t n = len - s0 < kSuperChunk ? len - s0 : kSuperChunk;
+      block_super_sum<G>(p, *sm, start + s0, n, pass, D, sm->total, true);
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) g[k] = sm->total[lane * kVec + k];
+    __syncthreads();
+  }
+};
+
+// Combine path: a warp adds a hot row's superchunk partials (workspace) in superchunk order.
+struct CombineGrad {
+  int64_t base_slot;
+  int64_t supers;
+  int D;
+  __device__ void operator()(const BwdParams& p, int pass, float* g) const {
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+    float total[kVec] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t s = 0; s < supers; ++s) {
+      float x[kVec];
+      const float* src = p.partials + (base_slot + s) * p.max_dim + col;
+      load_vec<float, false>(src, (p.max_dim % kVec) == 0, ncols, x);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) total[k] = __fadd_rn(total[k], x[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) g[k] = total[k];
+  }
+};
+
+// ---- the row update --------------------------------------------------------------------------------
+
+struct RowInfo {
+  int64_t u;      // unique index
+  int64_t key;    // linearised row = row-wise state index
+  int64_t wbase;  // element offset of the row in the weights
+  int D;
+};
+
+__device__ __forceinline__ RowInfo row_info(const BwdParams& p, int64_t u) {
+  RowInfo r;
+  r.u = u;
+  r.key = unique_key(p, u);
+  const int64_t start = p.run_starts[u];
+  const uint32_t v = p.vals_sorted[start];
+  const uint32_t item = p.vals_are_items ? v : p.bag_of[v];
+  const int f = static_cast<int>(item / static_cast<uint32_t>(p.batch_size));
+  r.D = p.dims[f];
+  r.wbase = p.weight_offsets[f] + (r.key - p.row_offsets[f]) * r.D;
+  return r;
+}
+
+// Applies the optimizer to one row given its gradient provider. Called by whole warps; in the block
+// path by every warp of the block (the provider synchronises the block), with writer set on warp 0
+// only: the other warps compute the same values and discard them.
+template <typename W, typename Grad>
+__device__ __forceinline__ void update_row(const BwdParams& p, const RowInfo& r, const Grad& grad_of, bool writer) {
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const OptimizerParams& o = p.opt;
+  const int D = r.D;
+  const int passes = (D + kPassCols - 1) / kPassCols;
+  W* wrow = static_cast<W*>(p.weights) + r.wbase;
+  const bool wvec = p.w_vec != 0;
+
+  // The gradient of a pass: the first kCachedPasses stay in registers after the first sweep.
+  float cache[kCachedPasses][kVec];
+  bool cached = false;
+  const auto grad = [&](int pass, float* g) {
+    if (cached && pass < kCachedPasses) {
+#pragma unroll
+      for (int c = 0; c < kCachedPasses; ++c)
+        if (c == pass)
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) g[k] = cache[c][k];
+      return;
+    }
+    grad_of(p, pass, g);
+#pragma unroll
+    for (int c = 0; c < kCachedPasses; ++c)
+      if (c == pass)
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) cache[c][k] = g[k];
+  };
+  const auto end_sweep = [&]() { cached = true; };
+
+  if (o.type == OptimizerType::kNone) {
+    // Dense mode: the unclipped sum; columns [D, max_dim) of the row are zeros.
+    float* dst = p.unique_grads + r.u * p.max_dim;
+    for (int pass = 0; pass < passes; ++pass) {
+      float g[kVec];
+      grad(pass, g);
+      int col, ncols;
+      lane_cols(pass, D, &col, &ncols);
+      if (writer && ncols > 0) store_floats(dst + col, p.ug_vec != 0, ncols, g);
+    }
+    if (writer)
+      for (int d = D + lane; d < p.max_dim; d += ArchTraits::kWarpSize) dst[d] = 0.0f;
+    return;
+  }
+
+  // The first pass's weights and the row-wise state are loaded before the gradient is summed, so
+  // their latency overlaps the gradient loads (a short row then costs one round trip).
+  float wpre[kVec];
+  {
+    int col, ncols;
+    lane_cols(0, D, &col, &ncols);
+    load_vec<W, false>(wrow + col, wvec, ncols, wpre);
+  }
+  float state_pre = 0.0f;
+  if (o.type == OptimizerType::kRowwiseAdagrad) state_pre = p.momentum1[r.key];
+  else if (o.type == OptimizerType::kPartialRowwiseAdam) state_pre = p.momentum2[r.key];
+  const auto load_w = [&](int pass, int col, int ncols, float* w) {
+    if (pass == 0) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) w[k] = wpre[k];
+    } else {
+      load_vec<W, false>(wrow + col, wvec, ncols, w);
+    }
+  };
+
+  // Row scalars.
+  float mult = 0.0f, corr = 1.0f, denom = 1.0f;
+  if (opt::needs_row_sq_sum(o.type)) {
+    float s = 0.0f;
+    for (int pass = 0; pass < passes; ++pass) {
+      float g[kVec], w[kVec];
+      grad(pass, g);
+      int col, ncols;
+      lane_cols(pass, D, &col, &ncols);
+      load_w(pass, col, ncols, w);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k)
+        if (k < ncols) s = __fadd_rn(s, opt::row_sq_term(opt::clip_grad(g[k], o), w[k], o));
+    }
+    end_sweep();
+    s = warp_sum(s);
+    if (o.type == OptimizerType::kRowwiseAdagrad) {
+      float m = state_pre;
+      mult = opt::rowwise_adagrad_multiplier(&m, s, D, o);
+      corr = opt::rowwise_adagrad_correction(mult, o);
+      if (writer && lane == 0) p.momentum1[r.key] = m;
+    } else {
+      float v = state_pre;
+      denom = opt::partial_rowwise_adam_denominator(&v, s, D, o, p.corrections);
+      if (writer && lane == 0) p.momentum2[r.key] = v;
+    }
+  }
+
+  // New fp32 value of the lane's columns of one pass (element-wise state updated in place by writer).
+  const auto new_values = [&](int pass, float* nv, bool write_state) {
+    float g[kVec], w[kVec];
+    grad(pass, g);
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+    load_w(pass, col, ncols, w);
+    const int64_t e0 = r.wbase + col;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float gk = opt::clip_grad(g[k], o);
+      float v = w[k];
+      if (k < ncols) {
+        switch (o.type) {
+          case OptimizerType::kSgd: v = opt::sgd_apply(w[k], gk, o); break;
+          case OptimizerType::kRowwiseAdagrad: v = opt::rowwise_adagrad_apply(w[k], gk, mult, corr); break;
+          case OptimizerType::kAdam: {
+            float m1 = p.momentum1[e0 + k], m2 = p.momentum2[e0 + k];
+            v = opt::adam_apply(w[k], gk, &m1, &m2, o, p.corrections);
+            if (write_state) {
+              p.momentum1[e0 + k] = m1;
+              p.momentum2[e0 + k] = m2;
+            }
+            break;
+          }
+          case OptimizerType::kPartialRowwiseAdam: {
+            float m1 = p.momentum1[e0 + k];
+            v = opt::partial_rowwise_adam_apply(w[k], gk, &m1, denom, o, p.corrections);
+            if (write_state) p.momentum1[e0 + k] = m1;
+            break;
+          }
+          default: break;
+        }
+      }
+      nv[k] = v;
+    }
+  };
+  const auto store = [&](int pass, const float* nv, float factor) {
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+    if (!writer || ncols <= 0) return;
+    W out[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float v = factor == 1.0f ? nv[k] : nv[k] * factor;
+      out[k] = round_weight<W>(v, p.rounding, p.rounding_key, r.wbase + col + k);
+    }
+    store_weights<W>(wrow + col, wvec, ncols, out);
+  };
+
+  const bool norm = o.type == OptimizerType::kRowwiseAdagrad && o.max_norm > 0.0f;
+  if (!norm) {
+    for (int pass = 0; pass < passes; ++pass) {
+      float nv[kVec];
+      new_values(pass, nv, writer);
+      store(pass, nv, 1.0f);
+    }
+    return;
+  }
+  // max_norm: the norm of the whole updated row first, then the scaled stores (row-wise Adagrad has
+  // no element-wise state, so computing the new values twice changes nothing).
+  float sq = 0.0f;
+  for (int pass = 0; pass < passes; ++pass) {
+    float nv[kVec];
+    new_values(pass, nv, false);
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      if (k < ncols) sq = __fadd_rn(sq, __fmul_rn(nv[k], nv[k]));
+  }
+  end_sweep();
+  const float factor = opt::max_norm_factor(warp_sum(sq), o);
+  for (int pass = 0; pass < passes; ++pass) {
+    float nv[kVec];
+    new_values(pass, nv, false);
+    store(pass, nv, factor);
+  }
+}
+
+// ---- row kernels -----------------------------------------------------------------------------------
+
+// Warp per row: persistent warps walk the unique rows directly, 32 consecutive rows at a time. Lane j
+// first loads row j's run, key, first lookup and table (coalesced, all 32 chains in flight at once);
+// then the warp updates the batch's short rows one after the other with that metadata broadcast, so
+// a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
+template <typename W, typename G>
+__global__ void __launch_bounds__(kRowThreads, kWarpRowsMinBlocks) tbe_backward_warp_rows_kernel(const BwdParams p) {
+  if (rows_disabled(p)) return;
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const int64_t runs = p.counters[kNumRuns];
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
+  for (int64_t u0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
+                     threadIdx.x / ArchTraits::kWarpSize) * ArchTraits::kWarpSize;
+       u0 < runs; u0 += warps * ArchTraits::kWarpSize) {
+    const int64_t u = u0 + lane;
+    bool mine = false;
+    int64_t key = 0, wbase = 0;
+    uint32_t start = 0, len = 0;
+    int D = 0;
+    LookupMeta first{0, 1.0f};
+    if (u < runs) {
+      key = unique_key(p, u);
+      len = p.run_lengths[u];
+      if (key != p.total_rows && len <= static_cast<uint32_t>(p.max_warp_segment)) {
+        mine = true;
+        start = p.run_starts[u];
+        const uint32_t v = p.vals_sorted[start];
+        const uint32_t item = p.vals_are_items ? v : p.bag_of[v];
+        const int f = static_cast<int>(item / static_cast<uint32_t>(p.batch_size));
+        D = p.dims[f];
+        wbase = p.weight_offsets[f] + (key - p.row_offsets[f]) * D;
+        first = meta_of(p, v, item);
+      }
+    }
+    unsigned todo = __ballot_sync(ArchTraits::kFullMask, mine);
+    while (todo != 0) {
+      const int j = __ffs(todo) - 1;
+      todo &= todo - 1;
+      RowInfo r;
+      r.u = u0 + j;
+      r.key = __shfl_sync(ArchTraits::kFullMask, key, j);
+      r.wbase = __shfl_sync(ArchTraits::kFullMask, wbase, j);
+      r.D = __shfl_sync(ArchTraits::kFullMask, D, j);
+      LookupMeta fm;
+      fm.grad_off = __shfl_sync(ArchTraits::kFullMask, first.grad_off, j);
+      fm.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, j);
+      const WarpGrad<G> g{ static_cast<int64_t>(__shfl_sync(ArchTraits::kFullMask, start, j)),
+                          static_cast<int64_t>(__shfl_sync(ArchTraits::kFullMask, len, j)), r.D, fm};
+      update_row<W>(p, r, g, true);
+    }
+  }
+}
+
+// Block per row: persistent blocks walk the block list.
+template <typename W, typename G>
+__global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_rows_kernel(const BwdParams p) {
+  __shared__ SuperSmem sm;
+  if (rows_disabled(p)) return;
+  const uint32_t count = p.counters[kBlockCount];
+  const bool writer = threadIdx.x < ArchTraits::kWarpSize;
+  for (int64_t b = blockIdx.x; b < count; b += gridDim.x) {
+    const int64_t u = p.row_list[b];
+    const RowInfo r = row_info(p, u);
+    const BlockGrad<G> g{ &sm, static_cast<int64_t>(p.run_starts[u]), static_cast<int64_t>(p.run_lengths[u]), r.D};
+    update_row<W>(p, r, g, writer);
+    __syncthreads();
+  }
+}
+
+// Multi-block part: persistent blocks walk the superchunk slots; each writes its superchunk's sum
+// (all passes) to partials[slot].
+template <typename G>
+__global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_hot_parts_kernel(const BwdParams p) {
+  __shared__ SuperSmem sm;
+  if (rows_disabled(p)) return;
+  const uint32_t count = p.counters[kSlotCount];
+  for (int64_t slot = blockIdx.x; slot < count; slot += gridDim.x) {
+    const int64_t u = p.slot_row[slot];
+    const int64_t s = p.slot_super[slot];
+    const RowInfo r = row_info(p, u);
+    const int64_t len = p.run_lengths[u];
+    const int64_t first = static_cast<int64_t>(p.run_starts[u]) + s * kSuperChunk;
+    const int64_t n = len - s * kSuperChunk < kSuperChunk ? len - s * kSuperChunk : kSuperChunk;
+    const int passes = (r.D + kPassCols - 1) / kPassCols;
+    for (int pass = 0; pass < passes; ++pass) {
+      block_super_sum<G>(p, sm, first, n, pass, r.D, sm.total, false);
+      for (int t = static_cast<int>(threadIdx.x); t < kPassCols; t += blockDim.x) {
+        const int col = pass * kPassCols + t;
+        if (col < r.D) p.partials[slot * p.max_dim + col] = sm.total[t];
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Multi-block combine: a warp per hot row adds its partials in order and applies the optimizer.
+template <typename W>
+__global__ void __launch_bounds__(kRowThreads) tbe_backward_hot_combine_kernel(const BwdParams p) {
+  if (rows_disabled(p)) return;
+  const uint32_t count = p.counters[kHotCount];
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
+  for (int64_t h = static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
+                   threadIdx.x / ArchTraits::kWarpSize;
+       h < count; h += warps) {
+    const int64_t u = p.hot_list[h];
+    const RowInfo r = row_info(p, u);
+    const int64_t len = p.run_lengths[u];
+    const CombineGrad g{ static_cast<int64_t>(p.hot_base[h]), (len + kSuperChunk - 1) / kSuperChunk, r.D};
+    update_row<W>(p, r, g, true);
+  }
+}
+
+// ---- gradient w.r.t. per-sample weights ------------------------------------------------------------
+
+// A warp per 32 consecutive lookups (persistent): lookup i -> dot(weight row of i, gradient row of its
+// bag or sequence row), lane partials over the lane's columns, then a fixed xor tree. Runs before any
+// weight is written. Invalid (skipped) lookups and lookups outside every bag get 0.
+template <typename W, typename G>
+__global__ void __launch_bounds__(kRowThreads) tbe_backward_grad_psw_kernel(const BwdParams p) {
+  if (rows_disabled(p)) return;
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
+  const G* grad = static_cast<const G*>(p.grad_output);
+  const W* weights = static_cast<const W*>(p.weights);
+  for (int64_t g0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
+                     threadIdx.x / ArchTraits::kWarpSize) * ArchTraits::kWarpSize;
+       g0 < p.num_indices; g0 += warps * ArchTraits::kWarpSize) {
+    const int n = static_cast<int>(p.num_indices - g0 < ArchTraits::kWarpSize ? p.num_indices - g0 : ArchTraits::kWarpSize);
+    int64_t goff = 0, woff = -1;
+    int d = 0;
+    if (lane < n) {
+      const int64_t i = g0 + lane;
+      const uint32_t item = p.bag_of[i];
+      if (item != kNoBag) {
+        const int64_t key = p.key64 ? static_cast<int64_t>(static_cast<const uint64_t*>(p.keys_in)[i])
+                                    : static_cast<int64_t>(static_cast<const uint32_t*>(p.keys_in)[i]);
+        const uint32_t f = item / static_cast<uint32_t>(p.batch_size);
+        d = p.dims[f];
+        woff = p.weight_offsets[f] + (key - p.row_offsets[f]) * d;
+        if (p.sequence) {
+          goff = i * p.grad_stride;
+        } else {
+          const int64_t b = static_cast<int64_t>(item) - static_cast<int64_t>(f) * p.batch_size;
+          goff = b * p.grad_stride + p.output_offsets[f];
+        }
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      const int64_t wo = __shfl_sync(ArchTraits::kFullMask, woff, j);
+      const int64_t go = __shfl_sync(ArchTraits::kFullMask, goff, j);
+      const int D = __shfl_sync(ArchTraits::kFullMask, d, j);
+      float s = 0.0f;
+      if (wo >= 0) {
+        for (int pass = 0; pass * kPassCols < D; ++pass) {
+          int col, ncols;
+          lane_cols(pass, D, &col, &ncols);
+          if (ncols > 0) {
+            float w[kVec], x[kVec];
+            load_vec<W, false>(weights + wo + col, p.w_vec != 0, ncols, w);
+            load_vec<G, true>(grad + go + col, p.g_vec != 0, ncols, x);
+#pragma unroll
+            for (int k = 0; k < kVec; ++k)
+              if (k < ncols) s = __fadd_rn(s, __fmul_rn(w[k], x[k]));
+          }
+        }
+      }
+      s = warp_sum(s);
+      if (lane == 0) p.grad_psw[g0 + j] = s;
+    }
+  }
+}
+
+}  // namespace tbe_bwd
+}  // namespace cuda
+}  // namespace embscale

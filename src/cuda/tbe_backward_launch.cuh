@@ -1,0 +1,38 @@
+// CUDA table-batched embedding backward: the launchers of the per-row kernels, one template over the
+// weights dtype W in {fp32, fp16, bf16}, the gradient dtype dispatched inside. The three weights dtypes
+// are explicitly instantiated in tbe_backward_rows_{f32,f16,bf16}.cu (one file each, so a 2-core build
+// compiles them in parallel); tbe_backward.cu sees only these declarations.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/tbe_backward_kernels.cuh"
+#include "embscale/dtype.h"
+#include "embscale/status.h"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_bwd {
+
+// Persistent grid sizes of the per-row kernels (blocks); block_threads is the block path's block size.
+struct RowGrids {
+  int warp_rows;   // kRowThreads threads each
+  int block_rows;  // block_threads threads each
+  int hot_parts;   // block_threads threads each
+  int combine;     // kRowThreads threads each
+  int grad_psw;    // kRowThreads threads each
+  int block_threads;
+};
+
+// Enqueues, in order: grad_psw (when p.grad_psw is set), the warp rows, the block rows, the hot-row
+// parts and the hot-row combine.
+template <typename W>
+Status launch_tbe_backward_rows(const BwdParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t stream);
+
+extern template Status launch_tbe_backward_rows<float>(const BwdParams&, DType, const RowGrids&, cudaStream_t);
+extern template Status launch_tbe_backward_rows<fp16_t>(const BwdParams&, DType, const RowGrids&, cudaStream_t);
+extern template Status launch_tbe_backward_rows<bf16_t>(const BwdParams&, DType, const RowGrids&, cudaStream_t);
+
+}  // namespace tbe_bwd
+}  // namespace cuda
+}  // namespace embscale

@@ -1,0 +1,356 @@
+// `embscale bench tbe-backward` and `embscale bench tbe-train`: the table-batched embedding backward
+// fused with the optimizer, alone and after the forward, with the forward benchmark's flags
+// (tools/tbe_bench_common.h) plus the optimizer and the backward's tuning. Reported as FBGEMM does:
+// backward GB/s = 2 * forward bytes / t (training: 3 * forward bytes / t, forward + backward).
+//  * Before timing, the summed gradients of a sample of unique rows (dense-gradient mode, optimizer
+//    none, on input set 0) are compared with a host sum in double, and the number of unique rows with
+//    the host's count, so a fast wrong kernel fails the run.
+//  * Optimizer state starts at zero and the weights are updated by every timed call (as in training);
+//    input sets rotate when one set would stay in the cache.
+//  * tbe-backward on CUDA also times the phases on their own (linearize, sort, encode + classify,
+//    gradient + update), each repeated on input set 0 after a full call (cuda/tbe_backward_phases.h).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench_util.h"
+#include "embscale/memory.h"
+#include "embscale/tbe.h"
+#include "reference_tbe.h"
+#include "registry.h"
+#include "tbe_bench_common.h"
+#if EMBSCALE_WITH_CUDA
+#include "cuda/tbe_backward_phases.h"
+#endif
+
+namespace embscale {
+namespace tools {
+namespace {
+
+using tbe_bench::InputSet;
+using tbe_bench::Plan;
+
+struct BwdArgs {
+  tbe_bench::Args common;
+  std::string optimizer = "rowwise_adagrad";
+  bool deterministic = true;
+  int max_warp_segment = 0;
+  int max_block_segment = 0;
+  int block_threads = 0;
+  float learning_rate = 0.1f;  // FBGEMM's benchmark default (row-wise Adagrad lr=0.1, eps=0.1)
+};
+
+int fail(const std::string& what, const Status& st) {
+  std::fprintf(stderr, "error: %s: %s\n", what.c_str(), st.to_string().c_str());
+  return 1;
+}
+
+// State buffers an optimizer uses (row-wise: total_rows floats; element-wise: num_weights floats).
+size_t state_floats(OptimizerType o, bool first, const TableBatchedEmbedding& tbe) {
+  const bool used = first ? (o == OptimizerType::kRowwiseAdagrad || o == OptimizerType::kAdam ||
+                             o == OptimizerType::kPartialRowwiseAdam)
+                          : (o == OptimizerType::kAdam || o == OptimizerType::kPartialRowwiseAdam);
+  if (!used) return 0;
+  const bool rowwise = first ? o == OptimizerType::kRowwiseAdagrad : o == OptimizerType::kPartialRowwiseAdam;
+  return static_cast<size_t>(rowwise ? tbe.total_rows() : tbe.num_weights());
+}
+
+int run(const BwdArgs& a, bool train) {
+  Plan p;
+  const std::string err = tbe_bench::make_plan(a.common, &p);
+  if (!err.empty()) {
+    std::fprintf(stderr, "error: %s\n", err.c_str());
+    return 2;
+  }
+  OptimizerType otype;
+  if (!parse_optimizer(a.optimizer, &otype)) {
+    std::fprintf(stderr, "error: --optimizer: '%s'; expected sgd, rowwise_adagrad, adam, partial_rowwise_adam or none\n",
+                 a.optimizer.c_str());
+    return 2;
+  }
+  if (!(a.learning_rate >= 0.0f) || !std::isfinite(a.learning_rate)) {
+    std::fprintf(stderr, "error: --learning-rate: expected a finite value >= 0\n");
+    return 2;
+  }
+  const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
+  TbeConfig cfg;
+  for (int t = 0; t < p.T; ++t) cfg.tables.push_back(TableSpec{p.E, p.dims[t]});
+  cfg.weights_dtype = p.w_dtype;
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  Status st = TableBatchedEmbedding::create(ctx, cfg, &tbe);
+  if (!st.ok()) return fail("create", st);
+  const size_t cache = last_level_cache_bytes(p.backend);
+
+  const uint64_t w_seed = p.seed * 7 + 1, g_seed = p.seed * 7 + 3;
+  Buffer weights(p.backend, static_cast<size_t>(tbe->num_weights()) * dtype_size(p.w_dtype));
+  if (!weights.valid()) return fail("weights", Status(StatusCode::kBackendError, "allocation failed"));
+  st = tbe_bench::init_values(ctx, p.w_dtype, tbe->num_weights(), 1.0f, w_seed, weights.data());
+  if (!st.ok()) return fail("weights", st);
+
+  std::vector<InputSet> sets;
+  double fwd_bytes = 0;
+  st = tbe_bench::make_input_sets(ctx, p, *tbe, cache, &sets, &fwd_bytes);
+  if (!st.ok()) return fail("inputs", st);
+  const bool sequence = p.pooling == PoolingMode::kNone;
+  int64_t max_n = 0;
+  for (const auto& s : sets) max_n = std::max(max_n, s.host.num_indices());
+  const int64_t go_rows = sequence ? max_n : p.B;
+  const int64_t go_cols = sequence ? p.D : tbe->total_dim();
+  Buffer grad_out(p.backend, static_cast<size_t>(go_rows * go_cols) * dtype_size(p.out_dtype));
+  Buffer fwd_out(p.backend, train ? static_cast<size_t>(go_rows * go_cols) * dtype_size(p.out_dtype) : 0);
+  if (!grad_out.valid() || !fwd_out.valid()) return fail("grad_output", Status(StatusCode::kBackendError, "allocation failed"));
+  st = tbe_bench::init_values(ctx, p.out_dtype, go_rows * go_cols, 0.5f, g_seed, grad_out.data());
+  if (!st.ok()) return fail("grad_output", st);
+
+  Buffer m1(p.backend, state_floats(otype, true, *tbe) * 4), m2(p.backend, state_floats(otype, false, *tbe) * 4);
+  Buffer dense_rows(p.backend, static_cast<size_t>(max_n) * 8), dense_count(p.backend, 8);
+  Buffer dense_grads(p.backend, static_cast<size_t>(max_n) * tbe->max_dim() * 4);
+  if (!m1.valid() || !m2.valid() || !dense_rows.valid() || !dense_count.valid() || !dense_grads.valid())
+    return fail("state", Status(StatusCode::kBackendError, "allocation failed"));
+
+  auto make_args = [&](size_t s, OptimizerType o) {
+    const InputSet& in = sets[s];
+    TbeBackwardArgs b;
+    b.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
+    b.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
+    b.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
+    b.per_sample_weights = p.weighted ? in.psw->as<float>() : nullptr;
+    b.batch_size = p.B;
+    b.pooling = p.pooling;
+    b.bounds_check = p.bounds;
+    b.grad_output = sequence ? TensorView::mat(grad_out.data(), p.out_dtype, in.host.num_indices(), p.D)
+                             : TensorView::mat(grad_out.data(), p.out_dtype, p.B, tbe->total_dim());
+    b.optimizer.type = o;
+    b.optimizer.learning_rate = a.learning_rate;
+    if (o == OptimizerType::kRowwiseAdagrad) b.optimizer.eps = 0.1f;  // FBGEMM's benchmark default
+    b.momentum1 = state_floats(o, true, *tbe) > 0 ? m1.as<float>() : nullptr;
+    b.momentum2 = state_floats(o, false, *tbe) > 0 ? m2.as<float>() : nullptr;
+    if (o == OptimizerType::kNone) {
+      b.unique_rows = dense_rows.as<int64_t>();
+      b.num_unique = dense_count.as<int64_t>();
+      b.unique_grads = dense_grads.as<float>();
+    }
+    b.deterministic = a.deterministic;
+    b.tuning.max_warp_segment = a.max_warp_segment;
+    b.tuning.max_block_segment = a.max_block_segment;
+    b.tuning.block_threads = a.block_threads;
+    return b;
+  };
+
+  size_t ws_bytes = 0;
+  for (size_t s = 0; s < sets.size(); ++s) {
+    for (OptimizerType o : {otype, OptimizerType::kNone}) {
+      size_t b = 0;
+      st = tbe->backward_workspace_size(ctx, make_args(s, o), &b);
+      if (!st.ok()) return fail("workspace size", st);
+      ws_bytes = std::max(ws_bytes, b);
+    }
+  }
+  Buffer ws(p.backend, ws_bytes);
+  if (!ws.valid()) return fail("workspace", Status(StatusCode::kBackendError, "cannot allocate " + std::to_string(ws_bytes) + " bytes"));
+
+  // Spot check: dense gradients of set 0 against a host sum over a sample of unique rows.
+  const int64_t host_unique = tbe_bench::unique_rows_of(p, sets[0].host);
+  {
+    st = tbe->backward(ctx, make_args(0, OptimizerType::kNone), ws.data(), ws_bytes);
+    if (st.ok()) st = synchronize(ctx);
+    if (!st.ok()) return fail("backward (dense check)", st);
+    int64_t U = 0;
+    st = copy_to_host(ctx, &U, dense_count.data(), 8);
+    if (!st.ok()) return fail("download", st);
+    if (U != host_unique) {
+      std::fprintf(stderr, "error: %lld unique rows; expected %lld\n", static_cast<long long>(U),
+                   static_cast<long long>(host_unique));
+      return 1;
+    }
+    const TbeInputs& in = sets[0].host;
+    std::vector<int64_t> rows(static_cast<size_t>(U));
+    st = copy_to_host(ctx, rows.data(), dense_rows.data(), rows.size() * 8);
+    if (!st.ok()) return fail("download", st);
+    std::vector<unsigned char> go(static_cast<size_t>(go_rows * go_cols) * dtype_size(p.out_dtype));
+    st = copy_to_host(ctx, go.data(), grad_out.data(), go.size());
+    if (!st.ok()) return fail("download", st);
+    const int md = tbe->max_dim();
+    std::unordered_map<int64_t, int64_t> sample;  // key -> sample slot
+    const int64_t step = std::max<int64_t>(1, U / 64);
+    for (int64_t u = 0; u < U; u += step) sample.emplace(rows[u], static_cast<int64_t>(sample.size()));
+    std::vector<double> want(sample.size() * md, 0.0), mag(sample.size() * md, 0.0);
+    std::vector<int64_t> terms(sample.size(), 0);
+    for (int f = 0; f < p.T; ++f) {
+      for (int64_t b = 0; b < p.B; ++b) {
+        const int64_t s0 = in.offsets[f * p.B + b], s1 = in.offsets[f * p.B + b + 1];
+        for (int64_t i = s0; i < s1; ++i) {
+          auto it = sample.find(tbe->row_offset(f) + in.indices[i]);
+          if (it == sample.end()) continue;
+          const double scale = p.pooling == PoolingMode::kMean ? 1.0 / static_cast<double>(s1 - s0)
+                               : p.weighted                    ? in.per_sample_weights[i]
+                                                               : 1.0;
+          const int64_t row = sequence ? i : b, col0 = sequence ? 0 : tbe->output_offset(f);
+          ++terms[it->second];
+          for (int d = 0; d < p.dims[f]; ++d) {
+            const double v = scale * ref::decode(go.data(), p.out_dtype, row * go_cols + col0 + d);
+            want[it->second * md + d] += v;
+            mag[it->second * md + d] += std::fabs(v);
+          }
+        }
+      }
+    }
+    bool nonzero = false;
+    for (int64_t u = 0; u < U; u += step) {
+      const int64_t slot = sample.at(rows[u]);
+      std::vector<float> got(md);
+      st = copy_to_host(ctx, got.data(), dense_grads.as<float>() + u * md, md * 4);
+      if (!st.ok()) return fail("download", st);
+      for (int d = 0; d < md; ++d) {
+        const double w = want[slot * md + d];
+        const double tol = 1e-6 * (1.0 + static_cast<double>(terms[slot])) * mag[slot * md + d] + 1e-30;
+        nonzero |= got[d] != 0.0f;
+        if (!(std::fabs(got[d] - w) <= tol)) {
+          std::fprintf(stderr, "error: dense gradient of row %lld, column %d is %.9g; expected %.9g\n",
+                       static_cast<long long>(rows[u]), d, got[d], w);
+          return 1;
+        }
+      }
+    }
+    if (U > 0 && !nonzero) {
+      std::fprintf(stderr, "error: the sampled gradients are all zero\n");
+      return 1;
+    }
+  }
+
+  // Timed: the optimizer step (and the forward first when training), state from zero.
+  if (m1.bytes() > 0 && !(st = fill_bytes(ctx, m1.data(), 0, m1.bytes())).ok()) return fail("state", st);
+  if (m2.bytes() > 0 && !(st = fill_bytes(ctx, m2.data(), 0, m2.bytes())).ok()) return fail("state", st);
+  TimingConfig tc;
+  tc.warmup = p.warmup;
+  tc.repeats = p.iters;
+  Timing t;
+  st = time_op(ctx, tc,
+               [&](int call) {
+                 const size_t s = static_cast<size_t>(call) % sets.size();
+                 if (train) {
+                   TbeForwardArgs f;
+                   const InputSet& in = sets[s];
+                   f.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
+                   f.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
+                   f.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
+                   f.per_sample_weights = p.weighted ? in.psw->as<float>() : nullptr;
+                   f.batch_size = p.B;
+                   f.pooling = p.pooling;
+                   f.bounds_check = p.bounds;
+                   f.output = sequence ? TensorView::mat(fwd_out.data(), p.out_dtype, in.host.num_indices(), p.D)
+                                       : TensorView::mat(fwd_out.data(), p.out_dtype, p.B, tbe->total_dim());
+                   EMBSCALE_RETURN_IF_ERROR(tbe->forward(ctx, f));
+                 }
+                 return tbe->backward(ctx, make_args(s, otype), ws.data(), ws_bytes);
+               },
+               &t);
+  if (!st.ok()) return fail(train ? "train step" : "backward", st);
+
+  nlohmann::json rec = base_record(p.backend);
+  const std::string op = std::string(train ? "tbe_train_" : "tbe_backward_") + optimizer_name(otype);
+  rec["op"] = op;
+  rec["impl"] = "embscale";
+  tbe_bench::config_fields(p, &rec);
+  rec["optimizer"] = optimizer_name(otype);
+  rec["learning_rate"] = a.learning_rate;
+  rec["deterministic"] = a.deterministic;
+  rec["max_warp_segment"] = a.max_warp_segment;
+  rec["max_block_segment"] = a.max_block_segment;
+  rec["block_threads"] = a.block_threads;
+  rec["num_lookups"] = sets[0].host.num_indices();
+  rec["unique_rows"] = host_unique;
+  rec["input_sets"] = sets.size();
+  rec["workspace_bytes"] = ws_bytes;
+  const double factor = train ? 3.0 : 2.0;  // forward bytes once, backward twice
+  rec["bytes"] = factor * fwd_bytes;
+  rec["median_us"] = t.median_us;
+  rec["min_us"] = t.min_us;
+  const double gbps = factor * fwd_bytes / (t.median_us * 1e-6) / 1e9;
+  rec["GBps"] = gbps;
+
+  std::string phase_note;
+#if EMBSCALE_WITH_CUDA
+  if (!train && p.backend == Backend::kCuda) {
+    // Phases on their own, on set 0, after one full call left its state in the workspace.
+    st = tbe->backward(ctx, make_args(0, otype), ws.data(), ws_bytes);
+    if (!st.ok()) return fail("backward", st);
+    const struct { const char* name; unsigned mask; } kPhases[] = {
+        {"linearize", cuda::kTbeBwdLinearize}, {"sort", cuda::kTbeBwdSort},
+        {"encode", cuda::kTbeBwdEncode},       {"rows", cuda::kTbeBwdRows}};
+    nlohmann::json phases;
+    for (const auto& ph : kPhases) {
+      Timing pt;
+      st = time_op(ctx, tc,
+                   [&](int) { return cuda::tbe_backward_phases(ctx, *tbe, make_args(0, otype), ws.data(), ws_bytes, ph.mask); },
+                   &pt);
+      if (!st.ok()) return fail(std::string("phase ") + ph.name, st);
+      phases[std::string(ph.name) + "_us"] = pt.median_us;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%s %.1f", phase_note.empty() ? " [" : ", ", ph.name, pt.median_us);
+      phase_note += buf;
+    }
+    phase_note += " us]";
+    rec["phases"] = phases;
+  }
+#endif
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "%s %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s grad=%s idx=%s %s%s bounds=%s lr=%g: %.1f us, "
+                "%.1f GB/s, %lld lookups, %lld unique rows%s",
+                op.c_str(), backend_name(p.backend), p.T, static_cast<long long>(p.B),
+                p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
+                static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
+                dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
+                bounds_check_mode_name(p.bounds), a.learning_rate, t.median_us, gbps,
+                static_cast<long long>(sets[0].host.num_indices()), static_cast<long long>(host_unique),
+                phase_note.c_str());
+  emit(rec, p.json, line);
+  return 0;
+}
+
+void add_command(CLI::App& bench, bool train) {
+  auto args = std::make_shared<BwdArgs>();
+  auto* sub = bench.add_subcommand(train ? "tbe-train" : "tbe-backward",
+                                   train ? "Table-batched embedding forward + backward + optimizer step"
+                                         : "Table-batched embedding backward fused with the optimizer");
+  tbe_bench::add_options(sub, &args->common);
+  sub->add_option("--optimizer", args->optimizer, "sgd, rowwise_adagrad, adam, partial_rowwise_adam or none")
+      ->capture_default_str();
+  sub->add_flag("--deterministic,!--no-deterministic", args->deterministic,
+                "bit-identical results across runs (default on)");
+  sub->add_option("--max-warp-segment", args->max_warp_segment, "segments up to this many lookups: a warp per row (0: default)");
+  sub->add_option("--max-block-segment", args->max_block_segment,
+                  "segments up to this: a block per row; longer: split across blocks (0: default)");
+  sub->add_option("--block-threads", args->block_threads, "threads per block of the block paths (0: default)");
+  sub->add_option("--learning-rate", args->learning_rate, "learning rate")->capture_default_str();
+  sub->callback([args, train] { std::exit(run(*args, train)); });
+}
+
+// Plain `embscale bench`: the default configuration (row-wise Adagrad); on CUDA uniform and Zipf(1.15).
+int run_defaults(Backend backend, bool train) {
+  BwdArgs a;
+  a.common.backend = backend_name(backend);
+  int rc = run(a, train);
+  if (backend == Backend::kCuda) {
+    a.common.alpha = 1.15;
+    rc |= run(a, train);
+  }
+  return rc;
+}
+
+const RegisterBench kRegisterBackward({"tbe-backward", [](CLI::App& b) { add_command(b, false); },
+                                       [](Backend be) { return run_defaults(be, false); }});
+const RegisterBench kRegisterTrain({"tbe-train", [](CLI::App& b) { add_command(b, true); },
+                                    [](Backend be) { return run_defaults(be, true); }});
+
+}  // namespace
+}  // namespace tools
+}  // namespace embscale

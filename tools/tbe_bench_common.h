@@ -1,0 +1,249 @@
+// Shared pieces of the TBE benchmarks: FBGEMM's benchmark flags, their validation into a Plan (the
+// backend defaults: CUDA the headline configuration of ANCHORS.md, CPU one that runs in seconds),
+// seeded weight initialisation, the rotating input sets and the configuration fields of a record.
+// The semantics are those of `embscale bench tbe-forward` (tools/bench_tbe.cpp), so records of the
+// forward, backward and training benchmarks compare field for field.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "embscale/memory.h"
+#include "embscale/tbe.h"
+#include "embscale/tbe_generator.h"
+
+namespace embscale {
+namespace tools {
+namespace tbe_bench {
+
+// The command line as given; kUnset means "the backend's default".
+constexpr int64_t kUnset = INT64_MIN;
+struct Args {
+  std::string backend;
+  int64_t batch_size = kUnset;
+  int64_t num_tables = kUnset;
+  int64_t embedding_dim = kUnset;
+  bool mixed_dim = false;
+  int64_t bag_size = kUnset;
+  int64_t num_embeddings = kUnset;
+  double alpha = 0.0;
+  std::string weights_precision = "fp32";
+  std::string output_dtype;  // default: weights precision
+  std::string pooling = "sum";
+  bool weighted = false;
+  std::string indices_dtype = "64";
+  int64_t iters = kUnset;
+  int64_t warmup = kUnset;
+  bool json = false;
+  std::string bounds_check = "off";
+  bool variable_bag_size = false;
+  uint64_t seed = 20261130;
+};
+
+struct Plan {
+  Backend backend = Backend::kCpu;
+  int T = 0;
+  int64_t B = 0, E = 0;
+  int D = 0, L = 0;
+  bool mixed = false, variable = false, weighted = false;
+  std::vector<int> dims;  // [T]
+  double alpha = 0;
+  DType w_dtype = DType::kF32, out_dtype = DType::kF32, idx_dtype = DType::kI64;
+  PoolingMode pooling = PoolingMode::kSum;
+  BoundsCheckMode bounds = BoundsCheckMode::kOff;
+  int iters = 0, warmup = 0;
+  bool json = false;
+  uint64_t seed = 0;
+};
+
+// The flags common to every TBE benchmark.
+inline void add_options(CLI::App* sub, Args* a) {
+  sub->add_option("--backend", a->backend, "cpu or cuda (default: cuda when a GPU is present)");
+  sub->add_option("--batch-size", a->batch_size, "B (default: 8192 on cuda, 512 on cpu)");
+  sub->add_option("--num-tables", a->num_tables, "T, one feature per table (default: 32 on cuda, 8 on cpu)");
+  sub->add_option("--embedding-dim", a->embedding_dim, "D (default: 128)");
+  sub->add_flag("--mixed-dim", a->mixed_dim, "draw each table's D uniformly in [D/2, 3D/2]");
+  sub->add_option("--bag-size", a->bag_size, "L, lookups per bag (default: 20)");
+  sub->add_flag("--variable-bag-size", a->variable_bag_size, "bag sizes uniform in [0, 2L] instead of L");
+  sub->add_option("--num-embeddings", a->num_embeddings, "E, rows per table (default: 1000000 on cuda, 100000 on cpu)");
+  sub->add_option("--alpha", a->alpha, "0: uniform rows; > 0: Zipf(alpha), e.g. 1.15")->capture_default_str();
+  sub->add_option("--weights-precision", a->weights_precision, "fp32, fp16 or bf16")->capture_default_str();
+  sub->add_option("--output-dtype", a->output_dtype, "fp32, fp16 or bf16 (default: the weights precision)");
+  sub->add_option("--pooling", a->pooling, "sum, mean or none")->capture_default_str();
+  sub->add_flag("--weighted", a->weighted, "per-sample weights");
+  sub->add_option("--indices-dtype", a->indices_dtype, "32 or 64")->capture_default_str();
+  sub->add_option("--iters", a->iters, "timed calls; the median is reported (default: 50 on cuda, 10 on cpu)");
+  sub->add_option("--warmup", a->warmup, "untimed calls first (default: 10 on cuda, 2 on cpu)");
+  sub->add_option("--bounds-check", a->bounds_check, "error, skip or off")->capture_default_str();
+  sub->add_option("--seed", a->seed, "input seed")->capture_default_str();
+  sub->add_flag("--json", a->json, "print one JSON record instead of a text line");
+}
+
+// Validates the flags into a plan; returns the first problem (naming its flag) or "".
+inline std::string make_plan(const Args& a, Plan* p) {
+  p->backend = backend_available(Backend::kCuda) ? Backend::kCuda : Backend::kCpu;
+  if (!a.backend.empty() && !parse_backend(a.backend, &p->backend))
+    return "--backend: unknown backend '" + a.backend + "' (expected cpu or cuda)";
+  if (!backend_available(p->backend)) return std::string("--backend: ") + backend_name(p->backend) + " is not available";
+  const bool gpu = p->backend == Backend::kCuda;
+  auto given = [](int64_t v, int64_t dflt) { return v == kUnset ? dflt : v; };
+  const int64_t T = given(a.num_tables, gpu ? 32 : 8);
+  p->B = given(a.batch_size, gpu ? 8192 : 512);
+  p->E = given(a.num_embeddings, gpu ? 1000000 : 100000);
+  const int64_t D = given(a.embedding_dim, 128);
+  const int64_t L = given(a.bag_size, 20);
+  if (p->B < 0) return "--batch-size: " + std::to_string(p->B) + " is negative";
+  if (L < 0) return "--bag-size: " + std::to_string(L) + " is negative";
+  if (T < 1) return "--num-tables: " + std::to_string(T) + "; at least one table is needed";
+  if (T > 100000) return "--num-tables: " + std::to_string(T) + " is more than this benchmark supports (100000)";
+  if (p->E < 1) return "--num-embeddings: " + std::to_string(p->E) + "; a table needs at least one row";
+  if (D < 1 || D > 65536) return "--embedding-dim: " + std::to_string(D) + "; expected 1..65536";
+  if (L > (int64_t{1} << 20)) return "--bag-size: " + std::to_string(L) + " is too large";
+  if (!(a.alpha >= 0) || !std::isfinite(a.alpha)) return "--alpha: expected 0 (uniform) or a finite value > 0";
+  if (!parse_dtype(a.weights_precision, &p->w_dtype) || !is_float_dtype(p->w_dtype))
+    return "--weights-precision: '" + a.weights_precision + "'; expected fp32, fp16 or bf16";
+  p->out_dtype = p->w_dtype;
+  if (!a.output_dtype.empty() && (!parse_dtype(a.output_dtype, &p->out_dtype) || !is_float_dtype(p->out_dtype)))
+    return "--output-dtype: '" + a.output_dtype + "'; expected fp32, fp16 or bf16";
+  if (!parse_dtype(a.indices_dtype, &p->idx_dtype) || !is_index_dtype(p->idx_dtype))
+    return "--indices-dtype: '" + a.indices_dtype + "'; expected 32 or 64";
+  if (!parse_pooling_mode(a.pooling, &p->pooling)) return "--pooling: '" + a.pooling + "'; expected sum, mean or none";
+  if (!parse_bounds_check_mode(a.bounds_check, &p->bounds))
+    return "--bounds-check: '" + a.bounds_check + "'; expected error, skip or off";
+  if (a.weighted && p->pooling == PoolingMode::kMean) return "--weighted: not supported with --pooling mean";
+  if (a.mixed_dim && p->pooling == PoolingMode::kNone) return "--mixed-dim: sequence mode (--pooling none) needs one D";
+  const int64_t iters = given(a.iters, gpu ? 50 : 10), warmup = given(a.warmup, gpu ? 10 : 2);
+  if (iters < 1 || iters > 1000000) return "--iters: " + std::to_string(iters) + "; expected 1..1000000";
+  if (warmup < 0 || warmup > 1000000) return "--warmup: " + std::to_string(warmup) + "; expected 0..1000000";
+  p->iters = static_cast<int>(iters);
+  p->warmup = static_cast<int>(warmup);
+  const int64_t lookups = T * p->B * (a.variable_bag_size ? 2 * L : L);
+  if (lookups > (int64_t{1} << 33)) return "the configuration has more than 2^33 lookups";
+  if (p->idx_dtype == DType::kI32 && (lookups > INT32_MAX || p->E - 1 > INT32_MAX))
+    return "--indices-dtype 32: the lookups or rows do not fit in int32";
+  p->T = static_cast<int>(T);
+  p->D = static_cast<int>(D);
+  p->L = static_cast<int>(L);
+  p->mixed = a.mixed_dim;
+  p->variable = a.variable_bag_size;
+  p->weighted = a.weighted;
+  p->alpha = a.alpha;
+  p->json = a.json;
+  p->seed = a.seed;
+  // Mixed dimensions as FBGEMM's benchmark draws them, around D (in [D/2, 3D/2]), but any D >= 1.
+  p->dims.assign(T, p->D);
+  if (p->mixed) {
+    uint64_t s = a.seed ^ 0x2545f4914f6cdd1dull;
+    for (auto& d : p->dims) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const int64_t lo = std::max<int64_t>(1, D / 2), hi = std::max<int64_t>(lo, D + D / 2);
+      d = static_cast<int>(lo + static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(hi - lo + 1)));
+    }
+  }
+  return "";
+}
+
+// Fills `n` backend elements from the counter-based initialiser, uniform in [-a, a] (host staging on CUDA).
+inline Status init_values(const Context& ctx, DType dtype, int64_t n, float a, uint64_t seed, void* dst) {
+  const size_t es = dtype_size(dtype);
+  if (ctx.backend == Backend::kCpu) return init_uniform_weights(dtype, a, seed, 0, n, dst);
+  const int64_t chunk = int64_t{1} << 24;
+  std::vector<unsigned char> host(static_cast<size_t>(std::min(n, chunk)) * es);
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t count = std::min(chunk, n - first);
+    EMBSCALE_RETURN_IF_ERROR(init_uniform_weights(dtype, a, seed, first, count, host.data()));
+    EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, static_cast<unsigned char*>(dst) + first * es, host.data(), count * es));
+  }
+  return Status::Ok();
+}
+
+// One seeded set of lookups, on the host and in backend memory.
+struct InputSet {
+  TbeInputs host;
+  std::unique_ptr<Buffer> idx, off, psw;
+};
+
+// Generates sets (seed p.seed + 1000003*s) until their forward bytes reach three times the cache (at
+// most 16), as the forward benchmark does; *bytes: the forward bytes of set 0 by FBGEMM's formula.
+inline Status make_input_sets(const Context& ctx, const Plan& p, const TableBatchedEmbedding& tbe, size_t cache,
+                              std::vector<InputSet>* sets, double* bytes) {
+  TbeInputSpec spec;
+  spec.batch_size = p.B;
+  spec.bag_size = p.L;
+  spec.variable_bag_size = p.variable;
+  spec.num_rows.assign(p.T, p.E);
+  spec.alpha = p.alpha;
+  spec.index_dtype = p.idx_dtype;
+  spec.weighted = p.weighted;
+  const bool sequence = p.pooling == PoolingMode::kNone;
+  for (int s = 0; s < 16; ++s) {
+    InputSet in;
+    spec.seed = p.seed + 1000003ull * static_cast<uint64_t>(s);
+    EMBSCALE_RETURN_IF_ERROR(generate_tbe_inputs(spec, &in.host));
+    in.idx.reset(new Buffer(p.backend, in.host.indices_bytes()));
+    in.off.reset(new Buffer(p.backend, in.host.offsets_bytes()));
+    in.psw.reset(new Buffer(p.backend, in.host.per_sample_weights.size() * 4));
+    if (!in.idx->valid() || !in.off->valid() || !in.psw->valid())
+      return Status(StatusCode::kBackendError, "input allocation failed");
+    EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, in.idx->data(), in.host.indices_data(), in.host.indices_bytes()));
+    EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, in.off->data(), in.host.offsets_data(), in.host.offsets_bytes()));
+    EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, in.psw->data(), in.host.per_sample_weights.data(),
+                                             in.host.per_sample_weights.size() * 4));
+    if (s == 0) {
+      const int64_t N0 = in.host.num_indices();
+      double row_elems = 0;  // sum over lookups of D
+      for (int f = 0; f < p.T; ++f)
+        row_elems += static_cast<double>(in.host.offsets[(f + 1) * p.B] - in.host.offsets[f * p.B]) * p.dims[f];
+      const double out_elems = sequence ? static_cast<double>(N0) * p.D : static_cast<double>(p.B) * tbe.total_dim();
+      *bytes = out_elems * dtype_size(p.out_dtype) + row_elems * dtype_size(p.w_dtype);
+    }
+    sets->push_back(std::move(in));
+    if (*bytes * static_cast<double>(sets->size()) >= 3.0 * static_cast<double>(cache)) break;
+  }
+  return Status::Ok();
+}
+
+// Unique (table, row) pairs of one set, as ANCHORS.md quotes them.
+inline int64_t unique_rows_of(const Plan& p, const TbeInputs& in) {
+  std::vector<int64_t> keys(in.indices.size());
+  for (int f = 0; f < p.T; ++f)
+    for (int64_t i = in.offsets[f * p.B]; i < in.offsets[(f + 1) * p.B]; ++i) keys[i] = f * p.E + in.indices[i];
+  std::sort(keys.begin(), keys.end());
+  return static_cast<int64_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
+}
+
+// The configuration fields of a record, named as in the forward benchmark's records.
+inline void config_fields(const Plan& p, nlohmann::json* rec) {
+  nlohmann::json& r = *rec;
+  r["num_tables"] = p.T;
+  r["batch_size"] = p.B;
+  if (p.mixed) {
+    r["embedding_dim"] = "mixed";
+    r["dims"] = p.dims;
+  } else {
+    r["embedding_dim"] = p.D;
+  }
+  r["bag_size"] = p.L;
+  r["variable_bag_size"] = p.variable;
+  r["num_embeddings"] = p.E;
+  r["alpha"] = p.alpha;
+  r["weights_precision"] = dtype_name(p.w_dtype);
+  r["output_dtype"] = dtype_name(p.out_dtype);
+  r["pooling"] = pooling_mode_name(p.pooling);
+  r["weighted"] = p.weighted;
+  r["indices_dtype"] = dtype_name(p.idx_dtype);
+  r["bounds_check"] = bounds_check_mode_name(p.bounds);
+}
+
+}  // namespace tbe_bench
+}  // namespace tools
+}  // namespace embscale
