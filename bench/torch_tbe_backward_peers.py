@@ -12,7 +12,7 @@ Measurements (op field, as embscale names them):
 Backward records time from after the forward (CUDA event recorded once the forward is enqueued) to the
 end of the optimizer step; the gradients are set to None after each step, as in training.
 
-Inputs, sets, weights and bytes as bench/torch_tbe_peers.py (its helpers are reused): grad_output is
+Inputs, sets, weights and bytes as bench/torch_tbe_peers.py (its input functions are reused): grad_output is
 uniform in [-0.5, 0.5]; bytes = out_bytes*B*T*D + w_bytes*B*T*D*L (FBGEMM); backward GB/s = 2*bytes/t,
 training GB/s = 3*bytes/t, as tools/bench_tbe_backward.cpp reports them.
 
