@@ -152,7 +152,7 @@ struct BwdParams {
   uint64_t rounding_key;
 };
 
-// ---- small helpers ---------------------------------------------------------------------------------
+// ---- small device functions --------------------------------------------------------------------------
 
 template <typename I>
 __device__ __forceinline__ int64_t load_index_bwd(const I* p) {
