@@ -10,7 +10,8 @@
 //   encode      counters cleared, cub::DeviceRunLengthEncode::Encode, cub::DeviceScan::ExclusiveSum
 //               (run starts), then the classify kernel (warp / block / hot lists, hot-row slots).
 //   rows        grad_per_sample_weights, then the warp, block, hot-part and hot-combine kernels; all
-//               persistent grids sized from the SM count, each reading its list length on the device.
+//               persistent grids (resident blocks per SM x SMs), each reading its list length on the
+//               device.
 // Skip mode: broken offsets set the report on the device and the row kernels then write nothing;
 // outside a graph capture the report is read back at the end (the op synchronises, as the forward
 // does) and becomes an error Status; inside a capture *num_skipped is -1 instead.
@@ -421,14 +422,8 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
     }
     // 4. gradient sums and updates
     if (phases & kTbeBwdRows) {
-      const int sms = sm_count();
-      const int per_sm = ArchTraits::kMaxThreadsPerBlock * 2 / t.block_threads;  // 2048 threads per SM
       tbe_bwd::RowGrids g;
-      g.warp_rows = sms * 8;
-      g.block_rows = sms * per_sm;
-      g.hot_parts = sms * per_sm;
-      g.combine = sms * 8;
-      g.grad_psw = sms * 8;
+      g.sms = sm_count();
       g.block_threads = t.block_threads;
       switch (args.weights.dtype) {
         case DType::kF32:

@@ -14,14 +14,11 @@ namespace embscale {
 namespace cuda {
 namespace tbe_bwd {
 
-// Persistent grid sizes of the per-row kernels (blocks); block_threads is the block path's block size.
+// Persistent grids: each row kernel gets (its resident blocks per SM, from the occupancy calculator) x
+// (SM count) blocks, so every block is resident and the grid-stride split is even.
 struct RowGrids {
-  int warp_rows;   // kRowThreads threads each
-  int block_rows;  // block_threads threads each
-  int hot_parts;   // block_threads threads each
-  int combine;     // kRowThreads threads each
-  int grad_psw;    // kRowThreads threads each
-  int block_threads;
+  int sms;            // multiprocessors of the device
+  int block_threads;  // block size of the block and hot-part paths
 };
 
 // Enqueues, in order: grad_psw (when p.grad_psw is set), the warp rows, the block rows, the hot-row

@@ -10,20 +10,44 @@ namespace embscale {
 namespace cuda {
 namespace tbe_bwd {
 
+// Resident blocks per SM of kernel fn at `threads` threads (1 if the calculator fails).
+inline int resident_blocks(const void* fn, int threads) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, 0) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return n;
+}
+
 template <typename W, typename G>
 Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) {
+  const auto grid = [&](const void* fn, int threads) { return g.sms * resident_blocks(fn, threads); };
   if (p.grad_psw != nullptr) {
-    tbe_backward_grad_psw_kernel<W, G><<<g.grad_psw, kRowThreads, 0, s>>>(p);
+    const auto k = tbe_backward_grad_psw_kernel<W, G>;
+    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
     EMBSCALE_CHECK_LAUNCH("tbe_backward_grad_psw_kernel");
   }
-  tbe_backward_warp_rows_kernel<W, G><<<g.warp_rows, kRowThreads, 0, s>>>(p);
-  EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel");
-  tbe_backward_block_rows_kernel<W, G><<<g.block_rows, g.block_threads, 0, s>>>(p);
-  EMBSCALE_CHECK_LAUNCH("tbe_backward_block_rows_kernel");
-  tbe_backward_hot_parts_kernel<G><<<g.hot_parts, g.block_threads, 0, s>>>(p);
-  EMBSCALE_CHECK_LAUNCH("tbe_backward_hot_parts_kernel");
-  tbe_backward_hot_combine_kernel<W><<<g.combine, kRowThreads, 0, s>>>(p);
-  EMBSCALE_CHECK_LAUNCH("tbe_backward_hot_combine_kernel");
+  {
+    const auto k = tbe_backward_warp_rows_kernel<W, G>;
+    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel");
+  }
+  {
+    const auto k = tbe_backward_block_rows_kernel<W, G>;
+    k<<<grid(reinterpret_cast<const void*>(k), g.block_threads), g.block_threads, 0, s>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_backward_block_rows_kernel");
+  }
+  {
+    const auto k = tbe_backward_hot_parts_kernel<G>;
+    k<<<grid(reinterpret_cast<const void*>(k), g.block_threads), g.block_threads, 0, s>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_backward_hot_parts_kernel");
+  }
+  {
+    const auto k = tbe_backward_hot_combine_kernel<W>;
+    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_backward_hot_combine_kernel");
+  }
   return Status::Ok();
 }
 
