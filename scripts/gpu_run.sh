@@ -173,8 +173,11 @@ if has_stage summary && [ -f "$OUT/summary.txt" ]; then
   cat "$OUT/summary.txt"
 fi
 # Only a few files come back from a remote run: pack every log into one archive beside the results.
-(cd "$OUT" && tar -czf logs.tgz --exclude=logs.tgz --exclude=results.jsonl --exclude=summary.txt . 2>/dev/null &&
-  find . -maxdepth 1 -type f ! -name logs.tgz ! -name results.jsonl ! -name summary.txt -delete)
+pack=$(mktemp -d)
+(cd "$OUT" && tar -czf "$pack/logs.tgz" --exclude=results.jsonl --exclude=summary.txt . &&
+  find . -mindepth 1 -maxdepth 1 ! -name results.jsonl ! -name summary.txt -exec rm -rf {} + &&
+  mv "$pack/logs.tgz" .)
+rmdir "$pack" 2>/dev/null
 if [ ${#FAILED[@]} -gt 0 ]; then
   echo "FAILED: ${FAILED[*]}"
   exit 1

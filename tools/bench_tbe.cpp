@@ -151,7 +151,8 @@ std::string make_plan(const TbeBenchArgs& a, Plan* p) {
     return "--sweep: this build has no CUDA backend";
 #endif
   }
-  // Mixed dimensions as FBGEMM's benchmark draws them, around D (in [D/2, 3D/2]), but any D >= 1.
+  // Mixed dimensions as FBGEMM's benchmark draws them: uniform in [D/2, 3D/2], rounded up to a
+  // multiple of 4 (so mixed-D figures compare with FBGEMM's); --embedding-dim itself may be any D >= 1.
   p->dims.assign(T, p->D);
   if (p->mixed) {
     uint64_t s = a.seed ^ 0x2545f4914f6cdd1dull;
@@ -159,6 +160,7 @@ std::string make_plan(const TbeBenchArgs& a, Plan* p) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       const int64_t lo = std::max<int64_t>(1, D / 2), hi = std::max<int64_t>(lo, D + D / 2);
       d = static_cast<int>(lo + static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(hi - lo + 1)));
+      if (D >= 4) d = (d + 3) / 4 * 4;
     }
   }
   return "";
@@ -446,7 +448,7 @@ void add_tbe_bench(CLI::App& bench) {
   sub->add_option("--batch-size", args->batch_size, "B (default: 8192 on cuda, 512 on cpu)");
   sub->add_option("--num-tables", args->num_tables, "T, one feature per table (default: 32 on cuda, 8 on cpu)");
   sub->add_option("--embedding-dim", args->embedding_dim, "D (default: 128)");
-  sub->add_flag("--mixed-dim", args->mixed_dim, "draw each table's D uniformly in [D/2, 3D/2]");
+  sub->add_flag("--mixed-dim", args->mixed_dim, "draw each table's D uniformly in [D/2, 3D/2], rounded up to a multiple of 4 (as FBGEMM's benchmark)");
   sub->add_option("--bag-size", args->bag_size, "L, lookups per bag (default: 20)");
   sub->add_flag("--variable-bag-size", args->variable_bag_size, "bag sizes uniform in [0, 2L] instead of L");
   sub->add_option("--num-embeddings", args->num_embeddings, "E, rows per table (default: 1000000 on cuda, 100000 on cpu)");

@@ -37,7 +37,7 @@ constexpr int kAmaxReduceThreads = 1024;  // threads of the two-stage final bloc
 constexpr int kClusterThreads = 1024;     // threads per block of the cluster paths
 // kAuto uses the single-cluster path up to this many input bytes, the atomic grid path above.
 // EMBSCALE_AMAX_CLUSTER_MAX_BYTES overrides it (0 disables the cluster path).
-constexpr int64_t kAmaxClusterMaxBytes = int64_t(1) << 20;
+constexpr int64_t kAmaxClusterMaxBytes = int64_t(2) << 20;  // H200 sweep: the cluster wins up to 2 MiB
 
 struct AmaxOutputs {
   float* amax;              // [1]
