@@ -9,6 +9,12 @@
 //    input sets rotate when one set would stay in the cache.
 //  * tbe-backward on CUDA also times the phases on their own (linearize, sort, encode + classify,
 //    gradient + update), each repeated on input set 0 after a full call (cuda/tbe_backward_phases.h).
+//  * --max-warp-segment above the default block limit (1024) without --max-block-segment raises the
+//    block limit to the same value (every longer segment then goes to the multi-block path), so a
+//    warp-only limit can be tried on its own.
+//  * --sweep-thresholds W:B:T,... times each tuning in turn on the same inputs in one process (one
+//    record each; 0 = default; the first also runs the spot check); building the inputs dominates a
+//    run, so a threshold sweep should use it.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -45,7 +51,42 @@ struct BwdArgs {
   int max_block_segment = 0;
   int block_threads = 0;
   float learning_rate = 0.1f;  // FBGEMM's benchmark default (row-wise Adagrad lr=0.1, eps=0.1)
+  std::string sweep_thresholds;  // "W:B:T,..." tunings timed in turn on the same inputs
 };
+
+// The backends' default max_block_segment (the CUDA backend's tbe_bwd::kDefaultMaxBlockSegment).
+constexpr int kDefaultBlockLimit = 1024;
+
+// A tuning as the bench passes it: a warp limit above the default block limit alone raises the block limit.
+TbeBackwardTuning bench_tuning(int max_warp, int max_block, int threads) {
+  TbeBackwardTuning t;
+  t.max_warp_segment = max_warp;
+  t.max_block_segment = max_block == 0 && max_warp > kDefaultBlockLimit ? max_warp : max_block;
+  t.block_threads = threads;
+  return t;
+}
+
+// "W:B:T,W:B:T" (B and T may be left out: 0 = default) -> tunings; false on a malformed list.
+bool parse_tunings(const std::string& text, std::vector<TbeBackwardTuning>* out) {
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    int v[3] = {0, 0, 0};
+    size_t at = 0;
+    for (int k = 0; k < 3 && at <= item.size(); ++k) {
+      const size_t colon = std::min(item.find(':', at), item.size());
+      const std::string num = item.substr(at, colon - at);
+      if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos || num.size() > 9) return false;
+      v[k] = std::stoi(num);
+      at = colon + 1;
+    }
+    if (at <= item.size()) return false;  // more than three fields
+    out->push_back(bench_tuning(v[0], v[1], v[2]));
+    pos = comma + 1;
+  }
+  return !out->empty();
+}
 
 int fail(const std::string& what, const Status& st) {
   std::fprintf(stderr, "error: %s: %s\n", what.c_str(), st.to_string().c_str());
@@ -79,6 +120,15 @@ int run(const BwdArgs& a, bool train) {
     std::fprintf(stderr, "error: --learning-rate: expected a finite value >= 0\n");
     return 2;
   }
+  std::vector<TbeBackwardTuning> tunings;
+  if (a.sweep_thresholds.empty()) {
+    tunings.push_back(bench_tuning(a.max_warp_segment, a.max_block_segment, a.block_threads));
+  } else if (!parse_tunings(a.sweep_thresholds, &tunings)) {
+    std::fprintf(stderr, "error: --sweep-thresholds: '%s'; expected W:B:T[,W:B:T...] (non-negative integers, 0: default)\n",
+                 a.sweep_thresholds.c_str());
+    return 2;
+  }
+  TbeBackwardTuning tuning = tunings[0];
   const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
   TbeConfig cfg;
   for (int t = 0; t < p.T; ++t) cfg.tables.push_back(TableSpec{p.E, p.dims[t]});
@@ -138,21 +188,23 @@ int run(const BwdArgs& a, bool train) {
       b.unique_grads = dense_grads.as<float>();
     }
     b.deterministic = a.deterministic;
-    b.tuning.max_warp_segment = a.max_warp_segment;
-    b.tuning.max_block_segment = a.max_block_segment;
-    b.tuning.block_threads = a.block_threads;
+    b.tuning = tuning;
     return b;
   };
 
   size_t ws_bytes = 0;
-  for (size_t s = 0; s < sets.size(); ++s) {
-    for (OptimizerType o : {otype, OptimizerType::kNone}) {
-      size_t b = 0;
-      st = tbe->backward_workspace_size(ctx, make_args(s, o), &b);
-      if (!st.ok()) return fail("workspace size", st);
-      ws_bytes = std::max(ws_bytes, b);
+  for (const TbeBackwardTuning& tu : tunings) {
+    tuning = tu;
+    for (size_t s = 0; s < sets.size(); ++s) {
+      for (OptimizerType o : {otype, OptimizerType::kNone}) {
+        size_t b = 0;
+        st = tbe->backward_workspace_size(ctx, make_args(s, o), &b);
+        if (!st.ok()) return fail("workspace size", st);
+        ws_bytes = std::max(ws_bytes, b);
+      }
     }
   }
+  tuning = tunings[0];
   Buffer ws(p.backend, ws_bytes);
   if (!ws.valid()) return fail("workspace", Status(StatusCode::kBackendError, "cannot allocate " + std::to_string(ws_bytes) + " bytes"));
 
@@ -225,95 +277,103 @@ int run(const BwdArgs& a, bool train) {
     }
   }
 
-  // Timed: the optimizer step (and the forward first when training), state from zero.
-  if (m1.bytes() > 0 && !(st = fill_bytes(ctx, m1.data(), 0, m1.bytes())).ok()) return fail("state", st);
-  if (m2.bytes() > 0 && !(st = fill_bytes(ctx, m2.data(), 0, m2.bytes())).ok()) return fail("state", st);
-  TimingConfig tc;
-  tc.warmup = p.warmup;
-  tc.repeats = p.iters;
-  Timing t;
-  st = time_op(ctx, tc,
-               [&](int call) {
-                 const size_t s = static_cast<size_t>(call) % sets.size();
-                 if (train) {
-                   TbeForwardArgs f;
-                   const InputSet& in = sets[s];
-                   f.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
-                   f.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
-                   f.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
-                   f.per_sample_weights = p.weighted ? in.psw->as<float>() : nullptr;
-                   f.batch_size = p.B;
-                   f.pooling = p.pooling;
-                   f.bounds_check = p.bounds;
-                   f.output = sequence ? TensorView::mat(fwd_out.data(), p.out_dtype, in.host.num_indices(), p.D)
-                                       : TensorView::mat(fwd_out.data(), p.out_dtype, p.B, tbe->total_dim());
-                   EMBSCALE_RETURN_IF_ERROR(tbe->forward(ctx, f));
-                 }
-                 return tbe->backward(ctx, make_args(s, otype), ws.data(), ws_bytes);
-               },
-               &t);
-  if (!st.ok()) return fail(train ? "train step" : "backward", st);
+  int rc = 0;
+  for (const TbeBackwardTuning& tu : tunings) {
+    tuning = tu;
+    // Timed: the optimizer step (and the forward first when training), state from zero.
+    if (m1.bytes() > 0 && !(st = fill_bytes(ctx, m1.data(), 0, m1.bytes())).ok()) return fail("state", st);
+    if (m2.bytes() > 0 && !(st = fill_bytes(ctx, m2.data(), 0, m2.bytes())).ok()) return fail("state", st);
+    TimingConfig tc;
+    tc.warmup = p.warmup;
+    tc.repeats = p.iters;
+    Timing t;
+    st = time_op(ctx, tc,
+                 [&](int call) {
+                   const size_t s = static_cast<size_t>(call) % sets.size();
+                   if (train) {
+                     TbeForwardArgs f;
+                     const InputSet& in = sets[s];
+                     f.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
+                     f.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
+                     f.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
+                     f.per_sample_weights = p.weighted ? in.psw->as<float>() : nullptr;
+                     f.batch_size = p.B;
+                     f.pooling = p.pooling;
+                     f.bounds_check = p.bounds;
+                     f.output = sequence ? TensorView::mat(fwd_out.data(), p.out_dtype, in.host.num_indices(), p.D)
+                                         : TensorView::mat(fwd_out.data(), p.out_dtype, p.B, tbe->total_dim());
+                     EMBSCALE_RETURN_IF_ERROR(tbe->forward(ctx, f));
+                   }
+                   return tbe->backward(ctx, make_args(s, otype), ws.data(), ws_bytes);
+                 },
+                 &t);
+    if (!st.ok()) return fail(train ? "train step" : "backward", st);
 
-  nlohmann::json rec = base_record(p.backend);
-  const std::string op = std::string(train ? "tbe_train_" : "tbe_backward_") + optimizer_name(otype);
-  rec["op"] = op;
-  rec["impl"] = "embscale";
-  tbe_bench::config_fields(p, &rec);
-  rec["optimizer"] = optimizer_name(otype);
-  rec["learning_rate"] = a.learning_rate;
-  rec["deterministic"] = a.deterministic;
-  rec["max_warp_segment"] = a.max_warp_segment;
-  rec["max_block_segment"] = a.max_block_segment;
-  rec["block_threads"] = a.block_threads;
-  rec["num_lookups"] = sets[0].host.num_indices();
-  rec["unique_rows"] = host_unique;
-  rec["input_sets"] = sets.size();
-  rec["workspace_bytes"] = ws_bytes;
-  const double factor = train ? 3.0 : 2.0;  // forward bytes once, backward twice
-  rec["bytes"] = factor * fwd_bytes;
-  rec["median_us"] = t.median_us;
-  rec["min_us"] = t.min_us;
-  const double gbps = factor * fwd_bytes / (t.median_us * 1e-6) / 1e9;
-  rec["GBps"] = gbps;
+    nlohmann::json rec = base_record(p.backend);
+    const std::string op = std::string(train ? "tbe_train_" : "tbe_backward_") + optimizer_name(otype);
+    rec["op"] = op;
+    rec["impl"] = "embscale";
+    tbe_bench::config_fields(p, &rec);
+    rec["optimizer"] = optimizer_name(otype);
+    rec["learning_rate"] = a.learning_rate;
+    rec["deterministic"] = a.deterministic;
+    rec["max_warp_segment"] = tuning.max_warp_segment;
+    rec["max_block_segment"] = tuning.max_block_segment;
+    rec["block_threads"] = tuning.block_threads;
+    rec["num_lookups"] = sets[0].host.num_indices();
+    rec["unique_rows"] = host_unique;
+    rec["input_sets"] = sets.size();
+    rec["workspace_bytes"] = ws_bytes;
+    const double factor = train ? 3.0 : 2.0;  // forward bytes once, backward twice
+    rec["bytes"] = factor * fwd_bytes;
+    rec["median_us"] = t.median_us;
+    rec["min_us"] = t.min_us;
+    const double gbps = factor * fwd_bytes / (t.median_us * 1e-6) / 1e9;
+    rec["GBps"] = gbps;
 
-  std::string phase_note;
-#if EMBSCALE_WITH_CUDA
-  if (!train && p.backend == Backend::kCuda) {
-    // Phases on their own, on set 0, after one full call left its state in the workspace.
-    st = tbe->backward(ctx, make_args(0, otype), ws.data(), ws_bytes);
-    if (!st.ok()) return fail("backward", st);
-    const struct { const char* name; unsigned mask; } kPhases[] = {
-        {"linearize", cuda::kTbeBwdLinearize}, {"sort", cuda::kTbeBwdSort},
-        {"encode", cuda::kTbeBwdEncode},       {"rows", cuda::kTbeBwdRows}};
-    nlohmann::json phases;
-    for (const auto& ph : kPhases) {
-      Timing pt;
-      st = time_op(ctx, tc,
-                   [&](int) { return cuda::tbe_backward_phases(ctx, *tbe, make_args(0, otype), ws.data(), ws_bytes, ph.mask); },
-                   &pt);
-      if (!st.ok()) return fail(std::string("phase ") + ph.name, st);
-      phases[std::string(ph.name) + "_us"] = pt.median_us;
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%s%s %.1f", phase_note.empty() ? " [" : ", ", ph.name, pt.median_us);
-      phase_note += buf;
+    std::string phase_note;
+  #if EMBSCALE_WITH_CUDA
+    if (!train && p.backend == Backend::kCuda) {
+      // Phases on their own, on set 0, after one full call left its state in the workspace.
+      st = tbe->backward(ctx, make_args(0, otype), ws.data(), ws_bytes);
+      if (!st.ok()) return fail("backward", st);
+      const struct { const char* name; unsigned mask; } kPhases[] = {
+          {"linearize", cuda::kTbeBwdLinearize}, {"sort", cuda::kTbeBwdSort},
+          {"encode", cuda::kTbeBwdEncode},       {"rows", cuda::kTbeBwdRows}};
+      nlohmann::json phases;
+      for (const auto& ph : kPhases) {
+        Timing pt;
+        st = time_op(ctx, tc,
+                     [&](int) { return cuda::tbe_backward_phases(ctx, *tbe, make_args(0, otype), ws.data(), ws_bytes, ph.mask); },
+                     &pt);
+        if (!st.ok()) return fail(std::string("phase ") + ph.name, st);
+        phases[std::string(ph.name) + "_us"] = pt.median_us;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%s %.1f", phase_note.empty() ? " [" : ", ", ph.name, pt.median_us);
+        phase_note += buf;
+      }
+      phase_note += " us]";
+      rec["phases"] = phases;
     }
-    phase_note += " us]";
-    rec["phases"] = phases;
+  #endif
+    char tune_note[96] = "";
+    if (tuning.max_warp_segment != 0 || tuning.max_block_segment != 0 || tuning.block_threads != 0)
+      std::snprintf(tune_note, sizeof tune_note, " warp<=%d block<=%d threads=%d", tuning.max_warp_segment,
+                    tuning.max_block_segment, tuning.block_threads);
+    char line[768];
+    std::snprintf(line, sizeof line,
+                  "%s %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s grad=%s idx=%s %s%s bounds=%s lr=%g%s: %.1f us, "
+                  "%.1f GB/s, %lld lookups, %lld unique rows%s",
+                  op.c_str(), backend_name(p.backend), p.T, static_cast<long long>(p.B),
+                  p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
+                  static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
+                  dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
+                  bounds_check_mode_name(p.bounds), a.learning_rate, tune_note, t.median_us, gbps,
+                  static_cast<long long>(sets[0].host.num_indices()), static_cast<long long>(host_unique),
+                  phase_note.c_str());
+    emit(rec, p.json, line);
   }
-#endif
-  char line[640];
-  std::snprintf(line, sizeof line,
-                "%s %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s grad=%s idx=%s %s%s bounds=%s lr=%g: %.1f us, "
-                "%.1f GB/s, %lld lookups, %lld unique rows%s",
-                op.c_str(), backend_name(p.backend), p.T, static_cast<long long>(p.B),
-                p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
-                static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
-                dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
-                bounds_check_mode_name(p.bounds), a.learning_rate, t.median_us, gbps,
-                static_cast<long long>(sets[0].host.num_indices()), static_cast<long long>(host_unique),
-                phase_note.c_str());
-  emit(rec, p.json, line);
-  return 0;
+  return rc;
 }
 
 void add_command(CLI::App& bench, bool train) {
@@ -330,6 +390,9 @@ void add_command(CLI::App& bench, bool train) {
   sub->add_option("--max-block-segment", args->max_block_segment,
                   "segments up to this: a block per row; longer: split across blocks (0: default)");
   sub->add_option("--block-threads", args->block_threads, "threads per block of the block paths (0: default)");
+  sub->add_option("--sweep-thresholds", args->sweep_thresholds,
+                  "W:B:T[,W:B:T...]: time each (max_warp_segment, max_block_segment, block_threads) in turn on the "
+                  "same inputs (0: default; overrides the three options above)");
   sub->add_option("--learning-rate", args->learning_rate, "learning rate")->capture_default_str();
   sub->callback([args, train] { std::exit(run(*args, train)); });
 }

@@ -13,8 +13,9 @@
 //              directly), longer ones go to the block list, hot ones to the hot list with their
 //              superchunk slots (see below) from an atomic bump allocator.
 //   grad psw   (optional) per lookup, dot(weight row, gradient row) - before any weight is written.
-//   rows       warp per short row, block per long row, block per superchunk of a hot row + a warp
-//              per hot row to combine; each unique row is updated by exactly one owner.
+//   rows       warp per short row (or a lane group per row, kGroupRows rows per warp), block per long
+//              row, block per superchunk of a hot row + a warp per hot row to combine; each unique row
+//              is updated by exactly one owner.
 //
 // Canonical summation order (the determinism contract). A row's gradient over its sorted segment is
 //   total = 0; for each superchunk S (kSuperChunk consecutive lookups): sp = 0;
@@ -71,6 +72,7 @@ constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<=
 constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)
 constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
 constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
+constexpr int kGroupRowsMinBlocks = 2; // its lane-group variant: 2 x 256 threads per SM (<= 128 registers)
 
 // Counters in the workspace (zeroed at the start of every call).
 enum Counter : int {
@@ -740,14 +742,182 @@ __device__ __forceinline__ void update_row(const BwdParams& p, const RowInfo& r,
   }
 }
 
+// ---- warp path, several rows per warp -----------------------------------------------------------------
+//
+// A warp updating one short row at a time has one row's loads in flight, so the warp path is bound by
+// latency, not bandwidth. When every row fits one pass (max_dim <= kPassCols) and the optimizer has no
+// element-wise state (SGD, row-wise Adagrad, dense mode), the warp is split into kGroupRows lane
+// groups of kGroupLanes lanes, each updating its own row: the loads of kGroupRows rows (weights,
+// row-wise state, first gradient row) are issued together. Lane gl of a group holds, as slot k, the
+// columns that lane gl + k*kGroupLanes holds in update_row's one-pass mapping; every column is summed
+// in the canonical order, and the row sums follow warp_sum's xor tree exactly (group_sum), so the
+// results are bit-identical to update_row's.
+
+constexpr int kGroupRows = 4;                                    // rows in flight per warp
+constexpr int kGroupLanes = ArchTraits::kWarpSize / kGroupRows;  // lanes per row
+constexpr int kGroupMaxLookups = 8;  // longer warp-path rows take the whole warp (<= kChunk)
+static_assert(kGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
+static_assert(kGroupRows >= 1 && ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
+
+__host__ __device__ inline bool group_path_ok(const BwdParams& p) {
+  return p.max_dim <= kPassCols && (p.opt.type == OptimizerType::kSgd || p.opt.type == OptimizerType::kRowwiseAdagrad ||
+                                    p.opt.type == OptimizerType::kNone);
+}
+
+// warp_sum over the 32 lanes of the one-warp mapping: xor steps 16 .. kGroupLanes pair slots of the same
+// lane (done in registers, highest first), the remaining steps are shuffles within the group.
+__device__ __forceinline__ float group_sum(float (&s)[kGroupRows], unsigned gmask) {
+#pragma unroll
+  for (int h = kGroupRows / 2; h >= 1; h /= 2)
+#pragma unroll
+    for (int k = 0; k < h; ++k) s[k] = __fadd_rn(s[k], s[k + h]);
+  float v = s[0];
+#pragma unroll
+  for (int o = kGroupLanes / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(gmask, v, o, kGroupLanes));
+  return v;
+}
+
+// Lookup q's meta for lane gl, q = b0 + gl of a row's sorted segment (the caller's `first` for q = 0).
+__device__ __forceinline__ LookupMeta group_meta(const BwdParams& p, int64_t start, int64_t q, int64_t end,
+                                                 const LookupMeta& first) {
+  LookupMeta m{0, 1.0f};
+  if (q < end) m = q == 0 ? first : lookup_meta(p, start + q);
+  return m;
+}
+
+// One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
+// one lane group: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as WarpGrad.
+template <typename W, typename G>
+__device__ __forceinline__ void group_update_row(const BwdParams& p, const RowInfo& r, int64_t start, int64_t len,
+                                                 const LookupMeta& first, int gl, unsigned gmask) {
+  const OptimizerParams& o = p.opt;
+  const int D = r.D;
+  W* wrow = static_cast<W*>(p.weights) + r.wbase;
+  const G* grad = static_cast<const G*>(p.grad_output);
+  const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
+  const bool dense = o.type == OptimizerType::kNone;
+  const bool adagrad = o.type == OptimizerType::kRowwiseAdagrad;
+  int col[kGroupRows], ncols[kGroupRows];
+#pragma unroll
+  for (int k = 0; k < kGroupRows; ++k) {
+    col[k] = (gl + k * kGroupLanes) * kVec;
+    const int left = D - col[k];
+    ncols[k] = left <= 0 ? 0 : (left < kVec ? left : kVec);
+  }
+  // Loads first: the metas of lookups 1..kGroupLanes-1, the weights, the row-wise state and the first
+  // gradient row, all independent.
+  LookupMeta next{0, 1.0f};
+  if (gl > 0 && gl < len) next = lookup_meta(p, start + gl);
+  float w[kGroupRows][kVec], g[kGroupRows][kVec];
+  if (!dense) {
+#pragma unroll
+    for (int k = 0; k < kGroupRows; ++k) load_vec<W, false>(wrow + col[k], wvec, ncols[k], w[k]);
+  }
+  const float state = adagrad ? p.momentum1[r.key] : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kGroupRows; ++k) load_vec<G, true>(grad + first.grad_off + col[k], gvec, ncols[k], g[k]);
+#pragma unroll
+  for (int k = 0; k < kGroupRows; ++k)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(0.0f, __fmul_rn(first.scale, g[k][e]));
+  for (int64_t b0 = 0; b0 < len; b0 += kGroupLanes) {
+    const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
+    const int nb = static_cast<int>(len - b0 < kGroupLanes ? len - b0 : kGroupLanes);
+    // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
+    for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
+      const bool two = j + 1 < nb;
+      const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, kGroupLanes);
+      const float sc0 = __shfl_sync(gmask, mine.scale, j, kGroupLanes);
+      const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, kGroupLanes);
+      const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, kGroupLanes);
+#pragma unroll
+      for (int k = 0; k < kGroupRows; ++k) {
+        float x0[kVec], x1[kVec];
+        load_vec<G, true>(grad + off0 + col[k], gvec, ncols[k], x0);
+        load_vec<G, true>(grad + off1 + col[k], gvec, ncols[k], x1);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(g[k][e], __fmul_rn(sc0, x0[e]));
+        if (two)
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(g[k][e], __fmul_rn(sc1, x1[e]));
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kGroupRows; ++k)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(0.0f, __fadd_rn(0.0f, g[k][e]));
+
+  if (dense) {
+    float* dst = p.unique_grads + r.u * p.max_dim;
+#pragma unroll
+    for (int k = 0; k < kGroupRows; ++k)
+      if (ncols[k] > 0) store_floats(dst + col[k], p.ug_vec != 0, ncols[k], g[k]);
+    for (int d = D + gl; d < p.max_dim; d += kGroupLanes) dst[d] = 0.0f;
+    return;
+  }
+  float mult = 0.0f, corr = 1.0f;
+  if (adagrad) {
+    float s[kGroupRows];
+#pragma unroll
+    for (int k = 0; k < kGroupRows; ++k) {
+      s[k] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        if (e < ncols[k]) s[k] = __fadd_rn(s[k], opt::row_sq_term(opt::clip_grad(g[k][e], o), w[k][e], o));
+    }
+    const float sum = group_sum(s, gmask);
+    float m = state;
+    mult = opt::rowwise_adagrad_multiplier(&m, sum, D, o);
+    corr = opt::rowwise_adagrad_correction(mult, o);
+    if (gl == 0) p.momentum1[r.key] = m;
+  }
+  // New values in place of w.
+#pragma unroll
+  for (int k = 0; k < kGroupRows; ++k)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float gk = opt::clip_grad(g[k][e], o);
+      float v = w[k][e];
+      if (e < ncols[k]) v = adagrad ? opt::rowwise_adagrad_apply(w[k][e], gk, mult, corr) : opt::sgd_apply(w[k][e], gk, o);
+      w[k][e] = v;
+    }
+  float factor = 1.0f;
+  if (adagrad && o.max_norm > 0.0f) {
+    float sq[kGroupRows];
+#pragma unroll
+    for (int k = 0; k < kGroupRows; ++k) {
+      sq[k] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        if (e < ncols[k]) sq[k] = __fadd_rn(sq[k], __fmul_rn(w[k][e], w[k][e]));
+    }
+    factor = opt::max_norm_factor(group_sum(sq, gmask), o);
+  }
+#pragma unroll
+  for (int k = 0; k < kGroupRows; ++k) {
+    if (ncols[k] <= 0) continue;
+    W out[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float v = factor == 1.0f ? w[k][e] : w[k][e] * factor;
+      out[e] = round_weight<W>(v, p.rounding, p.rounding_key, r.wbase + col[k] + e);
+    }
+    store_weights<W>(wrow + col[k], wvec, ncols[k], out);
+  }
+}
+
 // ---- row kernels -----------------------------------------------------------------------------------
 
 // Warp per row: persistent warps walk the unique rows directly, 32 consecutive rows at a time. Lane j
 // first loads row j's run, key, first lookup and table (coalesced, all 32 chains in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
-template <typename W, typename G>
-__global__ void __launch_bounds__(kRowThreads, kWarpRowsMinBlocks) tbe_backward_warp_rows_kernel(const BwdParams p) {
+// kGroups (host-chosen when group_path_ok): rows of at most kGroupMaxLookups lookups go kGroupRows at a
+// time to the warp's lane groups (group_update_row), longer ones to the whole warp as above.
+template <typename W, typename G, bool kGroups>
+__global__ void __launch_bounds__(kRowThreads, kGroups ? kGroupRowsMinBlocks : kWarpRowsMinBlocks)
+    tbe_backward_warp_rows_kernel(const BwdParams p) {
   if (rows_disabled(p)) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   const int64_t runs = p.counters[kNumRuns];
@@ -776,6 +946,36 @@ __global__ void __launch_bounds__(kRowThreads, kWarpRowsMinBlocks) tbe_backward_
       }
     }
     unsigned todo = __ballot_sync(ArchTraits::kFullMask, mine);
+    if (kGroups) {
+      // Rows of at most kGroupMaxLookups lookups in lane groups; longer ones on the whole warp below
+      // (kUnroll of their lookups in flight).
+      const unsigned longer = __ballot_sync(ArchTraits::kFullMask, mine && len > static_cast<uint32_t>(kGroupMaxLookups));
+      unsigned short_rows = todo & ~longer;
+      todo = longer;
+      // kGroupRows rows at a time: group grp takes the grp-th remaining row of the batch.
+      const int grp = lane / kGroupLanes, gl = lane % kGroupLanes;
+      const unsigned gmask = kGroupRows == 1 ? ArchTraits::kFullMask
+                                             : ((1u << (kGroupLanes % 32)) - 1u) << (grp * kGroupLanes);
+      while (short_rows != 0) {
+        unsigned t = short_rows;
+        for (int i = 0; i < grp; ++i) t &= t - 1;
+        const int j = t != 0 ? __ffs(t) - 1 : -1;
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i) short_rows &= short_rows - 1;
+        const int src = j < 0 ? 0 : j;
+        RowInfo r;
+        r.u = u0 + src;
+        r.key = __shfl_sync(ArchTraits::kFullMask, key, src);
+        r.wbase = __shfl_sync(ArchTraits::kFullMask, wbase, src);
+        r.D = __shfl_sync(ArchTraits::kFullMask, D, src);
+        LookupMeta fm;
+        fm.grad_off = __shfl_sync(ArchTraits::kFullMask, first.grad_off, src);
+        fm.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, src);
+        const int64_t rs = __shfl_sync(ArchTraits::kFullMask, start, src);
+        const int64_t rl = __shfl_sync(ArchTraits::kFullMask, len, src);
+        if (j >= 0) group_update_row<W, G>(p, r, rs, rl, fm, gl, gmask);
+      }
+    }
     while (todo != 0) {
       const int j = __ffs(todo) - 1;
       todo &= todo - 1;

@@ -29,7 +29,7 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     EMBSCALE_CHECK_LAUNCH("tbe_backward_grad_psw_kernel");
   }
   {
-    const auto k = tbe_backward_warp_rows_kernel<W, G>;
+    const auto k = group_path_ok(p) ? tbe_backward_warp_rows_kernel<W, G, true> : tbe_backward_warp_rows_kernel<W, G, false>;
     k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
     EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel");
   }
