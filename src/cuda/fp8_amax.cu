@@ -3,6 +3,7 @@
 // fp16, bf16).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "api/fp8_backend.h"
@@ -41,13 +42,20 @@ __global__ void __launch_bounds__(kAmaxReduceThreads) amax_reduce_slots_kernel(A
 }
 
 int64_t amax_cluster_max_bytes() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("EMBSCALE_AMAX_CLUSTER_MAX_BYTES");
-    if (e == nullptr || *e == '\0') return kAmaxClusterMaxBytes;
-    char* end = nullptr;
-    const long long b = std::strtoll(e, &end, 10);
-    if (end == e || *end != '\0' || b < 0) return kAmaxClusterMaxBytes;  // not a byte count: the default
-    return static_cast<int64_t>(b);
+  static const int64_t v = env_int64("EMBSCALE_AMAX_CLUSTER_MAX_BYTES", kAmaxClusterMaxBytes, 0);
+  return v;
+}
+
+int amax_grid_vectors_per_thread() {
+  static const int v =
+      static_cast<int>(std::min<int64_t>(64, env_int64("EMBSCALE_AMAX_GRID_VPT", kAmaxGridVectorsPerThread, 1)));
+  return v;
+}
+
+bool amax_init_with_memset() {
+  static const bool v = [] {
+    const char* e = std::getenv("EMBSCALE_AMAX_INIT");
+    return e != nullptr && std::strcmp(e, "memset") == 0;
   }();
   return v;
 }
@@ -74,11 +82,25 @@ size_t amax_grid_workspace_bytes(AmaxPath path) {
 
 int amax_grid_blocks(int64_t work_vectors, int wave) {
   const int64_t cap = std::min<int64_t>(wave, max_amax_grid());
-  const int64_t want = ceil_div(std::max<int64_t>(work_vectors, 1), kAmaxGridThreads);
+  const int64_t want = ceil_div(std::max<int64_t>(work_vectors, 1),
+                                static_cast<int64_t>(kAmaxGridThreads) * amax_grid_vectors_per_thread());
   return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
 }
 
 Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag) {
+  if (noop_flag == nullptr && amax_init_with_memset()) {
+    // Plain zero stores in stream order (0.0f and 0 are all-zero bytes); the next kernel's programmatic
+    // dependency does not apply across a memset, so it starts after it as after any stream operation.
+    cudaError_t err = cudaMemsetAsync(amax, 0, sizeof(float), stream);
+    if (err == cudaSuccess && nonfinite_flag != nullptr) {
+      err = cudaMemsetAsync(nonfinite_flag, 0, sizeof(int32_t), stream);
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return cuda_status(err, "amax init (memset)");
+    }
+    return Status::Ok();
+  }
   return launch_kernel("amax_init_kernel", amax_init_kernel, dim3(1), dim3(Arch::kWarpSize), 0, stream,
                        AmaxOutputs{amax, nonfinite_flag, nullptr}, noop_flag);
 }

@@ -9,7 +9,9 @@
 //  * atomic    (grid): amax_init_kernel (one thread) writes *amax = 0 and *flag = 0; then a grid of one
 //                resident wave streams the input and each block does ONE native atomicMax of its maximum's
 //                bits on *amax (non-negative floats order like their bits as unsigned integers) and, only
-//                if it saw inf/NaN, one atomicOr on the flag. Two launches, no workspace.
+//                if it saw inf/NaN, one atomicOr on the flag. Two launches, no workspace. (Tuning
+//                option: EMBSCALE_AMAX_INIT=memset zeroes them with memsets instead, when there is no
+//                noop flag.)
 //  * two_stage (grid): each block stores its maximum (bits | nonfinite << 31) in its own workspace slot,
 //                then amax_reduce_slots_kernel (one block) reduces the slots in a fixed order and writes
 //                amax and flag. Two launches; workspace = the slots, any content on entry.
@@ -34,6 +36,9 @@ namespace cg = cooperative_groups;
 constexpr int kAmaxGridThreads = 512;     // threads per block of the grid paths
 constexpr int kAmaxUnroll = 4;            // 16-byte loads in flight per thread
 constexpr int kAmaxReduceThreads = 1024;  // threads of the two-stage final block
+// Grid sizing: about this many 16-byte vectors per thread (fewer blocks -> fewer atomics / slots), up
+// to one resident wave. EMBSCALE_AMAX_GRID_VPT overrides it (>= 1, at most 64).
+constexpr int kAmaxGridVectorsPerThread = 1;
 constexpr int kClusterThreads = 1024;     // threads per block of the cluster paths
 // kAuto uses the single-cluster path up to this many input bytes, the atomic grid path above.
 // EMBSCALE_AMAX_CLUSTER_MAX_BYTES overrides it (0 disables the cluster path).

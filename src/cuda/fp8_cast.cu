@@ -45,9 +45,22 @@ Status dispatch_float_fp8(DType fdt, DType f8dt, const char* what, F&& f) {
 
 float fp8_max_for(DType f8dt) { return f8dt == DType::kF8E5M2 ? kFp8E5M2Max : kFp8E4M3Max; }
 
+// Blocks per SM of the cast grids: kCastBlocksPerSm, or EMBSCALE_CAST_BLOCKS_PER_SM (1..16), read once.
+int cast_blocks_per_sm() {
+  static const int v = static_cast<int>(std::min<int64_t>(16, env_int64("EMBSCALE_CAST_BLOCKS_PER_SM",
+                                                                           kCastBlocksPerSm, 1)));
+  return v;
+}
+
+// Whether quantize_from_amax walks x in reverse: on unless EMBSCALE_QCS_REVERSE=0, read once.
+bool qcs_reverse() {
+  static const bool v = env_int64("EMBSCALE_QCS_REVERSE", 1, 0) != 0;
+  return v;
+}
+
 int cast_grid_blocks(const RangeSplit& s, int unroll) {
   const int64_t work = s.nvec + ceil_div(s.num_scalar(), 4);
-  const int64_t cap = static_cast<int64_t>(sm_count()) * kCastBlocksPerSm;
+  const int64_t cap = static_cast<int64_t>(sm_count()) * cast_blocks_per_sm();
   const int64_t want = ceil_div(std::max<int64_t>(work, 1), static_cast<int64_t>(kCastThreads) * unroll);
   return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
 }
@@ -139,6 +152,7 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
     p.scale_inv_out = scale_inv;
     p.rule = ScaleRule{fp8_max_for(y.dtype), opts.scale.eps, opts.scale.power_of_2};
     p.noop_flag = opts.amax.noop_flag;
+    p.reverse = qcs_reverse();
     const int c = qcs_cluster_size<Tin, Tout>(n, opts.amax.algo);
     if (c > 0) {
       const Status st = launch_kernel("quantize_current_scaling_cluster_kernel",

@@ -20,7 +20,7 @@ namespace embscale {
 namespace cuda {
 
 constexpr int kCastThreads = 512;
-constexpr int kCastBlocksPerSm = 2;
+constexpr int kCastBlocksPerSm = 2;  // EMBSCALE_CAST_BLOCKS_PER_SM overrides it (1..16)
 constexpr int kCastUnroll = 4;
 constexpr int kDequantUnroll = 2;  // 16 outputs per vector already
 constexpr int kQcsVecPerThread = 4;
@@ -46,6 +46,7 @@ struct CastParams {
   float* scale_inv_out;    // from-amax and cluster variants: [1]
   ScaleRule rule;
   const float* noop_flag;
+  bool reverse = true;     // from-amax variant: walk the vectors last to first (see above)
 };
 
 template <typename Tin, typename Tout, int kUnroll>
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(kCastThreads) quantize_from_amax_kernel(CastPa
     *p.scale_inv_out = scale_inv_from_scale(s);
   }
   cast_range<Tin, Tout, kCastUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                                     static_cast<int64_t>(gridDim.x) * blockDim.x, true);
+                                     static_cast<int64_t>(gridDim.x) * blockDim.x, p.reverse);
 }
 
 // x = float(y) * *scale_inv, rounded to x's dtype. Here p.x is the fp8 input and p.y the output.

@@ -185,9 +185,9 @@ __device__ __forceinline__ float load_float(T v) {
 }
 
 // ---- grid-stride traversal ----------------------------------------------------------------------
-// Vector body: kUnroll independent 16-byte loads in flight per thread before any is consumed. With
-// reverse, vector i is visited as nvec-1-i (used by a second pass so it starts on what the first pass
-// left in L2). proc(vector index, vector) consumes.
+// Vector body: kUnroll independent 16-byte loads in flight per thread before any is consumed (the
+// remainder too, as predicated loads). With reverse, vector i is visited as nvec-1-i (used by a second
+// pass so it starts on what the first pass left in L2). proc(vector index, vector) consumes.
 template <typename T, int kUnroll, class Proc>
 __device__ __forceinline__ void stream_vectors(const void* body, int64_t nvec, int64_t start, int64_t stride,
                                                bool reverse, Proc&& proc) {
@@ -205,9 +205,24 @@ __device__ __forceinline__ void stream_vectors(const void* body, int64_t nvec, i
       proc(reverse ? nvec - 1 - j : j, v[u]);
     }
   }
-  for (; i < nvec; i += stride) {
-    const int64_t j = reverse ? nvec - 1 - i : i;
-    proc(j, load_vec<T>(body, j));
+  // Remainder: fewer than kUnroll vectors are left for this thread. Their loads are all issued
+  // (predicated) before any is consumed, so the tail keeps several loads in flight instead of
+  // running up to kUnroll - 1 dependent round trips. Same indices, same order as one at a time.
+  if constexpr (kUnroll > 1) {
+    if (i < nvec) {
+      Vec16<T> v[kUnroll - 1];
+#pragma unroll
+      for (int u = 0; u < kUnroll - 1; ++u) {
+        const int64_t j = i + u * stride;
+        v[u].raw = make_uint4(0u, 0u, 0u, 0u);
+        if (j < nvec) v[u] = load_vec<T>(body, reverse ? nvec - 1 - j : j);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll - 1; ++u) {
+        const int64_t j = i + u * stride;
+        if (j < nvec) proc(reverse ? nvec - 1 - j : j, v[u]);
+      }
+    }
   }
 }
 

@@ -55,6 +55,15 @@ int max_threads_per_sm() {
   return cached_attribute(cache, cudaDevAttrMaxThreadsPerMultiProcessor);
 }
 
+int64_t env_int64(const char* name, int64_t def, int64_t min_value) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return def;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (end == e || *end != '\0' || v < min_value) return def;  // not a valid value: the default
+  return static_cast<int64_t>(v);
+}
+
 Status check_amax_slots(const void* ws, const char* op) {
   if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 4 != 0) {
     return invalid_argument(std::string(op) + ": workspace must be non-null and 4-byte aligned for two_stage");

@@ -35,6 +35,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Threads one SM can hold (cached per device).
 int max_threads_per_sm();
 
+// Integer tuning override from the environment: the decimal value of `name` if it parses and is >=
+// min_value, else def. Callers read it once (function-local static).
+int64_t env_int64(const char* name, int64_t def, int64_t min_value);
+
 // Per-device cache of one integer per kernel instantiation: kKernel is a template argument, so every
 // instantiation (every dtype) gets its own cache. compute() runs once per device.
 template <auto kKernel, class Compute>
@@ -144,9 +148,15 @@ AmaxPath choose_amax_path(AmaxAlgo algo, int64_t bytes, bool cluster_available);
 int64_t amax_cluster_max_bytes();
 // Workspace of a path: 0, except kTwoStage: one slot for each block the largest grid can have.
 size_t amax_grid_workspace_bytes(AmaxPath path);
-// Grid of a grid amax kernel: enough blocks to give each thread about one 16-byte vector, at most the
-// resident wave `wave` and at most the slots amax_grid_workspace_bytes provides.
+// Grid of a grid amax kernel: enough blocks to give each thread about amax_grid_vectors_per_thread()
+// 16-byte vectors, at most the resident wave `wave` and at most the slots amax_grid_workspace_bytes
+// provides.
 int amax_grid_blocks(int64_t work_vectors, int wave);
+// kAmaxGridVectorsPerThread, or EMBSCALE_AMAX_GRID_VPT (>= 1), read once.
+int amax_grid_vectors_per_thread();
+// How the atomic path initialises *amax and the flag: false (default) the one-thread init kernel;
+// true (EMBSCALE_AMAX_INIT=memset, and only when there is no noop flag) cudaMemsetAsync.
+bool amax_init_with_memset();
 // The two-stage workspace holds 32-bit slots: non-null and 4-byte aligned.
 Status check_amax_slots(const void* ws, const char* op);
 // kAtomic's first launch: one thread zeroes *amax and *nonfinite_flag (after the grid-dependency wait).
