@@ -1,7 +1,8 @@
 // Compiled shapes of the TBE forward bags kernel for pooled fp32 weights and output with int64
 // indices (the benchmark's headline case), so that several can be compared in one run of one build:
 // EMBSCALE_TBE_FWD_VARIANT=<name> (tbe_forward.cu). Other dtype combinations always use the default.
-// The set is closed and small to bound compile time; docs/tbe_forward_cuda.md lists what each tests.
+// The set is closed and small to bound compile time; docs/tbe_forward_cuda.md lists what each tests
+// and what it measured on the H200.
 #include "cuda/tbe_forward_instances.cuh"
 
 namespace embscale {
@@ -20,20 +21,16 @@ Status launch_default(const TbeForwardParams& p, dim3 grid, cudaStream_t stream)
   return launch_tbe_forward<float, float, int64_t>(p, grid, stream);
 }
 
-//                     block  floor unroll vecs no-L1 coop-idx
+//                     block  floor unroll vecs no-L1 prefetch
+using B256U8 = FwdConfig<256, 3, 8, 1, false, false>;
 using U4 = FwdConfig<256, 4, 4, 1, false, false>;
 using U16 = FwdConfig<256, 2, 16, 1, false, false>;
 using B128 = FwdConfig<128, 6, 8, 1, false, false>;
-using B128U4 = FwdConfig<128, 8, 4, 1, false, false>;
 using V2 = FwdConfig<256, 2, 8, 2, false, false>;
 using V2U4 = FwdConfig<256, 3, 4, 2, false, false>;
-using NoL1 = FwdConfig<256, 3, 8, 1, true, false>;
-using Coop = FwdConfig<256, 3, 8, 1, false, true>;
-using CoopNoL1 = FwdConfig<256, 3, 8, 1, true, true>;
-using CoopNoL1F2 = FwdConfig<256, 2, 8, 1, true, true>;
-using B128CoopNoL1 = FwdConfig<128, 6, 8, 1, true, true>;
-using U16CoopNoL1 = FwdConfig<256, 2, 16, 1, true, true>;
-using V2CoopNoL1 = FwdConfig<256, 2, 8, 2, true, true>;
+using NoL1 = FwdConfig<128, 8, 4, 1, true, false>;
+using Pf = FwdConfig<128, 8, 4, 1, false, true>;
+using B128V2U4Pf = FwdConfig<128, 6, 4, 2, false, true>;
 
 template <typename C>
 constexpr FwdVariant variant(const char* name, const char* what) {
@@ -41,21 +38,17 @@ constexpr FwdVariant variant(const char* name, const char* what) {
 }
 
 const FwdVariant kVariants[] = {
-    {"default", "256 threads, 3 blocks/SM, unroll 8, 1 vector/lane", DefaultFwdConfig::kBlock,
+    {"default", "128 threads, 8 blocks/SM, unroll 4, 1 vector/lane", DefaultFwdConfig::kBlock,
      DefaultFwdConfig::kVecs, &launch_default},
-    variant<U4>("u4", "unroll 4, 4 blocks/SM (64 registers)"),
-    variant<U16>("u16", "unroll 16, 2 blocks/SM (128 registers)"),
-    variant<B128>("b128", "128 threads, 6 blocks/SM (80 registers, as the default), unroll 8"),
-    variant<B128U4>("b128u4", "128 threads, 8 blocks/SM, unroll 4"),
-    variant<V2>("v2", "2 vectors/lane (D=128 fp32: 16 lanes a bag, 2 bags a warp), unroll 8, 2 blocks/SM"),
-    variant<V2U4>("v2u4", "2 vectors/lane, unroll 4, 3 blocks/SM"),
+    variant<B256U8>("b256u8", "256 threads, 3 blocks/SM, unroll 8 (the default before the H200 sweep)"),
+    variant<U4>("u4", "256 threads, 4 blocks/SM, unroll 4 (64 registers)"),
+    variant<U16>("u16", "256 threads, 2 blocks/SM, unroll 16 (128 registers)"),
+    variant<B128>("b128", "128 threads, 6 blocks/SM, unroll 8"),
+    variant<V2>("v2", "2 vectors/lane (D=128 fp32: 16 lanes a bag, 2 bags a warp), 256 threads, unroll 8, 2 blocks/SM"),
+    variant<V2U4>("v2u4", "2 vectors/lane, 256 threads, unroll 4, 3 blocks/SM"),
     variant<NoL1>("nol1", "default + row loads with L1::no_allocate"),
-    variant<Coop>("coop", "default + cooperative index loads, next chunk prefetched"),
-    variant<CoopNoL1>("coop_nol1", "cooperative indices + no-L1 rows"),
-    variant<CoopNoL1F2>("coop_nol1_f2", "cooperative indices + no-L1 rows, 2 blocks/SM (no spills)"),
-    variant<B128CoopNoL1>("b128_coop_nol1", "128 threads, 6 blocks/SM, cooperative indices, no-L1 rows"),
-    variant<U16CoopNoL1>("u16_coop_nol1", "unroll 16, 2 blocks/SM, cooperative indices, no-L1 rows"),
-    variant<V2CoopNoL1>("v2_coop_nol1", "2 vectors/lane, unroll 8, cooperative indices, no-L1 rows"),
+    variant<Pf>("pf", "default + the next step's indices loaded before this step's rows (index prefetch)"),
+    variant<B128V2U4Pf>("v2u4pf", "2 vectors/lane, 128 threads, 6 blocks/SM, unroll 4, index prefetch"),
 };
 
 }  // namespace
