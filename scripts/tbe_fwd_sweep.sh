@@ -2,7 +2,7 @@
 # Sweep of the CUDA TBE forward on one build: every compiled kernel variant (--sweep all, same inputs
 # in one process) for uniform and Zipf(1.15) lookups, the grid order and bags per lane group
 # (EMBSCALE_TBE_FWD_ORDER / EMBSCALE_TBE_FWD_BAGS, read once per process), then the default variant
-# over weights dtypes, dimensions (packed small rows included) and mixed dimensions. One JSON record per line to $OUT/tbe_fwd_sweep.jsonl,
+# over weights dtypes, dimensions and mixed dimensions. One JSON record per line to $OUT/tbe_fwd_sweep.jsonl,
 # a readable line per record to stdout.
 #
 # Environment: BUILD_DIR (default build-gpu), OUT (default ./out), ITERS (default 50),
@@ -39,15 +39,14 @@ for part in $PARTS; do
       bench --sweep all --alpha 1.15
       ;;
     order)
-      EMBSCALE_TBE_FWD_ORDER=feature bench --sweep default,b256u8,pf
-      EMBSCALE_TBE_FWD_BAGS=2 bench --sweep default,b256u8,pf
-      EMBSCALE_TBE_FWD_BAGS=4 bench --sweep default,pf,v2u4pf --alpha 1.15
+      EMBSCALE_TBE_FWD_ORDER=feature bench --sweep default,b256u8,v2u4
+      EMBSCALE_TBE_FWD_BAGS=2 bench --sweep default,b256u8,v2u4
+      EMBSCALE_TBE_FWD_BAGS=4 bench --sweep default,b256u8,v2u4 --alpha 1.15
       ;;
     dims)
       bench --weights-precision fp16
       bench --weights-precision fp16 --alpha 1.15
-      for d in 1 4 8 16 32 64 128 256; do bench --embedding-dim "$d"; done
-      bench --embedding-dim 8 --sweep all
+      for d in 8 32 64 128 256; do bench --embedding-dim "$d"; done
       bench --embedding-dim 1024 --num-tables 4
       bench --mixed-dim
       bench --mixed-dim --alpha 1.15

@@ -1,6 +1,5 @@
 // Every compiled shape of the CUDA TBE forward (EMBSCALE_TBE_FWD_VARIANT), both grid orders and several
-// bags per lane group, against the naive reference, over the row paths (lane groups, packed rows of at
-// most 32 bytes, wide rows in slices, misaligned tables): the variants run for pooled fp32 -> fp32 with
+// bags per lane group, against the naive reference: the variants run for pooled fp32 -> fp32 with
 // int64 indices, so the cases below are of that kind (other kinds check that the default still runs
 // under a non-default tuning). The tuning is restored afterwards.
 #include <gtest/gtest.h>
@@ -55,44 +54,6 @@ std::vector<TbeCase> variant_cases() {
   d.weighted = true;
   d.seed = 702;
   cases.push_back(d);
-  // Packed small rows (<= 32 bytes: one lane per bag) at every vector width, 16- and 32-byte classes,
-  // a batch that is not a multiple of the warp, empty and long bags; each bounds mode.
-  TbeCase s;
-  s.num_rows = {300, 301, 302, 303, 304, 305, 306, 307};
-  s.dims = {8, 4, 2, 1, 3, 5, 6, 7};
-  s.batch_size = 77;
-  s.bag_size = 23;
-  s.variable_bag_size = true;
-  for (BoundsCheckMode bc : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff}) {
-    s.bounds = bc;
-    s.seed = 710 + static_cast<int>(bc);
-    cases.push_back(s);
-  }
-  s.pooling = PoolingMode::kMean;
-  s.bounds = BoundsCheckMode::kSkip;
-  s.alpha = 1.15;
-  s.seed = 714;
-  cases.push_back(s);
-  s.pooling = PoolingMode::kSum;
-  s.weighted = true;
-  s.integer_values = true;
-  s.seed = 715;
-  cases.push_back(s);
-  // Mixed D in multiples of 4 (16-byte rows; wide ones cut into parallel slices), then the same after
-  // a table of odd D and odd rows, which misaligns the tables after it (narrower vectors).
-  TbeCase m;
-  m.num_rows = {1000, 999, 1001, 998};
-  m.dims = {68, 100, 132, 188};
-  m.batch_size = 40;
-  m.bag_size = 20;
-  m.variable_bag_size = true;
-  m.seed = 720;
-  cases.push_back(m);
-  m.num_rows = {7, 1000, 999, 1001, 998};
-  m.dims = {3, 68, 100, 132, 188};
-  m.weighted = true;
-  m.seed = 721;
-  cases.push_back(m);
   // Not covered by the variants: fp16 weights, int32 indices, sequence mode.
   TbeCase e = c;
   e.weights_dtype = DType::kF16;
@@ -107,15 +68,6 @@ std::vector<TbeCase> variant_cases() {
   q.pooling = PoolingMode::kNone;
   q.seed = 704;
   cases.push_back(q);
-  // Sequence rows wider than one pass (sliced), and fp16 packed rows.
-  q.dims = {160, 160};
-  q.seed = 705;
-  cases.push_back(q);
-  TbeCase h = s;
-  h.weights_dtype = DType::kF16;
-  h.dims = {16, 8, 4, 2, 1, 3, 15, 9};
-  h.seed = 706;
-  cases.push_back(h);
   return cases;
 }
 

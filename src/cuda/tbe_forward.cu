@@ -3,8 +3,8 @@
 //
 // Enqueued on ctx.stream, in order:
 //   1. tbe_forward_bags_kernel: grid (bag tiles, features), sized from each feature's row plan so the
-//      feature needing the most blocks (bags x row slices) gets exactly enough; blocks of other features
-//      past their last work item exit at once.
+//      feature needing the most blocks gets exactly enough; blocks of other features past their last
+//      bag exit at once.
 //   2. (error and skip modes) tbe_forward_finalize_kernel, one thread: first/last offset checks, the
 //      report or the skip count, and the scratch records cleared for the next call.
 //   3. the 5-word report is copied to the host and the stream synchronised; a report becomes a
@@ -267,9 +267,8 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
                            args.output.dtype == DType::kF32 && args.indices.dtype == DType::kI64;
   const tbe_fwd::FwdVariant& variant = tbe_fwd::fwd_variant(use_variant ? variant_index : 0);
 
-  // Grid: the tiles cover the work items (bag x row slice) of the feature whose row plan needs the most
-  // blocks (the same plan_row the kernel evaluates, so the sizes agree), divided by the bags per lane
-  // group; x is
+  // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
+  // same plan_row the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
   // the tile and y the feature (folded if T > 65535), or the other way round in feature-inner order
   // (tiles folded past 65535: the kernel loops over the bags of its tiles).
   if (T > 0 && B > 0) {
@@ -278,12 +277,9 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
     int64_t tiles = 1;
     for (int f = 0; f < T; ++f) {
       const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
-      const tbe_fwd::RowPlan plan = tbe_fwd::plan_row(tbe.feature_dim(f), es, table, variant.vecs, !sequence);
-      // Work items of the feature: its bags times the slices of a row wider than one pass.
-      const int64_t pass = static_cast<int64_t>(plan.group) * variant.vecs;
-      const int64_t items = B * ((plan.units + pass - 1) / pass);
+      const tbe_fwd::RowPlan plan = tbe_fwd::plan_row(tbe.feature_dim(f), es, table, variant.vecs);
       const int64_t bags_per_block = static_cast<int64_t>(variant.block / plan.group) * tuning.bags_per_group;
-      tiles = std::max(tiles, (items + bags_per_block - 1) / bags_per_block);
+      tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
     }
     const dim3 grid = tuning.feature_inner
                           ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))

@@ -5,11 +5,9 @@
 // mixed-D launches need no schedule in memory). A bag is owned by a group of G lanes (G a power of
 // two, 1..32): a row of D elements is cut into `units` vectors of kBytes (16, 8, 4 or one element),
 // G = min(32, next_pow2(units)), and each lane owns one vector column of the row. So D=128 fp32 is a
-// warp per bag (32 x 16 B), D=32 fp32 four bags per warp. Rows wider than 32 vectors are cut into
-// slices of 32 vectors; (bag, slice) is the work item, so the slices run in parallel in neighbouring
-// groups, each walking the bag's lookups (the indices are re-read from L1/L2; they are 1-2% of the
-// bytes of such rows). Pooled rows of at most 32 bytes take the packed path instead (one lane per
-// bag, 32 bags per warp, indices staged coalesced through shared memory; see tbe_forward_packed).
+// warp per bag (32 x 16 B), D=32 fp32 four bags per warp, D=1 fp32 32 bags per warp. Rows wider than
+// 32 vectors are covered in passes of 32 vectors, each pass walking the bag's lookups again (the
+// indices are re-read from L1/L2; they are 1-2% of the bytes of such rows).
 //
 // Memory-level parallelism. Each lane walks its bag kUnroll lookups at a time: it loads the kUnroll
 // indices (the group's lanes read the same address, one transaction), then issues kUnroll independent
@@ -56,11 +54,8 @@ namespace tbe_fwd {
 //  kBlock, kMinBlocks: block size and the occupancy floor given to the register allocator;
 //  kUnroll:            lookups per step (row loads in flight per lane per vector);
 //  kVecs:              vectors per lane per pass (2: D=128 fp32 is 16 lanes per bag, two bags a warp);
-//  kNoAlloc:           row loads bypass L1 (ld.global.nc.L1::no_allocate; rows are rarely reused);
-//  kPrefetch:          the next step's indices are loaded before the current step's rows are added,
-//                      so an index round trip overlaps the row loads (for hot rows served by L2, where
-//                      the index -> row dependency, not bandwidth, sets the time).
-template <int kBlock_, int kMinBlocks_, int kUnroll_, int kVecs_, bool kNoAlloc_, bool kPrefetch_ = false>
+//  kNoAlloc:           row loads bypass L1 (ld.global.nc.L1::no_allocate; rows are rarely reused).
+template <int kBlock_, int kMinBlocks_, int kUnroll_, int kVecs_, bool kNoAlloc_>
 struct FwdConfig {
   static constexpr int kBlock = kBlock_;
   static constexpr int kMinBlocks = kMinBlocks_;
@@ -69,7 +64,6 @@ struct FwdConfig {
   static constexpr int kUnroll = kUnroll_;
   static constexpr int kVecs = kVecs_;
   static constexpr bool kNoAlloc = kNoAlloc_;
-  static constexpr bool kPrefetch = kPrefetch_;
 };
 
 // Default, chosen by the H200 sweep (docs/tbe_forward_cuda.md): 128 threads, 8 blocks per SM, unroll 4
@@ -120,38 +114,16 @@ struct TbeForwardParams {
   int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
 };
 
-// Rows of at most this many bytes can be read whole by one lane (the packed path, pooled only).
-// Rows of at most this many bytes can be read whole by one lane (the packed path, pooled only).
-constexpr int kPackedRowBytes = 32;
-// Vectors one lane loads per row on the packed path, for rows of up to row_bytes (16 or 32) in
-// vectors of vec_bytes: at most 8 (so a lane holds at most 8 words per lookup, whatever the width).
-__host__ __device__ constexpr int packed_max_units(int vec_bytes, int row_bytes = kPackedRowBytes) {
-  return row_bytes / vec_bytes < 8 ? row_bytes / vec_bytes : 8;
-}
-// Lookups per step on the packed path: the config's unroll, capped so that a lane holds at most
-// kPackedStepWords 32-bit words of rows per step — 4 lookups of 16-byte rows, 2 of 32-byte rows at
-// the default — the budget that keeps the packed path near the register count of the occupancy floor.
-constexpr int kPackedStepWords = 16;
-__host__ __device__ constexpr int packed_unroll(int unroll, int row_bytes) {
-  return unroll * (row_bytes / 4) <= kPackedStepWords ? unroll
-         : kPackedStepWords / (row_bytes / 4) > 0     ? kPackedStepWords / (row_bytes / 4)
-                                                      : 1;
-}
-
-// How one feature's rows are read: vector bytes per lane, vectors per row, lanes per bag, and whether
-// one lane owns a whole bag (packed: 32 bags per warp, each lane's unrolled row loads all in flight).
+// How one feature's rows are read: vector bytes per lane, vectors per row, lanes per bag.
 struct RowPlan {
   int vec_bytes;
   int units;
   int group;
-  bool packed;
 };
 
 // vecs: vectors per lane per pass (FwdConfig::kVecs); the group is the power of two of lanes that
-// covers the row with vecs vectors each, at most a warp. packable: pooled output (the packed path has
-// no sequence form); then rows of <= kPackedRowBytes bytes in <= packed_max_units vectors are packed.
-__host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t table_addr, int vecs = 1,
-                                            bool packable = false) {
+// covers the row with vecs vectors each, at most a warp.
+__host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t table_addr, int vecs = 1) {
   const int64_t row_bytes = static_cast<int64_t>(dim) * elem_bytes;
   int vb = elem_bytes;
   for (int cand = ArchTraits::kVectorBytes; cand > elem_bytes; cand /= 2) {
@@ -163,10 +135,9 @@ __host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t t
   RowPlan plan;
   plan.vec_bytes = vb;
   plan.units = static_cast<int>(row_bytes / vb);
-  plan.packed = packable && row_bytes <= kPackedRowBytes && plan.units <= packed_max_units(vb);
   const int lanes = (plan.units + vecs - 1) / vecs;
   int g = 1;
-  while (!plan.packed && g < lanes && g < ArchTraits::kWarpSize) g *= 2;
+  while (g < lanes && g < ArchTraits::kWarpSize) g *= 2;
   plan.group = g;
   return plan;
 }
@@ -340,25 +311,18 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
   const int rank = static_cast<int>(threadIdx.x) - gi * group;
   const int bags_per_block = C::kBlock / group;
   const int64_t out_col = kPooled ? p.output_offsets[f] : 0;
-  // A row wider than one pass is cut into slices of `pass` vectors; (bag, slice) is the work item, so
-  // the slices of a wide row run in parallel in neighbouring lane groups (each walks the bag's indices,
-  // which the others' reads keep in L1) instead of one after another.
-  const int slices = (plan.units + pass - 1) / pass;
-  const int64_t work = B * slices;
 
-  for (int64_t w = tile0 * bags_per_block + gi; w < work; w += tiles * bags_per_block) {
-    const int64_t b = slices == 1 ? w : w / slices;
-    const int u0 = static_cast<int>(w - b * slices) * pass;
+  for (int64_t b = tile0 * bags_per_block + gi; b < B; b += tiles * bags_per_block) {
     const int64_t item = static_cast<int64_t>(f) * B + b;
     int64_t start = static_cast<int64_t>(offsets[item]);
     int64_t end = static_cast<int64_t>(offsets[item + 1]);
     if (check) {
-      if (end < start && rank == 0 && u0 == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
+      if (end < start && rank == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
       // Clamp so that broken offsets never cause an out-of-bounds read; the finalize kernel reports them.
       start = start < 0 ? 0 : (start > N ? N : start);
       end = end < start ? start : (end > N ? N : end);
     }
-    if (!kPooled && item == 0 && u0 == 0) {
+    if (!kPooled && item == 0) {
       // Sequence rows before the first bag belong to no bag: zeros.
       const float zero[V] = {};
       for (int64_t q = 0; q < start; ++q)
@@ -366,7 +330,7 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
     }
 
     int64_t valid = 0;
-    {
+    for (int u0 = 0; u0 < plan.units; u0 += pass) {
       // Lane rank owns vectors u0 + rank + c * group, c < kC. Inactive ones (u >= units) read a column
       // of row 0 that exists, so loads need no predicate.
       int u[kC];
@@ -443,35 +407,17 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
         }
       };
 
-      if constexpr (C::kPrefetch) {
-        // Software-pipelined indices: the next step's are in flight while this step's rows are read.
-        int64_t next[kU];
+      int64_t s = start;
+      for (; s + kU <= end; s += kU) {
+        // The group's lanes read the same address: one transaction per index.
 #pragma unroll
-        for (int j = 0; j < kU; ++j) next[j] = start + j < end ? load_index(indices + start + j) : 0;
-        for (int64_t s = start; s < end; s += kU) {
+        for (int j = 0; j < kU; ++j) idx[j] = load_index(indices + s + j);
+        step(s, std::true_type{});
+      }
+      if (s < end) {
 #pragma unroll
-          for (int j = 0; j < kU; ++j) idx[j] = next[j];
-#pragma unroll
-          for (int j = 0; j < kU; ++j) next[j] = s + kU + j < end ? load_index(indices + s + kU + j) : 0;
-          if (s + kU <= end) {
-            step(s, std::true_type{});
-          } else {
-            step(s, std::false_type{});
-          }
-        }
-      } else {
-        int64_t s = start;
-        for (; s + kU <= end; s += kU) {
-          // The group's lanes read the same address: one transaction per index.
-#pragma unroll
-          for (int j = 0; j < kU; ++j) idx[j] = load_index(indices + s + j);
-          step(s, std::true_type{});
-        }
-        if (s < end) {
-#pragma unroll
-          for (int j = 0; j < kU; ++j) idx[j] = s + j < end ? load_index(indices + s + j) : 0;
-          step(s, std::false_type{});
-        }
+        for (int j = 0; j < kU; ++j) idx[j] = s + j < end ? load_index(indices + s + j) : 0;
+        step(s, std::false_type{});
       }
 
       if constexpr (kPooled) {
@@ -488,164 +434,10 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
         }
       }
     }
-    if (p.check == kCheckSkip && rank == 0 && u0 == 0 && end > start + valid) {
+    if (p.check == kCheckSkip && rank == 0 && end > start + valid) {
       atomicAdd(reinterpret_cast<unsigned long long*>(p.scratch + kSkipCount),
                 static_cast<unsigned long long>(end - start - valid));
     }
-  }
-}
-
-// ---- packed small rows: one lane per bag ----
-//
-// Rows of at most 32 bytes (D <= 8 fp32, D <= 16 fp16/bf16) would leave most lanes of a group idle or
-// give each lane a few bytes per lookup. Here a lane owns a whole bag: it loads the row's `units`
-// vectors itself, kUnroll lookups at a time, so a warp has 32 bags x kUnroll rows in flight. The 32
-// bags of a warp are consecutive, so their indices are one contiguous span; they are loaded
-// coalesced into a per-warp stage in shared memory (slot src * kU + j is lookup k0 + j of lane src's
-// bag: each load instruction reads 32 / kU runs of kU consecutive indices) and each lane then reads
-// its kU indices from the stage. The warp steps until its longest bag is done; a lane past the end
-// of its bag loads row 0 and drops it, so no load is predicated on the index values.
-// Numerics as everywhere: one lane, fp32, the bag's order, no FMA.
-template <typename W, typename O, typename I, int kBytes, int kRowBytes, typename C>
-__device__ __noinline__ void tbe_forward_packed(const TbeForwardParams& p, int f, const W* table,
-                                                   const RowPlan plan, int64_t tile0, int64_t tiles, I* stage) {
-  constexpr int V = kBytes / static_cast<int>(sizeof(W));
-  constexpr int kWarp = ArchTraits::kWarpSize;
-  constexpr int kMaxUnits = packed_max_units(kBytes, kRowBytes);
-  constexpr int kU = packed_unroll(C::kUnroll, kRowBytes);
-  constexpr unsigned kFull = ArchTraits::kFullMask;
-  static_assert(kWarp % kU == 0, "kUnroll divides the warp (the stage is kUnroll loads of a warp)");
-  const I* indices = static_cast<const I*>(p.indices);
-  const I* offsets = static_cast<const I*>(p.offsets);
-  const float* psw = p.per_sample_weights;
-  O* out = static_cast<O*>(p.output);
-  const int64_t B = p.batch_size;
-  const int64_t N = p.num_indices;
-  const int64_t D = p.dims[f];
-  const int64_t E = p.num_rows[f];
-  const bool check = p.check != kCheckOff;
-  const int units = plan.units;
-  const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  I* buf = stage + warp * (kWarp * kU);
-  const int64_t out_col = p.output_offsets[f];
-
-  // Warp-uniform loop: a block tile is C::kBlock consecutive bags, a warp's part 32 of them.
-  for (int64_t b0 = tile0 * C::kBlock + warp * kWarp; b0 < B; b0 += tiles * C::kBlock) {
-    const int64_t b = b0 + lane;
-    const bool live = b < B;
-    const int64_t item = static_cast<int64_t>(f) * B + b;
-    int64_t start = live ? static_cast<int64_t>(offsets[item]) : 0;
-    int64_t end = live ? static_cast<int64_t>(offsets[item + 1]) : 0;
-    if (check) {
-      if (live && end < start) record_min_position(p.scratch + kBadOffsetKey, item + 1);
-      start = start < 0 ? 0 : (start > N ? N : start);
-      end = end < start ? start : (end > N ? N : end);
-    }
-    const int64_t len = end - start;
-    int64_t longest = len;
-#pragma unroll
-    for (int m = kWarp / 2; m > 0; m /= 2) {
-      const int64_t o = __shfl_xor_sync(kFull, longest, m);
-      longest = o > longest ? o : longest;
-    }
-
-    float acc[kMaxUnits][V];
-#pragma unroll
-    for (int u = 0; u < kMaxUnits; ++u)
-#pragma unroll
-      for (int k = 0; k < V; ++k) acc[u][k] = 0.0f;
-    int64_t valid = 0;
-
-    for (int64_t k0 = 0; k0 < longest; k0 += kU) {
-      __syncwarp();  // the previous step's reads of the stage are done
-#pragma unroll
-      for (int r = 0; r < kU; ++r) {
-        const int q = r * kWarp + lane;
-        const int src = q / kU;
-        const int64_t src_start = __shfl_sync(kFull, start, src);
-        const int64_t src_len = __shfl_sync(kFull, len, src);
-        const int64_t pos = k0 + q % kU;
-        buf[q] = pos < src_len ? static_cast<I>(load_index(indices + src_start + pos)) : I(0);
-      }
-      __syncwarp();
-      int64_t idx[kU];
-#pragma unroll
-      for (int j = 0; j < kU; ++j) idx[j] = static_cast<int64_t>(buf[lane * kU + j]);
-
-      const int64_t s = start + k0;
-      unsigned present = 0, invalid = 0;
-#pragma unroll
-      for (int j = 0; j < kU; ++j) {
-        const bool in = k0 + j < len;
-        const bool ok = !check || (idx[j] >= 0 && idx[j] < E);
-        present |= static_cast<unsigned>(in && ok) << j;
-        invalid |= static_cast<unsigned>(in && !ok) << j;
-      }
-      if (invalid != 0 && p.check == kCheckError) record_min_position(p.scratch + kBadIndexKey, s + __ffs(invalid) - 1);
-      Words<kBytes> raw[kU][kMaxUnits];
-#pragma unroll
-      for (int j = 0; j < kU; ++j) {
-        const int64_t row = (present >> j & 1u) ? idx[j] * D : 0;
-#pragma unroll
-        for (int u = 0; u < kMaxUnits; ++u)
-          raw[j][u] = u < units ? load_words<kBytes, C::kNoAlloc>(table + row + u * V) : zero_words<kBytes>();
-      }
-      float sw[kU];
-#pragma unroll
-      for (int j = 0; j < kU; ++j) sw[j] = (psw != nullptr && k0 + j < len) ? __ldg(psw + s + j) : 1.0f;
-      valid += __popc(present);
-#pragma unroll
-      for (int j = 0; j < kU; ++j) {
-        if ((present >> j & 1u) != 0) {
-#pragma unroll
-          for (int u = 0; u < kMaxUnits; ++u) {
-            if (u < units) {
-              float x[V];
-              unpack<W, kBytes>(raw[j][u], x);
-#pragma unroll
-              for (int k = 0; k < V; ++k) acc[u][k] = __fadd_rn(acc[u][k], __fmul_rn(sw[j], x[k]));
-            }
-          }
-        }
-      }
-    }
-
-    if (live) {
-#pragma unroll
-      for (int u = 0; u < kMaxUnits; ++u) {
-        if (u < units) {
-          if (p.pooling == kPoolMean && valid > 0) {
-            const float n = static_cast<float>(valid);
-#pragma unroll
-            for (int k = 0; k < V; ++k) acc[u][k] = __fdiv_rn(acc[u][k], n);
-          }
-          store_out<O, V>(out + b * p.out_row_stride + out_col + static_cast<int64_t>(u) * V, acc[u]);
-        }
-      }
-      if (p.check == kCheckSkip && len > valid)
-        atomicAdd(reinterpret_cast<unsigned long long*>(p.scratch + kSkipCount),
-                  static_cast<unsigned long long>(len - valid));
-    }
-  }
-}
-
-// The packed path for one row-size class (kRowBytes 16 or 32), dispatched on the vector width.
-template <typename W, typename O, typename I, int kRowBytes, typename C>
-__device__ __forceinline__ void tbe_forward_packed_width(const TbeForwardParams& p, int f, const W* table,
-                                                         const RowPlan plan, int64_t tile0, int64_t tiles, I* stage) {
-  switch (plan.vec_bytes) {
-    case 16: tbe_forward_packed<W, O, I, 16, kRowBytes, C>(p, f, table, plan, tile0, tiles, stage); break;
-    case 8: tbe_forward_packed<W, O, I, 8, kRowBytes, C>(p, f, table, plan, tile0, tiles, stage); break;
-    case 4:
-      if constexpr (sizeof(W) < 4) {
-        tbe_forward_packed<W, O, I, 4, kRowBytes, C>(p, f, table, plan, tile0, tiles, stage);
-        break;
-      }
-      [[fallthrough]];
-    default:
-      tbe_forward_packed<W, O, I, static_cast<int>(sizeof(W)), kRowBytes, C>(p, f, table, plan, tile0, tiles, stage);
-      break;
   }
 }
 
@@ -660,22 +452,10 @@ __global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBl
   const int f_stride = static_cast<int>(fi ? gridDim.x : gridDim.y);
   const int64_t tile0 = fi ? blockIdx.y : blockIdx.x;
   const int64_t tiles = fi ? gridDim.y : gridDim.x;
-  // The packed path's index stage: packed_unroll indices per lane (pooled kernels only).
-  __shared__ I stage[kPooled ? C::kBlock * packed_unroll(C::kUnroll, kPackedRowBytes / 2) : 1];
   for (int f = f0; f < p.num_features; f += f_stride) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
     const RowPlan plan =
-        plan_row(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs, kPooled);
-    if constexpr (kPooled) {
-      if (plan.packed) {
-        if (static_cast<int64_t>(plan.units) * plan.vec_bytes <= kPackedRowBytes / 2) {
-          tbe_forward_packed_width<W, O, I, kPackedRowBytes / 2, C>(p, f, table, plan, tile0, tiles, stage);
-        } else {
-          tbe_forward_packed_width<W, O, I, kPackedRowBytes, C>(p, f, table, plan, tile0, tiles, stage);
-        }
-        continue;
-      }
-    }
+        plan_row(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs);
     switch (plan.vec_bytes) {
       case 16: tbe_forward_feature<W, O, I, 16, kPooled, C>(p, f, table, plan, tile0, tiles); break;
       case 8: tbe_forward_feature<W, O, I, 8, kPooled, C>(p, f, table, plan, tile0, tiles); break;
