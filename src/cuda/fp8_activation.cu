@@ -101,7 +101,8 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
         if (two_stage) {
           EMBSCALE_RETURN_IF_ERROR(check_amax_slots(ws, "activation_amax"));
         } else {
-          EMBSCALE_RETURN_IF_ERROR(launch_amax_init(stream, amax_out, opts.nonfinite_flag, opts.noop_flag));
+          EMBSCALE_RETURN_IF_ERROR(launch_amax_init(stream, amax_out, opts.nonfinite_flag, opts.noop_flag,
+                                                    x.size_bytes()));
           if (n == 0) return Status::Ok();
         }
         const int64_t work = p.split.nvec + ceil_div(p.split.num_scalar(), 4);

@@ -82,13 +82,15 @@ size_t amax_grid_workspace_bytes(AmaxPath path) {
 
 int amax_grid_blocks(int64_t work_vectors, int wave) {
   const int64_t cap = std::min<int64_t>(wave, max_amax_grid());
-  const int64_t want = ceil_div(std::max<int64_t>(work_vectors, 1),
-                                static_cast<int64_t>(kAmaxGridThreads) * amax_grid_vectors_per_thread());
+  const bool mid = work_vectors * 16 <= kAmaxMidMaxBytes && std::getenv("EMBSCALE_AMAX_GRID_VPT") == nullptr;
+  const int vpt = mid ? 2 : amax_grid_vectors_per_thread();
+  const int64_t want = ceil_div(std::max<int64_t>(work_vectors, 1), static_cast<int64_t>(kAmaxGridThreads) * vpt);
   return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
 }
 
-Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag) {
-  if (noop_flag == nullptr && amax_init_with_memset()) {
+Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag,
+                        int64_t input_bytes) {
+  if (noop_flag == nullptr && (amax_init_with_memset() || input_bytes <= kAmaxMidMaxBytes)) {
     // Plain zero stores in stream order (0.0f and 0 are all-zero bytes); the next kernel's programmatic
     // dependency does not apply across a memset, so it starts after it as after any stream operation.
     cudaError_t err = cudaMemsetAsync(amax, 0, sizeof(float), stream);
@@ -140,7 +142,7 @@ Status launch_amax_typed(cudaStream_t stream, const TensorView& x, float* amax, 
   }
   const int64_t work = p.split.nvec + ceil_div(p.split.num_scalar(), 4);
   if (path == AmaxPath::kAtomic) {
-    EMBSCALE_RETURN_IF_ERROR(launch_amax_init(stream, amax, nonfinite_flag, noop_flag));
+    EMBSCALE_RETURN_IF_ERROR(launch_amax_init(stream, amax, nonfinite_flag, noop_flag, work * 16));
     if (n == 0) return Status::Ok();
     const int grid = amax_grid_blocks(work, resident_wave_blocks<amax_atomic_kernel<T>>(kAmaxGridThreads));
     return launch_kernel("amax_atomic_kernel", amax_atomic_kernel<T>, dim3(grid), dim3(kAmaxGridThreads), 0, stream,

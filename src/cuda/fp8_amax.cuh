@@ -39,10 +39,16 @@ constexpr int kAmaxReduceThreads = 1024;  // threads of the two-stage final bloc
 // Grid sizing: about this many 16-byte vectors per thread (fewer blocks -> fewer atomics / slots), up
 // to one resident wave. EMBSCALE_AMAX_GRID_VPT overrides it (>= 1, at most 64).
 constexpr int kAmaxGridVectorsPerThread = 1;
+// Mid-size inputs (above the cluster limit, up to this many bytes) are launch-bound: there the atomic
+// path zeroes its outputs with memsets and gives each thread 2 vectors (fewer blocks, fewer atomics) —
+// TransformerEngine's shape, which the H200 A/B measured fastest at 1-4 MiB (bf16 2^20: 4.7 us against
+// 5.9 for the cluster; fp32 2^20: 5.2 against 6.0). Larger inputs keep the init kernel, whose
+// programmatic-dependent launch overlaps the main grid's start (fp32 2^22: 6.7 us against 8.3).
+constexpr int64_t kAmaxMidMaxBytes = int64_t(4) << 20;
 constexpr int kClusterThreads = 1024;     // threads per block of the cluster paths
 // kAuto uses the single-cluster path up to this many input bytes, the atomic grid path above.
 // EMBSCALE_AMAX_CLUSTER_MAX_BYTES overrides it (0 disables the cluster path).
-constexpr int64_t kAmaxClusterMaxBytes = int64_t(2) << 20;  // H200 sweep: the cluster wins up to 2 MiB
+constexpr int64_t kAmaxClusterMaxBytes = int64_t(1) << 20;  // H200 A/B: the cluster wins up to 1 MiB
 
 struct AmaxOutputs {
   float* amax;              // [1]

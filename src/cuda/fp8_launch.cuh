@@ -160,7 +160,10 @@ bool amax_init_with_memset();
 // The two-stage workspace holds 32-bit slots: non-null and 4-byte aligned.
 Status check_amax_slots(const void* ws, const char* op);
 // kAtomic's first launch: one thread zeroes *amax and *nonfinite_flag (after the grid-dependency wait).
-Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag);
+// Memsets instead of the kernel for inputs up to kAmaxMidMaxBytes (input_bytes) or with
+// EMBSCALE_AMAX_INIT=memset, when there is no noop flag.
+Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag,
+                        int64_t input_bytes);
 // kTwoStage's last launch: one block reduces `nslots` slots in a fixed order and writes amax and flag.
 Status launch_amax_reduce_slots(cudaStream_t stream, const uint32_t* slots, int nslots, float* amax,
                                 int32_t* nonfinite_flag, const float* noop_flag);
