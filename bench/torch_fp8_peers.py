@@ -66,7 +66,6 @@ ALL_OPS = ("amax", "quantize_current_scaling", "activation_amax", "cast_transpos
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="torch_fp8_peers.jsonl", help="JSON-lines output file (default: %(default)s)")
-    p.add_argument("--append", action="store_true", help="append to --out instead of overwriting it")
     p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("2^16,2^20,2^24,2^26,2^28"),
                    help="1-D element counts, comma-separated (default: 2^16,2^20,2^24,2^26,2^28)")
     p.add_argument("--shape", type=parse_shape, default=(8192, 8192), help="ROWSxCOLS of the 2-D ops (default: 8192x8192)")
@@ -104,7 +103,7 @@ class Bench:
         self.l2 = int(getattr(props, "L2_cache_size", 0) or (60 << 20))
         self.copy_gbps = None
         self.failures = 0
-        self.out = open(args.out, "a" if args.append else "w")
+        self.out = open(args.out, "a")  # appended, as the other peer scripts: one results file per run
         self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
 
     # ---- inputs ----
