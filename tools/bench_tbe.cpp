@@ -12,10 +12,11 @@
 // CPU, a configuration that runs in seconds on a few cores (T=8, E=1e5, D=128, B=512, L=20).
 // --alpha 0 means uniform rows and any alpha > 0 Zipf(alpha) (FBGEMM's script treats alpha <= 1 as
 // uniform). --bounds-check defaults to off: the peers do not check, and on CUDA kError synchronises.
+// Flags, their validation, weights, input sets and record fields are shared with the backward and
+// training benchmarks (tools/tbe_bench_common.h); --sweep and the spot check are the forward's own.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,175 +28,62 @@
 #include "bench_util.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
-#include "embscale/tbe_generator.h"
 #include "reference_tbe.h"
 #include "registry.h"
+#include "tbe_bench_common.h"
 
 namespace embscale {
 namespace tools {
 namespace {
 
-// The command line as given; kUnset means "the backend's default".
-constexpr int64_t kUnset = INT64_MIN;
+using tbe_bench::InputSet;
+using tbe_bench::fail;
+
+// The shared flags (tools/tbe_bench_common.h) plus --sweep.
 struct TbeBenchArgs {
-  std::string backend;
-  int64_t batch_size = kUnset;
-  int64_t num_tables = kUnset;
-  int64_t embedding_dim = kUnset;
-  bool mixed_dim = false;
-  int64_t bag_size = kUnset;
-  int64_t num_embeddings = kUnset;
-  double alpha = 0.0;
-  std::string weights_precision = "fp32";
-  std::string output_dtype;  // default: weights precision
-  std::string pooling = "sum";
-  bool weighted = false;
-  std::string indices_dtype = "64";
-  int64_t iters = kUnset;
-  int64_t warmup = kUnset;
-  bool json = false;
-  std::string bounds_check = "off";
-  bool variable_bag_size = false;
-  uint64_t seed = 20261130;
+  tbe_bench::Args common;
   std::string sweep;  // CUDA: comma-separated forward variants ("all": every compiled one)
 };
 
-struct Plan {
-  Backend backend = Backend::kCpu;
-  int T = 0;
-  int64_t B = 0, E = 0;
-  int D = 0, L = 0;
-  bool mixed = false, variable = false, weighted = false;
-  std::vector<int> dims;  // [T]
-  double alpha = 0;
-  DType w_dtype = DType::kF32, out_dtype = DType::kF32, idx_dtype = DType::kI64;
-  PoolingMode pooling = PoolingMode::kSum;
-  BoundsCheckMode bounds = BoundsCheckMode::kOff;
-  int iters = 0, warmup = 0;
-  bool json = false;
-  uint64_t seed = 0;
+struct Plan : tbe_bench::Plan {
   std::vector<std::string> sweep;  // forward variants to time in turn on the same inputs
 };
 
-std::string make_plan(const TbeBenchArgs& a, Plan* p) {
-  p->backend = backend_available(Backend::kCuda) ? Backend::kCuda : Backend::kCpu;
-  if (!a.backend.empty() && !parse_backend(a.backend, &p->backend))
-    return "--backend: unknown backend '" + a.backend + "' (expected cpu or cuda)";
-  if (!backend_available(p->backend)) return std::string("--backend: ") + backend_name(p->backend) + " is not available";
-  const bool gpu = p->backend == Backend::kCuda;
-  auto given = [](int64_t v, int64_t dflt) { return v == kUnset ? dflt : v; };
-  const int64_t T = given(a.num_tables, gpu ? 32 : 8);
-  p->B = given(a.batch_size, gpu ? 8192 : 512);
-  p->E = given(a.num_embeddings, gpu ? 1000000 : 100000);
-  const int64_t D = given(a.embedding_dim, 128);
-  const int64_t L = given(a.bag_size, 20);
-  if (p->B < 0) return "--batch-size: " + std::to_string(p->B) + " is negative";
-  if (L < 0) return "--bag-size: " + std::to_string(L) + " is negative";
-  if (T < 1) return "--num-tables: " + std::to_string(T) + "; at least one table is needed";
-  if (T > 100000) return "--num-tables: " + std::to_string(T) + " is more than this benchmark supports (100000)";
-  if (p->E < 1) return "--num-embeddings: " + std::to_string(p->E) + "; a table needs at least one row";
-  if (D < 1 || D > 65536) return "--embedding-dim: " + std::to_string(D) + "; expected 1..65536";
-  if (L > (int64_t{1} << 20)) return "--bag-size: " + std::to_string(L) + " is too large";
-  if (!(a.alpha >= 0) || !std::isfinite(a.alpha)) return "--alpha: expected 0 (uniform) or a finite value > 0";
-  if (!parse_dtype(a.weights_precision, &p->w_dtype) || !is_float_dtype(p->w_dtype))
-    return "--weights-precision: '" + a.weights_precision + "'; expected fp32, fp16 or bf16";
-  p->out_dtype = p->w_dtype;
-  if (!a.output_dtype.empty() && (!parse_dtype(a.output_dtype, &p->out_dtype) || !is_float_dtype(p->out_dtype)))
-    return "--output-dtype: '" + a.output_dtype + "'; expected fp32, fp16 or bf16";
-  if (!parse_dtype(a.indices_dtype, &p->idx_dtype) || !is_index_dtype(p->idx_dtype))
-    return "--indices-dtype: '" + a.indices_dtype + "'; expected 32 or 64";
-  if (!parse_pooling_mode(a.pooling, &p->pooling)) return "--pooling: '" + a.pooling + "'; expected sum, mean or none";
-  if (!parse_bounds_check_mode(a.bounds_check, &p->bounds))
-    return "--bounds-check: '" + a.bounds_check + "'; expected error, skip or off";
-  if (a.weighted && p->pooling == PoolingMode::kMean) return "--weighted: not supported with --pooling mean";
-  if (a.mixed_dim && p->pooling == PoolingMode::kNone) return "--mixed-dim: sequence mode (--pooling none) needs one D";
-  const int64_t iters = given(a.iters, gpu ? 50 : 10), warmup = given(a.warmup, gpu ? 10 : 2);
-  if (iters < 1 || iters > 1000000) return "--iters: " + std::to_string(iters) + "; expected 1..1000000";
-  if (warmup < 0 || warmup > 1000000) return "--warmup: " + std::to_string(warmup) + "; expected 0..1000000";
-  p->iters = static_cast<int>(iters);
-  p->warmup = static_cast<int>(warmup);
-  const int64_t lookups = T * p->B * (a.variable_bag_size ? 2 * L : L);
-  if (lookups > (int64_t{1} << 33)) return "the configuration has more than 2^33 lookups";
-  if (p->idx_dtype == DType::kI32 && (lookups > INT32_MAX || p->E - 1 > INT32_MAX))
-    return "--indices-dtype 32: the lookups or rows do not fit in int32";
-  p->T = static_cast<int>(T);
-  p->D = static_cast<int>(D);
-  p->L = static_cast<int>(L);
-  p->mixed = a.mixed_dim;
-  p->variable = a.variable_bag_size;
-  p->weighted = a.weighted;
-  p->alpha = a.alpha;
-  p->json = a.json;
-  p->seed = a.seed;
-  if (!a.sweep.empty()) {
+// Mixed dimensions are rounded up to a multiple of 4 (so mixed-D figures compare with FBGEMM's);
+// --embedding-dim itself may be any D >= 1.
+std::string make_plan(const TbeBenchArgs& args, Plan* p) {
+  const std::string err = tbe_bench::make_plan(args.common, p, tbe_bench::MixedDims::kMultipleOf4);
+  if (!err.empty() || args.sweep.empty()) return err;
 #if EMBSCALE_WITH_CUDA
-    if (!gpu) return "--sweep: the forward variants are CUDA kernels; use --backend cuda";
-    const std::vector<std::string> all = cuda::tbe_forward_variant_names();
-    if (a.sweep == "all") {
-      p->sweep = all;
-    } else {
-      size_t pos = 0;
-      while (pos <= a.sweep.size()) {
-        const size_t comma = std::min(a.sweep.find(',', pos), a.sweep.size());
-        const std::string name = a.sweep.substr(pos, comma - pos);
-        if (std::find(all.begin(), all.end(), name) == all.end()) {
-          std::string list;
-          for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
-          return "--sweep: unknown variant '" + name + "'; expected all or a list of " + list;
-        }
-        p->sweep.push_back(name);
-        pos = comma + 1;
+  const std::string& sweep = args.sweep;
+  if (p->backend != Backend::kCuda) return "--sweep: the forward variants are CUDA kernels; use --backend cuda";
+  const std::vector<std::string> all = cuda::tbe_forward_variant_names();
+  if (sweep == "all") {
+    p->sweep = all;
+  } else {
+    size_t pos = 0;
+    while (pos <= sweep.size()) {
+      const size_t comma = std::min(sweep.find(',', pos), sweep.size());
+      const std::string name = sweep.substr(pos, comma - pos);
+      if (std::find(all.begin(), all.end(), name) == all.end()) {
+        std::string list;
+        for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
+        return "--sweep: unknown variant '" + name + "'; expected all or a list of " + list;
       }
-    }
-#else
-    return "--sweep: this build has no CUDA backend";
-#endif
-  }
-  // Mixed dimensions as FBGEMM's benchmark draws them: uniform in [D/2, 3D/2], rounded up to a
-  // multiple of 4 (so mixed-D figures compare with FBGEMM's); --embedding-dim itself may be any D >= 1.
-  p->dims.assign(T, p->D);
-  if (p->mixed) {
-    uint64_t s = a.seed ^ 0x2545f4914f6cdd1dull;
-    for (auto& d : p->dims) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      const int64_t lo = std::max<int64_t>(1, D / 2), hi = std::max<int64_t>(lo, D + D / 2);
-      d = static_cast<int>(lo + static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(hi - lo + 1)));
-      if (D >= 4) d = (d + 3) / 4 * 4;
+      p->sweep.push_back(name);
+      pos = comma + 1;
     }
   }
   return "";
+#else
+  return "--sweep: this build has no CUDA backend";
+#endif
 }
-
-// Fills the backend weights in chunks from the counter-based initialiser (host staging on CUDA).
-Status init_weights(const Context& ctx, DType dtype, int64_t n, uint64_t seed, void* dst) {
-  const size_t es = dtype_size(dtype);
-  if (ctx.backend == Backend::kCpu) return init_uniform_weights(dtype, 1.0f, seed, 0, n, dst);
-  const int64_t chunk = int64_t{1} << 24;
-  std::vector<unsigned char> host(static_cast<size_t>(std::min(n, chunk)) * es);
-  for (int64_t first = 0; first < n; first += chunk) {
-    const int64_t count = std::min(chunk, n - first);
-    EMBSCALE_RETURN_IF_ERROR(init_uniform_weights(dtype, 1.0f, seed, first, count, host.data()));
-    EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, static_cast<unsigned char*>(dst) + first * es, host.data(), count * es));
-  }
-  return Status::Ok();
-}
-
-struct InputSet {
-  TbeInputs host;
-  std::unique_ptr<Buffer> idx, off, psw;
-};
 
 int run_plan(const Plan& p) {
   const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
-  auto fail = [](const std::string& what, const Status& st) {
-    std::fprintf(stderr, "error: %s: %s\n", what.c_str(), st.to_string().c_str());
-    return 1;
-  };
-  TbeConfig cfg;
-  for (int t = 0; t < p.T; ++t) cfg.tables.push_back(TableSpec{p.E, p.dims[t]});
-  cfg.weights_dtype = p.w_dtype;
   std::unique_ptr<TableBatchedEmbedding> tbe;
-  Status st = TableBatchedEmbedding::create(ctx, cfg, &tbe);
+  Status st = tbe_bench::create_tbe(ctx, p, &tbe);
   if (!st.ok()) return fail("create", st);
 
   // Copy ceiling first, while memory is quiet.
@@ -209,47 +97,16 @@ int run_plan(const Plan& p) {
   if (!weights.valid())
     return fail("weights", Status(StatusCode::kBackendError, "cannot allocate " +
                                                                  std::to_string(tbe->num_weights() * dtype_size(p.w_dtype)) + " bytes"));
-  st = init_weights(ctx, p.w_dtype, tbe->num_weights(), w_seed, weights.data());
+  st = tbe_bench::init_values(ctx, p.w_dtype, tbe->num_weights(), 1.0f, w_seed, weights.data());
   if (!st.ok()) return fail("weights", st);
 
   // Lookups: one set, or more when one set would stay in the cache.
-  TbeInputSpec spec;
-  spec.batch_size = p.B;
-  spec.bag_size = p.L;
-  spec.variable_bag_size = p.variable;
-  spec.num_rows.assign(p.T, p.E);
-  spec.alpha = p.alpha;
-  spec.index_dtype = p.idx_dtype;
-  spec.weighted = p.weighted;
-  const bool sequence = p.pooling == PoolingMode::kNone;
   std::vector<InputSet> sets;
   double bytes = 0;
-  int64_t N0 = 0;
-  for (int s = 0; s < 16; ++s) {
-    InputSet in;
-    spec.seed = p.seed + 1000003ull * static_cast<uint64_t>(s);
-    st = generate_tbe_inputs(spec, &in.host);
-    if (!st.ok()) return fail("inputs", st);
-    in.idx.reset(new Buffer(p.backend, in.host.indices_bytes()));
-    in.off.reset(new Buffer(p.backend, in.host.offsets_bytes()));
-    in.psw.reset(new Buffer(p.backend, in.host.per_sample_weights.size() * 4));
-    if (!in.idx->valid() || !in.off->valid() || !in.psw->valid())
-      return fail("inputs", Status(StatusCode::kBackendError, "allocation failed"));
-    if (!(st = copy_to_backend(ctx, in.idx->data(), in.host.indices_data(), in.host.indices_bytes())).ok() ||
-        !(st = copy_to_backend(ctx, in.off->data(), in.host.offsets_data(), in.host.offsets_bytes())).ok() ||
-        !(st = copy_to_backend(ctx, in.psw->data(), in.host.per_sample_weights.data(), in.host.per_sample_weights.size() * 4)).ok())
-      return fail("inputs", st);
-    if (s == 0) {
-      N0 = in.host.num_indices();
-      double row_elems = 0;  // sum over lookups of D
-      for (int f = 0; f < p.T; ++f)
-        row_elems += static_cast<double>(in.host.offsets[(f + 1) * p.B] - in.host.offsets[f * p.B]) * p.dims[f];
-      const double out_elems = sequence ? static_cast<double>(N0) * p.D : static_cast<double>(p.B) * tbe->total_dim();
-      bytes = out_elems * dtype_size(p.out_dtype) + row_elems * dtype_size(p.w_dtype);
-    }
-    sets.push_back(std::move(in));
-    if (bytes * static_cast<double>(sets.size()) >= 3.0 * static_cast<double>(cache)) break;
-  }
+  st = tbe_bench::make_input_sets(ctx, p, *tbe, cache, &sets, &bytes, "allocation failed");
+  if (!st.ok()) return fail("inputs", st);
+  const int64_t N0 = sets[0].host.num_indices();
+  const bool sequence = p.pooling == PoolingMode::kNone;
 
   // Outputs rotate with the inputs (sequence outputs differ in rows per set when bags vary).
   std::vector<std::unique_ptr<Buffer>> outs;
@@ -357,16 +214,7 @@ int run_plan(const Plan& p) {
     st = time_op(ctx, tc, [&](int call) { return tbe->forward(ctx, make_args(static_cast<size_t>(call) % sets.size())); }, &t);
     if (!st.ok()) return fail("forward", st);
 
-    // Unique (table, row) pairs of set 0, as ANCHORS.md quotes them.
-    int64_t unique_rows = 0;
-    {
-      const TbeInputs& in = sets[0].host;
-      std::vector<int64_t> keys(in.indices.size());
-      for (int f = 0; f < p.T; ++f)
-        for (int64_t i = in.offsets[f * p.B]; i < in.offsets[(f + 1) * p.B]; ++i) keys[i] = f * p.E + in.indices[i];
-      std::sort(keys.begin(), keys.end());
-      unique_rows = static_cast<int64_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
-    }
+    const int64_t unique_rows = tbe_bench::unique_rows_of(p, sets[0].host);
 
     const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
     const double floor_us = bytes / (copy_gbps * 1e9) * 1e6;
@@ -374,24 +222,7 @@ int run_plan(const Plan& p) {
     nlohmann::json rec = base_record(p.backend);
     rec["op"] = "tbe_forward";
     rec["impl"] = "embscale";
-    rec["num_tables"] = p.T;
-    rec["batch_size"] = p.B;
-    if (p.mixed) {
-      rec["embedding_dim"] = "mixed";
-      rec["dims"] = p.dims;
-    } else {
-      rec["embedding_dim"] = p.D;
-    }
-    rec["bag_size"] = p.L;
-    rec["variable_bag_size"] = p.variable;
-    rec["num_embeddings"] = p.E;
-    rec["alpha"] = p.alpha;
-    rec["weights_precision"] = dtype_name(p.w_dtype);
-    rec["output_dtype"] = dtype_name(p.out_dtype);
-    rec["pooling"] = pooling_mode_name(p.pooling);
-    rec["weighted"] = p.weighted;
-    rec["indices_dtype"] = dtype_name(p.idx_dtype);
-    rec["bounds_check"] = bounds_check_mode_name(p.bounds);
+    tbe_bench::config_fields(p, &rec);
     rec["num_lookups"] = N0;
     rec["unique_rows"] = unique_rows;
     rec["input_sets"] = sets.size();
@@ -444,25 +275,7 @@ int run_from_args(const TbeBenchArgs& a) {
 void add_tbe_bench(CLI::App& bench) {
   auto args = std::make_shared<TbeBenchArgs>();
   auto* sub = bench.add_subcommand("tbe-forward", "Table-batched embedding forward (FBGEMM benchmark flags)");
-  sub->add_option("--backend", args->backend, "cpu or cuda (default: cuda when a GPU is present)");
-  sub->add_option("--batch-size", args->batch_size, "B (default: 8192 on cuda, 512 on cpu)");
-  sub->add_option("--num-tables", args->num_tables, "T, one feature per table (default: 32 on cuda, 8 on cpu)");
-  sub->add_option("--embedding-dim", args->embedding_dim, "D (default: 128)");
-  sub->add_flag("--mixed-dim", args->mixed_dim, "draw each table's D uniformly in [D/2, 3D/2], rounded up to a multiple of 4 (as FBGEMM's benchmark)");
-  sub->add_option("--bag-size", args->bag_size, "L, lookups per bag (default: 20)");
-  sub->add_flag("--variable-bag-size", args->variable_bag_size, "bag sizes uniform in [0, 2L] instead of L");
-  sub->add_option("--num-embeddings", args->num_embeddings, "E, rows per table (default: 1000000 on cuda, 100000 on cpu)");
-  sub->add_option("--alpha", args->alpha, "0: uniform rows; > 0: Zipf(alpha), e.g. 1.15")->capture_default_str();
-  sub->add_option("--weights-precision", args->weights_precision, "fp32, fp16 or bf16")->capture_default_str();
-  sub->add_option("--output-dtype", args->output_dtype, "fp32, fp16 or bf16 (default: the weights precision)");
-  sub->add_option("--pooling", args->pooling, "sum, mean or none")->capture_default_str();
-  sub->add_flag("--weighted", args->weighted, "per-sample weights");
-  sub->add_option("--indices-dtype", args->indices_dtype, "32 or 64")->capture_default_str();
-  sub->add_option("--iters", args->iters, "timed calls; the median is reported (default: 50 on cuda, 10 on cpu)");
-  sub->add_option("--warmup", args->warmup, "untimed calls first (default: 10 on cuda, 2 on cpu)");
-  sub->add_option("--bounds-check", args->bounds_check, "error, skip or off")->capture_default_str();
-  sub->add_option("--seed", args->seed, "input seed")->capture_default_str();
-  sub->add_flag("--json", args->json, "print one JSON record instead of a text line");
+  tbe_bench::add_options(sub, &args->common, tbe_bench::MixedDims::kMultipleOf4);
   sub->add_option("--sweep", args->sweep,
                   "cuda: time these forward variants in turn on the same inputs (comma-separated names, or all; "
                   "see EMBSCALE_TBE_FWD_VARIANT)");
@@ -472,9 +285,9 @@ void add_tbe_bench(CLI::App& bench) {
 // Plain `embscale bench`: the default configuration; on CUDA uniform and Zipf(1.15) as in ANCHORS.md.
 int run_tbe_defaults(Backend backend) {
   TbeBenchArgs a;
-  a.backend = backend_name(backend);
+  a.common.backend = backend_name(backend);
   int rc = run_from_args(a);
-  a.alpha = 1.15;
+  a.common.alpha = 1.15;
   rc |= run_from_args(a);
   return rc;
 }

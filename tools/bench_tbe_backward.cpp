@@ -42,6 +42,7 @@ namespace {
 
 using tbe_bench::InputSet;
 using tbe_bench::Plan;
+using tbe_bench::fail;
 
 struct BwdArgs {
   tbe_bench::Args common;
@@ -88,11 +89,6 @@ bool parse_tunings(const std::string& text, std::vector<TbeBackwardTuning>* out)
   return !out->empty();
 }
 
-int fail(const std::string& what, const Status& st) {
-  std::fprintf(stderr, "error: %s: %s\n", what.c_str(), st.to_string().c_str());
-  return 1;
-}
-
 // State buffers an optimizer uses (row-wise: total_rows floats; element-wise: num_weights floats).
 size_t state_floats(OptimizerType o, bool first, const TableBatchedEmbedding& tbe) {
   const bool used = first ? (o == OptimizerType::kRowwiseAdagrad || o == OptimizerType::kAdam ||
@@ -130,11 +126,8 @@ int run(const BwdArgs& a, bool train) {
   }
   TbeBackwardTuning tuning = tunings[0];
   const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
-  TbeConfig cfg;
-  for (int t = 0; t < p.T; ++t) cfg.tables.push_back(TableSpec{p.E, p.dims[t]});
-  cfg.weights_dtype = p.w_dtype;
   std::unique_ptr<TableBatchedEmbedding> tbe;
-  Status st = TableBatchedEmbedding::create(ctx, cfg, &tbe);
+  Status st = tbe_bench::create_tbe(ctx, p, &tbe);
   if (!st.ok()) return fail("create", st);
   const size_t cache = last_level_cache_bytes(p.backend);
 

@@ -56,14 +56,7 @@ std::string check_bounds(Backend backend) {
 
 CheckResult run_check(const CheckArgs& args) {
   CheckResult res;
-  auto record = [&](const CaseOutcome& o, const TbeCase& c) {
-    ++res.cases;
-    if (args.verbose) std::printf("  %s %s\n", o.failure.empty() ? "ok  " : "FAIL", c.describe().c_str());
-    if (!o.failure.empty() && res.passed) {
-      res.passed = false;
-      res.detail = o.failure;
-    }
-  };
+  auto record = [&](const CaseOutcome& o, const TbeCase& c) { record_case(args, o, c, &res); };
   // Random configurations.
   constexpr int kRandom = 60;
   for (int i = 0; i < kRandom; ++i) {

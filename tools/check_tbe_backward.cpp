@@ -18,14 +18,7 @@ using testing_tbe::BwdOutcome;
 
 CheckResult run_check(const CheckArgs& args, OptimizerType opt) {
   CheckResult res;
-  auto record = [&](const BwdOutcome& o, const BwdCase& c) {
-    ++res.cases;
-    if (args.verbose) std::printf("  %s %s\n", o.failure.empty() ? "ok  " : "FAIL", c.describe().c_str());
-    if (!o.failure.empty() && res.passed) {
-      res.passed = false;
-      res.detail = o.failure;
-    }
-  };
+  auto record = [&](const BwdOutcome& o, const BwdCase& c) { record_case(args, o, c, &res); };
   constexpr int kRandom = 60;
   for (int i = 0; i < kRandom; ++i) {
     const BwdCase c = testing_tbe::random_backward_case(args.seed * 1000003ull + static_cast<uint64_t>(i), opt);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +28,18 @@ struct CheckResult {
   int cases = 0;       // how many (dtype, size, option) combinations ran
   std::string detail;  // first mismatch, or a short summary
 };
+
+// Counts one case of a check whose outcome has a `failure` ("" when it passed) and whose case has a
+// describe(): prints it with --verbose and keeps the first failure as the detail.
+template <typename Outcome, typename Case>
+void record_case(const CheckArgs& args, const Outcome& o, const Case& c, CheckResult* res) {
+  ++res->cases;
+  if (args.verbose) std::printf("  %s %s\n", o.failure.empty() ? "ok  " : "FAIL", c.describe().c_str());
+  if (!o.failure.empty() && res->passed) {
+    res->passed = false;
+    res->detail = o.failure;
+  }
+}
 
 // One `embscale check` op: runs the backend against the naive reference on seeded random inputs.
 struct CheckOp {

@@ -1,6 +1,7 @@
 // Shared pieces of the TBE benchmarks: FBGEMM's benchmark flags, their validation into a Plan (the
 // backend defaults: CUDA the headline configuration of ANCHORS.md, CPU one that runs in seconds),
-// seeded weight initialisation, the rotating input sets and the configuration fields of a record.
+// the module and seeded weight initialisation, the rotating input sets, the unique-row count and the
+// configuration fields of a record.
 // The semantics are those of `embscale bench tbe-forward` (tools/bench_tbe.cpp), so records of the
 // forward, backward and training benchmarks compare field for field.
 #pragma once
@@ -12,6 +13,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,13 +67,20 @@ struct Plan {
   uint64_t seed = 0;
 };
 
+// How --mixed-dim draws each table's D around --embedding-dim: any value in [D/2, 3D/2], or that value
+// rounded up to a multiple of 4 when D >= 4 (as FBGEMM's benchmark; the forward benchmark's choice).
+enum class MixedDims { kAny, kMultipleOf4 };
+
 // The flags common to every TBE benchmark.
-inline void add_options(CLI::App* sub, Args* a) {
+inline void add_options(CLI::App* sub, Args* a, MixedDims mixed = MixedDims::kAny) {
   sub->add_option("--backend", a->backend, "cpu or cuda (default: cuda when a GPU is present)");
   sub->add_option("--batch-size", a->batch_size, "B (default: 8192 on cuda, 512 on cpu)");
   sub->add_option("--num-tables", a->num_tables, "T, one feature per table (default: 32 on cuda, 8 on cpu)");
   sub->add_option("--embedding-dim", a->embedding_dim, "D (default: 128)");
-  sub->add_flag("--mixed-dim", a->mixed_dim, "draw each table's D uniformly in [D/2, 3D/2]");
+  sub->add_flag("--mixed-dim", a->mixed_dim,
+                mixed == MixedDims::kMultipleOf4
+                    ? "draw each table's D uniformly in [D/2, 3D/2], rounded up to a multiple of 4 (as FBGEMM's benchmark)"
+                    : "draw each table's D uniformly in [D/2, 3D/2]");
   sub->add_option("--bag-size", a->bag_size, "L, lookups per bag (default: 20)");
   sub->add_flag("--variable-bag-size", a->variable_bag_size, "bag sizes uniform in [0, 2L] instead of L");
   sub->add_option("--num-embeddings", a->num_embeddings, "E, rows per table (default: 1000000 on cuda, 100000 on cpu)");
@@ -89,7 +98,7 @@ inline void add_options(CLI::App* sub, Args* a) {
 }
 
 // Validates the flags into a plan; returns the first problem (naming its flag) or "".
-inline std::string make_plan(const Args& a, Plan* p) {
+inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims::kAny) {
   p->backend = backend_available(Backend::kCuda) ? Backend::kCuda : Backend::kCpu;
   if (!a.backend.empty() && !parse_backend(a.backend, &p->backend))
     return "--backend: unknown backend '" + a.backend + "' (expected cpu or cuda)";
@@ -139,7 +148,8 @@ inline std::string make_plan(const Args& a, Plan* p) {
   p->alpha = a.alpha;
   p->json = a.json;
   p->seed = a.seed;
-  // Mixed dimensions as FBGEMM's benchmark draws them, around D (in [D/2, 3D/2]), but any D >= 1.
+  // Mixed dimensions as FBGEMM's benchmark draws them, around D (in [D/2, 3D/2]), but any D >= 1;
+  // with MixedDims::kMultipleOf4 rounded up to a multiple of 4 (so mixed-D figures compare with FBGEMM's).
   p->dims.assign(T, p->D);
   if (p->mixed) {
     uint64_t s = a.seed ^ 0x2545f4914f6cdd1dull;
@@ -147,9 +157,24 @@ inline std::string make_plan(const Args& a, Plan* p) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       const int64_t lo = std::max<int64_t>(1, D / 2), hi = std::max<int64_t>(lo, D + D / 2);
       d = static_cast<int>(lo + static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(hi - lo + 1)));
+      if (mixed == MixedDims::kMultipleOf4 && D >= 4) d = (d + 3) / 4 * 4;
     }
   }
   return "";
+}
+
+// Prints "error: <what>: <status>" and returns the exit code of a failed run (1).
+inline int fail(const std::string& what, const Status& st) {
+  std::fprintf(stderr, "error: %s: %s\n", what.c_str(), st.to_string().c_str());
+  return 1;
+}
+
+// The module of a plan: T tables of E rows, table t of dims[t] columns, in the weights precision.
+inline Status create_tbe(const Context& ctx, const Plan& p, std::unique_ptr<TableBatchedEmbedding>* tbe) {
+  TbeConfig cfg;
+  for (int t = 0; t < p.T; ++t) cfg.tables.push_back(TableSpec{p.E, p.dims[t]});
+  cfg.weights_dtype = p.w_dtype;
+  return TableBatchedEmbedding::create(ctx, cfg, tbe);
 }
 
 // Fills `n` backend elements from the counter-based initialiser, uniform in [-a, a] (host staging on CUDA).
@@ -174,8 +199,10 @@ struct InputSet {
 
 // Generates sets (seed p.seed + 1000003*s) until their forward bytes reach three times the cache (at
 // most 16), as the forward benchmark does; *bytes: the forward bytes of set 0 by FBGEMM's formula.
+// A failed buffer allocation returns a backend error with the message `alloc_failure`.
 inline Status make_input_sets(const Context& ctx, const Plan& p, const TableBatchedEmbedding& tbe, size_t cache,
-                              std::vector<InputSet>* sets, double* bytes) {
+                              std::vector<InputSet>* sets, double* bytes,
+                              const char* alloc_failure = "input allocation failed") {
   TbeInputSpec spec;
   spec.batch_size = p.B;
   spec.bag_size = p.L;
@@ -193,7 +220,7 @@ inline Status make_input_sets(const Context& ctx, const Plan& p, const TableBatc
     in.off.reset(new Buffer(p.backend, in.host.offsets_bytes()));
     in.psw.reset(new Buffer(p.backend, in.host.per_sample_weights.size() * 4));
     if (!in.idx->valid() || !in.off->valid() || !in.psw->valid())
-      return Status(StatusCode::kBackendError, "input allocation failed");
+      return Status(StatusCode::kBackendError, alloc_failure);
     EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, in.idx->data(), in.host.indices_data(), in.host.indices_bytes()));
     EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, in.off->data(), in.host.offsets_data(), in.host.offsets_bytes()));
     EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, in.psw->data(), in.host.per_sample_weights.data(),

@@ -31,6 +31,7 @@
 #include "common/numerics.h"
 #include "common/optimizer.h"
 #include "common/rounding.h"
+#include "cpu/tbe_checks.h"
 
 namespace embscale {
 namespace cpu {
@@ -60,12 +61,7 @@ struct Layout {
   }
 };
 
-// First bad index seen, ordered by (item, position) so the report does not depend on the schedule.
-struct BadIndex {
-  int64_t item = INT64_MAX;
-  int64_t pos = 0;
-  int64_t value = 0;
-};
+using tbe_checks::BadIndex;
 
 struct Params {
   const TableBatchedEmbedding* tbe;
@@ -122,23 +118,7 @@ Status backward_impl(const Params& p) {
 
   // 1. offsets
   const int64_t TB = T * B;
-  if (check != BoundsCheckMode::kOff) {
-    if (static_cast<int64_t>(offsets[0]) < 0)
-      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + std::to_string(offsets[0]) +
-                          " is negative");
-    for (int64_t i = 1; i <= TB; ++i) {
-      if (offsets[i] < offsets[i - 1]) {
-        const int64_t item = i - 1;
-        return out_of_range("offsets: position " + std::to_string(i) + " (end of feature " +
-                            std::to_string(B > 0 ? item / B : 0) + ", bag " + std::to_string(B > 0 ? item % B : 0) +
-                            "): value " + std::to_string(offsets[i]) + " is less than the previous value " +
-                            std::to_string(offsets[i - 1]));
-      }
-    }
-    if (static_cast<int64_t>(offsets[TB]) != N)
-      return out_of_range("offsets: the last value " + std::to_string(offsets[TB]) +
-                          " differs from the number of indices " + std::to_string(N));
-  }
+  if (check != BoundsCheckMode::kOff) EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
   if (N == 0) {
     if (a.optimizer.type == OptimizerType::kNone) *a.num_unique = 0;
     if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
@@ -193,19 +173,11 @@ Status backward_impl(const Params& p) {
     if (my_bad.item != INT64_MAX) {
 #pragma omp critical(embscale_tbe_backward_bad_index)
       {
-        if (my_bad.item < bad.item || (my_bad.item == bad.item && my_bad.pos < bad.pos)) bad = my_bad;
+        tbe_checks::keep_first(my_bad, &bad);
       }
     }
   }
-  if (bad.item != INT64_MAX) {
-    const int f = static_cast<int>(bad.item / B);
-    const int t = tbe.feature_table(f);
-    const int64_t start = static_cast<int64_t>(offsets[bad.item]);
-    return out_of_range("indices: feature " + std::to_string(f) + ", bag " + std::to_string(bad.item % B) +
-                        ", position " + std::to_string(bad.pos - start) + " (indices[" + std::to_string(bad.pos) +
-                        "]): index " + std::to_string(bad.value) + " is outside table " + std::to_string(t) + " (" +
-                        std::to_string(tbe.config().tables[t].num_rows) + " rows)");
-  }
+  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
 
   // 3. gradient w.r.t. the per-sample weights, from the weights before any update.
   if (a.grad_per_sample_weights != nullptr) {

@@ -18,6 +18,7 @@
 
 #include "api/tbe_backend.h"
 #include "common/numerics.h"
+#include "cpu/tbe_checks.h"
 
 namespace embscale {
 namespace cpu {
@@ -50,12 +51,7 @@ inline void prefetch_row(const W* row, int64_t bytes) {
   for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, 3);
 }
 
-// First bad index seen, ordered by (item, position) so the report does not depend on the schedule.
-struct BadIndex {
-  int64_t item = INT64_MAX;  // f * B + b
-  int64_t pos = 0;           // global position in indices
-  int64_t value = 0;
-};
+using tbe_checks::BadIndex;
 
 struct Params {
   const TableBatchedEmbedding* tbe;
@@ -81,26 +77,8 @@ Status forward_impl(const Params& p) {
   const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
   const int64_t out_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
 
-  // Offsets: monotone, and the last equals N. Checked serially (T*B+1 values, cheap next to the
-  // gathers) so the first violation in order is reported.
-  if (check != BoundsCheckMode::kOff) {
-    const int64_t TB = T * B;
-    if (static_cast<int64_t>(offsets[0]) < 0)
-      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + std::to_string(offsets[0]) +
-                          " is negative");
-    for (int64_t i = 1; i <= TB; ++i) {
-      if (offsets[i] < offsets[i - 1]) {
-        const int64_t item = i - 1;  // offsets[i] ends bag item
-        return out_of_range("offsets: position " + std::to_string(i) + " (end of feature " +
-                            std::to_string(B > 0 ? item / B : 0) + ", bag " + std::to_string(B > 0 ? item % B : 0) +
-                            "): value " + std::to_string(offsets[i]) + " is less than the previous value " +
-                            std::to_string(offsets[i - 1]));
-      }
-    }
-    if (static_cast<int64_t>(offsets[TB]) != N)
-      return out_of_range("offsets: the last value " + std::to_string(offsets[TB]) +
-                          " differs from the number of indices " + std::to_string(N));
-  }
+  // Offsets: monotone, and the last equals N; the first violation in order is reported.
+  if (check != BoundsCheckMode::kOff) EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
 
   // Sequence mode: rows before offsets[0] belong to no bag and are written as zeros.
   if (sequence && N > 0) {
@@ -191,20 +169,12 @@ Status forward_impl(const Params& p) {
     if (my_bad.item != INT64_MAX) {
 #pragma omp critical(embscale_tbe_forward_bad_index)
       {
-        if (my_bad.item < bad.item || (my_bad.item == bad.item && my_bad.pos < bad.pos)) bad = my_bad;
+        tbe_checks::keep_first(my_bad, &bad);
       }
     }
   }
 
-  if (bad.item != INT64_MAX) {
-    const int f = static_cast<int>(bad.item / B);
-    const int t = tbe.feature_table(f);
-    const int64_t start = static_cast<int64_t>(offsets[bad.item]);
-    return out_of_range("indices: feature " + std::to_string(f) + ", bag " + std::to_string(bad.item % B) +
-                        ", position " + std::to_string(bad.pos - start) + " (indices[" + std::to_string(bad.pos) +
-                        "]): index " + std::to_string(bad.value) + " is outside table " + std::to_string(t) + " (" +
-                        std::to_string(tbe.config().tables[t].num_rows) + " rows)");
-  }
+  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
   if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = skipped_total;
   return Status::Ok();
 }

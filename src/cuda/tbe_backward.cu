@@ -35,6 +35,7 @@
 #include "cuda/check.cuh"
 #include "cuda/tbe_backward_launch.cuh"
 #include "cuda/tbe_backward_phases.h"
+#include "cuda/tbe_report.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -177,44 +178,6 @@ int sm_count() {
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return 132;
   return std::max(1, sms);
-}
-
-// The error-mode report (scratch words kReport..kReport+4) as a Status naming what was wrong; the
-// same wording as the forward's.
-Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r) {
-  const auto s = [](int64_t v) { return std::to_string(v); };
-  switch (r[0]) {
-    case tbe_fwd::kReportNone: return Status::Ok();
-    case tbe_fwd::kReportNegativeFirst:
-      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + s(r[1]) + " is negative");
-    case tbe_fwd::kReportDecreasing: {
-      const int64_t item = r[1] - 1;
-      return out_of_range("offsets: position " + s(r[1]) + " (end of feature " + s(B > 0 ? item / B : 0) + ", bag " +
-                          s(B > 0 ? item % B : 0) + "): value " + s(r[2]) + " is less than the previous value " +
-                          s(r[3]));
-    }
-    case tbe_fwd::kReportLastMismatch:
-      return out_of_range("offsets: the last value " + s(r[1]) + " differs from the number of indices " + s(N));
-    case tbe_fwd::kReportBadIndex: {
-      const int64_t item = r[1];
-      const int f = static_cast<int>(item / B);
-      const int t = tbe.feature_table(f);
-      return out_of_range("indices: feature " + s(f) + ", bag " + s(item % B) + ", position " + s(r[2] - r[4]) +
-                          " (indices[" + s(r[2]) + "]): index " + s(r[3]) + " is outside table " + s(t) + " (" +
-                          s(tbe.config().tables[t].num_rows) + " rows)");
-    }
-    default: break;
-  }
-  return Status(StatusCode::kBackendError, "tbe backward: unknown bounds-check report " + s(r[0]));
-}
-
-Status read_report(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, cudaStream_t stream) {
-  int64_t report[5] = {0, 0, 0, 0, 0};
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, tbe.device_meta().scratch + tbe_fwd::kReport,
-                                                       sizeof(report), cudaMemcpyDeviceToHost, stream),
-                                       "cudaMemcpyAsync (bounds-check report)"));
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (bounds-check report)"));
-  return report_status(tbe, B, N, report);
 }
 
 template <typename K, typename I>
@@ -393,7 +356,8 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
       EMBSCALE_RETURN_IF_ERROR(i64 ? launch_finalize<int64_t>(p, args.num_skipped, stream)
                                    : launch_finalize<int32_t>(p, args.num_skipped, stream));
     }
-    if (args.bounds_check == BoundsCheckMode::kError) EMBSCALE_RETURN_IF_ERROR(read_report(tbe, c.B, c.N, stream));
+    if (args.bounds_check == BoundsCheckMode::kError)
+      EMBSCALE_RETURN_IF_ERROR(tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward"));
   }
   if (c.N == 0) {
     if (dense && (phases & kTbeBwdEncode))
@@ -443,7 +407,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   }
   // Skip mode outside a capture: broken offsets become an error Status (nothing was updated).
   if (args.bounds_check == BoundsCheckMode::kSkip && !capturing && (phases & kTbeBwdLinearize))
-    return read_report(tbe, c.B, c.N, stream);
+    return tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward");
   return Status::Ok();
 }
 

@@ -31,6 +31,7 @@
 #include "api/tbe_tuning.h"
 #include "cuda/check.cuh"
 #include "cuda/tbe_forward_launch.cuh"
+#include "cuda/tbe_report.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -164,34 +165,6 @@ Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* nu
   return Status::Ok();
 }
 
-// The error-mode report (scratch words kReport..kReport+4) as a Status naming what was wrong.
-Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r) {
-  const auto s = [](int64_t v) { return std::to_string(v); };
-  switch (r[0]) {
-    case tbe_fwd::kReportNone: return Status::Ok();
-    case tbe_fwd::kReportNegativeFirst:
-      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + s(r[1]) + " is negative");
-    case tbe_fwd::kReportDecreasing: {
-      const int64_t item = r[1] - 1;  // offsets[i] ends bag i-1
-      return out_of_range("offsets: position " + s(r[1]) + " (end of feature " + s(B > 0 ? item / B : 0) + ", bag " +
-                          s(B > 0 ? item % B : 0) + "): value " + s(r[2]) + " is less than the previous value " +
-                          s(r[3]));
-    }
-    case tbe_fwd::kReportLastMismatch:
-      return out_of_range("offsets: the last value " + s(r[1]) + " differs from the number of indices " + s(N));
-    case tbe_fwd::kReportBadIndex: {
-      const int64_t item = r[1];
-      const int f = static_cast<int>(item / B);
-      const int t = tbe.feature_table(f);
-      return out_of_range("indices: feature " + s(f) + ", bag " + s(item % B) + ", position " + s(r[2] - r[4]) +
-                          " (indices[" + s(r[2]) + "]): index " + s(r[3]) + " is outside table " + s(t) + " (" +
-                          s(tbe.config().tables[t].num_rows) + " rows)");
-    }
-    default: break;
-  }
-  return Status(StatusCode::kBackendError, "tbe forward: unknown bounds-check report " + s(r[0]));
-}
-
 }  // namespace
 
 std::vector<std::string> tbe_forward_variant_names() {
@@ -296,12 +269,7 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, stream));
   if (args.bounds_check == BoundsCheckMode::kSkip && capturing) return Status::Ok();
 
-  int64_t report[5] = {0, 0, 0, 0, 0};
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, meta.scratch + tbe_fwd::kReport, sizeof(report),
-                                                       cudaMemcpyDeviceToHost, stream),
-                                       "cudaMemcpyAsync (bounds-check report)"));
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (bounds-check report)"));
-  return report_status(tbe, B, N, report);
+  return tbe_report::read_report(tbe, B, N, stream, "tbe forward");
 }
 
 }  // namespace cuda
