@@ -32,7 +32,7 @@ namespace cuda {
 
 namespace cg = cooperative_groups;
 
-// ---- tunables (the lead tunes these from H200 measurements) --------------------------------------
+// ---- tunables (set from H200 measurements: bench/results/*-tuning.md) -----------------------------------
 constexpr int kAmaxGridThreads = 512;     // threads per block of the grid paths
 constexpr int kAmaxUnroll = 4;            // 16-byte loads in flight per thread
 constexpr int kAmaxReduceThreads = 1024;  // threads of the two-stage final block
