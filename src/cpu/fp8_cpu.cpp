@@ -1,6 +1,7 @@
 // CPU backend of fp8.h (api/fp8_backend.h, namespace cpu): OpenMP threads over a fixed contiguous
-// split of the elements, simple loops the compiler vectorises, numerics from common/numerics.h and
-// common/scaling.h so the results are the CUDA backend's.
+// split of the elements, simple loops the compiler vectorises plus an explicit SIMD fp8 cast
+// (cpu/fp8_cast_simd.h), numerics from common/numerics.h and common/scaling.h so the results are the
+// CUDA backend's.
 //
 // Determinism: every output element is written by exactly one thread, and amax is a max, which is
 // exact and order-independent, so results do not depend on the thread count. Both amax algorithms
@@ -18,6 +19,7 @@
 #include "common/activation.h"
 #include "common/numerics.h"
 #include "common/scaling.h"
+#include "cpu/fp8_cast_simd.h"
 
 namespace embscale {
 namespace cpu {
@@ -136,67 +138,46 @@ __attribute__((always_inline)) inline void decode_chunk(const Ti* x, int n, floa
   }
 }
 
-// ---- fp8 encoding through a table ----
-// The fp8 code of an fp32 value depends only on its sign, its top 12 magnitude bits (the exponent and
-// 4 mantissa bits, which hold the kept fp8 bits and the round bit in every normal and subnormal fp8
-// binade of both formats) and on whether any of the 19 lower bits is set (the sticky bit of
-// round-to-nearest-even). A table over those 13 bits, each entry produced by the shared
-// from_float<F8> on one representative input, therefore reproduces the shared cast exactly for all
-// 2^32 inputs (checked exhaustively for e4m3 and e5m2), and the hot loop has no branches.
+// ---- element-wise casts ----
+// y[i] = fp8(to_float(x[i]) * s) for i < n: the SIMD cast (fp8_cast_simd.h, AVX2 or SSE4.1) on fp32
+// and bf16 inputs, fp16 decoded through its table in chunks first; the few remaining elements go
+// through the shared scalar cast.
 template <typename F8>
-struct Fp8Encoder {
-  uint8_t mag[1 << 13];
-  Fp8Encoder() {
-    for (uint32_t idx = 0; idx < (1u << 13); ++idx)
-      mag[idx] = from_float<F8>(bits_float(((idx >> 1) << 19) | (idx & 1u))).bits;
-  }
-  // Table index of v (sign dropped).
-  static uint32_t index(float v) {
-    const uint32_t a = float_bits(v) & 0x7fffffffu;
-    return ((a >> 19) << 1) | static_cast<uint32_t>((a & 0x7ffffu) != 0u);
-  }
-  static uint8_t sign(float v) { return static_cast<uint8_t>((float_bits(v) >> 24) & 0x80u); }
-  F8 operator()(float v) const { return F8{static_cast<uint8_t>(mag[index(v)] | sign(v))}; }
-
-  // y[i] = fp8(to_float(x[i]) * s) for i < n. In chunks: the products and table indices are formed in
-  // a loop the compiler vectorises, then the byte lookups run as a short scalar loop.
-  template <typename Ti>
-  void encode_scaled(const Ti* x, float s, F8* y, int64_t n) const {
-    constexpr int kChunk = 64;
-    int64_t i = 0;
-    for (; i + kChunk <= n; i += kChunk) encode_chunk<kChunk>(x + i, s, y + i, kChunk);
-    if (i < n) encode_chunk<kChunk>(x + i, s, y + i, static_cast<int>(n - i));
-  }
-
-  template <int kChunk, typename Ti>
-  __attribute__((always_inline)) inline void encode_chunk(const Ti* x, float s, F8* y, int m) const {
-    float v[kChunk];
-    uint32_t idx[kChunk];
-    uint8_t sgn[kChunk];
-    decode_chunk(x, m, v);
-    for (int j = 0; j < m; ++j) {
-      const float p = v[j] * s;
-      idx[j] = index(p);
-      sgn[j] = sign(p);
-    }
-    for (int j = 0; j < m; ++j) y[j] = F8{static_cast<uint8_t>(mag[idx[j]] | sgn[j])};
-  }
-};
-
+int64_t encode_simd(const float* x, float s, F8* y, int64_t n) {
+  uint8_t* out = reinterpret_cast<uint8_t*>(y);
+  return fp8simd::use_avx2() ? fp8simd::encode_avx2<F8>(x, s, out, n) : fp8simd::encode_sse<F8>(x, s, out, n);
+}
 template <typename F8>
-const Fp8Encoder<F8>& fp8_encoder() {
-  static const Fp8Encoder<F8> enc;
-  return enc;
+int64_t encode_simd(const bf16_t* x, float s, F8* y, int64_t n) {
+  uint8_t* out = reinterpret_cast<uint8_t*>(y);
+  return fp8simd::use_avx2() ? fp8simd::encode_avx2<F8>(x, s, out, n) : fp8simd::encode_sse<F8>(x, s, out, n);
+}
+template <typename F8>
+int64_t encode_simd(const fp16_t* x, float s, F8* y, int64_t n) {
+  constexpr int kChunk = 256;
+  alignas(64) float v[kChunk];
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    decode_chunk(x + i, kChunk, v);
+    encode_simd(v, s, y + i, kChunk);
+  }
+  return i;
 }
 
-// ---- element-wise casts ----
-// y = fp8(to_float(x) * s): one fp32 product, then the fp8 rounding.
+template <typename Ti, typename F8>
+void encode_range(const Ti* x, float s, F8* y, int64_t n) {
+  for (int64_t i = encode_simd(x, s, y, n); i < n; ++i) y[i] = from_float<F8>(to_float(x[i]) * s);
+}
+
+// Below this many elements a cast runs on one thread: the parallel region's start-up and the second
+// thread's cache misses cost more than the split saves.
+constexpr int64_t kMinParallelCast = 1 << 17;
+
+int cast_thread_count(const Context& ctx, int64_t n) { return n < kMinParallelCast ? 1 : thread_count(ctx, n); }
+
 template <typename Ti, typename F8>
 void quantize_typed(const Context& ctx, const Ti* x, float s, F8* y, int64_t n) {
-  const Fp8Encoder<F8>& enc = fp8_encoder<F8>();
-  parallel_blocks(thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) {
-    enc.encode_scaled(x + b, s, y + b, e - b);
-  });
+  parallel_blocks(cast_thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) { encode_range(x + b, s, y + b, e - b); });
 }
 
 template <typename Ti>
@@ -213,15 +194,53 @@ void quantize_any(const Context& ctx, const TensorView& x, float s, const Tensor
   }
 }
 
-// An fp8 input has only 256 values, so each call first tabulates from_float<To>(float(code) * s) for
-// all of them with the shared conversions; the hot loop is then a byte-indexed load.
+// An fp8 input has only 256 values: their fp32 values are tabulated once per format, and each call
+// forms from_float<To>(value * s) for all 256 codes (kept per thread while the scale repeats); the hot
+// loop is then byte-indexed loads, 8 codes per 64-bit read.
+template <typename F8>
+const float* fp8_values() {
+  static const struct Values {
+    float v[256];
+    Values() {
+      for (int c = 0; c < 256; ++c) v[c] = to_float(F8{static_cast<uint8_t>(c)});
+    }
+  } values;
+  return values.v;
+}
+
+template <typename F8, typename To>
+const To* dequantize_table(float s) {
+  struct Table {
+    uint32_t scale_bits = 0;
+    bool valid = false;
+    To lut[256];
+  };
+  static thread_local Table t;
+  const uint32_t sb = float_bits(s);
+  if (!t.valid || t.scale_bits != sb) {
+    const float* v = fp8_values<F8>();
+    for (int c = 0; c < 256; ++c) t.lut[c] = from_float<To>(v[c] * s);
+    t.scale_bits = sb;
+    t.valid = true;
+  }
+  return t.lut;
+}
+
+template <typename To>
+void dequantize_range(const uint8_t* codes, const To* lut, To* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, codes + i, 8);
+    for (int k = 0; k < 8; ++k) x[i + k] = lut[(w >> (8 * k)) & 0xffu];
+  }
+  for (; i < n; ++i) x[i] = lut[codes[i]];
+}
+
 template <typename F8, typename To>
 void dequantize_typed(const Context& ctx, const uint8_t* codes, float s, To* x, int64_t n) {
-  To lut[256];
-  for (int c = 0; c < 256; ++c) lut[c] = from_float<To>(to_float(F8{static_cast<uint8_t>(c)}) * s);
-  parallel_blocks(thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) x[i] = lut[codes[i]];
-  });
+  const To* lut = dequantize_table<F8, To>(s);
+  parallel_blocks(cast_thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) { dequantize_range(codes + b, lut, x + b, e - b); });
 }
 
 template <typename To>
@@ -280,14 +299,13 @@ void activation_amax_act(const Context& ctx, const TensorView& x, const TensorVi
 }
 
 // ---- cast + transpose ----
-// 64 x 64 tiles: a tile of x is read row by row (contiguous), quantized into y row by row and into a
-// local transposed tile, which is then written to yt as 64-byte rows, one full cache line each, so no
+// 64 x 64 tiles: a tile of x is read row by row (contiguous), quantized into y row by row (the SIMD
+// cast) and copied into a local transposed tile, which is then written to yt as 64-byte rows, one full cache line each, so no
 // partially written line of yt is evicted and re-read. Threads own whole bands of 64 rows of x.
 constexpr int64_t kTile = 64;
 
 template <typename Ti, typename F8>
 void cast_transpose_typed(const Context& ctx, const Ti* x, float s, F8* y, F8* yt, int64_t rows, int64_t cols) {
-  const Fp8Encoder<F8>& enc = fp8_encoder<F8>();
   const int64_t bands = (rows + kTile - 1) / kTile;
   const int threads = thread_count(ctx, rows * cols);
   parallel_blocks(threads, bands, [&](int64_t b0, int64_t b1, int) {
@@ -299,11 +317,8 @@ void cast_transpose_typed(const Context& ctx, const Ti* x, float s, F8* y, F8* y
         for (int64_t r = 0; r < nr; ++r) {
           const Ti* xr = x + (r0 + r) * cols + c0;
           F8* yr = y + (r0 + r) * cols + c0;
-          for (int64_t c = 0; c < nc; ++c) {
-            const F8 q = enc(to_float(xr[c]) * s);
-            yr[c] = q;
-            tile[c][r] = q;
-          }
+          encode_range(xr, s, yr, nc);
+          for (int64_t c = 0; c < nc; ++c) tile[c][r] = yr[c];
         }
         for (int64_t c = 0; c < nc; ++c) std::memcpy(yt + (c0 + c) * rows + r0, tile[c], static_cast<size_t>(nr) * sizeof(F8));
       }
