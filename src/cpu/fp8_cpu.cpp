@@ -171,7 +171,7 @@ void encode_range(const Ti* x, float s, F8* y, int64_t n) {
 
 // Below this many elements a cast runs on one thread: the parallel region's start-up and the second
 // thread's cache misses cost more than the split saves.
-constexpr int64_t kMinParallelCast = 1 << 17;
+constexpr int64_t kMinParallelCast = 1 << 15;
 
 int cast_thread_count(const Context& ctx, int64_t n) { return n < kMinParallelCast ? 1 : thread_count(ctx, n); }
 
