@@ -169,8 +169,9 @@ void encode_range(const Ti* x, float s, F8* y, int64_t n) {
   for (int64_t i = encode_simd(x, s, y, n); i < n; ++i) y[i] = from_float<F8>(to_float(x[i]) * s);
 }
 
-// Below this many elements a cast runs on one thread: the parallel region's start-up and the second
-// thread's cache misses cost more than the split saves.
+// Below this many elements a cast runs on one thread: the parallel region's start-up costs more than
+// the split saves. Measured on a 2-core machine: at 2^16 elements two threads already win (bf16
+// quantize at 60% of the memcpy bandwidth against 39% on one thread).
 constexpr int64_t kMinParallelCast = 1 << 15;
 
 int cast_thread_count(const Context& ctx, int64_t n) { return n < kMinParallelCast ? 1 : thread_count(ctx, n); }
