@@ -152,6 +152,36 @@ TEST_P(TbeBackward, Deterministic) {
   }
 }
 
+// Rows wider than 128 columns (up to 512) are updated by lane groups of 16 or 32 lanes on CUDA: the
+// results must match the reference and be bit-identical to the block and multi-block paths.
+TEST_P(TbeBackward, WideRowsDeterministic) {
+  const std::vector<std::vector<int>> dim_sets = {{160, 37}, {256, 3}, {320, 512, 129}};
+  for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad}) {
+    for (const auto& dims : dim_sets) {
+      BwdCase c;
+      c.dims = dims;
+      c.num_rows.assign(dims.size(), 40);
+      c.batch_size = 96;
+      c.max_bag = 12;
+      c.hot_fraction = 0.2;
+      c.opt.type = opt;
+      c.opt.learning_rate = 0.125f;
+      c.opt.eps = 0.1f;
+      if (opt == OptimizerType::kRowwiseAdagrad) c.opt.max_norm = 40.0f;
+      c.steps = 2;
+      c.seed = 91 + dims[0];
+      c.integer_values = true;
+      const BwdOutcome a = expect_case(c);
+      c.tuning.max_warp_segment = 2;
+      c.tuning.max_block_segment = 6;
+      c.tuning.block_threads = 64;
+      const BwdOutcome b = expect_case(c);
+      EXPECT_TRUE(a.weights == b.weights && a.m1 == b.m1)
+          << optimizer_name(opt) << " D0=" << dims[0] << ": paths differ bit-wise";
+    }
+  }
+}
+
 // Stochastic rounding: every element of a table starts at w0 and receives one SGD update to the exact
 // fp32 value x between two neighbours; the mean of the rounded results must match x (unbiased, within
 // 6 standard errors), the same seed must reproduce the bits, and another seed must change them.

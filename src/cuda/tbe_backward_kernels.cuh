@@ -13,7 +13,7 @@
 //              directly), longer ones go to the block list, hot ones to the hot list with their
 //              superchunk slots (see below) from an atomic bump allocator.
 //   grad psw   (optional) per lookup, dot(weight row, gradient row) - before any weight is written.
-//   rows       warp per short row (or a lane group per row, kGroupRows rows per warp), block per long
+//   rows       warp per short row (or a lane group per row, 4, 2 or 1 rows per warp), block per long
 //              row, block per superchunk of a hot row + a warp per hot row to combine; each unique row
 //              is updated by exactly one owner.
 //
@@ -745,35 +745,65 @@ __device__ __forceinline__ void update_row(const BwdParams& p, const RowInfo& r,
 // ---- warp path, several rows per warp -----------------------------------------------------------------
 //
 // A warp updating one short row at a time has one row's loads in flight, so the warp path is bound by
-// latency, not bandwidth. When every row fits one pass (max_dim <= kPassCols) and the optimizer has no
-// element-wise state (SGD, row-wise Adagrad, dense mode), the warp is split into kGroupRows lane
-// groups of kGroupLanes lanes, each updating its own row: the loads of kGroupRows rows (weights,
-// row-wise state, first gradient row) are issued together. Lane gl of a group holds, as slot k, the
-// columns that lane gl + k*kGroupLanes holds in update_row's one-pass mapping; every column is summed
-// in the canonical order, and the row sums follow warp_sum's xor tree exactly (group_sum), so the
-// results are bit-identical to update_row's.
+// latency, not bandwidth. When every row fits kGroupVecs passes (max_dim <= kGroupMaxCols) and the
+// optimizer has no element-wise state (SGD, row-wise Adagrad, dense mode), the warp is split into
+// R lane groups of L = 32 / R lanes, each updating its own row, with R chosen per call from the widest
+// row (group_rows): R = 4 up to one pass (128 columns at kVec = 4), 2 up to two passes, 1 up to four.
+// Every lane then holds kGroupVecs vectors of kVec columns (P = kGroupVecs / R passes x R slots) in
+// registers, whatever R: the loads of R rows (weights, row-wise state, first gradient row: all P passes)
+// are issued together, and the gradient is summed once (no recomputation across sweeps).
+//
+// Lane gl of a group holds, as vector (pass q, slot k), the kVec columns that lane gl + k*L holds in
+// pass q of update_row's mapping (columns q*kPassCols + (gl + k*L)*kVec ..). Every column is summed in
+// the canonical order; the per-lane row sums run over the passes in order, exactly as update_row's
+// per-lane sums, and are then reduced along warp_sum's xor tree (group_sum). So the results are
+// bit-identical to update_row's (and hence to the block and multi-block paths).
 
-constexpr int kGroupRows = 4;                                    // rows in flight per warp
-constexpr int kGroupLanes = ArchTraits::kWarpSize / kGroupRows;  // lanes per row
+constexpr int kGroupRows = 4;                                    // rows per warp for rows of one pass
+constexpr int kGroupVecs = 4;                                    // kVec-column vectors per lane and row
+constexpr int kGroupMaxCols = kGroupVecs * kPassCols;            // widest row of the lane-group path (R = 1)
 constexpr int kGroupMaxLookups = 8;  // longer warp-path rows take the whole warp (<= kChunk)
 static_assert(kGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
-static_assert(kGroupRows >= 1 && ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
+static_assert(kGroupVecs % kGroupRows == 0, "rows of one pass need kGroupRows slots per lane");
+static_assert(ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
 
-__host__ __device__ inline bool group_path_ok(const BwdParams& p) {
-  return p.max_dim <= kPassCols && (p.opt.type == OptimizerType::kSgd || p.opt.type == OptimizerType::kRowwiseAdagrad ||
-                                    p.opt.type == OptimizerType::kNone);
+// Rows per warp of the lane-group path for this call (0: one row per warp, update_row). The closed set
+// {4, 2, 1} is what tbe_backward_warp_rows_kernel is instantiated for.
+__host__ __device__ inline int group_rows(const BwdParams& p) {
+  const bool opt_ok = p.opt.type == OptimizerType::kSgd || p.opt.type == OptimizerType::kRowwiseAdagrad ||
+                      p.opt.type == OptimizerType::kNone;
+  if (!opt_ok) return 0;
+  if (p.max_dim <= (kGroupVecs / 4) * kPassCols) return 4;
+  if (p.max_dim <= (kGroupVecs / 2) * kPassCols) return 2;
+  if (p.max_dim <= kGroupMaxCols) return 1;
+  return 0;
 }
 
-// warp_sum over the 32 lanes of the one-warp mapping: xor steps 16 .. kGroupLanes pair slots of the same
-// lane (done in registers, highest first), the remaining steps are shuffles within the group.
-__device__ __forceinline__ float group_sum(float (&s)[kGroupRows], unsigned gmask) {
+__host__ __device__ inline bool group_path_ok(const BwdParams& p) { return group_rows(p) != 0; }
+
+// Mask of lane group grp (of L lanes).
+template <int L>
+__device__ __forceinline__ unsigned group_mask(int grp) {
+  if constexpr (L >= ArchTraits::kWarpSize) {
+    return ArchTraits::kFullMask;
+  } else {
+    return ((1u << L) - 1u) << (grp * L);
+  }
+}
+
+// warp_sum over the 32 lanes of the one-warp mapping, s[k] being lane gl + k*L's partial: xor steps
+// 16 .. L pair slots of the same lane (done in registers, highest first), the remaining steps are
+// shuffles within the group.
+template <int R>
+__device__ __forceinline__ float group_sum(float (&s)[R], unsigned gmask) {
+  constexpr int L = ArchTraits::kWarpSize / R;
 #pragma unroll
-  for (int h = kGroupRows / 2; h >= 1; h /= 2)
+  for (int h = R / 2; h >= 1; h /= 2)
 #pragma unroll
     for (int k = 0; k < h; ++k) s[k] = __fadd_rn(s[k], s[k + h]);
   float v = s[0];
 #pragma unroll
-  for (int o = kGroupLanes / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(gmask, v, o, kGroupLanes));
+  for (int o = L / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(gmask, v, o, L));
   return v;
 }
 
@@ -786,10 +816,14 @@ __device__ __forceinline__ LookupMeta group_meta(const BwdParams& p, int64_t sta
 }
 
 // One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
-// one lane group: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as WarpGrad.
-template <typename W, typename G>
+// one lane group of L = 32 / R lanes: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as
+// WarpGrad. Vector v = q*R + k is pass q, slot k.
+template <typename W, typename G, int R>
 __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowInfo& r, int64_t start, int64_t len,
                                                  const LookupMeta& first, int gl, unsigned gmask) {
+  constexpr int L = ArchTraits::kWarpSize / R;
+  constexpr int P = kGroupVecs / R;
+  constexpr int V = kGroupVecs;
   const OptimizerParams& o = p.opt;
   const int D = r.D;
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
@@ -797,76 +831,83 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
   const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
   const bool dense = o.type == OptimizerType::kNone;
   const bool adagrad = o.type == OptimizerType::kRowwiseAdagrad;
-  int col[kGroupRows], ncols[kGroupRows];
+  int col[V], ncols[V];
 #pragma unroll
-  for (int k = 0; k < kGroupRows; ++k) {
-    col[k] = (gl + k * kGroupLanes) * kVec;
-    const int left = D - col[k];
-    ncols[k] = left <= 0 ? 0 : (left < kVec ? left : kVec);
-  }
-  // Loads first: the metas of lookups 1..kGroupLanes-1, the weights, the row-wise state and the first
-  // gradient row, all independent.
+  for (int q = 0; q < P; ++q)
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int v = q * R + k;
+      col[v] = q * kPassCols + (gl + k * L) * kVec;
+      const int left = D - col[v];
+      ncols[v] = left <= 0 ? 0 : (left < kVec ? left : kVec);
+    }
+  // Loads first: the metas of lookups 1..L-1, the weights, the row-wise state and the first gradient
+  // row, all independent.
   LookupMeta next{0, 1.0f};
   if (gl > 0 && gl < len) next = lookup_meta(p, start + gl);
-  float w[kGroupRows][kVec], g[kGroupRows][kVec];
+  float w[V][kVec], g[V][kVec];
   if (!dense) {
 #pragma unroll
-    for (int k = 0; k < kGroupRows; ++k) load_vec<W, false>(wrow + col[k], wvec, ncols[k], w[k]);
+    for (int v = 0; v < V; ++v) load_vec<W, false>(wrow + col[v], wvec, ncols[v], w[v]);
   }
   const float state = adagrad ? p.momentum1[r.key] : 0.0f;
 #pragma unroll
-  for (int k = 0; k < kGroupRows; ++k) load_vec<G, true>(grad + first.grad_off + col[k], gvec, ncols[k], g[k]);
+  for (int v = 0; v < V; ++v) load_vec<G, true>(grad + first.grad_off + col[v], gvec, ncols[v], g[v]);
 #pragma unroll
-  for (int k = 0; k < kGroupRows; ++k)
+  for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(0.0f, __fmul_rn(first.scale, g[k][e]));
-  for (int64_t b0 = 0; b0 < len; b0 += kGroupLanes) {
+    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fmul_rn(first.scale, g[v][e]));
+  for (int64_t b0 = 0; b0 < len; b0 += L) {
     const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
-    const int nb = static_cast<int>(len - b0 < kGroupLanes ? len - b0 : kGroupLanes);
+    const int nb = static_cast<int>(len - b0 < L ? len - b0 : L);
     // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
     for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
       const bool two = j + 1 < nb;
-      const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, kGroupLanes);
-      const float sc0 = __shfl_sync(gmask, mine.scale, j, kGroupLanes);
-      const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, kGroupLanes);
-      const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, kGroupLanes);
+      const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, L);
+      const float sc0 = __shfl_sync(gmask, mine.scale, j, L);
+      const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, L);
+      const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, L);
 #pragma unroll
-      for (int k = 0; k < kGroupRows; ++k) {
+      for (int v = 0; v < V; ++v) {
         float x0[kVec], x1[kVec];
-        load_vec<G, true>(grad + off0 + col[k], gvec, ncols[k], x0);
-        load_vec<G, true>(grad + off1 + col[k], gvec, ncols[k], x1);
+        load_vec<G, true>(grad + off0 + col[v], gvec, ncols[v], x0);
+        load_vec<G, true>(grad + off1 + col[v], gvec, ncols[v], x1);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(g[k][e], __fmul_rn(sc0, x0[e]));
+        for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc0, x0[e]));
         if (two)
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(g[k][e], __fmul_rn(sc1, x1[e]));
+          for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc1, x1[e]));
       }
     }
   }
 #pragma unroll
-  for (int k = 0; k < kGroupRows; ++k)
+  for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) g[k][e] = __fadd_rn(0.0f, __fadd_rn(0.0f, g[k][e]));
+    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fadd_rn(0.0f, g[v][e]));
 
   if (dense) {
     float* dst = p.unique_grads + r.u * p.max_dim;
 #pragma unroll
-    for (int k = 0; k < kGroupRows; ++k)
-      if (ncols[k] > 0) store_floats(dst + col[k], p.ug_vec != 0, ncols[k], g[k]);
-    for (int d = D + gl; d < p.max_dim; d += kGroupLanes) dst[d] = 0.0f;
+    for (int v = 0; v < V; ++v)
+      if (ncols[v] > 0) store_floats(dst + col[v], p.ug_vec != 0, ncols[v], g[v]);
+    for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
     return;
   }
   float mult = 0.0f, corr = 1.0f;
   if (adagrad) {
-    float s[kGroupRows];
+    // Slot k's partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...
+    float s[R];
 #pragma unroll
-    for (int k = 0; k < kGroupRows; ++k) {
+    for (int k = 0; k < R; ++k) {
       s[k] = 0.0f;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        if (e < ncols[k]) s[k] = __fadd_rn(s[k], opt::row_sq_term(opt::clip_grad(g[k][e], o), w[k][e], o));
+      for (int q = 0; q < P; ++q)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          if (e < ncols[q * R + k])
+            s[k] = __fadd_rn(s[k], opt::row_sq_term(opt::clip_grad(g[q * R + k][e], o), w[q * R + k][e], o));
     }
-    const float sum = group_sum(s, gmask);
+    const float sum = group_sum<R>(s, gmask);
     float m = state;
     mult = opt::rowwise_adagrad_multiplier(&m, sum, D, o);
     corr = opt::rowwise_adagrad_correction(mult, o);
@@ -874,36 +915,38 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
   }
   // New values in place of w.
 #pragma unroll
-  for (int k = 0; k < kGroupRows; ++k)
+  for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
-      const float gk = opt::clip_grad(g[k][e], o);
-      float v = w[k][e];
-      if (e < ncols[k]) v = adagrad ? opt::rowwise_adagrad_apply(w[k][e], gk, mult, corr) : opt::sgd_apply(w[k][e], gk, o);
-      w[k][e] = v;
+      const float gk = opt::clip_grad(g[v][e], o);
+      float nv = w[v][e];
+      if (e < ncols[v]) nv = adagrad ? opt::rowwise_adagrad_apply(w[v][e], gk, mult, corr) : opt::sgd_apply(w[v][e], gk, o);
+      w[v][e] = nv;
     }
   float factor = 1.0f;
   if (adagrad && o.max_norm > 0.0f) {
-    float sq[kGroupRows];
+    float sq[R];
 #pragma unroll
-    for (int k = 0; k < kGroupRows; ++k) {
+    for (int k = 0; k < R; ++k) {
       sq[k] = 0.0f;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        if (e < ncols[k]) sq[k] = __fadd_rn(sq[k], __fmul_rn(w[k][e], w[k][e]));
+      for (int q = 0; q < P; ++q)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          if (e < ncols[q * R + k]) sq[k] = __fadd_rn(sq[k], __fmul_rn(w[q * R + k][e], w[q * R + k][e]));
     }
-    factor = opt::max_norm_factor(group_sum(sq, gmask), o);
+    factor = opt::max_norm_factor(group_sum<R>(sq, gmask), o);
   }
 #pragma unroll
-  for (int k = 0; k < kGroupRows; ++k) {
-    if (ncols[k] <= 0) continue;
+  for (int v = 0; v < V; ++v) {
+    if (ncols[v] <= 0) continue;
     W out[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
-      const float v = factor == 1.0f ? w[k][e] : w[k][e] * factor;
-      out[e] = round_weight<W>(v, p.rounding, p.rounding_key, r.wbase + col[k] + e);
+      const float x = factor == 1.0f ? w[v][e] : w[v][e] * factor;
+      out[e] = round_weight<W>(x, p.rounding, p.rounding_key, r.wbase + col[v] + e);
     }
-    store_weights<W>(wrow + col[k], wvec, ncols[k], out);
+    store_weights<W>(wrow + col[v], wvec, ncols[v], out);
   }
 }
 
@@ -913,10 +956,10 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
 // first loads row j's run, key, first lookup and table (coalesced, all 32 chains in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
-// kGroups (host-chosen when group_path_ok): rows of at most kGroupMaxLookups lookups go kGroupRows at a
-// time to the warp's lane groups (group_update_row), longer ones to the whole warp as above.
-template <typename W, typename G, bool kGroups>
-__global__ void __launch_bounds__(kRowThreads, kGroups ? kGroupRowsMinBlocks : kWarpRowsMinBlocks)
+// kRows > 0 (host-chosen: group_rows, one of 4, 2, 1): rows of at most kGroupMaxLookups lookups go kRows
+// at a time to the warp's lane groups (group_update_row), longer ones to the whole warp as above.
+template <typename W, typename G, int kRows>
+__global__ void __launch_bounds__(kRowThreads, kRows > 0 ? kGroupRowsMinBlocks : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const BwdParams p) {
   if (rows_disabled(p)) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
@@ -946,22 +989,24 @@ __global__ void __launch_bounds__(kRowThreads, kGroups ? kGroupRowsMinBlocks : k
       }
     }
     unsigned todo = __ballot_sync(ArchTraits::kFullMask, mine);
-    if (kGroups) {
+    if constexpr (kRows > 0) {
+      static_assert(kRows <= kGroupVecs && kGroupVecs % kRows == 0 && ArchTraits::kWarpSize % kRows == 0,
+                    "lane-group shape");
+      constexpr int kLanes = ArchTraits::kWarpSize / kRows;
       // Rows of at most kGroupMaxLookups lookups in lane groups; longer ones on the whole warp below
       // (kUnroll of their lookups in flight).
       const unsigned longer = __ballot_sync(ArchTraits::kFullMask, mine && len > static_cast<uint32_t>(kGroupMaxLookups));
       unsigned short_rows = todo & ~longer;
       todo = longer;
-      // kGroupRows rows at a time: group grp takes the grp-th remaining row of the batch.
-      const int grp = lane / kGroupLanes, gl = lane % kGroupLanes;
-      const unsigned gmask = kGroupRows == 1 ? ArchTraits::kFullMask
-                                             : ((1u << (kGroupLanes % 32)) - 1u) << (grp * kGroupLanes);
+      // kRows rows at a time: group grp takes the grp-th remaining row of the batch.
+      const int grp = lane / kLanes, gl = lane % kLanes;
+      const unsigned gmask = group_mask<kLanes>(grp);
       while (short_rows != 0) {
         unsigned t = short_rows;
         for (int i = 0; i < grp; ++i) t &= t - 1;
         const int j = t != 0 ? __ffs(t) - 1 : -1;
 #pragma unroll
-        for (int i = 0; i < kGroupRows; ++i) short_rows &= short_rows - 1;
+        for (int i = 0; i < kRows; ++i) short_rows &= short_rows - 1;
         const int src = j < 0 ? 0 : j;
         RowInfo r;
         r.u = u0 + src;
@@ -973,7 +1018,7 @@ __global__ void __launch_bounds__(kRowThreads, kGroups ? kGroupRowsMinBlocks : k
         fm.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, src);
         const int64_t rs = __shfl_sync(ArchTraits::kFullMask, start, src);
         const int64_t rl = __shfl_sync(ArchTraits::kFullMask, len, src);
-        if (j >= 0) group_update_row<W, G>(p, r, rs, rl, fm, gl, gmask);
+        if (j >= 0) group_update_row<W, G, kRows>(p, r, rs, rl, fm, gl, gmask);
       }
     }
     while (todo != 0) {

@@ -29,7 +29,12 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     EMBSCALE_CHECK_LAUNCH("tbe_backward_grad_psw_kernel");
   }
   {
-    const auto k = group_path_ok(p) ? tbe_backward_warp_rows_kernel<W, G, true> : tbe_backward_warp_rows_kernel<W, G, false>;
+    // Lane groups: 4 rows per warp up to 128 columns, 2 up to 256, 1 (all passes in registers) up to 512.
+    const int rows = group_rows(p);
+    const auto k = rows == 4   ? tbe_backward_warp_rows_kernel<W, G, 4>
+                   : rows == 2 ? tbe_backward_warp_rows_kernel<W, G, 2>
+                   : rows == 1 ? tbe_backward_warp_rows_kernel<W, G, 1>
+                               : tbe_backward_warp_rows_kernel<W, G, 0>;
     k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
     EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel");
   }
