@@ -12,25 +12,6 @@ namespace cuda {
 
 namespace {
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-template <class F>
-Status dispatch_float(DType dt, const char* what, F&& f) {
-  switch (dt) {
-    case DType::kF32:
-      return f(Tag<float>{});
-    case DType::kF16:
-      return f(Tag<fp16_t>{});
-    case DType::kBF16:
-      return f(Tag<bf16_t>{});
-    default:
-      return unsupported(std::string(what) + ": dtype " + dtype_name(dt) + " is not supported on CUDA");
-  }
-}
-
 template <Activation kAct, class F>
 Status with_act(F&& f) {
   return f(std::integral_constant<Activation, kAct>{});

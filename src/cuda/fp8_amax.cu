@@ -158,30 +158,19 @@ Status launch_amax_typed(cudaStream_t stream, const TensorView& x, float* amax, 
 }  // namespace
 
 size_t launch_amax_workspace_bytes(const TensorView& x, AmaxAlgo algo) {
-  switch (x.dtype) {
-    case DType::kF32:
-      return amax_grid_workspace_bytes(amax_path_for<float>(x.numel(), algo));
-    case DType::kF16:
-      return amax_grid_workspace_bytes(amax_path_for<fp16_t>(x.numel(), algo));
-    case DType::kBF16:
-      return amax_grid_workspace_bytes(amax_path_for<bf16_t>(x.numel(), algo));
-    default:
-      return 0;
-  }
+  size_t bytes = 0;
+  (void)dispatch_float(x.dtype, "x", [&](auto t) -> Status {
+    bytes = amax_grid_workspace_bytes(amax_path_for<typename decltype(t)::type>(x.numel(), algo));
+    return Status::Ok();
+  });
+  return bytes;
 }
 
 Status launch_amax(cudaStream_t stream, const TensorView& x, float* amax, int32_t* nonfinite_flag,
                    const float* noop_flag, AmaxAlgo algo, void* ws) {
-  switch (x.dtype) {
-    case DType::kF32:
-      return launch_amax_typed<float>(stream, x, amax, nonfinite_flag, noop_flag, algo, ws);
-    case DType::kF16:
-      return launch_amax_typed<fp16_t>(stream, x, amax, nonfinite_flag, noop_flag, algo, ws);
-    case DType::kBF16:
-      return launch_amax_typed<bf16_t>(stream, x, amax, nonfinite_flag, noop_flag, algo, ws);
-    default:
-      return unsupported(std::string("x: dtype ") + dtype_name(x.dtype) + " is not supported by amax on CUDA");
-  }
+  return dispatch_float(x.dtype, "x", [&](auto t) -> Status {
+    return launch_amax_typed<typename decltype(t)::type>(stream, x, amax, nonfinite_flag, noop_flag, algo, ws);
+  });
 }
 
 // ---- backend entry points (api/fp8_backend.h) ---------------------------------------------------

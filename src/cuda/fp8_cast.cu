@@ -13,36 +13,6 @@ namespace cuda {
 
 namespace {
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// f(Tag<float type>, Tag<fp8 type>)
-template <class F>
-Status dispatch_float_fp8(DType fdt, DType f8dt, const char* what, F&& f) {
-  auto with_fp8 = [&](auto tf) -> Status {
-    switch (f8dt) {
-      case DType::kF8E4M3:
-        return f(tf, Tag<fp8e4m3_t>{});
-      case DType::kF8E5M2:
-        return f(tf, Tag<fp8e5m2_t>{});
-      default:
-        return unsupported(std::string(what) + ": fp8 dtype " + dtype_name(f8dt) + " is not supported on CUDA");
-    }
-  };
-  switch (fdt) {
-    case DType::kF32:
-      return with_fp8(Tag<float>{});
-    case DType::kF16:
-      return with_fp8(Tag<fp16_t>{});
-    case DType::kBF16:
-      return with_fp8(Tag<bf16_t>{});
-    default:
-      return unsupported(std::string(what) + ": dtype " + dtype_name(fdt) + " is not supported on CUDA");
-  }
-}
-
 float fp8_max_for(DType f8dt) { return f8dt == DType::kF8E5M2 ? kFp8E5M2Max : kFp8E4M3Max; }
 
 // Blocks per SM of the cast grids: kCastBlocksPerSm, or EMBSCALE_CAST_BLOCKS_PER_SM (1..16), read once.

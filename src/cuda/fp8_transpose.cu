@@ -21,18 +21,6 @@ Status launch_cast_transpose(cudaStream_t stream, const CastTransposeParams& p) 
                        dim3(kTransposeThreads), 0, stream, p);
 }
 
-template <typename Tin>
-Status dispatch_out(cudaStream_t stream, DType out, const CastTransposeParams& p) {
-  switch (out) {
-    case DType::kF8E4M3:
-      return launch_cast_transpose<Tin, fp8e4m3_t>(stream, p);
-    case DType::kF8E5M2:
-      return launch_cast_transpose<Tin, fp8e5m2_t>(stream, p);
-    default:
-      return unsupported(std::string("y: dtype ") + dtype_name(out) + " is not supported on CUDA");
-  }
-}
-
 bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 }  // namespace
@@ -55,16 +43,9 @@ Status cast_transpose(const Context& ctx, const TensorView& x, const float* scal
   p.vec_ok = aligned(x.data, 16) && aligned(y.data, 16) && p.cols % 16 == 0 && aligned(yt.data, 16) &&
              p.rows % 16 == 0;
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  switch (x.dtype) {
-    case DType::kF32:
-      return dispatch_out<float>(stream, y.dtype, p);
-    case DType::kF16:
-      return dispatch_out<fp16_t>(stream, y.dtype, p);
-    case DType::kBF16:
-      return dispatch_out<bf16_t>(stream, y.dtype, p);
-    default:
-      return unsupported(std::string("x: dtype ") + dtype_name(x.dtype) + " is not supported on CUDA");
-  }
+  return dispatch_float_fp8(x.dtype, y.dtype, "cast_transpose", [&](auto tin, auto tout) -> Status {
+    return launch_cast_transpose<typename decltype(tin)::type, typename decltype(tout)::type>(stream, p);
+  });
 }
 
 }  // namespace cuda
