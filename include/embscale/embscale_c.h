@@ -1,0 +1,165 @@
+/* embscale C API: a flat, ABI-stable layer over the C++ API for language bindings (the Python package
+ * loads it with ctypes). It adds no behaviour: every function validates and runs exactly as its C++
+ * counterpart in fp8.h / tbe.h, which document the semantics.
+ *
+ * Conventions
+ *  - Every function returning int returns an embscale::StatusCode (0 = ok). On failure the message,
+ *    which names the argument and the problem, is kept per thread: embscale_last_error().
+ *  - Enumerations are passed as their C++ values: backend (0 cpu, 1 cuda), dtype (embscale::DType:
+ *    0 fp32, 1 fp16, 2 bf16, 3 fp8e4m3, 4 fp8e5m2, 5 int32, 6 int64), amax algo (0 auto, 1 atomic,
+ *    2 two-stage), activation (0 relu, 1 gelu_tanh, 2 silu), pooling (0 sum, 1 mean, 2 none), bounds
+ *    check (0 error, 1 skip, 2 off), optimizer (0 none, 1 sgd, 2 rowwise_adagrad, 3 adam,
+ *    4 partial_rowwise_adam), weight decay (0 none, 1 L2, 2 decoupled), rounding (0 nearest,
+ *    1 stochastic).
+ *  - Pointers live in the memory of the context's backend (device pointers for CUDA); the stream is a
+ *    cudaStream_t. Nothing here allocates except embscale_tbe_create.
+ */
+#ifndef EMBSCALE_EMBSCALE_C_H_
+#define EMBSCALE_EMBSCALE_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define EMBSCALE_C_EXPORT __declspec(dllexport)
+#else
+#define EMBSCALE_C_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct embscale_context {
+  int32_t backend;
+  int32_t num_threads; /* CPU: OpenMP threads, 0 = all */
+  void* stream;        /* CUDA: cudaStream_t, NULL = legacy default stream */
+} embscale_context;
+
+typedef struct embscale_tensor {
+  void* data;
+  int32_t dtype;
+  int32_t ndim; /* 1..4, contiguous row-major */
+  int64_t shape[4];
+} embscale_tensor;
+
+EMBSCALE_C_EXPORT const char* embscale_version(void);
+EMBSCALE_C_EXPORT const char* embscale_last_error(void);
+/* 1 when the backend is compiled in and usable now (CUDA: a device is present). */
+EMBSCALE_C_EXPORT int embscale_backend_available(int32_t backend);
+EMBSCALE_C_EXPORT int embscale_backend_compiled(int32_t backend);
+
+/* ---- FP8 current scaling -------------------------------------------------------------------------- */
+EMBSCALE_C_EXPORT int embscale_amax_workspace_size(const embscale_context* ctx, const embscale_tensor* x,
+                                                   int32_t algo, size_t* bytes);
+EMBSCALE_C_EXPORT int embscale_amax(const embscale_context* ctx, const embscale_tensor* x, float* amax,
+                                    int32_t algo, int32_t* nonfinite_flag, void* workspace,
+                                    size_t workspace_bytes);
+EMBSCALE_C_EXPORT int embscale_compute_scale(const embscale_context* ctx, const float* amax, int32_t fp8_dtype,
+                                             float eps, int32_t power_of_2, float* scale, float* scale_inv);
+EMBSCALE_C_EXPORT int embscale_quantize(const embscale_context* ctx, const embscale_tensor* x,
+                                        const float* scale, const embscale_tensor* y);
+EMBSCALE_C_EXPORT int embscale_dequantize(const embscale_context* ctx, const embscale_tensor* y,
+                                          const float* scale_inv, const embscale_tensor* x);
+EMBSCALE_C_EXPORT int embscale_quantize_current_scaling_workspace_size(const embscale_context* ctx,
+                                                                       const embscale_tensor* x, int32_t algo,
+                                                                       size_t* bytes);
+EMBSCALE_C_EXPORT int embscale_quantize_current_scaling(const embscale_context* ctx, const embscale_tensor* x,
+                                                        const embscale_tensor* y, float* amax, float* scale,
+                                                        float* scale_inv, int32_t algo, float eps,
+                                                        int32_t power_of_2, int32_t* nonfinite_flag,
+                                                        void* workspace, size_t workspace_bytes);
+EMBSCALE_C_EXPORT int embscale_activation_amax_workspace_size(const embscale_context* ctx,
+                                                              const embscale_tensor* x, int32_t algo,
+                                                              size_t* bytes);
+EMBSCALE_C_EXPORT int embscale_activation_amax(const embscale_context* ctx, int32_t activation,
+                                               const embscale_tensor* x, const embscale_tensor* y, float* amax,
+                                               int32_t algo, void* workspace, size_t workspace_bytes);
+EMBSCALE_C_EXPORT int embscale_cast_transpose(const embscale_context* ctx, const embscale_tensor* x,
+                                              const float* scale, const embscale_tensor* y,
+                                              const embscale_tensor* yt);
+
+/* ---- table-batched embeddings --------------------------------------------------------------------- */
+typedef struct embscale_tbe embscale_tbe; /* a TableBatchedEmbedding */
+
+/* feature_table_map may be NULL (one feature per table; num_features must then equal num_tables). */
+EMBSCALE_C_EXPORT int embscale_tbe_create(const embscale_context* ctx, int32_t num_tables, const int64_t* num_rows,
+                                          const int32_t* dims, int32_t num_features,
+                                          const int32_t* feature_table_map, int32_t weights_dtype,
+                                          embscale_tbe** out);
+EMBSCALE_C_EXPORT void embscale_tbe_destroy(embscale_tbe* tbe);
+
+/* Layout of the weights buffer, the row-wise state and the pooled output. */
+typedef struct embscale_tbe_layout {
+  int64_t num_weights; /* elements of the weights buffer (and of element-wise optimizer state) */
+  int64_t total_rows;  /* rows of all tables (length of row-wise optimizer state) */
+  int32_t total_dim;   /* columns of the pooled output */
+  int32_t max_dim;
+} embscale_tbe_layout;
+EMBSCALE_C_EXPORT int embscale_tbe_layout_get(const embscale_tbe* tbe, embscale_tbe_layout* out);
+/* Per table: first element in the weights buffer and first row in row-wise state (arrays of num_tables). */
+EMBSCALE_C_EXPORT int embscale_tbe_table_offsets(const embscale_tbe* tbe, int64_t* weight_offsets,
+                                                 int64_t* row_offsets);
+
+typedef struct embscale_tbe_forward_args {
+  embscale_tensor weights;
+  embscale_tensor indices;
+  embscale_tensor offsets;
+  const float* per_sample_weights; /* NULL: unweighted */
+  int64_t batch_size;
+  int32_t pooling;
+  int32_t bounds_check;
+  embscale_tensor output;
+  int64_t* num_skipped; /* optional */
+} embscale_tbe_forward_args;
+EMBSCALE_C_EXPORT int embscale_tbe_forward(const embscale_tbe* tbe, const embscale_context* ctx,
+                                           const embscale_tbe_forward_args* args);
+
+typedef struct embscale_optimizer {
+  int32_t type;
+  float learning_rate;
+  float eps;
+  float beta1;
+  float beta2;
+  float weight_decay;
+  int32_t weight_decay_mode;
+  float max_norm;
+  float gradient_clipping;
+  int64_t step;
+} embscale_optimizer;
+
+typedef struct embscale_tbe_backward_args {
+  embscale_tensor weights;
+  embscale_tensor indices;
+  embscale_tensor offsets;
+  const float* per_sample_weights;
+  int64_t batch_size;
+  int32_t pooling;
+  int32_t bounds_check;
+  embscale_tensor grad_output;
+  embscale_optimizer optimizer;
+  float* momentum1;
+  float* momentum2;
+  float* grad_per_sample_weights;
+  int64_t* unique_rows;
+  int64_t* num_unique;
+  float* unique_grads;
+  int32_t deterministic;
+  int32_t rounding;
+  uint64_t seed;
+  int32_t max_warp_segment; /* tuning; 0 = per-device default */
+  int32_t max_block_segment;
+  int32_t block_threads;
+  int64_t* num_skipped;
+} embscale_tbe_backward_args;
+EMBSCALE_C_EXPORT int embscale_tbe_backward_workspace_size(const embscale_tbe* tbe, const embscale_context* ctx,
+                                                           const embscale_tbe_backward_args* args, size_t* bytes);
+EMBSCALE_C_EXPORT int embscale_tbe_backward(const embscale_tbe* tbe, const embscale_context* ctx,
+                                            const embscale_tbe_backward_args* args, void* workspace,
+                                            size_t workspace_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMBSCALE_EMBSCALE_C_H_ */

@@ -1,0 +1,190 @@
+"""ctypes bindings of the C API (include/embscale/embscale_c.h).
+
+This module knows nothing about torch: it loads libembscale_c, mirrors the C structs and turns a
+failed status into a Python exception carrying the library's message (which names the argument).
+The library is looked up in this order: $EMBSCALE_LIBRARY, then next to this file (where
+``pip install .`` puts it).
+"""
+
+import ctypes
+import os
+
+# Status codes (embscale::StatusCode).
+OK, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_RANGE, WORKSPACE_TOO_SMALL, BACKEND_ERROR = range(6)
+
+# Enumerations, as the C API numbers them.
+BACKEND = {"cpu": 0, "cuda": 1}
+AMAX_ALGO = {"auto": 0, "atomic": 1, "two_stage": 2}
+ACTIVATION = {"relu": 0, "gelu_tanh": 1, "silu": 2}
+POOLING = {"sum": 0, "mean": 1, "none": 2}
+BOUNDS_CHECK = {"error": 0, "skip": 1, "off": 2}
+OPTIMIZER = {"none": 0, "sgd": 1, "rowwise_adagrad": 2, "adam": 3, "partial_rowwise_adam": 4}
+WEIGHT_DECAY = {"none": 0, "l2": 1, "decoupled": 2}
+ROUNDING = {"nearest": 0, "stochastic": 1}
+
+
+class Error(RuntimeError):
+    """An error reported by the embscale library that has no more specific Python type."""
+
+
+class Context(ctypes.Structure):
+    _fields_ = [("backend", ctypes.c_int32), ("num_threads", ctypes.c_int32), ("stream", ctypes.c_void_p)]
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * 4),
+    ]
+
+
+class TbeLayout(ctypes.Structure):
+    _fields_ = [
+        ("num_weights", ctypes.c_int64),
+        ("total_rows", ctypes.c_int64),
+        ("total_dim", ctypes.c_int32),
+        ("max_dim", ctypes.c_int32),
+    ]
+
+
+class TbeForwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("weights", Tensor),
+        ("indices", Tensor),
+        ("offsets", Tensor),
+        ("per_sample_weights", ctypes.c_void_p),
+        ("batch_size", ctypes.c_int64),
+        ("pooling", ctypes.c_int32),
+        ("bounds_check", ctypes.c_int32),
+        ("output", Tensor),
+        ("num_skipped", ctypes.c_void_p),
+    ]
+
+
+class Optimizer(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int32),
+        ("learning_rate", ctypes.c_float),
+        ("eps", ctypes.c_float),
+        ("beta1", ctypes.c_float),
+        ("beta2", ctypes.c_float),
+        ("weight_decay", ctypes.c_float),
+        ("weight_decay_mode", ctypes.c_int32),
+        ("max_norm", ctypes.c_float),
+        ("gradient_clipping", ctypes.c_float),
+        ("step", ctypes.c_int64),
+    ]
+
+
+class TbeBackwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("weights", Tensor),
+        ("indices", Tensor),
+        ("offsets", Tensor),
+        ("per_sample_weights", ctypes.c_void_p),
+        ("batch_size", ctypes.c_int64),
+        ("pooling", ctypes.c_int32),
+        ("bounds_check", ctypes.c_int32),
+        ("grad_output", Tensor),
+        ("optimizer", Optimizer),
+        ("momentum1", ctypes.c_void_p),
+        ("momentum2", ctypes.c_void_p),
+        ("grad_per_sample_weights", ctypes.c_void_p),
+        ("unique_rows", ctypes.c_void_p),
+        ("num_unique", ctypes.c_void_p),
+        ("unique_grads", ctypes.c_void_p),
+        ("deterministic", ctypes.c_int32),
+        ("rounding", ctypes.c_int32),
+        ("seed", ctypes.c_uint64),
+        ("max_warp_segment", ctypes.c_int32),
+        ("max_block_segment", ctypes.c_int32),
+        ("block_threads", ctypes.c_int32),
+        ("num_skipped", ctypes.c_void_p),
+    ]
+
+
+_P = ctypes.POINTER
+_VP = ctypes.c_void_p
+_SIGNATURES = {
+    "embscale_version": ([], ctypes.c_char_p),
+    "embscale_last_error": ([], ctypes.c_char_p),
+    "embscale_backend_available": ([ctypes.c_int32], ctypes.c_int),
+    "embscale_backend_compiled": ([ctypes.c_int32], ctypes.c_int),
+    "embscale_amax_workspace_size": ([_P(Context), _P(Tensor), ctypes.c_int32, _P(ctypes.c_size_t)], ctypes.c_int),
+    "embscale_amax": ([_P(Context), _P(Tensor), _VP, ctypes.c_int32, _VP, _VP, ctypes.c_size_t], ctypes.c_int),
+    "embscale_compute_scale": (
+        [_P(Context), _VP, ctypes.c_int32, ctypes.c_float, ctypes.c_int32, _VP, _VP], ctypes.c_int),
+    "embscale_quantize": ([_P(Context), _P(Tensor), _VP, _P(Tensor)], ctypes.c_int),
+    "embscale_dequantize": ([_P(Context), _P(Tensor), _VP, _P(Tensor)], ctypes.c_int),
+    "embscale_quantize_current_scaling_workspace_size": (
+        [_P(Context), _P(Tensor), ctypes.c_int32, _P(ctypes.c_size_t)], ctypes.c_int),
+    "embscale_quantize_current_scaling": (
+        [_P(Context), _P(Tensor), _P(Tensor), _VP, _VP, _VP, ctypes.c_int32, ctypes.c_float, ctypes.c_int32, _VP,
+         _VP, ctypes.c_size_t], ctypes.c_int),
+    "embscale_activation_amax_workspace_size": (
+        [_P(Context), _P(Tensor), ctypes.c_int32, _P(ctypes.c_size_t)], ctypes.c_int),
+    "embscale_activation_amax": (
+        [_P(Context), ctypes.c_int32, _P(Tensor), _P(Tensor), _VP, ctypes.c_int32, _VP, ctypes.c_size_t],
+        ctypes.c_int),
+    "embscale_cast_transpose": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _P(Tensor)], ctypes.c_int),
+    "embscale_tbe_create": (
+        [_P(Context), ctypes.c_int32, _P(ctypes.c_int64), _P(ctypes.c_int32), ctypes.c_int32, _P(ctypes.c_int32),
+         ctypes.c_int32, _P(_VP)], ctypes.c_int),
+    "embscale_tbe_destroy": ([_VP], None),
+    "embscale_tbe_layout_get": ([_VP, _P(TbeLayout)], ctypes.c_int),
+    "embscale_tbe_table_offsets": ([_VP, _P(ctypes.c_int64), _P(ctypes.c_int64)], ctypes.c_int),
+    "embscale_tbe_forward": ([_VP, _P(Context), _P(TbeForwardArgs)], ctypes.c_int),
+    "embscale_tbe_backward_workspace_size": (
+        [_VP, _P(Context), _P(TbeBackwardArgs), _P(ctypes.c_size_t)], ctypes.c_int),
+    "embscale_tbe_backward": ([_VP, _P(Context), _P(TbeBackwardArgs), _VP, ctypes.c_size_t], ctypes.c_int),
+}
+
+
+def _find_library():
+    explicit = os.environ.get("EMBSCALE_LIBRARY")
+    if explicit:
+        return explicit
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("libembscale_c.so", "libembscale_c.dylib", "embscale_c.dll"):
+        path = os.path.join(here, name)
+        if os.path.exists(path):
+            return path
+    raise ImportError(
+        "embscale: the native library libembscale_c was not found next to the package; install the package "
+        "with `pip install .` from the repository, or point EMBSCALE_LIBRARY at a built libembscale_c.so")
+
+
+def _load():
+    lib = ctypes.CDLL(_find_library())
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = restype
+    return lib
+
+
+lib = _load()
+
+
+def check(rc):
+    """Raises the Python exception matching a C API status code, with the library's message."""
+    if rc == OK:
+        return
+    message = lib.embscale_last_error().decode("utf-8", "replace")
+    if rc == INVALID_ARGUMENT:
+        raise ValueError(message)
+    if rc == OUT_OF_RANGE:
+        raise IndexError(message)
+    if rc == UNSUPPORTED:
+        raise NotImplementedError(message)
+    raise Error(message)
+
+
+def version():
+    return lib.embscale_version().decode()
+
+
+def backend_available(name):
+    return bool(lib.embscale_backend_available(BACKEND[name]))

@@ -1,0 +1,74 @@
+"""FP8 current scaling for PyTorch users.
+
+Every function runs on the tensor's device without a host synchronisation. With ``group`` (a
+torch.distributed process group) the amax is all-reduced with MAX across the group before the scale is
+computed, so all ranks quantize with one scale.
+
+    y, scale_inv = embscale.quantize_current_scaling(x, torch.float8_e4m3fn)
+    out = torch._scaled_mm(y, w_fp8.t(), scale_a=scale_inv, scale_b=w_scale_inv, out_dtype=torch.bfloat16)
+"""
+
+from typing import Optional
+
+import torch
+
+from . import ops
+
+
+def _all_reduce_max(amax, group):
+    if group is not None:
+        import torch.distributed as dist
+
+        dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=group)
+    return amax
+
+
+def amax(x: torch.Tensor, group=None, algo: str = "auto") -> torch.Tensor:
+    """max |x| as a 0-dim fp32 tensor (NaN skipped; empty -> 0), all-reduced over ``group`` when given."""
+    return _all_reduce_max(torch.ops.embscale.amax(x, algo), group)
+
+
+def compute_scale(amax: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, eps: float = 0.0,
+                  power_of_2: bool = False):
+    """(scale, scale_inv): scale = fp8_max / max(amax, eps); 1 when that is 0, inf or NaN."""
+    return torch.ops.embscale.compute_scale(amax, fp8_dtype, eps, power_of_2)
+
+
+def quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
+    """fp8(saturate(x * scale)) with round-to-nearest-even."""
+    return torch.ops.embscale.quantize(x, scale, fp8_dtype)
+
+
+def dequantize(y: torch.Tensor, scale_inv: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """float(y) * scale_inv in out_dtype."""
+    return torch.ops.embscale.dequantize(y, scale_inv, out_dtype)
+
+
+def quantize_current_scaling(x: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, eps: float = 0.0,
+                             power_of_2: bool = False, group=None, return_amax: bool = False):
+    """Current scaling: returns (y, scale_inv), or (y, scale_inv, amax) with return_amax.
+
+    scale_inv is the dequantisation factor torch._scaled_mm expects as scale_a / scale_b.
+    """
+    if group is None:
+        y, a, _, scale_inv = torch.ops.embscale.quantize_current_scaling(x, fp8_dtype, eps, power_of_2)
+    else:
+        a = amax(x, group)
+        scale, scale_inv = compute_scale(a, fp8_dtype, eps, power_of_2)
+        y = quantize(x, scale, fp8_dtype)
+    return (y, scale_inv, a) if return_amax else (y, scale_inv)
+
+
+def activation_amax(x: torch.Tensor, activation: str, out_dtype: Optional[torch.dtype] = None, group=None):
+    """(act(x), max |act(x)|) for activation in relu, gelu_tanh, silu, in one pass over x."""
+    y, a = torch.ops.embscale.activation_amax(x, activation, out_dtype)
+    return y, _all_reduce_max(a, group)
+
+
+def cast_transpose(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn):
+    """(quantize(x), quantize(x).T contiguous) of a 2-D x, in one pass."""
+    return torch.ops.embscale.cast_transpose(x, scale, fp8_dtype)
+
+
+__all__ = ["amax", "compute_scale", "quantize", "dequantize", "quantize_current_scaling", "activation_amax",
+           "cast_transpose", "ops"]

@@ -1,0 +1,271 @@
+"""Table-batched embedding bags with a fused optimizer, for PyTorch.
+
+    tbe = embscale.TableBatchedEmbeddingBags([(1_000_000, 128), (50_000, 64)], optimizer="rowwise_adagrad",
+                                             learning_rate=0.05, device="cuda")
+    pooled = tbe(indices, offsets)      # [B, 128 + 64]
+    loss(pooled).backward()             # the tables are updated here, in place
+
+Inputs follow FBGEMM's layout: ``indices`` [N] and ``offsets`` [T*B+1] (int32 or int64, same dtype),
+table-major: bag (f, b) is ``indices[offsets[f*B+b]:offsets[f*B+b+1]]``. The backward pass never
+materialises a dense gradient: it sorts the lookups, sums each touched row's gradient once in a fixed
+order and applies the optimizer to that row (so ``weights.grad`` stays None and a torch optimizer given
+``model.parameters()`` leaves the tables alone).
+"""
+
+import ctypes
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from . import _capi, ops
+
+_MOMENTUM_SHAPES = {  # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements"
+    "sgd": ("none", "none"),
+    "rowwise_adagrad": ("rows", "none"),
+    "adam": ("elements", "elements"),
+    "partial_rowwise_adam": ("elements", "rows"),
+}
+_STATE_NAMES = {
+    "sgd": (),
+    "rowwise_adagrad": ("sum",),
+    "adam": ("exp_avg", "exp_avg_sq"),
+    "partial_rowwise_adam": ("exp_avg", "exp_avg_sq"),
+}
+
+
+class _Handle:
+    """Owns one C TableBatchedEmbedding (per device and weights dtype)."""
+
+    def __init__(self, device, num_rows, dims, feature_table_map, weights_dtype):
+        ctx = _capi.Context()
+        ctx.backend = _capi.BACKEND[device.type]
+        T = len(num_rows)
+        rows = (ctypes.c_int64 * T)(*num_rows)
+        ds = (ctypes.c_int32 * T)(*dims)
+        fmap = (ctypes.c_int32 * len(feature_table_map))(*feature_table_map)
+        out = ctypes.c_void_p()
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                _capi.check(_capi.lib.embscale_tbe_create(ctypes.byref(ctx), T, rows, ds, len(feature_table_map), fmap,
+                                                          ops._DTYPE_CODE[weights_dtype], ctypes.byref(out)))
+        else:
+            _capi.check(_capi.lib.embscale_tbe_create(ctypes.byref(ctx), T, rows, ds, len(feature_table_map), fmap,
+                                                      ops._DTYPE_CODE[weights_dtype], ctypes.byref(out)))
+        self.ptr = out.value
+        layout = _capi.TbeLayout()
+        _capi.check(_capi.lib.embscale_tbe_layout_get(self.ptr, ctypes.byref(layout)))
+        self.layout = layout
+        self.weight_offsets = (ctypes.c_int64 * T)()
+        self.row_offsets = (ctypes.c_int64 * T)()
+        _capi.check(_capi.lib.embscale_tbe_table_offsets(self.ptr, self.weight_offsets, self.row_offsets))
+
+    def __del__(self):
+        if getattr(self, "ptr", None):
+            _capi.lib.embscale_tbe_destroy(self.ptr)
+            self.ptr = None
+
+
+class _Lookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, num_skipped, cfg):
+        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
+        out = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, num_skipped, handle,
+                                             batch_size, pooling, bounds_check, output_cols, output_dtype)
+        ctx.save_for_backward(weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights)
+        ctx.cfg = cfg
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        weights, momentum1, momentum2, hparams, indices, offsets, psw = ctx.saved_tensors
+        (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
+        want_psw_grad = psw is not None and ctx.needs_input_grad[6]
+        grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
+                                                   offsets, psw, handle, batch_size, pooling, bounds_check, optimizer,
+                                                   wd_mode, sr, seed, want_psw_grad)
+        return None, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None
+
+
+class TableBatchedEmbeddingBags(nn.Module):
+    """Many embedding tables, looked up and pooled in one call, trained by a fused optimizer.
+
+    Args:
+        embedding_specs: (num_embeddings, embedding_dim) per table; any dim >= 1, mixed.
+        feature_table_map: table of each feature (several features may share a table); default one
+            feature per table. The output has the features' columns side by side.
+        optimizer: "sgd", "rowwise_adagrad" (FBGEMM's exact row-wise Adagrad), "adam" or
+            "partial_rowwise_adam". Hyper-parameters: learning_rate, eps, beta1, beta2, weight_decay with
+            weight_decay_mode "none" / "l2" / "decoupled", max_norm (row-wise Adagrad), gradient_clipping.
+        pooling: "sum", "mean" or "none" (sequence: one output row per index; all dims equal).
+        weights_dtype: torch.float32, float16 or bfloat16; output_dtype likewise.
+        bounds_check: "error" (default; an index outside its table raises IndexError naming feature, bag
+            and position; on CUDA this reads one value back), "skip" (bad indices are dropped and counted in
+            ``num_skipped``) or "off".
+        stochastic_rounding: fp16/bf16 weights are rounded stochastically after an update (seeded by
+            ``seed`` and the step), else to nearest.
+        device: where the tables live.
+
+    Tables are initialised uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator.
+    """
+
+    def __init__(self, embedding_specs: Sequence[tuple], feature_table_map: Optional[Sequence[int]] = None,
+                 optimizer: str = "rowwise_adagrad", learning_rate: float = 0.01, eps: float = 1e-8,
+                 beta1: float = 0.9, beta2: float = 0.999, weight_decay: float = 0.0, weight_decay_mode: str = "none",
+                 max_norm: float = 0.0, gradient_clipping: float = 0.0, pooling: str = "sum",
+                 weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
+                 bounds_check: str = "error", stochastic_rounding: bool = True, seed: int = 0, device=None):
+        super().__init__()
+        specs = [tuple(int(v) for v in s) for s in embedding_specs]
+        if not specs:
+            raise ValueError("embedding_specs: at least one table is needed")
+        for t, s in enumerate(specs):
+            if len(s) != 2 or s[0] < 1 or s[1] < 1:
+                raise ValueError(f"embedding_specs[{t}]: {s} is not (num_embeddings >= 1, embedding_dim >= 1)")
+        fmap = list(range(len(specs))) if feature_table_map is None else [int(t) for t in feature_table_map]
+        for f, t in enumerate(fmap):
+            if not 0 <= t < len(specs):
+                raise ValueError(f"feature_table_map[{f}]: table {t} does not exist ({len(specs)} tables)")
+        for name, value, table in (("optimizer", optimizer, _MOMENTUM_SHAPES), ("pooling", pooling, _capi.POOLING),
+                                   ("weight_decay_mode", weight_decay_mode, _capi.WEIGHT_DECAY),
+                                   ("bounds_check", bounds_check, _capi.BOUNDS_CHECK)):
+            if value not in table:
+                raise ValueError(f"{name}: '{value}' is not one of {', '.join(table)}")
+        for name, dt in (("weights_dtype", weights_dtype), ("output_dtype", output_dtype)):
+            if dt not in ops.FLOAT_DTYPES:
+                raise TypeError(f"{name}: {dt} is not supported; expected torch.float32, float16 or bfloat16")
+        dims = [d for _, d in specs]
+        if pooling == "none" and len({dims[t] for t in fmap}) > 1:
+            raise ValueError("pooling: 'none' (sequence) needs all features of one embedding_dim")
+
+        self.embedding_specs = specs
+        self.feature_table_map = fmap
+        self.optimizer = optimizer
+        self.weight_decay_mode = weight_decay_mode
+        self.pooling = pooling
+        self.output_dtype = output_dtype
+        self.bounds_check = bounds_check
+        self.stochastic_rounding = bool(stochastic_rounding)
+        self.seed = int(seed)
+        self.feature_dims = [dims[t] for t in fmap]
+        self.total_dim = sum(self.feature_dims)
+        self._handles = {}
+
+        device = torch.device("cpu") if device is None else torch.device(device)
+        handle = self._handle_for(device, weights_dtype)
+        layout = handle.layout
+        self.weights = nn.Parameter(torch.empty(layout.num_weights, dtype=weights_dtype, device=device))
+        with torch.no_grad():
+            for t, (rows, dim) in enumerate(specs):
+                bound = math.sqrt(1.0 / rows)
+                self._table_view(self.weights, t).uniform_(-bound, bound)
+        sizes = {"none": 0, "rows": layout.total_rows, "elements": layout.num_weights}
+        m1, m2 = _MOMENTUM_SHAPES[optimizer]
+        self.register_buffer("momentum1", torch.zeros(sizes[m1], dtype=torch.float32, device=device))
+        self.register_buffer("momentum2", torch.zeros(sizes[m2], dtype=torch.float32, device=device))
+        hp = torch.zeros(len(ops.HPARAM_FIELDS), dtype=torch.float64)
+        for name, value in (("learning_rate", learning_rate), ("eps", eps), ("beta1", beta1), ("beta2", beta2),
+                            ("weight_decay", weight_decay), ("max_norm", max_norm),
+                            ("gradient_clipping", gradient_clipping), ("step", 1)):
+            hp[ops.HPARAM[name]] = value
+        self.register_buffer("hparams", hp)
+        self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
+
+    @classmethod
+    def from_embedding_bags(cls, bags: Sequence[nn.EmbeddingBag], **kwargs):
+        """A TBE holding copies of the tables of a list of nn.EmbeddingBag (mode sum or mean)."""
+        modes = {b.mode for b in bags}
+        if len(modes) != 1 or not modes <= {"sum", "mean"}:
+            raise ValueError(f"bags: all modes must be one of sum or mean, got {sorted(modes)}")
+        w0 = bags[0].weight
+        kwargs.setdefault("pooling", modes.pop())
+        kwargs.setdefault("weights_dtype", w0.dtype)
+        kwargs.setdefault("device", w0.device)
+        tbe = cls([(b.num_embeddings, b.embedding_dim) for b in bags], **kwargs)
+        with torch.no_grad():
+            for t, b in enumerate(bags):
+                tbe._table_view(tbe.weights, t).copy_(b.weight)
+        return tbe
+
+    # ---- layout ------------------------------------------------------------------------------------
+    def _handle_for(self, device, dtype):
+        key = (device.type, device.index, dtype)
+        if key not in self._handles:
+            self._handles[key] = _Handle(device, [r for r, _ in self.embedding_specs],
+                                         [d for _, d in self.embedding_specs], self.feature_table_map, dtype)
+        return self._handles[key]
+
+    @property
+    def _layout(self):
+        return next(iter(self._handles.values()))
+
+    def _table_view(self, flat, t, rowwise=False):
+        rows, dim = self.embedding_specs[t]
+        h = self._layout
+        if rowwise:
+            start = h.row_offsets[t]
+            return flat[start:start + rows]
+        start = h.weight_offsets[t]
+        return flat[start:start + rows * dim].view(rows, dim)
+
+    def split_embedding_weights(self):
+        """Views [E_t, D_t] of each table (writes through)."""
+        return [self._table_view(self.weights.data, t) for t in range(len(self.embedding_specs))]
+
+    def optimizer_state(self):
+        """Per table, a dict of views of the optimizer state: rowwise_adagrad {"sum": [E]}; adam
+        {"exp_avg": [E, D], "exp_avg_sq": [E, D]}; partial_rowwise_adam {"exp_avg": [E, D], "exp_avg_sq": [E]}."""
+        kinds = _MOMENTUM_SHAPES[self.optimizer]
+        out = []
+        for t in range(len(self.embedding_specs)):
+            state = {}
+            for name, kind, buf in zip(_STATE_NAMES[self.optimizer], kinds, (self.momentum1, self.momentum2)):
+                state[name] = self._table_view(buf, t, rowwise=(kind == "rows"))
+            out.append(state)
+        return out
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.hparams[ops.HPARAM["learning_rate"]])
+
+    def set_learning_rate(self, lr: float):
+        """Takes effect at the next backward, also inside a compiled model."""
+        self.hparams[ops.HPARAM["learning_rate"]] = lr
+
+    @property
+    def step(self) -> int:
+        """The optimizer's 1-based step counter (Adam's bias correction); advanced by each backward."""
+        return int(self.hparams[ops.HPARAM["step"]])
+
+    # ---- forward -----------------------------------------------------------------------------------
+    def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
+                per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        T = len(self.feature_table_map)
+        if offsets.dim() != 1 or (offsets.shape[0] - 1) % T != 0 or offsets.shape[0] < 1:
+            raise ValueError(f"offsets: shape {tuple(offsets.shape)}; expected [T*B+1] with T = {T} features")
+        batch_size = (offsets.shape[0] - 1) // T
+        handle = self._handle_for(self.weights.device, self.weights.dtype)
+        cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
+        cfg = (handle.ptr, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
+               self.weight_decay_mode, self.stochastic_rounding, self.seed)
+        skipped = self.num_skipped if self.bounds_check == "skip" else None
+        return _Lookup.apply(self.weights, self.momentum1, self.momentum2, self.hparams, indices, offsets,
+                             per_sample_weights, skipped, cfg)
+
+    def _apply(self, fn, recurse=True):
+        # .to() / .cuda() / .half() move the tables; optimizer state stays fp32 and the hyper-parameters
+        # stay on the CPU (they are read on the host at every step).
+        kept = {name: getattr(self, name) for name in ("momentum1", "momentum2", "hparams")}
+        super()._apply(fn, recurse)
+        for name in ("momentum1", "momentum2"):
+            moved = getattr(self, name)
+            if moved.dtype != torch.float32:  # a dtype cast: keep the fp32 values, follow the device
+                setattr(self, name, kept[name].to(moved.device))
+        self.hparams = kept["hparams"]
+        self._handle_for(self.weights.device, self.weights.dtype)
+        return self
+
+    def extra_repr(self):
+        return (f"tables={self.embedding_specs}, features={len(self.feature_table_map)}, optimizer={self.optimizer}, "
+                f"pooling={self.pooling}, weights_dtype={self.weights.dtype}")

@@ -1,0 +1,387 @@
+// The C API (embscale/embscale_c.h): converts flat C structs into the C++ API's types, checks the
+// enumeration values a C caller can get wrong, and keeps the last error message per thread. Nothing
+// else happens here; validation of shapes, dtypes and values is the C++ API's.
+#include "embscale/embscale_c.h"
+
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "embscale/fp8.h"
+#include "embscale/tbe.h"
+
+struct embscale_tbe {
+  std::unique_ptr<embscale::TableBatchedEmbedding> impl;
+};
+
+namespace {
+
+using embscale::Status;
+using embscale::StatusCode;
+
+thread_local std::string g_last_error;
+
+int finish(const Status& st) {
+  g_last_error = st.ok() ? std::string() : st.message();
+  return static_cast<int>(st.code());
+}
+
+// Runs `body` (returning Status) and turns an escaping exception (allocation failure) into a status.
+template <typename F>
+int guarded(F&& body) {
+  try {
+    return finish(body());
+  } catch (const std::bad_alloc&) {
+    return finish(Status(StatusCode::kBackendError, "host allocation failed"));
+  } catch (const std::exception& e) {
+    return finish(Status(StatusCode::kBackendError, e.what()));
+  }
+}
+
+Status enum_in_range(const char* name, int32_t value, int32_t last) {
+  if (value < 0 || value > last) {
+    return embscale::invalid_argument(std::string(name) + ": value " + std::to_string(value) +
+                                      " is out of range [0, " + std::to_string(last) + "]");
+  }
+  return Status::Ok();
+}
+
+Status to_context(const embscale_context* c, embscale::Context* out) {
+  if (c == nullptr) return embscale::invalid_argument("ctx: must not be null");
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("ctx.backend", c->backend, 1));
+  *out = c->backend == 0 ? embscale::Context::cpu(c->num_threads) : embscale::Context::cuda(c->stream);
+  return Status::Ok();
+}
+
+Status to_tensor(const char* name, const embscale_tensor* t, embscale::TensorView* out) {
+  if (t == nullptr) return embscale::invalid_argument(std::string(name) + ": must not be null");
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range((std::string(name) + ".dtype").c_str(), t->dtype,
+                                         static_cast<int32_t>(embscale::DType::kI64)));
+  if (t->ndim < 1 || t->ndim > embscale::kMaxDims) {
+    return embscale::invalid_argument(std::string(name) + ": ndim " + std::to_string(t->ndim) +
+                                      " is out of range [1, " + std::to_string(embscale::kMaxDims) + "]");
+  }
+  out->data = t->data;
+  out->dtype = static_cast<embscale::DType>(t->dtype);
+  out->ndim = t->ndim;
+  for (int i = 0; i < embscale::kMaxDims; ++i) out->shape[i] = i < t->ndim ? t->shape[i] : 0;
+  return Status::Ok();
+}
+
+Status to_amax_algo(int32_t algo, embscale::AmaxAlgo* out) {
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("algo", algo, 2));
+  *out = static_cast<embscale::AmaxAlgo>(algo);
+  return Status::Ok();
+}
+
+Status to_forward_args(const embscale_tbe_forward_args* a, embscale::TbeForwardArgs* out) {
+  if (a == nullptr) return embscale::invalid_argument("args: must not be null");
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("weights", &a->weights, &out->weights));
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("indices", &a->indices, &out->indices));
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &a->offsets, &out->offsets));
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("output", &a->output, &out->output));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("pooling", a->pooling, 2));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, 2));
+  out->per_sample_weights = a->per_sample_weights;
+  out->batch_size = a->batch_size;
+  out->pooling = static_cast<embscale::PoolingMode>(a->pooling);
+  out->bounds_check = static_cast<embscale::BoundsCheckMode>(a->bounds_check);
+  out->num_skipped = a->num_skipped;
+  return Status::Ok();
+}
+
+Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwardArgs* out) {
+  if (a == nullptr) return embscale::invalid_argument("args: must not be null");
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("weights", &a->weights, &out->weights));
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("indices", &a->indices, &out->indices));
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &a->offsets, &out->offsets));
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("grad_output", &a->grad_output, &out->grad_output));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("pooling", a->pooling, 2));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, 2));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.type", a->optimizer.type, 4));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.weight_decay_mode", a->optimizer.weight_decay_mode, 2));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("rounding", a->rounding, 1));
+  out->per_sample_weights = a->per_sample_weights;
+  out->batch_size = a->batch_size;
+  out->pooling = static_cast<embscale::PoolingMode>(a->pooling);
+  out->bounds_check = static_cast<embscale::BoundsCheckMode>(a->bounds_check);
+  embscale::OptimizerParams& o = out->optimizer;
+  o.type = static_cast<embscale::OptimizerType>(a->optimizer.type);
+  o.learning_rate = a->optimizer.learning_rate;
+  o.eps = a->optimizer.eps;
+  o.beta1 = a->optimizer.beta1;
+  o.beta2 = a->optimizer.beta2;
+  o.weight_decay = a->optimizer.weight_decay;
+  o.weight_decay_mode = static_cast<embscale::WeightDecayMode>(a->optimizer.weight_decay_mode);
+  o.max_norm = a->optimizer.max_norm;
+  o.gradient_clipping = a->optimizer.gradient_clipping;
+  o.step = a->optimizer.step;
+  out->momentum1 = a->momentum1;
+  out->momentum2 = a->momentum2;
+  out->grad_per_sample_weights = a->grad_per_sample_weights;
+  out->unique_rows = a->unique_rows;
+  out->num_unique = a->num_unique;
+  out->unique_grads = a->unique_grads;
+  out->deterministic = a->deterministic != 0;
+  out->rounding = static_cast<embscale::WeightRounding>(a->rounding);
+  out->seed = a->seed;
+  out->tuning.max_warp_segment = a->max_warp_segment;
+  out->tuning.max_block_segment = a->max_block_segment;
+  out->tuning.block_threads = a->block_threads;
+  out->num_skipped = a->num_skipped;
+  return Status::Ok();
+}
+
+Status tbe_handle(const embscale_tbe* tbe) {
+  if (tbe == nullptr || !tbe->impl) return embscale::invalid_argument("tbe: must not be null");
+  return Status::Ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* embscale_version(void) { return "0.1.0"; }
+
+const char* embscale_last_error(void) { return g_last_error.c_str(); }
+
+int embscale_backend_available(int32_t backend) {
+  return (backend == 0 || backend == 1) && embscale::backend_available(static_cast<embscale::Backend>(backend));
+}
+
+int embscale_backend_compiled(int32_t backend) {
+  return (backend == 0 || backend == 1) && embscale::backend_compiled(static_cast<embscale::Backend>(backend));
+}
+
+int embscale_amax_workspace_size(const embscale_context* ctx, const embscale_tensor* x, int32_t algo,
+                                 size_t* bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv;
+    embscale::AmaxOptions opts;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
+    return embscale::amax_workspace_size(c, xv, opts, bytes);
+  });
+}
+
+int embscale_amax(const embscale_context* ctx, const embscale_tensor* x, float* amax, int32_t algo,
+                  int32_t* nonfinite_flag, void* workspace, size_t workspace_bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv;
+    embscale::AmaxOptions opts;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
+    opts.nonfinite_flag = nonfinite_flag;
+    return embscale::amax(c, xv, amax, opts, workspace, workspace_bytes);
+  });
+}
+
+int embscale_compute_scale(const embscale_context* ctx, const float* amax, int32_t fp8_dtype, float eps,
+                           int32_t power_of_2, float* scale, float* scale_inv) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(enum_in_range("fp8_dtype", fp8_dtype, static_cast<int32_t>(embscale::DType::kI64)));
+    embscale::ScaleOptions opts;
+    opts.eps = eps;
+    opts.power_of_2 = power_of_2 != 0;
+    return embscale::compute_scale(c, amax, static_cast<embscale::DType>(fp8_dtype), opts, scale, scale_inv);
+  });
+}
+
+int embscale_quantize(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
+                      const embscale_tensor* y) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv, yv;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
+    return embscale::quantize(c, xv, scale, yv);
+  });
+}
+
+int embscale_dequantize(const embscale_context* ctx, const embscale_tensor* y, const float* scale_inv,
+                        const embscale_tensor* x) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv, yv;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    return embscale::dequantize(c, yv, scale_inv, xv);
+  });
+}
+
+int embscale_quantize_current_scaling_workspace_size(const embscale_context* ctx, const embscale_tensor* x,
+                                                     int32_t algo, size_t* bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv;
+    embscale::CurrentScalingOptions opts;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.amax.algo));
+    return embscale::quantize_current_scaling_workspace_size(c, xv, opts, bytes);
+  });
+}
+
+int embscale_quantize_current_scaling(const embscale_context* ctx, const embscale_tensor* x,
+                                      const embscale_tensor* y, float* amax, float* scale, float* scale_inv,
+                                      int32_t algo, float eps, int32_t power_of_2, int32_t* nonfinite_flag,
+                                      void* workspace, size_t workspace_bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv, yv;
+    embscale::CurrentScalingOptions opts;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
+    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.amax.algo));
+    opts.amax.nonfinite_flag = nonfinite_flag;
+    opts.scale.eps = eps;
+    opts.scale.power_of_2 = power_of_2 != 0;
+    return embscale::quantize_current_scaling(c, xv, yv, amax, scale, scale_inv, opts, workspace,
+                                              workspace_bytes);
+  });
+}
+
+int embscale_activation_amax_workspace_size(const embscale_context* ctx, const embscale_tensor* x, int32_t algo,
+                                            size_t* bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv;
+    embscale::AmaxOptions opts;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
+    return embscale::activation_amax_workspace_size(c, xv, opts, bytes);
+  });
+}
+
+int embscale_activation_amax(const embscale_context* ctx, int32_t activation, const embscale_tensor* x,
+                             const embscale_tensor* y, float* amax, int32_t algo, void* workspace,
+                             size_t workspace_bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv, yv;
+    embscale::AmaxOptions opts;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(enum_in_range("activation", activation, 2));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
+    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
+    return embscale::activation_amax(c, static_cast<embscale::Activation>(activation), xv, yv, amax, opts,
+                                     workspace, workspace_bytes);
+  });
+}
+
+int embscale_cast_transpose(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
+                            const embscale_tensor* y, const embscale_tensor* yt) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::TensorView xv, yv, ytv;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("yt", yt, &ytv));
+    return embscale::cast_transpose(c, xv, scale, yv, ytv);
+  });
+}
+
+int embscale_tbe_create(const embscale_context* ctx, int32_t num_tables, const int64_t* num_rows,
+                        const int32_t* dims, int32_t num_features, const int32_t* feature_table_map,
+                        int32_t weights_dtype, embscale_tbe** out) {
+  return guarded([&]() -> Status {
+    if (out == nullptr) return embscale::invalid_argument("out: must not be null");
+    *out = nullptr;
+    embscale::Context c;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    if (num_tables < 0) return embscale::invalid_argument("num_tables: must be >= 0");
+    if (num_tables > 0 && (num_rows == nullptr || dims == nullptr)) {
+      return embscale::invalid_argument("num_rows, dims: must not be null when num_tables > 0");
+    }
+    EMBSCALE_RETURN_IF_ERROR(enum_in_range("weights_dtype", weights_dtype, static_cast<int32_t>(embscale::DType::kI64)));
+    embscale::TbeConfig cfg;
+    cfg.weights_dtype = static_cast<embscale::DType>(weights_dtype);
+    for (int32_t t = 0; t < num_tables; ++t) cfg.tables.push_back({num_rows[t], dims[t]});
+    if (feature_table_map != nullptr) {
+      if (num_features < 0) return embscale::invalid_argument("num_features: must be >= 0");
+      cfg.feature_table_map.assign(feature_table_map, feature_table_map + num_features);
+    } else if (num_features != num_tables) {
+      return embscale::invalid_argument("num_features: must equal num_tables when feature_table_map is null");
+    }
+    auto handle = std::make_unique<embscale_tbe>();
+    EMBSCALE_RETURN_IF_ERROR(embscale::TableBatchedEmbedding::create(c, cfg, &handle->impl));
+    *out = handle.release();
+    return Status::Ok();
+  });
+}
+
+void embscale_tbe_destroy(embscale_tbe* tbe) { delete tbe; }
+
+int embscale_tbe_layout_get(const embscale_tbe* tbe, embscale_tbe_layout* out) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(tbe_handle(tbe));
+    if (out == nullptr) return embscale::invalid_argument("out: must not be null");
+    out->num_weights = tbe->impl->num_weights();
+    out->total_rows = tbe->impl->total_rows();
+    out->total_dim = tbe->impl->total_dim();
+    out->max_dim = tbe->impl->max_dim();
+    return Status::Ok();
+  });
+}
+
+int embscale_tbe_table_offsets(const embscale_tbe* tbe, int64_t* weight_offsets, int64_t* row_offsets) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(tbe_handle(tbe));
+    for (int t = 0; t < tbe->impl->num_tables(); ++t) {
+      if (weight_offsets != nullptr) weight_offsets[t] = tbe->impl->weight_offset(t);
+      if (row_offsets != nullptr) row_offsets[t] = tbe->impl->row_offset(t);
+    }
+    return Status::Ok();
+  });
+}
+
+int embscale_tbe_forward(const embscale_tbe* tbe, const embscale_context* ctx,
+                         const embscale_tbe_forward_args* args) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(tbe_handle(tbe));
+    embscale::Context c;
+    embscale::TbeForwardArgs a;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_forward_args(args, &a));
+    return tbe->impl->forward(c, a);
+  });
+}
+
+int embscale_tbe_backward_workspace_size(const embscale_tbe* tbe, const embscale_context* ctx,
+                                         const embscale_tbe_backward_args* args, size_t* bytes) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(tbe_handle(tbe));
+    embscale::Context c;
+    embscale::TbeBackwardArgs a;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_backward_args(args, &a));
+    return tbe->impl->backward_workspace_size(c, a, bytes);
+  });
+}
+
+int embscale_tbe_backward(const embscale_tbe* tbe, const embscale_context* ctx,
+                          const embscale_tbe_backward_args* args, void* workspace, size_t workspace_bytes) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(tbe_handle(tbe));
+    embscale::Context c;
+    embscale::TbeBackwardArgs a;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_backward_args(args, &a));
+    return tbe->impl->backward(c, a, workspace, workspace_bytes);
+  });
+}
+
+}  // extern "C"
