@@ -1,0 +1,38 @@
+"""pytest set-up for the Python package: the devices to run on and a seeded generator per test.
+
+Every test that draws random data takes the `gen` fixture, which prints its seed (shown by pytest for a
+failing test) and can be replayed with EMBSCALE_TEST_SEED=<seed>.
+"""
+import os
+import zlib
+
+import pytest
+import torch
+
+import embscale
+
+
+def _devices():
+    devs = ["cpu"]
+    if torch.cuda.is_available() and embscale.backend_available("cuda"):
+        devs.append("cuda")
+    return devs
+
+
+DEVICES = _devices()
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
+
+
+@pytest.fixture
+def gen(request):
+    seed = int(os.environ.get("EMBSCALE_TEST_SEED", zlib.crc32(request.node.nodeid.encode()) & 0x7FFFFFFF))
+    print(f"seed={seed} (replay with EMBSCALE_TEST_SEED={seed})")
+    g = torch.Generator().manual_seed(seed)
+    return g
+
+
+requires_cuda = pytest.mark.skipif("cuda" not in DEVICES, reason="no CUDA device with an embscale CUDA backend")

@@ -1,0 +1,279 @@
+"""embscale.TableBatchedEmbeddingBags against the float64 references in tbe_reference.py and against
+torch's nn.EmbeddingBag + torch.optim.SGD."""
+import copy
+import io
+
+import pytest
+import torch
+
+import embscale
+import tbe_reference as ref
+from conftest import requires_cuda
+
+HP = dict(learning_rate=0.05, eps=1e-6, beta1=0.9, beta2=0.99, weight_decay=0.0, weight_decay_mode="none",
+          max_norm=0.0, gradient_clipping=0.0)
+
+
+def make_module(specs, fmap, device, **kw):
+    return embscale.TableBatchedEmbeddingBags(specs, feature_table_map=fmap, device=device, **kw)
+
+
+def tables64(tbe):
+    return [w.detach().cpu().double().clone() for w in tbe.split_embedding_weights()]
+
+
+def rows_of(specs, fmap):
+    return [specs[t][0] for t in fmap]
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean", "none"])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("weights_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_forward(device, gen, pooling, index_dtype, weighted, weights_dtype):
+    if pooling == "mean" and weighted:
+        pytest.skip("weighted mean is refused (tested in test_errors)")
+    if pooling == "none":
+        specs, fmap = [(50, 5), (7, 5), (300, 5)], [0, 1, 2, 0]
+    else:
+        specs, fmap = [(50, 1), (7, 3), (300, 127), (20, 160)], [0, 1, 2, 3, 2]
+    tbe = make_module(specs, fmap, device, weights_dtype=weights_dtype, pooling=pooling)
+    B = 9
+    indices, offsets, psw = ref.make_lookups(gen, rows_of(specs, fmap), B, 6, index_dtype, weighted)
+    out = tbe(indices.to(device), offsets.to(device), None if psw is None else psw.to(device))
+    want = ref.forward(tables64(tbe), fmap, indices, offsets, B, pooling, psw)
+    assert out.dtype == torch.float32 and out.shape == want.shape
+    torch.testing.assert_close(out.cpu().double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("output_dtype", [torch.float16, torch.bfloat16])
+def test_forward_output_dtype(device, gen, output_dtype):
+    specs, fmap = [(40, 8), (30, 3)], [0, 1]
+    tbe = make_module(specs, fmap, device, output_dtype=output_dtype)
+    indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), 5, 4)
+    out = tbe(indices.to(device), offsets.to(device))
+    want = ref.forward(tables64(tbe), fmap, indices, offsets, 5, "sum")
+    assert out.dtype == output_dtype
+    torch.testing.assert_close(out.cpu().double(), want.to(output_dtype).double(), rtol=0, atol=0)
+
+
+def test_empty_batch_and_empty_bags(device):
+    tbe = make_module([(10, 4), (10, 3)], None, device, pooling="mean")
+    out = tbe(torch.zeros(0, dtype=torch.int64, device=device), torch.zeros(1, dtype=torch.int64, device=device))
+    assert out.shape == (0, 7)
+    out = tbe(torch.zeros(0, dtype=torch.int64, device=device), torch.zeros(5, dtype=torch.int64, device=device))
+    assert out.shape == (2, 7) and torch.count_nonzero(out) == 0
+
+
+OPTIMIZER_CASES = [
+    ("sgd", {}),
+    ("rowwise_adagrad", {}),
+    ("rowwise_adagrad", dict(weight_decay=0.01, weight_decay_mode="l2")),
+    ("rowwise_adagrad", dict(weight_decay=0.01, weight_decay_mode="decoupled", max_norm=0.3)),
+    ("rowwise_adagrad", dict(gradient_clipping=0.02)),
+    ("adam", {}),
+    ("adam", dict(weight_decay=0.01, weight_decay_mode="decoupled")),
+    ("partial_rowwise_adam", dict(weight_decay=0.01, weight_decay_mode="l2")),
+]
+
+
+@pytest.mark.parametrize("optimizer,extra", OPTIMIZER_CASES)
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_training_steps(device, gen, optimizer, extra, pooling):
+    specs, fmap = [(60, 4), (25, 33), (9, 1)], [0, 1, 2, 1]
+    hp = dict(HP, **extra)
+    tbe = make_module(specs, fmap, device, optimizer=optimizer, pooling=pooling, **hp)
+    tables = tables64(tbe)
+    state = [{"m1": torch.zeros(r) if optimizer == "rowwise_adagrad" else torch.zeros(r, d),
+              "m2": torch.zeros(r) if optimizer == "partial_rowwise_adam" else torch.zeros(r, d)}
+             for r, d in specs]
+    state = [{k: v.double() for k, v in s.items()} for s in state]
+    B = 7
+    for step in range(1, 4):
+        if step == 3:  # a learning rate changed between steps is used
+            tbe.set_learning_rate(0.02)
+            hp["learning_rate"] = 0.02
+        indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), B, 5, hot_row=3, hot_share=0.3)
+        grad_out = torch.randn(B, tbe.total_dim, generator=gen)
+        assert tbe.step == step
+        out = tbe(indices.to(device), offsets.to(device))
+        out.backward(grad_out.to(device))
+        grads, touched, _ = ref.dense_grads(tables, fmap, indices, offsets, B, pooling, grad_out)
+        ref.apply_optimizer(optimizer, tables, state, grads, touched, hp, step)
+    tol = 1e-5 if optimizer == "sgd" else 1e-4
+    for got, want in zip(tables64(tbe), tables):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    names = {"rowwise_adagrad": [("sum", "m1")], "adam": [("exp_avg", "m1"), ("exp_avg_sq", "m2")],
+             "partial_rowwise_adam": [("exp_avg", "m1"), ("exp_avg_sq", "m2")], "sgd": []}[optimizer]
+    for t, st in enumerate(tbe.optimizer_state()):
+        assert sorted(st) == sorted(n for n, _ in names)
+        for name, key in names:
+            torch.testing.assert_close(st[name].cpu().double(), state[t][key], rtol=tol, atol=tol)
+    assert tbe.weights.grad is None
+
+
+@pytest.mark.parametrize("weights_dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_weights_nearest_rounding(device, gen, weights_dtype):
+    specs, fmap = [(40, 16), (30, 5)], [0, 1]
+    tbe = make_module(specs, fmap, device, optimizer="rowwise_adagrad", weights_dtype=weights_dtype,
+                      stochastic_rounding=False, **HP)
+    tables = tables64(tbe)
+    state = [{"m1": torch.zeros(r, dtype=torch.float64)} for r, _ in specs]
+    for step in range(1, 3):
+        indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), 6, 4)
+        grad_out = torch.randn(6, tbe.total_dim, generator=gen)
+        tbe(indices.to(device), offsets.to(device)).backward(grad_out.to(device))
+        grads, touched, _ = ref.dense_grads(tables, fmap, indices, offsets, 6, "sum", grad_out)
+        ref.apply_optimizer("rowwise_adagrad", tables, state, grads, touched, HP, step)
+        tables = [t.to(weights_dtype).double() for t in tables]  # the stored weights are rounded each step
+    ulp = torch.finfo(weights_dtype).eps
+    for got, want in zip(tables64(tbe), tables):
+        torch.testing.assert_close(got, want, rtol=ulp, atol=1e-4)
+
+
+def test_stochastic_rounding_is_reproducible(device, gen):
+    results = []
+    indices, offsets, _ = ref.make_lookups(gen, [100], 16, 8)
+    grad_out = torch.randn(16, 8, generator=gen)
+    for _ in range(2):
+        torch.manual_seed(5)
+        tbe = make_module([(100, 8)], None, device, optimizer="sgd", weights_dtype=torch.bfloat16, seed=11, **HP)
+        tbe(indices.to(device), offsets.to(device)).backward(grad_out.to(device))
+        results.append(tbe.weights.detach().cpu().clone())
+    assert torch.equal(results[0].view(torch.int16), results[1].view(torch.int16))
+
+
+def test_grad_per_sample_weights(device, gen):
+    specs, fmap = [(30, 6), (12, 3)], [0, 1, 0]
+    tbe = make_module(specs, fmap, device, optimizer="sgd", **HP)
+    tables = tables64(tbe)
+    indices, offsets, psw = ref.make_lookups(gen, rows_of(specs, fmap), 5, 4, weighted=True)
+    psw_d = psw.clone().to(device).requires_grad_()
+    grad_out = torch.randn(5, tbe.total_dim, generator=gen)
+    tbe(indices.to(device), offsets.to(device), psw_d).backward(grad_out.to(device))
+    grads, touched, grad_psw = ref.dense_grads(tables, fmap, indices, offsets, 5, "sum", grad_out, psw)
+    torch.testing.assert_close(psw_d.grad.cpu().double(), grad_psw, rtol=1e-5, atol=1e-5)
+    ref.apply_optimizer("sgd", tables, None, grads, touched, HP, 1)
+    for got, want in zip(tables64(tbe), tables):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sequence_backward(device, gen):
+    specs, fmap = [(30, 4), (12, 4)], [0, 1]
+    tbe = make_module(specs, fmap, device, optimizer="sgd", pooling="none", **HP)
+    tables = tables64(tbe)
+    indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), 4, 5)
+    grad_out = torch.randn(indices.numel(), 4, generator=gen)
+    tbe(indices.to(device), offsets.to(device)).backward(grad_out.to(device))
+    grads, touched, _ = ref.dense_grads(tables, fmap, indices, offsets, 4, "none", grad_out)
+    ref.apply_optimizer("sgd", tables, None, grads, touched, HP, 1)
+    for got, want in zip(tables64(tbe), tables):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_hot_row(device, gen):
+    """One row hit by 120,000 lookups (block-per-row and multi-block paths)."""
+    tbe = make_module([(1000, 64)], None, device, optimizer="rowwise_adagrad", **HP)
+    tables = tables64(tbe)
+    state = [{"m1": torch.zeros(1000, dtype=torch.float64)}]
+    B = 2000
+    indices, offsets, _ = ref.make_lookups(gen, [1000], B, 120, hot_row=7, hot_share=1.0)
+    indices[::97] = torch.randint(0, 1000, indices[::97].shape, generator=gen)
+    assert (indices == 7).sum() > 100_000
+    grad_out = torch.randn(B, 64, generator=gen)
+    tbe(indices.to(device), offsets.to(device)).backward(grad_out.to(device))
+    # dense gradient by index_add (the loop reference is too slow for 120k lookups)
+    lengths = offsets[1:] - offsets[:-1]
+    bag_of = torch.repeat_interleave(torch.arange(B), lengths)
+    grads = [torch.zeros(1000, 64, dtype=torch.float64).index_add_(0, indices, grad_out.double()[bag_of])]
+    ref.apply_optimizer("rowwise_adagrad", tables, state, grads, [set(indices.tolist())], HP, 1)
+    torch.testing.assert_close(tables64(tbe)[0], tables[0], rtol=1e-4, atol=1e-4)
+
+
+def test_matches_torch_embedding_bags_with_sgd(device, gen):
+    bags = [torch.nn.EmbeddingBag(50, 8, mode="sum"), torch.nn.EmbeddingBag(20, 3, mode="sum")]
+    bags = [b.to(device) for b in bags]
+    tbe = embscale.TableBatchedEmbeddingBags.from_embedding_bags(bags, optimizer="sgd", learning_rate=0.1)
+    opt = torch.optim.SGD([b.weight for b in bags], lr=0.1)
+    B = 6
+    for _ in range(3):
+        indices, offsets, _ = ref.make_lookups(gen, [50, 20], B, 4)
+        target = torch.randn(B, 11, generator=gen).to(device)
+        outs = []
+        for f, bag in enumerate(bags):
+            s, e = int(offsets[f * B]), int(offsets[(f + 1) * B])
+            outs.append(bag(indices[s:e].to(device), (offsets[f * B:(f + 1) * B] - s).to(device)))
+        want = torch.cat(outs, 1)
+        got = tbe(indices.to(device), offsets.to(device))
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        opt.zero_grad()
+        ((want - target) ** 2).sum().backward()
+        opt.step()
+        ((got - target) ** 2).sum().backward()
+    for got, bag in zip(tbe.split_embedding_weights(), bags):
+        torch.testing.assert_close(got, bag.weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_round_trip(device, gen):
+    specs = [(40, 8), (30, 5)]
+    kw = dict(optimizer="adam", **HP)
+    a = make_module(specs, None, device, **kw)
+    batches = [ref.make_lookups(gen, [40, 30], 4, 3)[:2] + (torch.randn(4, 13, generator=gen),) for _ in range(3)]
+    for indices, offsets, g in batches[:2]:
+        a(indices.to(device), offsets.to(device)).backward(g.to(device))
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    b = make_module(specs, None, device, **kw)
+    buf.seek(0)
+    b.load_state_dict(torch.load(buf))
+    assert b.step == a.step == 3
+    for m in (a, b):
+        indices, offsets, g = batches[2]
+        m(indices.to(device), offsets.to(device)).backward(g.to(device))
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.momentum1, b.momentum1)
+    assert torch.equal(a.momentum2, b.momentum2) and b.step == 4
+
+
+@requires_cuda
+def test_module_to_cuda(gen):
+    tbe = make_module([(40, 8)], None, "cpu", optimizer="sgd")
+    indices, offsets, _ = ref.make_lookups(gen, [40], 4, 3)
+    want = tbe(indices, offsets)
+    tbe = tbe.cuda()
+    assert tbe.hparams.device.type == "cpu" and tbe.weights.device.type == "cuda"
+    torch.testing.assert_close(tbe(indices.cuda(), offsets.cuda()).cpu(), want.detach())
+
+
+def test_bounds_check(device):
+    tbe = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd")
+    before = tbe.weights.detach().clone()
+    indices = torch.tensor([1, 2, 7, 3], device=device)  # 7 is outside table 1 (5 rows)
+    offsets = torch.tensor([0, 1, 2, 3, 4], device=device)
+    with pytest.raises(IndexError, match="feature 1"):
+        tbe(indices, offsets)
+    assert torch.equal(tbe.weights.detach(), before)
+    skip = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="skip")
+    out = skip(indices, offsets)
+    assert skip.num_skipped.item() == 1 and torch.count_nonzero(out[0, 4:]) == 0
+
+
+def test_errors(device):
+    tbe = make_module([(10, 4)], None, device)
+    i64 = torch.tensor([1, 2], device=device)
+    off = torch.tensor([0, 1, 2], device=device)
+    with pytest.raises(TypeError, match="indices: dtype float32"):
+        tbe(i64.float(), off)
+    with pytest.raises(ValueError, match=r"offsets: shape \(4,\); expected \[T\*B\+1\] with T = 2"):
+        make_module([(10, 4), (10, 2)], None, device)(i64, torch.tensor([0, 1, 2, 2], device=device))
+    with pytest.raises(ValueError, match="offsets: dtype int32 differs"):
+        tbe(i64, off.int())
+    with pytest.raises(ValueError, match="per_sample_weights: not supported with mean"):
+        make_module([(10, 4)], None, device, pooling="mean")(i64, off, torch.ones(2, device=device))
+    with pytest.raises(ValueError, match="optimizer: 'lamb'"):
+        make_module([(10, 4)], None, device, optimizer="lamb")
+    with pytest.raises(ValueError, match=r"embedding_specs\[0\]"):
+        make_module([(0, 4)], None, device)
+    with pytest.raises(ValueError, match="feature_table_map\\[1\\]: table 3"):
+        make_module([(10, 4)], [0, 3], device)
+    with pytest.raises(TypeError, match="weights_dtype"):
+        make_module([(10, 4)], None, device, weights_dtype=torch.int8)
