@@ -287,12 +287,13 @@ def _check_lookup_inputs(weights, indices, offsets, per_sample_weights):
             raise ValueError(f"{name}: has {t.dim()} dimensions, expected 1")
 
 
-@torch.library.custom_op("embscale::tbe_forward", mutates_args=("num_skipped",))
+@torch.library.custom_op("embscale::tbe_forward", mutates_args=())
 def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor],
-                num_skipped: Optional[Tensor], handle: int, batch_size: int, pooling: str, bounds_check: str,
-                output_cols: int, output_dtype: torch.dtype) -> Tensor:
+                handle: int, batch_size: int, pooling: str, bounds_check: str, output_cols: int,
+                output_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """Pooled lookup [batch_size, output_cols] (sum/mean) or sequence rows [N, output_cols] (none) of the
-    TableBatchedEmbedding `handle` (created by embscale.TableBatchedEmbeddingBags)."""
+    TableBatchedEmbedding `handle` (created by embscale.TableBatchedEmbeddingBags), and the number of
+    indices skipped by bounds_check "skip" (an int64 tensor [1]; 0 in the other modes)."""
     _check_lookup_inputs(weights, indices, offsets, per_sample_weights)
     _check_dtype("output_dtype", torch.empty(0, dtype=output_dtype), FLOAT_DTYPES)
     dev = weights.device
@@ -300,6 +301,7 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
     rows = indices.numel() if pooling == "none" else batch_size
     out = torch.empty((rows, output_cols), dtype=output_dtype, device=dev)
+    num_skipped = torch.zeros(1, dtype=torch.int64, device=dev)
     a = _capi.TbeForwardArgs()
     a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
     a.per_sample_weights = _ptr(psw) if psw is not None else None
@@ -307,19 +309,16 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
     a.pooling = _lookup(_capi.POOLING, "pooling", pooling)
     a.bounds_check = _lookup(_capi.BOUNDS_CHECK, "bounds_check", bounds_check)
     a.output = _desc(out, (rows, output_cols))
-    if num_skipped is not None:
-        _check_dtype("num_skipped", num_skipped, (torch.int64,))
-        _check_device("num_skipped", num_skipped, dev)
-        a.num_skipped = num_skipped.data_ptr()
+    a.num_skipped = num_skipped.data_ptr()
     _run(dev, _capi.lib.embscale_tbe_forward, ctypes.c_void_p(handle), ctypes.byref(_context(dev)), ctypes.byref(a))
-    return out
+    return out, num_skipped
 
 
 @tbe_forward.register_fake
-def _(weights, indices, offsets, per_sample_weights, num_skipped, handle, batch_size, pooling, bounds_check,
-      output_cols, output_dtype):
+def _(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check, output_cols,
+      output_dtype):
     rows = indices.shape[0] if pooling == "none" else batch_size
-    return weights.new_empty((rows, output_cols), dtype=output_dtype)
+    return weights.new_empty((rows, output_cols), dtype=output_dtype), weights.new_empty((1,), dtype=torch.int64)
 
 
 @torch.library.custom_op("embscale::tbe_backward", mutates_args=("weights", "momentum1", "momentum2", "hparams"))

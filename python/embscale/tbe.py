@@ -39,6 +39,7 @@ class _Handle:
     """Owns one C TableBatchedEmbedding (per device and weights dtype)."""
 
     def __init__(self, device, num_rows, dims, feature_table_map, weights_dtype):
+        self._args = (device, list(num_rows), list(dims), list(feature_table_map), weights_dtype)
         ctx = _capi.Context()
         ctx.backend = _capi.BACKEND[device.type]
         T = len(num_rows)
@@ -61,6 +62,13 @@ class _Handle:
         self.row_offsets = (ctypes.c_int64 * T)()
         _capi.check(_capi.lib.embscale_tbe_table_offsets(self.ptr, self.weight_offsets, self.row_offsets))
 
+    # A copy (copy.deepcopy of a module, pickling) gets its own C object: two owners of one would free it twice.
+    def __deepcopy__(self, memo):
+        return _Handle(*self._args)
+
+    def __reduce__(self):
+        return (_Handle, self._args)
+
     def __del__(self):
         if getattr(self, "ptr", None):
             _capi.lib.embscale_tbe_destroy(self.ptr)
@@ -69,23 +77,24 @@ class _Handle:
 
 class _Lookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, num_skipped, cfg):
+    def forward(ctx, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
-        out = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, num_skipped, handle,
-                                             batch_size, pooling, bounds_check, output_cols, output_dtype)
+        out, num_skipped = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, handle,
+                                                          batch_size, pooling, bounds_check, output_cols, output_dtype)
         ctx.save_for_backward(weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights)
         ctx.cfg = cfg
-        return out
+        ctx.mark_non_differentiable(num_skipped)
+        return out, num_skipped
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(ctx, grad_output, _grad_num_skipped):
         weights, momentum1, momentum2, hparams, indices, offsets, psw = ctx.saved_tensors
         (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
         want_psw_grad = psw is not None and ctx.needs_input_grad[6]
         grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
                                                    offsets, psw, handle, batch_size, pooling, bounds_check, optimizer,
                                                    wd_mode, sr, seed, want_psw_grad)
-        return None, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None
+        return None, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
 
 
 class TableBatchedEmbeddingBags(nn.Module):
@@ -249,9 +258,11 @@ class TableBatchedEmbeddingBags(nn.Module):
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
         cfg = (handle.ptr, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
                self.weight_decay_mode, self.stochastic_rounding, self.seed)
-        skipped = self.num_skipped if self.bounds_check == "skip" else None
-        return _Lookup.apply(self.weights, self.momentum1, self.momentum2, self.hparams, indices, offsets,
-                             per_sample_weights, skipped, cfg)
+        out, num_skipped = _Lookup.apply(self.weights, self.momentum1, self.momentum2, self.hparams, indices,
+                                         offsets, per_sample_weights, cfg)
+        if self.bounds_check == "skip":
+            self.num_skipped.copy_(num_skipped)
+        return out
 
     def _apply(self, fn, recurse=True):
         # .to() / .cuda() / .half() move the tables; optimizer state stays fp32 and the hyper-parameters
