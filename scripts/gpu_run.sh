@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call: build (Release, CUDA on, sm_90a) into build-gpu/,
-# `embscale info`, the whole test suite, a memcheck pass over small CUDA cases, the benchmarks (ours with
+# `embscale info`, the whole test suite, the Python package's tests and its DLRM example on CUDA
+# (against libembscale_c from the build), a memcheck pass over small CUDA cases, the benchmarks (ours with
 # the in-harness peers, then torch's), and a summary table printed last.
 #
 # Each stage's failure is reported and the later stages still run, so one call yields as much as it
@@ -9,7 +10,7 @@
 #
 # Environment:
 #   OUT                    output directory (default: ./out)
-#   STAGES                 stages to run, in order (default: "build info test sanitize bench summary")
+#   STAGES                 stages to run, in order (default: "build info test python sanitize bench summary")
 #   BUILD_DIR              build directory (default: build-gpu). When it already holds the embscale and
 #                          embscale_tests binaries (a build made elsewhere), the build stage is skipped.
 #   EMBSCALE_EXTRA_PREFIX  extra install prefix(es), ':'-separated, for CLI11, nlohmann_json and GTest
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/out}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
-STAGES=${STAGES:-"build info test sanitize bench summary"}
+STAGES=${STAGES:-"build info test python sanitize bench summary"}
 TIME_BUDGET=${TIME_BUDGET:-470}
 SANITIZE_FILTER=${SANITIZE_FILTER:-"*/cuda:-*RealBufferBeyond2To31Elements*"}
 CLI="$ROOT/$BUILD_DIR/embscale"
@@ -106,7 +107,8 @@ stage_build() {
     rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
   fi
   run_step configure 120 "$OUT/configure.log" cmake "${args[@]}" || return 1
-  run_step build 360 "$OUT/build.log" cmake --build "$BUILD_DIR" -j "$(nproc)" --target embscale_cli embscale_tests
+  run_step build 360 "$OUT/build.log" cmake --build "$BUILD_DIR" -j "$(nproc)" --target embscale_cli embscale_tests \
+    embscale_c
 }
 
 stage_info() { run_step info 30 "$OUT/info.log" "$CLI" info && cat "$OUT/info.log"; }
@@ -114,6 +116,20 @@ stage_info() { run_step info 30 "$OUT/info.log" "$CLI" info && cat "$OUT/info.lo
 stage_test() {
   run_step test 150 "$OUT/test.log" "$TESTS" --gtest_output="xml:$OUT/tests.xml"
   grep -E "^\[==========\] [0-9]+ tests? from .* ran|^\[  (PASSED|SKIPPED) +\] [0-9]+ tests?|^\[  FAILED  \]" "$OUT/test.log" | head -n 20
+}
+
+# pytest over tests/python (CPU and CUDA tensors) and the DLRM example on CUDA, against the build's
+# libembscale_c. pytest is installed from $BUILD_DIR/wheels when the machine lacks it and wheels are there.
+stage_python() {
+  export EMBSCALE_LIBRARY="$ROOT/$BUILD_DIR/libembscale_c.so" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+  if ! python3 -c "import pytest" 2>/dev/null && [ -d "$BUILD_DIR/wheels" ]; then
+    python3 -m pip install -q --no-index --find-links "$BUILD_DIR/wheels" pytest >"$OUT/pip.log" 2>&1
+  fi
+  run_step "python tests" 240 "$OUT/pytest.log" python3 -m pytest -q -p no:cacheprovider tests/python
+  tail -n 3 "$OUT/pytest.log"
+  run_step "python example" 150 "$OUT/train_dlrm.log" python3 examples/train_dlrm.py --device cuda --steps 300 \
+    --out "$OUT/train_dlrm_cuda.png"
+  cat "$OUT/train_dlrm.log"
 }
 
 stage_sanitize() {
@@ -160,8 +176,8 @@ echo "embscale GPU run: stages '$STAGES', build $BUILD_DIR, output $OUT, budget 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 for s in $STAGES; do
   case $s in
-    build|info|test|sanitize|bench|summary) "stage_$s" ;;
-    *) echo "== unknown stage '$s' (expected build info test sanitize bench summary)"; FAILED+=("$s") ;;
+    build|info|test|python|sanitize|bench|summary) "stage_$s" ;;
+    *) echo "== unknown stage '$s' (expected build info test python sanitize bench summary)"; FAILED+=("$s") ;;
   esac
 done
 
@@ -174,8 +190,8 @@ if has_stage summary && [ -f "$OUT/summary.txt" ]; then
 fi
 # Only a few files come back from a remote run: pack every log into one archive beside the results.
 pack=$(mktemp -d)
-(cd "$OUT" && tar -czf "$pack/logs.tgz" --exclude=results.jsonl --exclude=summary.txt . &&
-  find . -mindepth 1 -maxdepth 1 ! -name results.jsonl ! -name summary.txt -exec rm -rf {} + &&
+(cd "$OUT" && tar -czf "$pack/logs.tgz" --exclude=results.jsonl --exclude=summary.txt --exclude='train_dlrm*' . &&
+  find . -mindepth 1 -maxdepth 1 ! -name results.jsonl ! -name summary.txt ! -name 'train_dlrm*' -exec rm -rf {} + &&
   mv "$pack/logs.tgz" .)
 rmdir "$pack" 2>/dev/null
 if [ ${#FAILED[@]} -gt 0 ]; then
