@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Sweep of the CUDA TBE backward (row-wise Adagrad) on one build: the segment thresholds and block size
-# (--sweep-thresholds: every tuning timed on the same inputs in one process) for uniform and Zipf(1.15)
-# lookups, then the embedding dimension with the default thresholds. One JSON record per line to
+# Sweep of the CUDA TBE backward (row-wise Adagrad) on one build: for each embedding dimension in DIMS,
+# the segment thresholds and block size (--sweep-thresholds: every tuning, the defaults first, timed on
+# the same inputs in one process) for uniform and Zipf(1.15) lookups. One JSON record per line to
 # $OUT/tbe_bwd_sweep.jsonl, a readable line per record to stdout.
 #
 # Environment: BUILD_DIR (default build-gpu), OUT (default ./out), ITERS (default 20),
-# PARTS (default "thresholds dims": which groups to run).
+# DIMS (default "64 128 160 192 256 320"), ALPHAS (default "0 1.15").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-$PWD/out}
 ITERS=${ITERS:-20}
-PARTS=${PARTS:-"thresholds dims"}
+DIMS=${DIMS:-"64 128 160 192 256 320"}
+ALPHAS=${ALPHAS:-"0 1.15"}
 CLI="$PWD/$BUILD_DIR/embscale"
 mkdir -p "$OUT"
 JSONL="$OUT/tbe_bwd_sweep.jsonl"
@@ -20,8 +21,8 @@ rc=0
 
 # W:0:T for max_warp_segment W and block_threads T (max_block_segment default; the bench raises it to
 # W when W is above the default block limit).
-TUNINGS=""
-for w in 32 128 512 2048 16384; do
+TUNINGS="0:0:0"
+for w in 32 128 512 2048; do
   for t in 128 256 512; do TUNINGS="${TUNINGS:+$TUNINGS,}$w:0:$t"; done
 done
 
@@ -41,16 +42,9 @@ for line in sys.stdin:
         ph.get("sort_us", float("nan")), r["GBps"]))'
 }
 
-for part in $PARTS; do
-  case $part in
-    thresholds)
-      bench --sweep-thresholds "$TUNINGS"
-      bench --sweep-thresholds "$TUNINGS" --alpha 1.15
-      ;;
-    dims)
-      for d in 64 128 160 192 256 320; do bench --embedding-dim "$d"; done
-      ;;
-    *) echo "unknown part '$part' (expected thresholds, dims)"; rc=1 ;;
-  esac
+for d in $DIMS; do
+  for a in $ALPHAS; do
+    bench --sweep-thresholds "$TUNINGS" --embedding-dim "$d" --alpha "$a"
+  done
 done
 exit $rc
