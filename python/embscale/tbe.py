@@ -8,8 +8,8 @@
 Inputs follow FBGEMM's layout: ``indices`` [N] and ``offsets`` [T*B+1] (int32 or int64, same dtype),
 table-major: bag (f, b) is ``indices[offsets[f*B+b]:offsets[f*B+b+1]]``. The backward pass never
 materialises a dense gradient: it sorts the lookups, sums each touched row's gradient once in a fixed
-order and applies the optimizer to that row (so ``weights.grad`` stays None and a torch optimizer given
-``model.parameters()`` leaves the tables alone).
+order and applies the optimizer to that row (``weights`` is a Parameter that does not require grad, so a
+torch optimizer given ``model.parameters()`` leaves the tables alone).
 """
 
 import ctypes
@@ -77,7 +77,7 @@ class _Handle:
 
 class _Lookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg):
+    def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
         out, num_skipped = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, handle,
                                                           batch_size, pooling, bounds_check, output_cols, output_dtype)
@@ -90,11 +90,11 @@ class _Lookup(torch.autograd.Function):
     def backward(ctx, grad_output, _grad_num_skipped):
         weights, momentum1, momentum2, hparams, indices, offsets, psw = ctx.saved_tensors
         (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
-        want_psw_grad = psw is not None and ctx.needs_input_grad[6]
+        want_psw_grad = psw is not None and ctx.needs_input_grad[7]
         grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
                                                    offsets, psw, handle, batch_size, pooling, bounds_check, optimizer,
                                                    wd_mode, sr, seed, want_psw_grad)
-        return None, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
+        return None, None, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
 
 
 class TableBatchedEmbeddingBags(nn.Module):
@@ -164,7 +164,13 @@ class TableBatchedEmbeddingBags(nn.Module):
         device = torch.device("cpu") if device is None else torch.device(device)
         handle = self._handle_for(device, weights_dtype)
         layout = handle.layout
-        self.weights = nn.Parameter(torch.empty(layout.num_weights, dtype=weights_dtype, device=device))
+        # The tables do not require grad: the backward updates them in place through the fused optimizer
+        # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
+        # The empty anchor below is what makes the lookup's output require grad so the backward runs.
+        self.weights = nn.Parameter(torch.empty(layout.num_weights, dtype=weights_dtype, device=device),
+                                    requires_grad=False)
+        self._grad_anchor = nn.Parameter(torch.zeros(0, device=device))
+        self._handle_ptr = handle.ptr
         with torch.no_grad():
             for t, (rows, dim) in enumerate(specs):
                 bound = math.sqrt(1.0 / rows)
@@ -254,12 +260,11 @@ class TableBatchedEmbeddingBags(nn.Module):
         if offsets.dim() != 1 or (offsets.shape[0] - 1) % T != 0 or offsets.shape[0] < 1:
             raise ValueError(f"offsets: shape {tuple(offsets.shape)}; expected [T*B+1] with T = {T} features")
         batch_size = (offsets.shape[0] - 1) // T
-        handle = self._handle_for(self.weights.device, self.weights.dtype)
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
-        cfg = (handle.ptr, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
+        cfg = (self._handle_ptr, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
                self.weight_decay_mode, self.stochastic_rounding, self.seed)
-        out, num_skipped = _Lookup.apply(self.weights, self.momentum1, self.momentum2, self.hparams, indices,
-                                         offsets, per_sample_weights, cfg)
+        out, num_skipped = _Lookup.apply(self._grad_anchor, self.weights, self.momentum1, self.momentum2,
+                                         self.hparams, indices, offsets, per_sample_weights, cfg)
         if self.bounds_check == "skip":
             self.num_skipped.copy_(num_skipped)
         return out
@@ -274,7 +279,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             if moved.dtype != torch.float32:  # a dtype cast: keep the fp32 values, follow the device
                 setattr(self, name, kept[name].to(moved.device))
         self.hparams = kept["hparams"]
-        self._handle_for(self.weights.device, self.weights.dtype)
+        self._handle_ptr = self._handle_for(self.weights.device, self.weights.dtype).ptr
         return self
 
     def extra_repr(self):
