@@ -61,8 +61,10 @@ struct Tuning {
   int block_threads = tbe_bwd::kDefaultBlockThreads;
 };
 
-Status resolve_tuning(const TbeBackwardTuning& t, Tuning* out) {
+// The caller's tuning with its zeros replaced by the defaults for this TBE's widest row.
+Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
   Tuning r;
+  if (max_dim <= tbe_bwd::kWideRowCols) r.max_warp = tbe_bwd::kDefaultMaxWarpSegmentUpTo256Cols;
   if (t.max_warp_segment != 0) r.max_warp = t.max_warp_segment;
   if (t.max_block_segment != 0) r.max_block = t.max_block_segment;
   if (t.block_threads != 0) r.block_threads = t.block_threads;
@@ -226,7 +228,7 @@ bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>
 
 Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes) {
   Tuning t;
-  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, &t));
+  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, tbe.max_dim(), &t));
   Layout L;
   EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, nullptr, &L));
   *bytes = L.total;
@@ -243,7 +245,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
   Tuning t;
-  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, &t));
+  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, tbe.max_dim(), &t));
   Layout L;
   EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, stream, &L));
   if (ws_bytes < L.total)

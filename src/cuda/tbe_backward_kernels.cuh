@@ -63,8 +63,13 @@ constexpr int kPassCols = ArchTraits::kWarpSize * kVec;  // columns per pass
 constexpr int kCachedPasses = 2;                    // passes whose gradient stays in registers
 constexpr int kUnroll = 4;                          // gradient rows in flight per lane
 
-// Per-device defaults of TbeBackwardTuning (FBGEMM's thresholds; to be tuned on the H200).
+// Per-device defaults of TbeBackwardTuning, chosen by the H200 sweep over D in {64, 128, 160, 192, 256,
+// 320}, uniform and Zipf(1.15) lookups (bench/results/2026-11-30-nvidia-h200-bwd-sweep.md): uniform
+// inputs are insensitive to the thresholds (within 0.5%); under Zipf, warps for segments up to 128
+// lookups beat FBGEMM's 32 by 2-4% for rows up to 256 columns, while wider rows do best at 32.
 constexpr int kDefaultMaxWarpSegment = 32;
+constexpr int kDefaultMaxWarpSegmentUpTo256Cols = 128;
+constexpr int kWideRowCols = 256;
 constexpr int kDefaultMaxBlockSegment = 1024;
 constexpr int kDefaultBlockThreads = 256;
 constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
