@@ -19,6 +19,7 @@
 #   TIME_BUDGET            seconds for the whole run (default: 470); each stage is capped at what is left.
 #   SANITIZE_FILTER        gtest filter for the memcheck pass (default: CUDA tests minus the > 2^31 one).
 #   EXTRA_BENCHES          more benchmark entries, one per line, in the BENCHES format below.
+#   BENCH_NAMES            when set, only the benchmark entries of these names (space-separated) run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -158,6 +159,7 @@ stage_bench() {
     limit=${entry#*|}
     limit=${limit%%|*}
     cmd=${entry#*|*|}
+    if [ -n "${BENCH_NAMES:-}" ] && [[ " $BENCH_NAMES " != *" $name "* ]]; then continue; fi
     JSONL="$OUT/bench_$name.jsonl"
     : >"$JSONL"
     export CLI JSONL
