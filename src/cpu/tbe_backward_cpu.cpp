@@ -8,13 +8,13 @@
 //     bag's valid lookups, the fp32 reciprocal rounded once). In kError mode the first bad index in
 //     (bag, position) order is reported here, before anything is written;
 //  3. grad_per_sample_weights[i] = dot(weight row before the update, grad_output row), fp32 in d order;
-//  4. (key, lookup) pairs sorted by key then lookup: chunks sorted in parallel, then merged pairwise.
-//     Lookups are unique, so the order is total and the result does not depend on the thread count;
-//     it is the stable sort by key (ties keep lookup order), the order the CUDA backend also sums in;
+//  4. (key, lookup) pairs sorted by key then lookup: a stable parallel LSD radix sort on the key's
+//     significant bits (pairs start in lookup order). The order is total, so the result does not depend
+//     on the thread count; it is the order the CUDA backend also sums in;
 //  5. run-length encode into unique rows (segments), serially;
 //  6. per unique row (parallel): g[d] = sum over its lookups, in sorted lookup order, of
 //     scale * grad_output[row][d] in fp32 (acc = acc + scale*x, no FMA on the baseline x86-64-v2 target),
-//     then the optimizer (common/optimizer.h, row sums in d order) and rounding to the weights' dtype
+//     then the optimizer (common/optimizer.h; row sums as 8 interleaved partial sums, row_sum) and rounding to the weights' dtype
 //     (common/rounding.h), written exactly once. In dense mode (optimizer none) g is written instead:
 //     unique_grads row u holds its table's D columns and zeros in columns [D, max_dim()).
 // Scratch comes from the caller's workspace (tbe_backward_workspace_size): two pair arrays, the
@@ -31,19 +31,34 @@
 #include "common/numerics.h"
 #include "common/optimizer.h"
 #include "common/rounding.h"
+#include "cpu/prefetch.h"
 #include "cpu/tbe_checks.h"
 
 namespace embscale {
 namespace cpu {
 namespace {
 
-constexpr int64_t kSkippedKey = INT64_MAX;  // sorts after every real row
+// The row loop prefetches the weights, state and first gradient rows of the unique row this far ahead.
+constexpr int64_t kRowPrefetchDistance = 2;
+constexpr int64_t kRowPrefetchGradRows = 2;
+
+// sum over d in [0, D) of term(d) as an OpenMP SIMD reduction: partial sums across vector lanes, a fixed
+// order for a given build, so the result is deterministic for any thread count (CUDA sums rows in its
+// own fixed order).
+template <typename F>
+inline float row_sum(int D, F term) {
+  float p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  int d = 0;
+  for (; d + 8 <= D; d += 8)
+    for (int k = 0; k < 8; ++k) p[k] += term(d + k);
+  for (int k = 0; d + k < D; ++k) p[k] += term(d + k);
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
 
 struct KeyPos {
   int64_t key;
   int64_t pos;
 };
-inline bool operator<(const KeyPos& a, const KeyPos& b) { return a.key < b.key || (a.key == b.key && a.pos < b.pos); }
 
 inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 
@@ -71,29 +86,38 @@ struct Params {
   unsigned char* ws;
 };
 
-// Sorts pairs[0, N) using tmp[0, N) as the merge buffer; returns the array holding the result.
-KeyPos* sort_pairs(KeyPos* pairs, KeyPos* tmp, int64_t N, int threads) {
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads, N / 4096));
-  std::vector<int64_t> bounds(chunks + 1);
-  for (int64_t c = 0; c <= chunks; ++c) bounds[c] = N * c / chunks;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) std::sort(pairs + bounds[c], pairs + bounds[c + 1]);
+// Stable LSD radix sort of pairs[0, N) by key (every key < 2^key_bits), kDigitBits per pass, using
+// tmp[0, N) as the other buffer; returns the array holding the result. The pairs arrive in lookup
+// order, so ties keep it: the result is the (key, lookup) order, for any thread count. Each pass: per-
+// thread digit counts over a contiguous slice, one exclusive scan (digit-major, thread-minor), and a
+// scatter of each slice in order.
+KeyPos* sort_pairs(KeyPos* pairs, KeyPos* tmp, int64_t N, int key_bits, int threads) {
+  constexpr int kDigitBits = 11;
+  constexpr int64_t kBuckets = int64_t{1} << kDigitBits;
+  std::vector<int64_t> counts(static_cast<size_t>(std::max(threads, 1)) * kBuckets);
   KeyPos* src = pairs;
   KeyPos* dst = tmp;
-  while (bounds.size() > 2) {
-    const int64_t runs = static_cast<int64_t>(bounds.size()) - 1;
-    const int64_t merges = (runs + 1) / 2;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-    for (int64_t m = 0; m < merges; ++m) {
-      const int64_t lo = bounds[2 * m];
-      const int64_t mid = bounds[std::min(2 * m + 1, runs)];
-      const int64_t hi = bounds[std::min(2 * m + 2, runs)];
-      std::merge(src + lo, src + mid, src + mid, src + hi, dst + lo);
+  for (int shift = 0; shift < key_bits; shift += kDigitBits) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t lo = N * t / nt, hi = N * (t + 1) / nt;
+      int64_t* c = counts.data() + t * kBuckets;
+      std::fill(c, c + kBuckets, int64_t{0});
+      for (int64_t i = lo; i < hi; ++i) ++c[(src[i].key >> shift) & (kBuckets - 1)];
+#pragma omp barrier
+#pragma omp single
+      {
+        int64_t running = 0;
+        for (int64_t d = 0; d < kBuckets; ++d)
+          for (int u = 0; u < nt; ++u) {
+            const int64_t n = counts[u * kBuckets + d];
+            counts[u * kBuckets + d] = running;
+            running += n;
+          }
+      }
+      for (int64_t i = lo; i < hi; ++i) dst[c[(src[i].key >> shift) & (kBuckets - 1)]++] = src[i];
     }
-    std::vector<int64_t> next;
-    for (int64_t m = 0; m < merges; ++m) next.push_back(bounds[2 * m]);
-    next.push_back(N);
-    bounds.swap(next);
     std::swap(src, dst);
   }
   return src;
@@ -124,6 +148,12 @@ Status backward_impl(const Params& p) {
     if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
     return Status::Ok();
   }
+
+  // A skipped lookup's key: total_rows() sorts after every real row and keeps keys within
+  // bit_width(total_rows()) bits for the radix sort.
+  const int64_t kSkippedKey = tbe.total_rows();
+  int key_bits = 0;
+  while ((kSkippedKey >> key_bits) != 0) ++key_bits;
 
   const Layout L(N);
   KeyPos* pairs = reinterpret_cast<KeyPos*>(p.ws + L.pairs);
@@ -204,7 +234,7 @@ Status backward_impl(const Params& p) {
   }
 
   // 4. sort; 5. segments over the valid lookups (skipped ones sorted to the end).
-  const KeyPos* sorted = sort_pairs(pairs, tmp, N, threads);
+  const KeyPos* sorted = sort_pairs(pairs, tmp, N, key_bits, threads);
   int64_t valid = N;
   while (valid > 0 && sorted[valid - 1].key == kSkippedKey) --valid;
   int64_t U = 0;
@@ -233,12 +263,39 @@ Status backward_impl(const Params& p) {
     std::vector<float> g_storage(static_cast<size_t>(max_dim) + 16), w_storage(static_cast<size_t>(max_dim) + 16);
     float* __restrict gacc = g_storage.data();
     float* __restrict wv = w_storage.data();
+    // Where unique row v's weights start, its table's D and its key.
+    auto locate = [&](int64_t v, int* D, int64_t* welem) {
+      const int64_t key = sorted[seg[v]].key;
+      const int t = table_of(key);
+      *D = tbe.config().tables[t].dim;
+      *welem = tbe.weight_offset(t) + (key - row_first[t]) * *D;
+      return key;
+    };
 #pragma omp for schedule(dynamic, 32)
     for (int64_t u = 0; u < U; ++u) {
-      const int64_t key = sorted[seg[u]].key;
-      const int t = table_of(key);
-      const int D = tbe.config().tables[t].dim;
-      const int64_t welem = tbe.weight_offset(t) + (key - row_first[t]) * D;
+      if (u + kRowPrefetchDistance < U) {
+        int Dp;
+        int64_t wp;
+        const int64_t v = u + kRowPrefetchDistance;
+        const int64_t kp = locate(v, &Dp, &wp);
+        for (int64_t j = seg[v]; j < std::min(seg[v + 1], seg[v] + kRowPrefetchGradRows); ++j)
+          prefetch_row(grad + go_off[sorted[j].pos], Dp);
+        if (op.type != OptimizerType::kNone) {
+          prefetch_row(weights + wp, Dp);
+          // optimizer state: one float per row (row-wise) or the row's D floats (element-wise)
+          if (m1 != nullptr) {
+            const bool rw = opt::momentum1_rowwise(op.type);
+            prefetch_row(m1 + (rw ? kp : wp), rw ? 1 : Dp);
+          }
+          if (m2 != nullptr) {
+            const bool rw = opt::momentum2_rowwise(op.type);
+            prefetch_row(m2 + (rw ? kp : wp), rw ? 1 : Dp);
+          }
+        }
+      }
+      int D;
+      int64_t welem;
+      const int64_t key = locate(u, &D, &welem);
       float* __restrict g = op.type == OptimizerType::kNone ? a.unique_grads + u * max_dim : gacc;
       for (int d = 0; d < D; ++d) g[d] = 0.0f;
       for (int64_t j = seg[u]; j < seg[u + 1]; ++j) {
@@ -262,14 +319,12 @@ Status backward_impl(const Params& p) {
           for (int d = 0; d < D; ++d) wv[d] = opt::sgd_apply(wv[d], g[d], op);
           break;
         case OptimizerType::kRowwiseAdagrad: {
-          float sum_sq = 0.0f;
-          for (int d = 0; d < D; ++d) sum_sq += opt::row_sq_term(g[d], wv[d], op);
+          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], wv[d], op); });
           const float mult = opt::rowwise_adagrad_multiplier(m1 + key, sum_sq, D, op);
           const float c = opt::rowwise_adagrad_correction(mult, op);
           for (int d = 0; d < D; ++d) wv[d] = opt::rowwise_adagrad_apply(wv[d], g[d], mult, c);
           if (op.max_norm > 0.0f) {
-            float sum_w = 0.0f;
-            for (int d = 0; d < D; ++d) sum_w += wv[d] * wv[d];
+            const float sum_w = row_sum(D, [&](int d) { return wv[d] * wv[d]; });
             const float factor = opt::max_norm_factor(sum_w, op);
             for (int d = 0; d < D; ++d) wv[d] *= factor;
           }
@@ -279,8 +334,7 @@ Status backward_impl(const Params& p) {
           for (int d = 0; d < D; ++d) wv[d] = opt::adam_apply(wv[d], g[d], m1 + welem + d, m2 + welem + d, op, corr);
           break;
         case OptimizerType::kPartialRowwiseAdam: {
-          float sum_sq = 0.0f;
-          for (int d = 0; d < D; ++d) sum_sq += opt::row_sq_term(g[d], wv[d], op);
+          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], wv[d], op); });
           const float denom = opt::partial_rowwise_adam_denominator(m2 + key, sum_sq, D, op, corr);
           for (int d = 0; d < D; ++d) wv[d] = opt::partial_rowwise_adam_apply(wv[d], g[d], m1 + welem + d, denom, op, corr);
           break;

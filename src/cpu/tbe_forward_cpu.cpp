@@ -18,6 +18,7 @@
 
 #include "api/tbe_backend.h"
 #include "common/numerics.h"
+#include "cpu/prefetch.h"
 #include "cpu/tbe_checks.h"
 
 namespace embscale {
@@ -27,8 +28,6 @@ namespace {
 // Rows this many lookups ahead are prefetched (a row of D=128 fp32 is 8 cache lines), so the memory
 // latency of several random row gathers overlaps with summing the current row.
 constexpr int64_t kPrefetchDistance = 8;
-// At most this many cache lines of a row are prefetched; the hardware streamer follows the rest.
-constexpr int64_t kPrefetchMaxLines = 32;
 
 inline float load_weight(const float* p) { return *p; }
 inline float load_weight(const bf16_t* p) { return bits_float(static_cast<uint32_t>(p->bits) << 16); }
@@ -42,13 +41,6 @@ inline float load_weight(const fp16_t* p) {
   const uint32_t special = 0u - static_cast<uint32_t>(em >= 0x0f800000u);  // all ones for inf/NaN
   const uint32_t mag = (float_bits(scaled) & ~special) | ((em | 0x7f800000u) & special);
   return bits_float(mag | ((h & 0x8000u) << 16));
-}
-
-template <typename W>
-inline void prefetch_row(const W* row, int64_t bytes) {
-  const char* c = reinterpret_cast<const char*>(row);
-  const int64_t lines = std::min<int64_t>((bytes + 63) / 64, kPrefetchMaxLines);
-  for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i, 0, 3);
 }
 
 using tbe_checks::BadIndex;
@@ -135,7 +127,7 @@ Status forward_impl(const Params& p) {
       for (int64_t pos = start; pos < end; ++pos) {
         if (pos + kPrefetchDistance < prefetch_end) {
           const int64_t ahead = static_cast<int64_t>(indices[pos + kPrefetchDistance]);
-          if (ahead >= 0 && ahead < E) prefetch_row(table + ahead * D, D * static_cast<int64_t>(sizeof(W)));
+          if (ahead >= 0 && ahead < E) prefetch_row(table + ahead * D, D);
         }
         const int64_t idx = static_cast<int64_t>(indices[pos]);
         if (check != BoundsCheckMode::kOff && (idx < 0 || idx >= E)) {
