@@ -129,7 +129,11 @@ int run(const BwdArgs& a, bool train) {
   std::unique_ptr<TableBatchedEmbedding> tbe;
   Status st = tbe_bench::create_tbe(ctx, p, &tbe);
   if (!st.ok()) return fail("create", st);
+  // Copy ceiling first, while memory is quiet (the byte floor, as the forward bench reports it).
   const size_t cache = last_level_cache_bytes(p.backend);
+  double copy_gbps = 0;
+  st = copy_bandwidth_gbps(ctx, std::max<size_t>(4 * cache, size_t{256} << 20), &copy_gbps);
+  if (!st.ok()) return fail("copy bandwidth", st);
 
   const uint64_t w_seed = p.seed * 7 + 1, g_seed = p.seed * 7 + 3;
   Buffer weights(p.backend, static_cast<size_t>(tbe->num_weights()) * dtype_size(p.w_dtype));
@@ -323,6 +327,11 @@ int run(const BwdArgs& a, bool train) {
     rec["min_us"] = t.min_us;
     const double gbps = factor * fwd_bytes / (t.median_us * 1e-6) / 1e9;
     rec["GBps"] = gbps;
+    const double floor_us = factor * fwd_bytes / (copy_gbps * 1e9) * 1e6;
+    const double pct = t.median_us > 0 ? 100.0 * floor_us / t.median_us : 0.0;
+    rec["copy_GBps"] = copy_gbps;
+    rec["floor_us"] = floor_us;
+    rec["pct_of_floor"] = pct;
 
     std::string phase_note;
   #if EMBSCALE_WITH_CUDA
@@ -356,13 +365,13 @@ int run(const BwdArgs& a, bool train) {
     char line[768];
     std::snprintf(line, sizeof line,
                   "%s %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s grad=%s idx=%s %s%s bounds=%s lr=%g%s: %.1f us, "
-                  "%.1f GB/s, %lld lookups, %lld unique rows%s",
+                  "%.1f GB/s, %.0f%% of the byte floor (%.1f us at copy %.1f GB/s), %lld lookups, %lld unique rows%s",
                   op.c_str(), backend_name(p.backend), p.T, static_cast<long long>(p.B),
                   p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
                   static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
                   dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
-                  bounds_check_mode_name(p.bounds), a.learning_rate, tune_note, t.median_us, gbps,
-                  static_cast<long long>(sets[0].host.num_indices()), static_cast<long long>(host_unique),
+                  bounds_check_mode_name(p.bounds), a.learning_rate, tune_note, t.median_us, gbps, pct, floor_us,
+                  copy_gbps, static_cast<long long>(sets[0].host.num_indices()), static_cast<long long>(host_unique),
                   phase_note.c_str());
     emit(rec, p.json, line);
   }

@@ -297,8 +297,14 @@ Status backward_impl(const Params& p) {
       int64_t welem;
       const int64_t key = locate(u, &D, &welem);
       float* __restrict g = op.type == OptimizerType::kNone ? a.unique_grads + u * max_dim : gacc;
-      for (int d = 0; d < D; ++d) g[d] = 0.0f;
-      for (int64_t j = seg[u]; j < seg[u + 1]; ++j) {
+      // g = 0 + the row's lookups in sorted order (the explicit 0 + keeps -0 out, as on CUDA).
+      {
+        const int64_t pos = sorted[seg[u]].pos;
+        const G* __restrict go = grad + go_off[pos];
+        const float s = scale[pos];
+        for (int d = 0; d < D; ++d) g[d] = 0.0f + s * to_float(go[d]);
+      }
+      for (int64_t j = seg[u] + 1; j < seg[u + 1]; ++j) {
         const int64_t pos = sorted[j].pos;
         const G* __restrict go = grad + go_off[pos];
         const float s = scale[pos];
@@ -310,33 +316,40 @@ Status backward_impl(const Params& p) {
         continue;
       }
       W* __restrict w = weights + welem;
-      for (int d = 0; d < D; ++d) {
-        g[d] = opt::clip_grad(g[d], op);
-        wv[d] = to_float(w[d]);
-      }
+      if (op.gradient_clipping > 0.0f)
+        for (int d = 0; d < D; ++d) g[d] = opt::clip_grad(g[d], op);
+      // SGD and row-wise Adagrad without max-norm read, update and write each weight in one pass; the
+      // other rules go through wv, the row's new fp32 values.
       switch (op.type) {
         case OptimizerType::kSgd:
-          for (int d = 0; d < D; ++d) wv[d] = opt::sgd_apply(wv[d], g[d], op);
-          break;
+          for (int d = 0; d < D; ++d)
+            w[d] = round_weight<W>(opt::sgd_apply(to_float(w[d]), g[d], op), a.rounding, rkey, welem + d);
+          continue;
         case OptimizerType::kRowwiseAdagrad: {
-          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], wv[d], op); });
+          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
           const float mult = opt::rowwise_adagrad_multiplier(m1 + key, sum_sq, D, op);
           const float c = opt::rowwise_adagrad_correction(mult, op);
-          for (int d = 0; d < D; ++d) wv[d] = opt::rowwise_adagrad_apply(wv[d], g[d], mult, c);
-          if (op.max_norm > 0.0f) {
-            const float sum_w = row_sum(D, [&](int d) { return wv[d] * wv[d]; });
-            const float factor = opt::max_norm_factor(sum_w, op);
-            for (int d = 0; d < D; ++d) wv[d] *= factor;
+          if (op.max_norm <= 0.0f) {
+            for (int d = 0; d < D; ++d)
+              w[d] = round_weight<W>(opt::rowwise_adagrad_apply(to_float(w[d]), g[d], mult, c), a.rounding, rkey,
+                                     welem + d);
+            continue;
           }
+          for (int d = 0; d < D; ++d) wv[d] = opt::rowwise_adagrad_apply(to_float(w[d]), g[d], mult, c);
+          const float sum_w = row_sum(D, [&](int d) { return wv[d] * wv[d]; });
+          const float factor = opt::max_norm_factor(sum_w, op);
+          for (int d = 0; d < D; ++d) wv[d] *= factor;
           break;
         }
         case OptimizerType::kAdam:
-          for (int d = 0; d < D; ++d) wv[d] = opt::adam_apply(wv[d], g[d], m1 + welem + d, m2 + welem + d, op, corr);
+          for (int d = 0; d < D; ++d)
+            wv[d] = opt::adam_apply(to_float(w[d]), g[d], m1 + welem + d, m2 + welem + d, op, corr);
           break;
         case OptimizerType::kPartialRowwiseAdam: {
-          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], wv[d], op); });
+          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
           const float denom = opt::partial_rowwise_adam_denominator(m2 + key, sum_sq, D, op, corr);
-          for (int d = 0; d < D; ++d) wv[d] = opt::partial_rowwise_adam_apply(wv[d], g[d], m1 + welem + d, denom, op, corr);
+          for (int d = 0; d < D; ++d)
+            wv[d] = opt::partial_rowwise_adam_apply(to_float(w[d]), g[d], m1 + welem + d, denom, op, corr);
           break;
         }
         default: break;
