@@ -197,15 +197,17 @@ __device__ __forceinline__ float to_float<bf16_t>(bf16_t v) { return bf16_to_flo
 
 // kVec elements from p (n valid of them; the rest read as 0). vec: p is kVec-element aligned and all
 // kVec exist, one 16-byte (fp32) or 8-byte (fp16/bf16) access. ro: the data is read-only for the
-// kernel's lifetime (grad_output), so the non-coherent path may be used.
+// kernel's lifetime (grad_output), so the non-coherent path may be used. Otherwise (weights, partials)
+// the data is read once: a streaming load (evict-first), so it does not push grad_output rows, which
+// every lookup of a bag reads again, out of L2.
 template <typename T, bool kRo>
 __device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) {
   if (vec && n == kVec) {
     if constexpr (sizeof(T) == 4) {
-      const float4 v = kRo ? __ldg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
+      const float4 v = kRo ? __ldg(reinterpret_cast<const float4*>(p)) : __ldcs(reinterpret_cast<const float4*>(p));
       x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
     } else {
-      const uint2 v = kRo ? __ldg(reinterpret_cast<const uint2*>(p)) : *reinterpret_cast<const uint2*>(p);
+      const uint2 v = kRo ? __ldg(reinterpret_cast<const uint2*>(p)) : __ldcs(reinterpret_cast<const uint2*>(p));
       const uint32_t w[2] = {v.x, v.y};
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -219,10 +221,10 @@ __device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) 
   for (int k = 0; k < kVec; ++k) {
     if (k < n) {
       if constexpr (sizeof(T) == 4) {
-        x[k] = kRo ? __ldg(reinterpret_cast<const float*>(p) + k) : reinterpret_cast<const float*>(p)[k];
+        x[k] = kRo ? __ldg(reinterpret_cast<const float*>(p) + k) : __ldcs(reinterpret_cast<const float*>(p) + k);
       } else {
         const uint16_t b = kRo ? __ldg(reinterpret_cast<const unsigned short*>(p) + k)
-                               : reinterpret_cast<const unsigned short*>(p)[k];
+                               : __ldcs(reinterpret_cast<const unsigned short*>(p) + k);
         x[k] = to_float<T>(T{b});
       }
     } else {
@@ -231,15 +233,16 @@ __device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) 
   }
 }
 
+// Updated weights are written once: streaming stores (evict-first), as load_vec's weight loads.
 template <typename W>
 __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v) {
   if (vec && n == kVec) {
     if constexpr (sizeof(W) == 4) {
-      *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+      __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
     } else {
       const uint32_t a = static_cast<uint32_t>(v[0].bits) | (static_cast<uint32_t>(v[1].bits) << 16);
       const uint32_t b = static_cast<uint32_t>(v[2].bits) | (static_cast<uint32_t>(v[3].bits) << 16);
-      *reinterpret_cast<uint2*>(p) = make_uint2(a, b);
+      __stcs(reinterpret_cast<uint2*>(p), make_uint2(a, b));
     }
     return;
   }
