@@ -35,9 +35,23 @@ EMBSCALE_HD uint64_t rounding_key(uint64_t seed, int64_t step) {
   return mix64(mix64(seed ^ 0x6a09e667f3bcc909ull) + static_cast<uint64_t>(step) * 0x9e3779b97f4a7c15ull);
 }
 
-// 32 random bits for one weight element.
+// A 32-bit multiply-xorshift integer hash (two multiply rounds): 32-bit multiplies only, which GPUs
+// run at full rate, where a 64-bit mixer costs several instructions per multiply.
+EMBSCALE_HD uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// 32 random bits for one weight element: the element index's two halves hashed in turn with the
+// per-call key's two halves.
 EMBSCALE_HD uint32_t rounding_bits(uint64_t key, int64_t element) {
-  return static_cast<uint32_t>(mix64(key ^ (static_cast<uint64_t>(element) * 0xd1b54a32d192ed03ull)) >> 32);
+  const uint64_t e = static_cast<uint64_t>(element);
+  const uint32_t h = hash32(static_cast<uint32_t>(e) ^ static_cast<uint32_t>(key));
+  return hash32(h ^ static_cast<uint32_t>(e >> 32) ^ static_cast<uint32_t>(key >> 32));
 }
 
 // bf16: adding 16 random bits below the kept mantissa and truncating rounds up with probability

@@ -77,7 +77,7 @@ constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<=
 constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)
 constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
 constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
-constexpr int kGroupRowsMinBlocks = 2; // its lane-group variant: 2 x 256 threads per SM (<= 128 registers)
+constexpr int kGroupRowsMinBlocks = 3; // its lane-group variant: 3 x 256 threads per SM (<= 85 registers, spills)
 
 // Counters in the workspace (zeroed at the start of every call).
 enum Counter : int {
