@@ -89,7 +89,7 @@ int run_plan(const Plan& p) {
   // Copy ceiling first, while memory is quiet.
   const size_t cache = last_level_cache_bytes(p.backend);
   double copy_gbps = 0;
-  st = copy_bandwidth_gbps(ctx, std::max<size_t>(4 * cache, size_t{256} << 20), &copy_gbps);
+  st = tbe_bench::copy_ceiling(ctx, p.backend, &copy_gbps);
   if (!st.ok()) return fail("copy bandwidth", st);
 
   const uint64_t w_seed = p.seed * 7 + 1;
@@ -217,8 +217,7 @@ int run_plan(const Plan& p) {
     const int64_t unique_rows = tbe_bench::unique_rows_of(p, sets[0].host);
 
     const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
-    const double floor_us = bytes / (copy_gbps * 1e9) * 1e6;
-    const double pct = t.median_us > 0 ? 100.0 * floor_us / t.median_us : 0.0;
+    const tbe_bench::Floor floor = tbe_bench::byte_floor(bytes, copy_gbps, t.median_us);
     nlohmann::json rec = base_record(p.backend);
     rec["op"] = "tbe_forward";
     rec["impl"] = "embscale";
@@ -230,9 +229,7 @@ int run_plan(const Plan& p) {
     rec["median_us"] = t.median_us;
     rec["min_us"] = t.min_us;
     rec["GBps"] = gbps;
-    rec["copy_GBps"] = copy_gbps;
-    rec["floor_us"] = floor_us;
-    rec["pct_of_floor"] = pct;
+    tbe_bench::floor_fields(copy_gbps, floor, &rec);
     // The CUDA forward's tuning (EMBSCALE_TBE_FWD_VARIANT / _ORDER / _BAGS), so sweep records name it.
     std::string tuning_note;
 #if EMBSCALE_WITH_CUDA
@@ -255,7 +252,7 @@ int run_plan(const Plan& p) {
                   p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
                   static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
                   dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
-                  bounds_check_mode_name(p.bounds), t.median_us, gbps, pct, floor_us, copy_gbps,
+                  bounds_check_mode_name(p.bounds), t.median_us, gbps, floor.pct, floor.us, copy_gbps,
                   static_cast<long long>(N0), static_cast<long long>(unique_rows), tuning_note.c_str());
     emit(rec, p.json, line);
   }

@@ -132,7 +132,7 @@ int run(const BwdArgs& a, bool train) {
   // Copy ceiling first, while memory is quiet (the byte floor, as the forward bench reports it).
   const size_t cache = last_level_cache_bytes(p.backend);
   double copy_gbps = 0;
-  st = copy_bandwidth_gbps(ctx, std::max<size_t>(4 * cache, size_t{256} << 20), &copy_gbps);
+  st = tbe_bench::copy_ceiling(ctx, p.backend, &copy_gbps);
   if (!st.ok()) return fail("copy bandwidth", st);
 
   const uint64_t w_seed = p.seed * 7 + 1, g_seed = p.seed * 7 + 3;
@@ -327,11 +327,8 @@ int run(const BwdArgs& a, bool train) {
     rec["min_us"] = t.min_us;
     const double gbps = factor * fwd_bytes / (t.median_us * 1e-6) / 1e9;
     rec["GBps"] = gbps;
-    const double floor_us = factor * fwd_bytes / (copy_gbps * 1e9) * 1e6;
-    const double pct = t.median_us > 0 ? 100.0 * floor_us / t.median_us : 0.0;
-    rec["copy_GBps"] = copy_gbps;
-    rec["floor_us"] = floor_us;
-    rec["pct_of_floor"] = pct;
+    const tbe_bench::Floor floor = tbe_bench::byte_floor(factor * fwd_bytes, copy_gbps, t.median_us);
+    tbe_bench::floor_fields(copy_gbps, floor, &rec);
 
     std::string phase_note;
   #if EMBSCALE_WITH_CUDA
@@ -370,8 +367,8 @@ int run(const BwdArgs& a, bool train) {
                   p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
                   static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
                   dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
-                  bounds_check_mode_name(p.bounds), a.learning_rate, tune_note, t.median_us, gbps, pct, floor_us,
-                  copy_gbps, static_cast<long long>(sets[0].host.num_indices()), static_cast<long long>(host_unique),
+                  bounds_check_mode_name(p.bounds), a.learning_rate, tune_note, t.median_us, gbps, floor.pct,
+                  floor.us, copy_gbps, static_cast<long long>(sets[0].host.num_indices()), static_cast<long long>(host_unique),
                   phase_note.c_str());
     emit(rec, p.json, line);
   }

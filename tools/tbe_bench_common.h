@@ -240,6 +240,30 @@ inline Status make_input_sets(const Context& ctx, const Plan& p, const TableBatc
 }
 
 // Unique (table, row) pairs of one set, as ANCHORS.md quotes them.
+// The copy bandwidth (read + write) over a buffer well past the last-level cache: the ceiling a TBE
+// record's byte floor is measured against. Measure it first, while memory is quiet.
+inline Status copy_ceiling(const Context& ctx, Backend b, double* gbps) {
+  return copy_bandwidth_gbps(ctx, std::max<size_t>(4 * last_level_cache_bytes(b), size_t{256} << 20), gbps);
+}
+
+// The byte floor of a record: `bytes` at the copy bandwidth, and the share of it a median reaches.
+struct Floor {
+  double us = 0, pct = 0;
+};
+inline Floor byte_floor(double bytes, double copy_gbps, double median_us) {
+  Floor f;
+  f.us = bytes / (copy_gbps * 1e9) * 1e6;
+  f.pct = median_us > 0 ? 100.0 * f.us / median_us : 0.0;
+  return f;
+}
+
+// copy_GBps, floor_us and pct_of_floor of a record.
+inline void floor_fields(double copy_gbps, const Floor& f, nlohmann::json* rec) {
+  (*rec)["copy_GBps"] = copy_gbps;
+  (*rec)["floor_us"] = f.us;
+  (*rec)["pct_of_floor"] = f.pct;
+}
+
 inline int64_t unique_rows_of(const Plan& p, const TbeInputs& in) {
   std::vector<int64_t> keys(in.indices.size());
   for (int f = 0; f < p.T; ++f)

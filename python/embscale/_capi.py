@@ -49,15 +49,20 @@ class TbeLayout(ctypes.Structure):
     ]
 
 
+# The leading fields both argument structs share, in the C declaration's order.
+_LOOKUP_FIELDS = [
+    ("weights", Tensor),
+    ("indices", Tensor),
+    ("offsets", Tensor),
+    ("per_sample_weights", ctypes.c_void_p),
+    ("batch_size", ctypes.c_int64),
+    ("pooling", ctypes.c_int32),
+    ("bounds_check", ctypes.c_int32),
+]
+
+
 class TbeForwardArgs(ctypes.Structure):
-    _fields_ = [
-        ("weights", Tensor),
-        ("indices", Tensor),
-        ("offsets", Tensor),
-        ("per_sample_weights", ctypes.c_void_p),
-        ("batch_size", ctypes.c_int64),
-        ("pooling", ctypes.c_int32),
-        ("bounds_check", ctypes.c_int32),
+    _fields_ = _LOOKUP_FIELDS + [
         ("output", Tensor),
         ("num_skipped", ctypes.c_void_p),
     ]
@@ -79,14 +84,7 @@ class Optimizer(ctypes.Structure):
 
 
 class TbeBackwardArgs(ctypes.Structure):
-    _fields_ = [
-        ("weights", Tensor),
-        ("indices", Tensor),
-        ("offsets", Tensor),
-        ("per_sample_weights", ctypes.c_void_p),
-        ("batch_size", ctypes.c_int64),
-        ("pooling", ctypes.c_int32),
-        ("bounds_check", ctypes.c_int32),
+    _fields_ = _LOOKUP_FIELDS + [
         ("grad_output", Tensor),
         ("optimizer", Optimizer),
         ("momentum1", ctypes.c_void_p),

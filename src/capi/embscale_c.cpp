@@ -75,12 +75,13 @@ Status to_amax_algo(int32_t algo, embscale::AmaxAlgo* out) {
   return Status::Ok();
 }
 
-Status to_forward_args(const embscale_tbe_forward_args* a, embscale::TbeForwardArgs* out) {
+// The lookup fields the forward and backward arguments share (same names in the C and C++ structs).
+template <typename CArgs, typename Args>
+Status to_lookup_fields(const CArgs* a, Args* out) {
   if (a == nullptr) return embscale::invalid_argument("args: must not be null");
   EMBSCALE_RETURN_IF_ERROR(to_tensor("weights", &a->weights, &out->weights));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("indices", &a->indices, &out->indices));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &a->offsets, &out->offsets));
-  EMBSCALE_RETURN_IF_ERROR(to_tensor("output", &a->output, &out->output));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("pooling", a->pooling, 2));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, 2));
   out->per_sample_weights = a->per_sample_weights;
@@ -91,21 +92,17 @@ Status to_forward_args(const embscale_tbe_forward_args* a, embscale::TbeForwardA
   return Status::Ok();
 }
 
+Status to_forward_args(const embscale_tbe_forward_args* a, embscale::TbeForwardArgs* out) {
+  EMBSCALE_RETURN_IF_ERROR(to_lookup_fields(a, out));
+  return to_tensor("output", &a->output, &out->output);
+}
+
 Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwardArgs* out) {
-  if (a == nullptr) return embscale::invalid_argument("args: must not be null");
-  EMBSCALE_RETURN_IF_ERROR(to_tensor("weights", &a->weights, &out->weights));
-  EMBSCALE_RETURN_IF_ERROR(to_tensor("indices", &a->indices, &out->indices));
-  EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &a->offsets, &out->offsets));
+  EMBSCALE_RETURN_IF_ERROR(to_lookup_fields(a, out));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("grad_output", &a->grad_output, &out->grad_output));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("pooling", a->pooling, 2));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, 2));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.type", a->optimizer.type, 4));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.weight_decay_mode", a->optimizer.weight_decay_mode, 2));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("rounding", a->rounding, 1));
-  out->per_sample_weights = a->per_sample_weights;
-  out->batch_size = a->batch_size;
-  out->pooling = static_cast<embscale::PoolingMode>(a->pooling);
-  out->bounds_check = static_cast<embscale::BoundsCheckMode>(a->bounds_check);
   embscale::OptimizerParams& o = out->optimizer;
   o.type = static_cast<embscale::OptimizerType>(a->optimizer.type);
   o.learning_rate = a->optimizer.learning_rate;
@@ -129,7 +126,6 @@ Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwa
   out->tuning.max_warp_segment = a->max_warp_segment;
   out->tuning.max_block_segment = a->max_block_segment;
   out->tuning.block_threads = a->block_threads;
-  out->num_skipped = a->num_skipped;
   return Status::Ok();
 }
 
