@@ -36,9 +36,11 @@ HPARAM = {name: i for i, name in enumerate(HPARAM_FIELDS)}
 
 # ---- argument checks and conversions -------------------------------------------------------------------
 def _check_dtype(name, t, allowed):
-    if t.dtype not in allowed:
+    """t: a tensor, or a torch.dtype argument."""
+    dtype = t if isinstance(t, torch.dtype) else t.dtype
+    if dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
-        raise TypeError(f"{name}: dtype {str(t.dtype).replace('torch.', '')} is not supported; expected {names}")
+        raise TypeError(f"{name}: dtype {str(dtype).replace('torch.', '')} is not supported; expected {names}")
 
 
 def _check_device(name, t, device):
@@ -131,7 +133,7 @@ def compute_scale(amax: Tensor, fp8_dtype: torch.dtype, eps: float = 0.0,
                   power_of_2: bool = False) -> tuple[Tensor, Tensor]:
     """(scale, scale_inv) from a 0-dim fp32 amax: scale = fp8_max / max(amax, eps), 1 for 0/inf/NaN."""
     _check_dtype("amax", amax, (torch.float32,))
-    _check_dtype("fp8_dtype", torch.empty(0, dtype=fp8_dtype), FP8_DTYPES)
+    _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     if amax.numel() != 1:
         raise ValueError(f"amax: has {amax.numel()} elements, expected 1")
     _check_backend(amax.device)
@@ -159,7 +161,7 @@ def _check_scalar(name, s, device):
 def quantize(x: Tensor, scale: Tensor, fp8_dtype: torch.dtype) -> Tensor:
     """fp8(saturate(x * scale)), round-to-nearest-even, x's shape."""
     _check_dtype("x", x, FLOAT_DTYPES)
-    _check_dtype("fp8_dtype", torch.empty(0, dtype=fp8_dtype), FP8_DTYPES)
+    _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     _check_backend(x.device)
     _check_scalar("scale", scale, x.device)
     x, scale = x.contiguous(), scale.contiguous()
@@ -179,7 +181,7 @@ def _(x, scale, fp8_dtype):
 def dequantize(y: Tensor, scale_inv: Tensor, out_dtype: torch.dtype = torch.float32) -> Tensor:
     """float(y) * scale_inv rounded to out_dtype, y's shape."""
     _check_dtype("y", y, FP8_DTYPES)
-    _check_dtype("out_dtype", torch.empty(0, dtype=out_dtype), FLOAT_DTYPES)
+    _check_dtype("out_dtype", out_dtype, FLOAT_DTYPES)
     _check_backend(y.device)
     _check_scalar("scale_inv", scale_inv, y.device)
     y, scale_inv = y.contiguous(), scale_inv.contiguous()
@@ -200,7 +202,7 @@ def quantize_current_scaling(x: Tensor, fp8_dtype: torch.dtype, eps: float = 0.0
                              algo: str = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """amax -> scale -> cast on x's device without a host synchronisation: (y, amax, scale, scale_inv)."""
     _check_dtype("x", x, FLOAT_DTYPES)
-    _check_dtype("fp8_dtype", torch.empty(0, dtype=fp8_dtype), FP8_DTYPES)
+    _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     _check_backend(x.device)
     x = x.contiguous()
     code = _lookup(_capi.AMAX_ALGO, "algo", algo)
@@ -227,7 +229,7 @@ def activation_amax(x: Tensor, activation: str, out_dtype: Optional[torch.dtype]
     """y = act(x) (relu, gelu_tanh, silu) in out_dtype (default x's) and max |y| of y as stored."""
     _check_dtype("x", x, FLOAT_DTYPES)
     out_dtype = x.dtype if out_dtype is None else out_dtype
-    _check_dtype("out_dtype", torch.empty(0, dtype=out_dtype), FLOAT_DTYPES)
+    _check_dtype("out_dtype", out_dtype, FLOAT_DTYPES)
     _check_backend(x.device)
     act = _lookup(_capi.ACTIVATION, "activation", activation)
     code = _lookup(_capi.AMAX_ALGO, "algo", algo)
@@ -251,7 +253,7 @@ def _(x, activation, out_dtype=None, algo="auto"):
 def cast_transpose(x: Tensor, scale: Tensor, fp8_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """(quantize(x), quantize(x).T) of a 2-D x in one pass: shapes [rows, cols] and [cols, rows]."""
     _check_dtype("x", x, FLOAT_DTYPES)
-    _check_dtype("fp8_dtype", torch.empty(0, dtype=fp8_dtype), FP8_DTYPES)
+    _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     if x.dim() != 2:
         raise ValueError(f"x: has {x.dim()} dimensions, expected 2 ([rows, cols])")
     _check_backend(x.device)
@@ -295,7 +297,7 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
     TableBatchedEmbedding `handle` (created by embscale.TableBatchedEmbeddingBags), and the number of
     indices skipped by bounds_check "skip" (an int64 tensor [1]; 0 in the other modes)."""
     _check_lookup_inputs(weights, indices, offsets, per_sample_weights)
-    _check_dtype("output_dtype", torch.empty(0, dtype=output_dtype), FLOAT_DTYPES)
+    _check_dtype("output_dtype", output_dtype, FLOAT_DTYPES)
     dev = weights.device
     weights, indices, offsets = weights.contiguous(), indices.contiguous(), offsets.contiguous()
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
