@@ -162,6 +162,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         self._handles = {}
 
         device = torch.device("cpu") if device is None else torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         handle = self._handle_for(device, weights_dtype)
         layout = handle.layout
         # The tables do not require grad: the backward updates them in place through the fused optimizer
