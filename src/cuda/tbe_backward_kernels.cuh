@@ -190,8 +190,10 @@ template <typename T>
 __device__ __forceinline__ float to_float(T v);
 template <>
 __device__ __forceinline__ float to_float<float>(float v) { return v; }
+// fp16: the hardware conversion (exact, one instruction), as the forward and FP8 kernels use; the
+// portable decode of common/numerics.h branches on inf/NaN/subnormal for every element.
 template <>
-__device__ __forceinline__ float to_float<fp16_t>(fp16_t v) { return fp16_to_float(v.bits); }
+__device__ __forceinline__ float to_float<fp16_t>(fp16_t v) { return __half2float(__ushort_as_half(v.bits)); }
 template <>
 __device__ __forceinline__ float to_float<bf16_t>(bf16_t v) { return bf16_to_float(v.bits); }
 
