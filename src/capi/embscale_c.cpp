@@ -75,6 +75,18 @@ Status to_amax_algo(int32_t algo, embscale::AmaxAlgo* out) {
   return Status::Ok();
 }
 
+// The arguments every amax-based FP8 call starts with: context, input x and the amax algorithm.
+struct AmaxCall {
+  embscale::Context ctx;
+  embscale::TensorView x;
+  embscale::AmaxOptions opts;
+};
+Status to_amax_call(const embscale_context* ctx, const embscale_tensor* x, int32_t algo, AmaxCall* out) {
+  EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &out->ctx));
+  EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &out->x));
+  return to_amax_algo(algo, &out->opts.algo);
+}
+
 // The lookup fields the forward and backward arguments share (same names in the C and C++ structs).
 template <typename CArgs, typename Args>
 Status to_lookup_fields(const CArgs* a, Args* out) {
@@ -153,27 +165,19 @@ int embscale_backend_compiled(int32_t backend) {
 int embscale_amax_workspace_size(const embscale_context* ctx, const embscale_tensor* x, int32_t algo,
                                  size_t* bytes) {
   return guarded([&]() -> Status {
-    embscale::Context c;
-    embscale::TensorView xv;
-    embscale::AmaxOptions opts;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
-    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
-    return embscale::amax_workspace_size(c, xv, opts, bytes);
+    AmaxCall a;
+    EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
+    return embscale::amax_workspace_size(a.ctx, a.x, a.opts, bytes);
   });
 }
 
 int embscale_amax(const embscale_context* ctx, const embscale_tensor* x, float* amax, int32_t algo,
                   int32_t* nonfinite_flag, void* workspace, size_t workspace_bytes) {
   return guarded([&]() -> Status {
-    embscale::Context c;
-    embscale::TensorView xv;
-    embscale::AmaxOptions opts;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
-    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
-    opts.nonfinite_flag = nonfinite_flag;
-    return embscale::amax(c, xv, amax, opts, workspace, workspace_bytes);
+    AmaxCall a;
+    EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
+    a.opts.nonfinite_flag = nonfinite_flag;
+    return embscale::amax(a.ctx, a.x, amax, a.opts, workspace, workspace_bytes);
   });
 }
 
@@ -217,13 +221,11 @@ int embscale_dequantize(const embscale_context* ctx, const embscale_tensor* y, c
 int embscale_quantize_current_scaling_workspace_size(const embscale_context* ctx, const embscale_tensor* x,
                                                      int32_t algo, size_t* bytes) {
   return guarded([&]() -> Status {
-    embscale::Context c;
-    embscale::TensorView xv;
+    AmaxCall a;
+    EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
     embscale::CurrentScalingOptions opts;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
-    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.amax.algo));
-    return embscale::quantize_current_scaling_workspace_size(c, xv, opts, bytes);
+    opts.amax = a.opts;
+    return embscale::quantize_current_scaling_workspace_size(a.ctx, a.x, opts, bytes);
   });
 }
 
@@ -232,17 +234,16 @@ int embscale_quantize_current_scaling(const embscale_context* ctx, const embscal
                                       int32_t algo, float eps, int32_t power_of_2, int32_t* nonfinite_flag,
                                       void* workspace, size_t workspace_bytes) {
   return guarded([&]() -> Status {
-    embscale::Context c;
-    embscale::TensorView xv, yv;
-    embscale::CurrentScalingOptions opts;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
+    AmaxCall a;
+    embscale::TensorView yv;
+    EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
-    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.amax.algo));
+    embscale::CurrentScalingOptions opts;
+    opts.amax = a.opts;
     opts.amax.nonfinite_flag = nonfinite_flag;
     opts.scale.eps = eps;
     opts.scale.power_of_2 = power_of_2 != 0;
-    return embscale::quantize_current_scaling(c, xv, yv, amax, scale, scale_inv, opts, workspace,
+    return embscale::quantize_current_scaling(a.ctx, a.x, yv, amax, scale, scale_inv, opts, workspace,
                                               workspace_bytes);
   });
 }
@@ -250,13 +251,9 @@ int embscale_quantize_current_scaling(const embscale_context* ctx, const embscal
 int embscale_activation_amax_workspace_size(const embscale_context* ctx, const embscale_tensor* x, int32_t algo,
                                             size_t* bytes) {
   return guarded([&]() -> Status {
-    embscale::Context c;
-    embscale::TensorView xv;
-    embscale::AmaxOptions opts;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
-    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
-    return embscale::activation_amax_workspace_size(c, xv, opts, bytes);
+    AmaxCall a;
+    EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
+    return embscale::activation_amax_workspace_size(a.ctx, a.x, a.opts, bytes);
   });
 }
 
@@ -264,15 +261,12 @@ int embscale_activation_amax(const embscale_context* ctx, int32_t activation, co
                              const embscale_tensor* y, float* amax, int32_t algo, void* workspace,
                              size_t workspace_bytes) {
   return guarded([&]() -> Status {
-    embscale::Context c;
-    embscale::TensorView xv, yv;
-    embscale::AmaxOptions opts;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    AmaxCall a;
+    embscale::TensorView yv;
+    EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
     EMBSCALE_RETURN_IF_ERROR(enum_in_range("activation", activation, 2));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
-    EMBSCALE_RETURN_IF_ERROR(to_amax_algo(algo, &opts.algo));
-    return embscale::activation_amax(c, static_cast<embscale::Activation>(activation), xv, yv, amax, opts,
+    return embscale::activation_amax(a.ctx, static_cast<embscale::Activation>(activation), a.x, yv, amax, a.opts,
                                      workspace, workspace_bytes);
   });
 }
