@@ -77,7 +77,12 @@ constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<=
 constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)
 constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
 constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
-constexpr int kGroupRowsMinBlocks = 3; // its lane-group variant: 3 x 256 threads per SM (<= 85 registers, spills)
+// The lane-group variant, per weights dtype (H200 A/B of 2, 3 and 4 blocks per SM, same inputs,
+// bench/results/2026-11-30-nvidia-h200-tuning.md): fp32 rows run best without spills (2 blocks, <= 128
+// registers; 3 spilled and were 23% slower), fp16/bf16 rows, whose stochastic rounding makes them
+// compute-bound, with more warps (4 blocks, <= 64 registers).
+template <typename W>
+constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 4; }
 
 // Counters in the workspace (zeroed at the start of every call).
 enum Counter : int {
@@ -152,6 +157,7 @@ struct BwdParams {
   int g_vec;                       // grad_output rows allow kVec-element vector access
   int ug_vec;                      // unique_grads rows allow kVec-element vector stores
   int max_warp_segment;
+  int warp_min_len;                // the warp kernel without lane groups takes rows longer than this
   int max_block_segment;
   OptimizerParams opt;
   opt::AdamCorrections corrections;
@@ -791,6 +797,15 @@ __host__ __device__ inline int group_rows(const BwdParams& p) {
 
 __host__ __device__ inline bool group_path_ok(const BwdParams& p) { return group_rows(p) != 0; }
 
+// The lane-group path is compiled per optimizer (a template argument of its kernel), so its element
+// loops carry no test of the optimizer type.
+enum GroupOpt : int { kGroupDense = 0, kGroupSgd = 1, kGroupAdagrad = 2 };
+__host__ __device__ inline int group_opt(const BwdParams& p) {
+  return p.opt.type == OptimizerType::kRowwiseAdagrad ? kGroupAdagrad
+         : p.opt.type == OptimizerType::kSgd          ? kGroupSgd
+                                                      : kGroupDense;
+}
+
 // Mask of lane group grp (of L lanes).
 template <int L>
 __device__ __forceinline__ unsigned group_mask(int grp) {
@@ -828,7 +843,7 @@ __device__ __forceinline__ LookupMeta group_meta(const BwdParams& p, int64_t sta
 // One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
 // one lane group of L = 32 / R lanes: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as
 // WarpGrad. Vector v = q*R + k is pass q, slot k.
-template <typename W, typename G, int R>
+template <typename W, typename G, int R, int kOpt>
 __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowInfo& r, int64_t start, int64_t len,
                                                  const LookupMeta& first, int gl, unsigned gmask) {
   constexpr int L = ArchTraits::kWarpSize / R;
@@ -839,8 +854,8 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
   const G* grad = static_cast<const G*>(p.grad_output);
   const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
-  const bool dense = o.type == OptimizerType::kNone;
-  const bool adagrad = o.type == OptimizerType::kRowwiseAdagrad;
+  constexpr bool dense = kOpt == kGroupDense;
+  constexpr bool adagrad = kOpt == kGroupAdagrad;
   int col[V], ncols[V];
 #pragma unroll
   for (int q = 0; q < P; ++q)
@@ -903,9 +918,19 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
     for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
     return;
   }
-  float mult = 0.0f, corr = 1.0f;
-  if (adagrad) {
+  // The optimizer's modes are the same for every element of the row: each is tested once here, so the
+  // element loops below are straight-line code (the same opt:: functions, the same operations).
+  if (o.gradient_clipping > 0.0f) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) g[v][e] = opt::clip_grad(g[v][e], o);
+  }
+  float mult = o.learning_rate, corr = 1.0f;
+  if constexpr (adagrad) {
     // Slot k's partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...
+    // Without L2 weight decay row_sq_term(g, w) is g*g.
+    const bool l2 = o.weight_decay_mode == WeightDecayMode::kL2;
     float s[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) {
@@ -913,9 +938,11 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
 #pragma unroll
       for (int q = 0; q < P; ++q)
 #pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          if (e < ncols[q * R + k])
-            s[k] = __fadd_rn(s[k], opt::row_sq_term(opt::clip_grad(g[q * R + k][e], o), w[q * R + k][e], o));
+        for (int e = 0; e < kVec; ++e) {
+          const float gv = g[q * R + k][e];
+          const float t = l2 ? opt::row_sq_term(gv, w[q * R + k][e], o) : gv * gv;
+          if (e < ncols[q * R + k]) s[k] = __fadd_rn(s[k], t);
+        }
     }
     const float sum = group_sum<R>(s, gmask);
     float m = state;
@@ -923,17 +950,12 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
     corr = opt::rowwise_adagrad_correction(mult, o);
     if (gl == 0) p.momentum1[r.key] = m;
   }
-  // New values in place of w.
+  // New values in place of w (columns past D keep their zeros and are not stored).
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const float gk = opt::clip_grad(g[v][e], o);
-      float nv = w[v][e];
-      if (e < ncols[v]) nv = adagrad ? opt::rowwise_adagrad_apply(w[v][e], gk, mult, corr) : opt::sgd_apply(w[v][e], gk, o);
-      w[v][e] = nv;
-    }
-  float factor = 1.0f;
+    for (int e = 0; e < kVec; ++e)
+      w[v][e] = adagrad ? opt::rowwise_adagrad_apply(w[v][e], g[v][e], mult, corr) : opt::sgd_apply(w[v][e], g[v][e], o);
   if (adagrad && o.max_norm > 0.0f) {
     float sq[R];
 #pragma unroll
@@ -945,17 +967,23 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
         for (int e = 0; e < kVec; ++e)
           if (e < ncols[q * R + k]) sq[k] = __fadd_rn(sq[k], __fmul_rn(w[q * R + k][e], w[q * R + k][e]));
     }
-    factor = opt::max_norm_factor(group_sum<R>(sq, gmask), o);
+    const float factor = opt::max_norm_factor(group_sum<R>(sq, gmask), o);
+    if (factor != 1.0f) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) w[v][e] = w[v][e] * factor;
+    }
   }
+  const bool stochastic = p.rounding == WeightRounding::kStochastic;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     if (ncols[v] <= 0) continue;
     W out[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const float x = factor == 1.0f ? w[v][e] : w[v][e] * factor;
-      out[e] = round_weight<W>(x, p.rounding, p.rounding_key, r.wbase + col[v] + e);
-    }
+    for (int e = 0; e < kVec; ++e)
+      out[e] = stochastic ? round_weight<W>(w[v][e], WeightRounding::kStochastic, p.rounding_key, r.wbase + col[v] + e)
+                          : round_weight<W>(w[v][e], WeightRounding::kNearest, 0, 0);
     store_weights<W>(wrow + col[v], wvec, ncols[v], out);
   }
 }
@@ -966,10 +994,13 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
 // first loads row j's run, key, first lookup and table (coalesced, all 32 chains in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
-// kRows > 0 (host-chosen: group_rows, one of 4, 2, 1): rows of at most kGroupMaxLookups lookups go kRows
-// at a time to the warp's lane groups (group_update_row), longer ones to the whole warp as above.
-template <typename W, typename G, int kRows>
-__global__ void __launch_bounds__(kRowThreads, kRows > 0 ? kGroupRowsMinBlocks : kWarpRowsMinBlocks)
+// kRows > 0 (host-chosen: group_rows, one of 4, 2, 1): the rows of at most kGroupMaxLookups lookups,
+// kRows at a time on the warp's lane groups (group_update_row for optimizer kOpt = group_opt); the
+// longer warp-path rows are left to a second launch with kRows = 0 and warp_min_len = kGroupMaxLookups
+// (two kernels rather than both paths in one: the whole-warp path's registers made the lane-group path
+// spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kOpt unused (0).
+template <typename W, typename G, int kRows, int kOpt>
+__global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const BwdParams p) {
   if (rows_disabled(p)) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
@@ -987,7 +1018,9 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? kGroupRowsMinBlocks :
     if (u < runs) {
       key = unique_key(p, u);
       len = p.run_lengths[u];
-      if (key != p.total_rows && len <= static_cast<uint32_t>(p.max_warp_segment)) {
+      const bool ours = kRows > 0 ? len <= static_cast<uint32_t>(kGroupMaxLookups)
+                                  : len > static_cast<uint32_t>(p.warp_min_len);
+      if (key != p.total_rows && len <= static_cast<uint32_t>(p.max_warp_segment) && ours) {
         mine = true;
         start = p.run_starts[u];
         const uint32_t v = p.vals_sorted[start];
@@ -1003,11 +1036,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? kGroupRowsMinBlocks :
       static_assert(kRows <= kGroupVecs && kGroupVecs % kRows == 0 && ArchTraits::kWarpSize % kRows == 0,
                     "lane-group shape");
       constexpr int kLanes = ArchTraits::kWarpSize / kRows;
-      // Rows of at most kGroupMaxLookups lookups in lane groups; longer ones on the whole warp below
-      // (kUnroll of their lookups in flight).
-      const unsigned longer = __ballot_sync(ArchTraits::kFullMask, mine && len > static_cast<uint32_t>(kGroupMaxLookups));
-      unsigned short_rows = todo & ~longer;
-      todo = longer;
+      unsigned short_rows = todo;
       // kRows rows at a time: group grp takes the grp-th remaining row of the batch.
       const int grp = lane / kLanes, gl = lane % kLanes;
       const unsigned gmask = group_mask<kLanes>(grp);
@@ -1028,10 +1057,10 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? kGroupRowsMinBlocks :
         fm.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, src);
         const int64_t rs = __shfl_sync(ArchTraits::kFullMask, start, src);
         const int64_t rl = __shfl_sync(ArchTraits::kFullMask, len, src);
-        if (j >= 0) group_update_row<W, G, kRows>(p, r, rs, rl, fm, gl, gmask);
+        if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, r, rs, rl, fm, gl, gmask);
       }
     }
-    while (todo != 0) {
+    if constexpr (kRows == 0) while (todo != 0) {
       const int j = __ffs(todo) - 1;
       todo &= todo - 1;
       RowInfo r;

@@ -20,6 +20,20 @@ inline int resident_blocks(const void* fn, int threads) {
   return n;
 }
 
+using RowsKernel = void (*)(BwdParams);
+
+template <typename W, typename G, int kRows>
+RowsKernel group_kernel(int opt) {
+  return opt == kGroupAdagrad ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupAdagrad>
+         : opt == kGroupSgd   ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupSgd>
+                              : tbe_backward_warp_rows_kernel<W, G, kRows, kGroupDense>;
+}
+
+template <typename W, typename G>
+RowsKernel warp_rows_kernel(int rows, int opt) {  // rows: 4, 2 or 1
+  return rows == 4 ? group_kernel<W, G, 4>(opt) : rows == 2 ? group_kernel<W, G, 2>(opt) : group_kernel<W, G, 1>(opt);
+}
+
 template <typename W, typename G>
 Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) {
   const auto grid = [&](const void* fn, int threads) { return g.sms * resident_blocks(fn, threads); };
@@ -29,14 +43,23 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     EMBSCALE_CHECK_LAUNCH("tbe_backward_grad_psw_kernel");
   }
   {
-    // Lane groups: 4 rows per warp up to 128 columns, 2 up to 256, 1 (all passes in registers) up to 512.
+    // Lane groups: 4 rows per warp up to 128 columns, 2 up to 256, 1 (all passes in registers) up to 512;
+    // one kernel per optimizer of the path (SGD, row-wise Adagrad, dense). Then the whole-warp kernel
+    // for the warp-path rows the lane groups do not take (all of them when the path is off).
     const int rows = group_rows(p);
-    const auto k = rows == 4   ? tbe_backward_warp_rows_kernel<W, G, 4>
-                   : rows == 2 ? tbe_backward_warp_rows_kernel<W, G, 2>
-                   : rows == 1 ? tbe_backward_warp_rows_kernel<W, G, 1>
-                               : tbe_backward_warp_rows_kernel<W, G, 0>;
-    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
-    EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel");
+    BwdParams q = p;
+    q.warp_min_len = 0;
+    if (rows != 0) {
+      const auto k = warp_rows_kernel<W, G>(rows, group_opt(p));
+      k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
+      EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel (lane groups)");
+      q.warp_min_len = kGroupMaxLookups;
+    }
+    if (q.max_warp_segment > q.warp_min_len) {
+      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0>;
+      k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(q);
+      EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel");
+    }
   }
   {
     const auto k = tbe_backward_block_rows_kernel<W, G>;
