@@ -9,9 +9,9 @@
 //   sort        cub::DeviceRadixSort::SortPairs on bits [0, bit_width(total_rows)) (stable).
 //   encode      counters cleared, cub::DeviceRunLengthEncode::Encode, cub::DeviceScan::ExclusiveSum
 //               (run starts), then the classify kernel (warp / block / hot lists, hot-row slots).
-//   rows        grad_per_sample_weights, then the warp, block, hot-part and hot-combine kernels; all
-//               persistent grids (resident blocks per SM x SMs), each reading its list length on the
-//               device.
+//   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp), block, hot-part and
+//               hot-combine kernels; all persistent grids (resident blocks per SM x SMs), each reading
+//               its list length on the device.
 // Skip mode: broken offsets set the report on the device and the row kernels then write nothing;
 // outside a graph capture the report is read back at the end (the op synchronises, as the forward
 // does) and becomes an error Status; inside a capture *num_skipped is -1 instead.
