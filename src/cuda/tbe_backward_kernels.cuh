@@ -926,7 +926,7 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
 #pragma unroll
       for (int e = 0; e < kVec; ++e) g[v][e] = opt::clip_grad(g[v][e], o);
   }
-  float mult = o.learning_rate, corr = 1.0f;
+  float mult = 0.0f, corr = 1.0f;
   if constexpr (adagrad) {
     // Slot k's partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...
     // Without L2 weight decay row_sq_term(g, w) is g*g.
