@@ -110,6 +110,10 @@ struct TbeBackwardTuning {
   int max_warp_segment = 0;   // segments up to this many lookups: a warp per row
   int max_block_segment = 0;  // longer segments up to this: a thread block per row; beyond: split across blocks
   int block_threads = 0;      // threads per block of the block-per-row path
+  // Sort on every bit of the linearised row. By default a backend may sort on fewer low bits when
+  // that still makes equal rows adjacent in lookup order (same sums, same updates; only the order in
+  // which unique rows are visited changes); this switch turns that off, for measurements and tests.
+  bool full_key_sort = false;
 };
 
 struct TbeBackwardArgs {

@@ -6,7 +6,8 @@
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
 //               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
-//   sort        cub::DeviceRadixSort::SortPairs on bits [0, bit_width(total_rows)) (stable).
+//   sort        cub::DeviceRadixSort::SortPairs (stable) on bits [0, bit_width(total_rows)), or on fewer
+//               low bits when that saves a radix pass and keeps equal keys adjacent (sort_end_bit).
 //   encode      counters cleared, cub::DeviceRunLengthEncode::Encode, cub::DeviceScan::ExclusiveSum
 //               (run starts), then the classify kernel (warp / block / hot lists, hot-row slots).
 //   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp), block, hot-part and
@@ -91,6 +92,35 @@ struct Layout {
   int end_bit = 0;
 };
 
+// Radix-sort key bits. A stable LSD sort on the low s bits orders lookups by (key mod 2^s, lookup
+// position). Two different keys with equal low bits differ by at least 2^s, so when every table has at
+// most 2^s rows they lie in different tables, and when the features' tables are in row order (row
+// offsets non-decreasing over features, which are table-major in the lookups) every lookup of the
+// smaller key comes first: each key's lookups stay one run, in lookup order, as after the full sort.
+// The sums and updates are then bit-identical; unique rows of 2^(full - s) row ranges interleave, so
+// that many features' gradient slices are live in L2 at once (capped at kMaxInterleaveBits).
+// Not used where the full order is visible or not guaranteed: dense mode (unique rows are returned
+// ascending) and skip mode (the sentinel key of a skipped lookup may sit between a row's lookups).
+constexpr int kRadixDigitBits = 8;     // CUB's onesweep digit for 32-bit keys
+constexpr int kMaxInterleaveBits = 2;  // at most 4 row ranges interleaved
+
+int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) {
+  const int full = std::max(1, bit_width(static_cast<uint64_t>(tbe.total_rows())));
+  const int s = (full - 1) / kRadixDigitBits * kRadixDigitBits;
+  if (args.tuning.full_key_sort || args.optimizer.type == OptimizerType::kNone ||
+      args.bounds_check == BoundsCheckMode::kSkip || s == 0 || full - s > kMaxInterleaveBits)
+    return full;
+  int64_t max_rows = 0, prev = 0;
+  for (int t = 0; t < tbe.num_tables(); ++t) max_rows = std::max(max_rows, tbe.config().tables[t].num_rows);
+  if (max_rows > (int64_t{1} << s)) return full;
+  for (int f = 0; f < tbe.num_features(); ++f) {
+    const int64_t r = tbe.row_offset(tbe.feature_table(f));
+    if (r < prev) return full;
+    prev = r;
+  }
+  return s;
+}
+
 struct CallShape {
   int64_t N = 0, B = 0, items = 0, total_rows = 0;
   bool sequence = false, mean = false, vals_are_items = true;
@@ -137,7 +167,7 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
     return unsupported("batch_size: T*B = " + std::to_string(c.items) + " bags; the CUDA backward supports fewer than 2^32 - 1");
   Layout L;
   L.key64 = static_cast<uint64_t>(c.total_rows) >= UINT32_MAX;  // the sentinel total_rows must fit the key
-  L.end_bit = std::max(1, bit_width(static_cast<uint64_t>(c.total_rows)));
+  L.end_bit = sort_end_bit(tbe, args);
   const size_t N = static_cast<size_t>(c.N);
   const size_t kb = L.key64 ? 8 : 4;
   L.max_block_rows = c.N / (static_cast<int64_t>(t.max_warp) + 1) + 1;

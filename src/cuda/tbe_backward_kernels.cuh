@@ -91,8 +91,13 @@ enum Counter : int {
   kHotCount = 2,    // rows in the hot list
   kSlotCount = 3,   // superchunk slots handed out to hot rows
   kNumRuns = 4,     // CUB run-length encode: number of runs (sentinel run included)
+  kLongWarpRows = 5,  // non-zero when a warp-path row has more than kGroupMaxLookups lookups
   kNumCounters = 8
 };
+
+// Warp-path rows of up to this many lookups go to the lane groups (when that path is on); longer ones
+// take a whole warp (second launch of the warp-row kernel, skipped when classify saw none).
+constexpr int kGroupMaxLookups = 8;
 
 constexpr uint32_t kNoBag = 0xffffffffu;  // bag_of of a dropped lookup
 
@@ -342,6 +347,7 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
 // Grid-stride over the upper bound N of unique rows; u >= num_runs exits. Appends use atomics, so the
 // lists' order varies between runs; it does not matter: each row has exactly one owner and its
 // arithmetic does not depend on when it runs. Dense mode also writes unique_rows and num_unique here.
+// kLongWarpRows is set when a warp-path row is longer than the lane groups take.
 // K: the key type (instantiated by tbe_backward.cu only).
 template <typename K>
 __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_kernel(const BwdParams p) {
@@ -354,6 +360,7 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_kernel(cons
     *p.num_unique_out = static_cast<int64_t>(runs) - (sentinel_last ? 1 : 0);
   }
   if (rows_disabled(p)) return;
+  bool long_warp_row = false;
   for (int64_t u = first; u < runs; u += stride) {
     const int64_t key = static_cast<int64_t>(keys[u]);
     if (key == p.total_rows) continue;
@@ -361,6 +368,7 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_kernel(cons
     const uint32_t len = p.run_lengths[u];
     if (len <= static_cast<uint32_t>(p.max_warp_segment)) {
       // warp rows are not listed: the warp kernel walks the unique rows directly
+      long_warp_row = long_warp_row || len > static_cast<uint32_t>(kGroupMaxLookups);
     } else if (len <= static_cast<uint32_t>(p.max_block_segment)) {
       const uint32_t w = atomicAdd(p.counters + kBlockCount, 1u);
       p.row_list[w] = static_cast<uint32_t>(u);
@@ -376,6 +384,7 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_kernel(cons
       }
     }
   }
+  if (__syncthreads_or(long_warp_row) && threadIdx.x == 0) atomicOr(p.counters + kLongWarpRows, 1u);
 }
 
 // ---- gradient sums ---------------------------------------------------------------------------------
@@ -778,7 +787,6 @@ __device__ __forceinline__ void update_row(const BwdParams& p, const RowInfo& r,
 constexpr int kGroupRows = 4;                                    // rows per warp for rows of one pass
 constexpr int kGroupVecs = 4;                                    // kVec-column vectors per lane and row
 constexpr int kGroupMaxCols = kGroupVecs * kPassCols;            // widest row of the lane-group path (R = 1)
-constexpr int kGroupMaxLookups = 8;  // longer warp-path rows take the whole warp (<= kChunk)
 static_assert(kGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
 static_assert(kGroupVecs % kGroupRows == 0, "rows of one pass need kGroupRows slots per lane");
 static_assert(ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
@@ -1003,6 +1011,7 @@ template <typename W, typename G, int kRows, int kOpt>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const BwdParams p) {
   if (rows_disabled(p)) return;
+  if (kRows == 0 && p.warp_min_len >= kGroupMaxLookups && p.counters[kLongWarpRows] == 0) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   const int64_t runs = p.counters[kNumRuns];
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
