@@ -46,12 +46,17 @@ EMBSCALE_HD uint32_t hash32(uint32_t x) {
   return x;
 }
 
-// 32 random bits for one weight element: the element index's two halves hashed in turn with the
-// per-call key's two halves.
+// 32 random bits for one weight element, in two steps so a kernel can hoist the first out of its
+// element loop: the per-call key is folded with the element index's upper half (the same for 2^32
+// consecutive elements; rounding_base), then the lower half is hashed with that (rounding_bits_at):
+// one 32-bit hash per element.
+EMBSCALE_HD uint32_t rounding_base(uint64_t key, uint32_t element_hi) {
+  return hash32(element_hi ^ static_cast<uint32_t>(key >> 32)) ^ static_cast<uint32_t>(key);
+}
+EMBSCALE_HD uint32_t rounding_bits_at(uint32_t base, uint32_t element_lo) { return hash32(element_lo ^ base); }
 EMBSCALE_HD uint32_t rounding_bits(uint64_t key, int64_t element) {
   const uint64_t e = static_cast<uint64_t>(element);
-  const uint32_t h = hash32(static_cast<uint32_t>(e) ^ static_cast<uint32_t>(key));
-  return hash32(h ^ static_cast<uint32_t>(e >> 32) ^ static_cast<uint32_t>(key >> 32));
+  return rounding_bits_at(rounding_base(key, static_cast<uint32_t>(e >> 32)), static_cast<uint32_t>(e));
 }
 
 // bf16: adding 16 random bits below the kept mantissa and truncating rounds up with probability
@@ -81,6 +86,16 @@ EMBSCALE_HD uint16_t stochastic_round_fp16(float x, uint32_t rnd) {
   const uint32_t t = (a + (rnd >> 19)) >> 13;  // 13 random bits
   return static_cast<uint16_t>(sign | (t - (112u << 10)));
 }
+
+// Stochastic rounding of an updated fp32 weight to W with the element's random bits (float: unchanged).
+template <typename W>
+EMBSCALE_HD W stochastic_round(float v, uint32_t rnd);
+template <>
+EMBSCALE_HD float stochastic_round<float>(float v, uint32_t) { return v; }
+template <>
+EMBSCALE_HD bf16_t stochastic_round<bf16_t>(float v, uint32_t rnd) { return bf16_t{stochastic_round_bf16(v, rnd)}; }
+template <>
+EMBSCALE_HD fp16_t stochastic_round<fp16_t>(float v, uint32_t rnd) { return fp16_t{stochastic_round_fp16(v, rnd)}; }
 
 // Round an updated fp32 weight to the storage type W (float: unchanged).
 template <typename W>
