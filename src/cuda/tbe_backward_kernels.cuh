@@ -1013,6 +1013,14 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
 
 // ---- row kernels -----------------------------------------------------------------------------------
 
+// What the warp-row kernels broadcast of one row of a 32-row batch.
+struct BatchRow {
+  RowInfo r;
+  LookupMeta first;  // meta of the row's first lookup
+  int64_t start;     // first sorted position of the row's segment
+  int64_t len;       // lookups in the segment
+};
+
 // Warp per row: persistent warps walk the unique rows directly, 32 consecutive rows at a time. Lane j
 // first loads row j's run, key, first lookup and table (coalesced, all 32 chains in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
@@ -1056,6 +1064,19 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
       }
     }
     unsigned todo = __ballot_sync(ArchTraits::kFullMask, mine);
+    // Row src of the batch, broadcast from its lane to the whole warp.
+    const auto batch_row = [&](int src) {
+      BatchRow b;
+      b.r.u = u0 + src;
+      b.r.key = __shfl_sync(ArchTraits::kFullMask, key, src);
+      b.r.wbase = __shfl_sync(ArchTraits::kFullMask, wbase, src);
+      b.r.D = __shfl_sync(ArchTraits::kFullMask, D, src);
+      b.first.grad_off = __shfl_sync(ArchTraits::kFullMask, first.grad_off, src);
+      b.first.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, src);
+      b.start = __shfl_sync(ArchTraits::kFullMask, start, src);
+      b.len = __shfl_sync(ArchTraits::kFullMask, len, src);
+      return b;
+    };
     if constexpr (kRows > 0) {
       static_assert(kRows <= kGroupVecs && kGroupVecs % kRows == 0 && ArchTraits::kWarpSize % kRows == 0,
                     "lane-group shape");
@@ -1070,34 +1091,15 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
         const int j = t != 0 ? __ffs(t) - 1 : -1;
 #pragma unroll
         for (int i = 0; i < kRows; ++i) short_rows &= short_rows - 1;
-        const int src = j < 0 ? 0 : j;
-        RowInfo r;
-        r.u = u0 + src;
-        r.key = __shfl_sync(ArchTraits::kFullMask, key, src);
-        r.wbase = __shfl_sync(ArchTraits::kFullMask, wbase, src);
-        r.D = __shfl_sync(ArchTraits::kFullMask, D, src);
-        LookupMeta fm;
-        fm.grad_off = __shfl_sync(ArchTraits::kFullMask, first.grad_off, src);
-        fm.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, src);
-        const int64_t rs = __shfl_sync(ArchTraits::kFullMask, start, src);
-        const int64_t rl = __shfl_sync(ArchTraits::kFullMask, len, src);
-        if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, r, rs, rl, fm, gl, gmask);
+        const BatchRow b = batch_row(j < 0 ? 0 : j);
+        if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
       }
     }
     if constexpr (kRows == 0) while (todo != 0) {
       const int j = __ffs(todo) - 1;
       todo &= todo - 1;
-      RowInfo r;
-      r.u = u0 + j;
-      r.key = __shfl_sync(ArchTraits::kFullMask, key, j);
-      r.wbase = __shfl_sync(ArchTraits::kFullMask, wbase, j);
-      r.D = __shfl_sync(ArchTraits::kFullMask, D, j);
-      LookupMeta fm;
-      fm.grad_off = __shfl_sync(ArchTraits::kFullMask, first.grad_off, j);
-      fm.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, j);
-      const WarpGrad<G> g{ static_cast<int64_t>(__shfl_sync(ArchTraits::kFullMask, start, j)),
-                          static_cast<int64_t>(__shfl_sync(ArchTraits::kFullMask, len, j)), r.D, fm};
-      update_row<W>(p, r, g, true);
+      const BatchRow b = batch_row(j);
+      update_row<W>(p, b.r, WarpGrad<G>{b.start, b.len, b.r.D, b.first}, true);
     }
   }
 }
