@@ -25,6 +25,11 @@ Status tbe_forward_tuning(TbeForwardTuning* out);
 // Replaces the tuning (and the environment's) for later calls; an unknown variant is refused.
 Status set_tbe_forward_tuning(const TbeForwardTuning& t);
 
+// The current device's L2 fetch granularity hint (cudaLimitMaxL2FetchGranularity, 0..128 bytes): how
+// much the L2 may fetch from memory on a miss. A device-wide setting, so the library never changes it;
+// the benchmarks expose it (--l2-fetch-bytes) to measure small gathered rows.
+Status set_l2_fetch_granularity(int bytes);
+
 }  // namespace cuda
 #endif
 }  // namespace embscale

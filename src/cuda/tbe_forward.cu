@@ -178,6 +178,13 @@ Status tbe_forward_tuning(TbeForwardTuning* out) {
   return current_tuning(out, &index);
 }
 
+Status set_l2_fetch_granularity(int bytes) {
+  if (bytes < 0 || bytes > 128)
+    return invalid_argument("l2 fetch granularity: " + std::to_string(bytes) + " bytes; expected 0..128");
+  return cuda_status(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, static_cast<size_t>(bytes)),
+                     "cudaDeviceSetLimit (cudaLimitMaxL2FetchGranularity)");
+}
+
 Status set_tbe_forward_tuning(const TbeForwardTuning& t) {
   int index = 0;
   EMBSCALE_RETURN_IF_ERROR(check_tuning(t, "variant", "bags_per_group", &index));
