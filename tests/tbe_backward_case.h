@@ -346,7 +346,8 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
 }
 
 // A seeded random configuration for `opt`: mixed D (odd ones and 1 included), shared tables, both index
-// dtypes, every pooling mode, weighted and not, every weights/grad dtype, weight decay modes, clipping.
+// dtypes, every pooling mode, weighted and not, every weights/grad dtype, weight decay modes, clipping,
+// the short-key sort on and off.
 inline BwdCase random_backward_case(uint64_t seed, OptimizerType opt) {
   std::mt19937_64 rng(seed);
   BwdCase c;
@@ -391,6 +392,7 @@ inline BwdCase random_backward_case(uint64_t seed, OptimizerType opt) {
   }
   if (opt != OptimizerType::kNone && rng() % 3 == 0) p.gradient_clipping = 0.5f;
   if (opt == OptimizerType::kRowwiseAdagrad && rng() % 3 == 0) p.max_norm = 2.0f;
+  c.tuning.short_key_sort = rng() % 2 == 0;  // CUDA: taken when the tables allow it (see tbe.h)
   return c;
 }
 

@@ -152,8 +152,8 @@ TEST_P(TbeBackward, Deterministic) {
   }
 }
 
-// The CUDA backend sorts on fewer key bits when that leaves each row's lookups one run (tables of at
-// most 2^s rows, features' tables in row order): here 6 tables of up to 256 rows (979 rows, a 10-bit
+// With tuning.short_key_sort the CUDA backend sorts on fewer key bits when that leaves each row's
+// lookups one run (tables of at most 2^s rows, features' tables in row order): here 6 tables of up to 256 rows (979 rows, a 10-bit
 // key sorted on its low 8 bits), shared tables, hot rows and a block-path row. The results
 // must match the reference and be bit-identical to the full-key sort; a feature order that is not
 // in row order (the full sort is then required) must match too.
@@ -176,7 +176,7 @@ TEST_P(TbeBackward, ShortKeySortDeterministic) {
       c.integer_values = true;
       const BwdOutcome a = expect_case(c);
       EXPECT_TRUE(a.reference_nonzero);
-      c.tuning.full_key_sort = true;
+      c.tuning.short_key_sort = true;
       const BwdOutcome b = expect_case(c);
       EXPECT_TRUE(a.weights == b.weights && a.m1 == b.m1)
           << optimizer_name(opt) << (in_row_order ? " (row order)" : " (not in row order)")

@@ -6,8 +6,8 @@
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
 //               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
-//   sort        cub::DeviceRadixSort::SortPairs (stable) on bits [0, bit_width(total_rows)), or on fewer
-//               low bits when that saves a radix pass and keeps equal keys adjacent (sort_end_bit).
+//   sort        cub::DeviceRadixSort::SortPairs (stable) on bits [0, bit_width(total_rows)), or, with
+//               tuning.short_key_sort, on fewer low bits when that saves a pass (sort_end_bit).
 //   encode      counters cleared, cub::DeviceRunLengthEncode::Encode, cub::DeviceScan::ExclusiveSum
 //               (run starts), then the classify kernel (warp / block / hot lists, hot-row slots).
 //   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp), block, hot-part and
@@ -97,17 +97,18 @@ struct Layout {
 // most 2^s rows they lie in different tables, and when the features' tables are in row order (row
 // offsets non-decreasing over features, which are table-major in the lookups) every lookup of the
 // smaller key comes first: each key's lookups stay one run, in lookup order, as after the full sort.
-// The sums and updates are then bit-identical; unique rows of 2^(full - s) row ranges interleave, so
-// that many features' gradient slices are live in L2 at once (capped at kMaxInterleaveBits).
-// Not used where the full order is visible or not guaranteed: dense mode (unique rows are returned
-// ascending) and skip mode (the sentinel key of a skipped lookup may sit between a row's lookups).
+// The sums and updates are then bit-identical; unique rows of 2^(full - s) row ranges interleave
+// (capped at kMaxInterleaveBits). Opt-in (tuning.short_key_sort): on the H200 the interleaved order
+// slowed the uniform row phase by more than the pass saved. Never used where the full order is visible
+// or not guaranteed: dense mode (unique rows are returned ascending) and skip mode (the sentinel key of
+// a skipped lookup may sit between a row's lookups).
 constexpr int kRadixDigitBits = 8;     // CUB's onesweep digit for 32-bit keys
 constexpr int kMaxInterleaveBits = 2;  // at most 4 row ranges interleaved
 
 int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) {
   const int full = std::max(1, bit_width(static_cast<uint64_t>(tbe.total_rows())));
   const int s = (full - 1) / kRadixDigitBits * kRadixDigitBits;
-  if (args.tuning.full_key_sort || args.optimizer.type == OptimizerType::kNone ||
+  if (!args.tuning.short_key_sort || args.optimizer.type == OptimizerType::kNone ||
       args.bounds_check == BoundsCheckMode::kSkip || s == 0 || full - s > kMaxInterleaveBits)
     return full;
   int64_t max_rows = 0, prev = 0;
