@@ -28,6 +28,9 @@
 #include "bench_util.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
+#if EMBSCALE_WITH_CUDA
+#include "gather_ceiling.h"
+#endif
 #include "reference_tbe.h"
 #include "registry.h"
 #include "tbe_bench_common.h"
@@ -43,17 +46,28 @@ using tbe_bench::fail;
 struct TbeBenchArgs {
   tbe_bench::Args common;
   std::string sweep;  // CUDA: comma-separated forward variants ("all": every compiled one)
+  bool gather_ceiling = false;
 };
 
 struct Plan : tbe_bench::Plan {
   std::vector<std::string> sweep;  // forward variants to time in turn on the same inputs
+  bool gather_ceiling = false;     // CUDA: also time a bare gather of set 0's rows (gather_ceiling.h)
 };
 
 // Mixed dimensions are rounded up to a multiple of 4 (so mixed-D figures compare with FBGEMM's);
 // --embedding-dim itself may be any D >= 1.
 std::string make_plan(const TbeBenchArgs& args, Plan* p) {
   const std::string err = tbe_bench::make_plan(args.common, p, tbe_bench::MixedDims::kMultipleOf4);
-  if (!err.empty() || args.sweep.empty()) return err;
+  if (!err.empty()) return err;
+  if (args.gather_ceiling) {
+    const int64_t row_bytes = static_cast<int64_t>(p->D) * static_cast<int64_t>(dtype_size(p->w_dtype));
+    if (p->backend != Backend::kCuda) return "--gather-ceiling: needs the cuda backend";
+    if (p->mixed || row_bytes % 16 != 0 || row_bytes > 512)
+      return "--gather-ceiling: needs one D whose rows are a multiple of 16 bytes up to 512 (D * weight bytes = " +
+             std::to_string(row_bytes) + (p->mixed ? ", mixed D" : "") + ")";
+    p->gather_ceiling = true;
+  }
+  if (args.sweep.empty()) return err;
 #if EMBSCALE_WITH_CUDA
   const std::string& sweep = args.sweep;
   if (p->backend != Backend::kCuda) return "--sweep: the forward variants are CUDA kernels; use --backend cuda";
@@ -133,6 +147,7 @@ int run_plan(const Plan& p) {
 
   // With --sweep, each variant in turn: set it, spot check, time, one record.
   const std::vector<std::string> variants = p.sweep.empty() ? std::vector<std::string>{""} : p.sweep;
+  double gather_us = -1;  // the bare-gather ceiling (--gather-ceiling), timed once
   for (const std::string& variant : variants) {
 #if EMBSCALE_WITH_CUDA
     if (!variant.empty()) {
@@ -216,6 +231,25 @@ int run_plan(const Plan& p) {
 
     const int64_t unique_rows = tbe_bench::unique_rows_of(p, sets[0].host);
 
+    // The bare gather of set 0's rows, once (the first variant's record carries it).
+    Timing gather;
+#if EMBSCALE_WITH_CUDA
+    if (p.gather_ceiling && gather_us < 0) {
+      const size_t es = dtype_size(p.w_dtype);
+      const int64_t row_bytes = static_cast<int64_t>(p.D) * static_cast<int64_t>(es);
+      const TbeInputs& h = sets[0].host;
+      std::vector<int64_t> byte_offsets(static_cast<size_t>(N0));
+      for (int f = 0; f < p.T; ++f) {
+        const int64_t table = tbe->weight_offset(tbe->feature_table(f)) * static_cast<int64_t>(es);
+        for (int64_t i = h.offsets[static_cast<size_t>(f) * p.B]; i < h.offsets[static_cast<size_t>(f + 1) * p.B]; ++i)
+          byte_offsets[static_cast<size_t>(i)] = table + h.indices[static_cast<size_t>(i)] * row_bytes;
+      }
+      st = gather_ceiling(ctx, weights.data(), byte_offsets, static_cast<int>(row_bytes), tc, &gather);
+      if (!st.ok()) return fail("gather ceiling", st);
+      gather_us = gather.median_us;
+    }
+#endif
+
     const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
     const tbe_bench::Floor floor = tbe_bench::byte_floor(bytes, copy_gbps, t.median_us);
     nlohmann::json rec = base_record(p.backend);
@@ -230,6 +264,15 @@ int run_plan(const Plan& p) {
     rec["min_us"] = t.min_us;
     rec["GBps"] = gbps;
     tbe_bench::floor_fields(copy_gbps, floor, &rec);
+    std::string gather_note;
+    if (gather_us > 0) {
+      rec["gather_ceiling_us"] = gather_us;
+      rec["pct_of_gather_ceiling"] = 100.0 * gather_us / t.median_us;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ", %.0f%% of a bare gather of its rows (%.1f us)", 100.0 * gather_us / t.median_us,
+                    gather_us);
+      gather_note = buf;
+    }
     // The CUDA forward's tuning (EMBSCALE_TBE_FWD_VARIANT / _ORDER / _BAGS), so sweep records name it.
     std::string tuning_note;
 #if EMBSCALE_WITH_CUDA
@@ -247,13 +290,14 @@ int run_plan(const Plan& p) {
     char line[512];
     std::snprintf(line, sizeof line,
                   "tbe_forward %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s->%s idx=%s %s%s bounds=%s: %.1f us, "
-                  "%.1f GB/s, %.0f%% of the byte floor (%.1f us at copy %.1f GB/s), %lld lookups, %lld unique rows%s",
+                  "%.1f GB/s, %.0f%% of the byte floor (%.1f us at copy %.1f GB/s)%s, %lld lookups, %lld unique rows%s",
                   backend_name(p.backend), p.T, static_cast<long long>(p.B),
                   p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
                   static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
                   dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
                   bounds_check_mode_name(p.bounds), t.median_us, gbps, floor.pct, floor.us, copy_gbps,
-                  static_cast<long long>(N0), static_cast<long long>(unique_rows), tuning_note.c_str());
+                  gather_note.c_str(), static_cast<long long>(N0), static_cast<long long>(unique_rows),
+                  tuning_note.c_str());
     emit(rec, p.json, line);
   }
   return 0;
@@ -276,6 +320,9 @@ void add_tbe_bench(CLI::App& bench) {
   sub->add_option("--sweep", args->sweep,
                   "cuda: time these forward variants in turn on the same inputs (comma-separated names, or all; "
                   "see EMBSCALE_TBE_FWD_VARIANT)");
+  sub->add_flag("--gather-ceiling", args->gather_ceiling,
+                "cuda: also time a bare gather of the same rows (no bags, no output) and report the forward as a "
+                "share of it (one D, rows a multiple of 16 bytes up to 512)");
   sub->callback([args] { std::exit(run_from_args(*args)); });
 }
 

@@ -248,7 +248,7 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   const tbe_fwd::FwdVariant& variant = tbe_fwd::fwd_variant(use_variant ? variant_index : 0);
 
   // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
-  // same plan_row the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
+  // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
   // the tile and y the feature (folded if T > 65535), or the other way round in feature-inner order
   // (tiles folded past 65535: the kernel loops over the bags of its tiles).
   if (T > 0 && B > 0) {
@@ -257,7 +257,7 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
     int64_t tiles = 1;
     for (int f = 0; f < T; ++f) {
       const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
-      const tbe_fwd::RowPlan plan = tbe_fwd::plan_row(tbe.feature_dim(f), es, table, variant.vecs);
+      const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, variant.vecs);
       const int64_t bags_per_block = static_cast<int64_t>(variant.block / plan.group) * tuning.bags_per_group;
       tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
     }

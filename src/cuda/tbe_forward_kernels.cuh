@@ -16,7 +16,7 @@
 //
 // Vector paths. The widest of 16/8/4 bytes that divides the row's bytes and the table's base address
 // (so every row of the table is aligned) is used; otherwise one element per lane. The choice is made
-// at runtime per feature (plan_row, shared with the host for the grid size), so the instantiated set
+// at runtime per feature (kernel_plan, shared with the host for the grid size), so the instantiated set
 // stays weights x output x index dtypes.
 //
 // Numerics and determinism. Every output element is accumulated in fp32 by one lane, in the order of
@@ -119,6 +119,7 @@ struct RowPlan {
   int vec_bytes;
   int units;
   int group;
+  int vecs = 1;  // vectors per lane (kernel_plan)
 };
 
 // vecs: vectors per lane per pass (FwdConfig::kVecs); the group is the power of two of lanes that
@@ -139,6 +140,28 @@ __host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t t
   int g = 1;
   while (g < lanes && g < ArchTraits::kWarpSize) g *= 2;
   plan.group = g;
+  return plan;
+}
+
+// Rows of 33..63 16-byte vectors (fp32 D = 132..252) take two vectors per lane at half the unroll (as
+// many loads in flight), one walk over the bag. In passes of 32 vectors the second pass re-walks the bag
+// for what is left of the row, as little as one vector, a separate far access per lookup: D=132 ran at
+// 73% of the byte floor, 83% now (D=160 90 -> 97%). Measured and not taken: the same for 9..31 vectors
+// on half as many lanes (fp32 D = 68, 96, 100, 40: 4-10% slower, mixed D 756 -> 782 us).
+__host__ __device__ inline bool wide_row(int units) {
+  return units > ArchTraits::kWarpSize && units < 2 * ArchTraits::kWarpSize;
+}
+
+// The plan the bags kernel runs for a row of a kernel shape with `vecs` vectors per lane: plan_row, or
+// for a wide_row under a one-vector shape, two vectors per lane (vecs = 2 in the result). The host sizes
+// the grid with it.
+__host__ __device__ inline RowPlan kernel_plan(int dim, int elem_bytes, uintptr_t table_addr, int vecs) {
+  RowPlan plan = plan_row(dim, elem_bytes, table_addr, vecs);
+  plan.vecs = vecs;
+  if (vecs == 1 && plan.vec_bytes == 16 && wide_row(plan.units)) {
+    plan = plan_row(dim, elem_bytes, table_addr, 2);
+    plan.vecs = 2;
+  }
   return plan;
 }
 
@@ -473,21 +496,17 @@ __global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBl
   for (int f = f0; f < p.num_features; f += f_stride) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
     const RowPlan plan =
-        plan_row(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs);
+        kernel_plan(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs);
     // The plain form (no checks, no per-sample weights) for the vector paths; the narrow paths
     // (rows not a multiple of 8 bytes) keep one general form.
     const bool plain = p.check == kCheckOff && p.per_sample_weights == nullptr &&
                        p.num_rows[f] <= (int64_t{1} << 32);
     switch (plan.vec_bytes) {
       case 16:
-        if (C::kVecs == 1 && plan.units > ArchTraits::kWarpSize && plan.units <= 2 * ArchTraits::kWarpSize) {
-          // 33..64 vectors (fp32 D = 132..256): two vectors per lane and half the unroll, one walk over
-          // the bag. In passes of 32 the second pass re-walks the bag for what is left of the row, as
-          // little as one vector, a separate far access per lookup (D=132 ran at 75% of the floor).
+        if (C::kVecs == 1 && plan.vecs == 2) {
           using Wide = FwdConfig<C::kBlock, C::kMinBlocks, (C::kUnroll > 1 ? C::kUnroll / 2 : 1), 2, C::kNoAlloc>;
-          const RowPlan wide = plan_row(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), 2);
-          if (plain) tbe_forward_feature<W, O, I, 16, kPooled, Wide, true>(p, f, table, wide, tile0, tiles);
-          else tbe_forward_feature<W, O, I, 16, kPooled, Wide, false>(p, f, table, wide, tile0, tiles);
+          if (plain) tbe_forward_feature<W, O, I, 16, kPooled, Wide, true>(p, f, table, plan, tile0, tiles);
+          else tbe_forward_feature<W, O, I, 16, kPooled, Wide, false>(p, f, table, plan, tile0, tiles);
         } else if (plain) {
           tbe_forward_feature<W, O, I, 16, kPooled, C, true>(p, f, table, plan, tile0, tiles);
         } else {
