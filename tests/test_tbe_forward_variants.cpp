@@ -81,7 +81,7 @@ TEST(TbeForwardVariants, EveryVariantOrderAndBagsPerGroup) {
   const std::vector<TbeCase> cases = variant_cases();
   for (const std::string& name : names) {
     for (bool feature_inner : {false, true}) {
-      for (int bags : {1, 3}) {
+      for (int bags : {0, 1, 3}) {  // 0: automatic (2 for the cases' whole-warp rows)
         cuda::TbeForwardTuning t;
         t.variant = name;
         t.feature_inner = feature_inner;
@@ -105,7 +105,9 @@ TEST(TbeForwardVariants, UnknownVariantIsRefused) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find("no-such-variant"), std::string::npos) << st.to_string();
   t.variant = "default";
-  t.bags_per_group = 0;
+  t.bags_per_group = -1;
+  EXPECT_FALSE(cuda::set_tbe_forward_tuning(t).ok());
+  t.bags_per_group = 65;
   EXPECT_FALSE(cuda::set_tbe_forward_tuning(t).ok());
 }
 #endif

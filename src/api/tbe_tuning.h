@@ -1,7 +1,7 @@
 // Tuning knobs of the CUDA TBE forward, for benchmarks and tests (not part of the public API); defined
 // in cuda/tbe_forward.cu. Read once, at the first forward call, from EMBSCALE_TBE_FWD_VARIANT (a name
 // of tbe_forward_variant_names()), EMBSCALE_TBE_FWD_ORDER (tile | feature) and EMBSCALE_TBE_FWD_BAGS
-// (1..64), unless set before by set_tbe_forward_tuning.
+// (0 = automatic, 1..64), unless set before by set_tbe_forward_tuning.
 #pragma once
 
 #include <string>
@@ -16,7 +16,9 @@ namespace cuda {
 struct TbeForwardTuning {
   std::string variant = "default";  // kernel shape for pooled fp32 weights and output, int64 indices
   bool feature_inner = false;       // grid (features, bag tiles) instead of (bag tiles, features)
-  int bags_per_group = 1;           // bags each lane group walks (the grid shrinks by this factor)
+  // Bags each lane group walks (the grid shrinks by this factor); 0: automatic, 2 when the launch's
+  // widest lane group is a whole warp (rows of 17 or more vectors), else 1.
+  int bags_per_group = 0;
 };
 
 std::vector<std::string> tbe_forward_variant_names();  // "default" first
