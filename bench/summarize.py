@@ -5,9 +5,12 @@ Prints one row per record (op, impl, dtype, n, median_us, GB/s, % of copy), grou
 each case measured by embscale and at least one peer, embscale's speed relative to the fastest peer:
 speedup = best peer's median_us / embscale's median_us (above 1: embscale is faster).
 
-A case is (backend, op, dtype, n) plus, when present, rows/cols and any "config" field (so the
-embedding benchmarks' records group by their configuration). Records of op "copy" are the ceilings
-and are listed first. Lines that are not JSON objects are skipped with a note on stderr.
+A case is (backend, op, dtype, n) plus, when present, rows/cols and any "config" field. Embedding
+(TBE) records carry their workload as separate fields (tables, batch, D, bag size, rows, alpha, dtypes,
+pooling, optimizer, ...): those fields are the case, so a record is only compared with peers measured on
+the same workload, and only embscale's default tuning (no forward variant, order, bags, thresholds, L2
+fetch hint or short-key sort set) is set against the peers. Records of op "copy" are the ceilings and
+are listed first. Lines that are not JSON objects are skipped with a note on stderr.
 """
 import argparse
 import json
@@ -35,15 +38,45 @@ def load(paths):
     return recs
 
 
+# The workload of a TBE record (tools/tbe_bench_common.h config_fields and the peer scripts' records).
+# A field a record leaves out takes the value given here (None: no value). ("mixed" D is recorded as
+# embedding_dim "mixed".) The learning rate does not change the work, so it is not part of the case.
+TBE_WORKLOAD = {"num_tables": None, "batch_size": None, "embedding_dim": None, "bag_size": None,
+                "variable_bag_size": False, "num_embeddings": None, "alpha": 0.0, "weights_precision": None,
+                "output_dtype": None, "pooling": "sum", "weighted": False, "indices_dtype": None, "optimizer": None,
+                "bounds_check": "off"}
+# embscale's tuning fields and their default values (absent also means default; one bag per group was
+# the forward's default before the automatic choice, recorded as 0).
+TBE_DEFAULT_TUNING = {"fwd_variant": ("default",), "fwd_order": ("tile",), "fwd_bags_per_group": (0, 1),
+                      "max_warp_segment": (0,), "max_block_segment": (0,), "block_threads": (0,),
+                      "short_key_sort": (False,), "l2_fetch_bytes": ()}
+
+
+def is_tbe(r):
+    return "num_tables" in r and "embedding_dim" in r
+
+
+def default_tuning(r):
+    return all(k not in r or r[k] in ok for k, ok in TBE_DEFAULT_TUNING.items())
+
+
 def case_key(r):
     cfg = r.get("config")
     if isinstance(cfg, (dict, list)):
         cfg = json.dumps(cfg, sort_keys=True)
+    if not cfg and is_tbe(r):
+        cfg = json.dumps({k: r.get(k, dflt) for k, dflt in TBE_WORKLOAD.items()}, sort_keys=True)
     return (str(r.get("backend", "")), str(r.get("op", "")), str(r.get("dtype", "")), int(r.get("n", 0) or 0),
             r.get("rows"), r.get("cols"), cfg or "")
 
 
+def dtype_text(r):
+    return str(r.get("dtype", r.get("weights_precision")))
+
+
 def size_text(r):
+    if is_tbe(r):
+        return f"T{r['num_tables']} D{r['embedding_dim']} a{r.get('alpha', 0):g}"
     if r.get("rows") is not None:
         return f"{r['rows']}x{r['cols']}"
     n = int(r.get("n", 0) or 0)
@@ -75,7 +108,7 @@ def main(argv=None):
         if r.get("op") != "copy":
             groups.setdefault(case_key(r), []).append(r)
 
-    head = f"{'op':<26}{'impl':<19}{'dtype':<6}{'n':>11}{'median_us':>12}{'GB/s':>9}{'%copy':>7}"
+    head = f"{'op':<30}{'impl':<27}{'dtype':<6}{'n':>18}{'median_us':>12}{'GB/s':>9}{'%copy':>7}"
     print()
     print(head)
     print("-" * len(head))
@@ -83,9 +116,9 @@ def main(argv=None):
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3], str(k[6]))):
         rows = sorted(groups[key], key=lambda r: r["median_us"])
         for r in rows:
-            print(f"{str(r.get('op')):<26}{str(r.get('impl')):<19}{str(r.get('dtype')):<6}{size_text(r):>11}"
+            print(f"{str(r.get('op')):<30}{str(r.get('impl')):<27}{dtype_text(r):<6}{size_text(r):>18}"
                   f"{fmt(r.get('median_us'), '.2f'):>12}{fmt(r.get('GBps'), '.1f'):>9}{fmt(r.get('pct_of_copy'), '.1f'):>7}")
-        ours = [r for r in rows if r.get("impl") == "embscale"]
+        ours = [r for r in rows if r.get("impl") == "embscale" and (not is_tbe(r) or default_tuning(r))]
         peers = [r for r in rows if r.get("impl") != "embscale"]
         if ours and peers:
             best = min(peers, key=lambda r: r["median_us"])
@@ -94,12 +127,12 @@ def main(argv=None):
     if ratios:
         print()
         print("embscale vs the fastest peer (speedup = peer median_us / embscale median_us; > 1 is faster)")
-        head = f"{'op':<26}{'dtype':<6}{'n':>11}{'embscale_us':>13}{'best peer':>19}{'peer_us':>11}{'speedup':>9}"
+        head = f"{'op':<30}{'dtype':<6}{'n':>18}{'embscale_us':>13}{'best peer':>27}{'peer_us':>11}{'speedup':>9}"
         print(head)
         print("-" * len(head))
         for key, _, ours, best in ratios:
             speed = best["median_us"] / ours["median_us"] if ours["median_us"] > 0 else float("nan")
-            print(f"{key[1]:<26}{key[2]:<6}{size_text(ours):>11}{ours['median_us']:>13.2f}{str(best.get('impl')):>19}"
+            print(f"{key[1]:<30}{dtype_text(ours):<6}{size_text(ours):>18}{ours['median_us']:>13.2f}{str(best.get('impl')):>27}"
                   f"{best['median_us']:>11.2f}{speed:>9.2f}")
     return 0
 

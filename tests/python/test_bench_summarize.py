@@ -1,0 +1,53 @@
+"""bench/summarize.py: embedding (TBE) records are compared with peers measured on the same workload only,
+and only embscale's default tuning is set against them."""
+import importlib.util
+import json
+import pathlib
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "summarize.py"
+
+
+def load_summarize():
+    spec = importlib.util.spec_from_file_location("summarize", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def tbe(impl, us, **fields):
+    r = {"backend": "cuda", "op": "tbe_forward", "impl": impl, "median_us": us, "num_tables": 32,
+         "batch_size": 8192, "embedding_dim": 128, "bag_size": 20, "num_embeddings": 1000000, "alpha": 0.0,
+         "weights_precision": "fp32", "output_dtype": "fp32", "pooling": "sum", "weighted": False,
+         "indices_dtype": "int64"}
+    r.update(fields)
+    return r
+
+
+def speedups(tmp_path, capsys, records):
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert load_summarize().main([str(path)]) == 0
+    out = capsys.readouterr().out
+    table = out.split("embscale vs the fastest peer")[1].splitlines()[3:] if "embscale vs" in out else []
+    return [line.split() for line in table if line.strip()]
+
+
+def test_tbe_records_pair_by_workload_and_default_tuning(tmp_path, capsys):
+    rows = speedups(tmp_path, capsys, [
+        tbe("embscale", 650.0, variable_bag_size=False, fwd_variant="default", fwd_order="tile", fwd_bags_per_group=0),
+        tbe("embscale", 600.0, fwd_variant="u4"),                # a sweep variant: never set against the peer
+        tbe("embscale", 700.0, bounds_check="error"),            # another workload: checks on
+        tbe("embscale", 150.0, embedding_dim=8),                 # no peer measured at D=8
+        tbe("torch_embeddingbag_concat", 1600.0),
+        tbe("torch_embeddingbag", 1750.0),
+        tbe("embscale", 280.0, alpha=1.15),
+        tbe("torch_embeddingbag_concat", 1260.0, alpha=1.15),
+        tbe("embscale", 2000.0, op="tbe_backward_sgd", optimizer="sgd", learning_rate=0.10000000149011612),
+        tbe("torch_embeddingbag_sparse", 8000.0, op="tbe_backward_sgd", optimizer="sgd", learning_rate=0.1),
+    ])
+    got = {(r[0], r[3], r[4]): (float(r[5]), r[6], float(r[8])) for r in rows}  # op dtype T D alpha us peer us x
+    assert got == {
+        ("tbe_backward_sgd", "D128", "a0"): (2000.0, "torch_embeddingbag_sparse", 4.0),
+        ("tbe_forward", "D128", "a0"): (650.0, "torch_embeddingbag_concat", round(1600.0 / 650.0, 2)),
+        ("tbe_forward", "D128", "a1.15"): (280.0, "torch_embeddingbag_concat", 4.5),
+    }
