@@ -154,8 +154,9 @@ inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims
   p->alpha = a.alpha;
   p->json = a.json;
   if (a.l2_fetch_bytes != kUnset) {
-    if (a.l2_fetch_bytes < 0 || a.l2_fetch_bytes > 128 || !gpu)
-      return "--l2-fetch-bytes: " + std::to_string(a.l2_fetch_bytes) + "; expected 0..128 on the cuda backend";
+    if (!gpu) return "--l2-fetch-bytes: a CUDA device setting; this run is on the cpu backend";
+    if (a.l2_fetch_bytes < 0 || a.l2_fetch_bytes > 128)
+      return "--l2-fetch-bytes: " + std::to_string(a.l2_fetch_bytes) + "; expected 0..128";
     p->l2_fetch_bytes = static_cast<int>(a.l2_fetch_bytes);
   }
   p->seed = a.seed;
