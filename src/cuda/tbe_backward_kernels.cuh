@@ -75,6 +75,8 @@ constexpr int kDefaultBlockThreads = 256;
 constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
 
 constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)
+constexpr int kLinearizeSpan = 8192;  // lookups of a linearize block whose bags fit its shared table
+constexpr int kLinearizeLoads = 4;    // indices a linearize thread loads at once
 constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
 constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
 // The lane-group variant, per weights dtype (H200 A/B of 2, 3 and 4 blocks per SM, same inputs,
@@ -98,6 +100,8 @@ enum Counter : int {
 // Warp-path rows of up to this many lookups go to the lane groups (when that path is on); longer ones
 // take a whole warp (second launch of the warp-row kernel, skipped when classify saw none).
 constexpr int kGroupMaxLookups = 8;
+// The lane-group path orders rows by length and prefetches when lookups per unique row exceed this.
+constexpr int kRepeatLookups = 2;
 
 constexpr uint32_t kNoBag = 0xffffffffu;  // bag_of of a dropped lookup
 
@@ -208,6 +212,9 @@ __device__ __forceinline__ float to_float<fp16_t>(fp16_t v) { return __half2floa
 template <>
 __device__ __forceinline__ float to_float<bf16_t>(bf16_t v) { return bf16_to_float(v.bits); }
 
+// Asks L2 to fetch the line holding p (no register written, no fault reported).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // kVec elements from p (n valid of them; the rest read as 0). vec: p is kVec-element aligned and all
 // kVec exist, one 16-byte (fp32) or 8-byte (fp16/bf16) access. ro: the data is read-only for the
 // kernel's lifetime (grad_output), so the non-coherent path may be used. Otherwise (weights, partials)
@@ -278,12 +285,15 @@ __device__ __forceinline__ void store_floats(float* p, bool vec, int n, const fl
 
 // grid = ceil(T*B / kLinearizeItems), block = kLinearizeItems. Block x owns bags [x*256, x*256+256) and
 // the lookups between their first and last offsets (block 0 also those before offsets[0], the last
-// block those after offsets[T*B]: they belong to no bag and get the sentinel key). A lookup finds its
-// bag by binary search in the block's offsets (shared memory), so reads and writes are coalesced.
+// block those after offsets[T*B]: they belong to no bag and get the sentinel key). Reads and writes are
+// coalesced: a lookup finds its bag in shared memory, from a table of every lookup's bag that the
+// bags' threads fill when the block's offsets are non-decreasing and span at most kLinearizeSpan
+// lookups (one shared load per lookup), else by binary search in the offsets.
 template <typename K, typename I>
 __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel(const BwdParams p) {
   __shared__ int64_t off[kLinearizeItems + 1];
   __shared__ int cnt[kLinearizeItems];
+  __shared__ int16_t bag_at[kLinearizeSpan];
   __shared__ unsigned long long skipped;
   const I* offsets = static_cast<const I*>(p.offsets);
   const I* indices = static_cast<const I*>(p.indices);
@@ -306,21 +316,36 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
   __syncthreads();
   const int64_t lo = blockIdx.x == 0 ? 0 : off[0];
   const int64_t hi = item0 + nitems == p.num_items ? N : off[nitems];
-  unsigned my_skipped = 0;
-  for (int64_t i = lo + tid; i < hi; i += blockDim.x) {
-    // bag k: the last k with off[k] <= i (k = -1 or k = nitems: no bag)
-    int a = 0, b = nitems + 1;  // off[a-1] <= i < off[b] over the virtual bounds
-    while (a < b) {
-      const int m = (a + b) >> 1;
-      if (off[m] <= i) a = m + 1; else b = m;
+  // The bag table: bag k covers [off[k], off[k+1]); [lo, off[0]) gets -1 and [off[nitems], hi) nitems.
+  bool sorted = true;
+  for (int k = tid; k < nitems; k += blockDim.x) sorted = sorted && off[k] <= off[k + 1];
+  const bool table = __syncthreads_and(sorted) && hi - lo <= kLinearizeSpan;
+  if (table) {
+    for (int k = tid - 1; k <= nitems; k += blockDim.x) {
+      const int64_t a = k < 0 ? lo : off[k], b = k < nitems ? off[k + 1] : hi;
+      for (int64_t i = a; i < b; ++i) bag_at[i - lo] = static_cast<int16_t>(k);
     }
-    const int k = a - 1;
+    __syncthreads();
+  }
+  unsigned my_skipped = 0;
+  const auto linearize_one = [&](int64_t i, int64_t idx) {
+    // bag k: the last k with off[k] <= i (k = -1 or k = nitems: no bag)
+    int k;
+    if (table) {
+      k = bag_at[i - lo];
+    } else {
+      int a = 0, b = nitems + 1;  // off[a-1] <= i < off[b] over the virtual bounds
+      while (a < b) {
+        const int m = (a + b) >> 1;
+        if (off[m] <= i) a = m + 1; else b = m;
+      }
+      k = a - 1;
+    }
     K key = static_cast<K>(p.total_rows);
     int64_t item = 0;
     if (k >= 0 && k < nitems) {
       item = item0 + k;
       const int f = static_cast<int>(item / B);
-      const int64_t idx = load_index_bwd(indices + i);
       const bool ok = !check || (idx >= 0 && idx < p.num_rows[f]);
       if (ok) {
         key = static_cast<K>(p.row_offsets[f] + idx);
@@ -334,6 +359,17 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
     static_cast<K*>(p.keys_in)[i] = key;
     p.vals_in[i] = static_cast<uint32_t>(p.vals_are_items ? item : i);
     if (p.need_bag_of) p.bag_of[i] = key == static_cast<K>(p.total_rows) ? kNoBag : static_cast<uint32_t>(item);
+  };
+  // kLinearizeLoads lookups per thread at a time, their indices loaded first (every i in [lo, hi) is a
+  // valid position, bag or not).
+  const int64_t step = blockDim.x;
+  for (int64_t i0 = lo + tid; i0 < hi; i0 += kLinearizeLoads * step) {
+    int64_t idx[kLinearizeLoads];
+#pragma unroll
+    for (int u = 0; u < kLinearizeLoads; ++u) idx[u] = i0 + u * step < hi ? load_index_bwd(indices + i0 + u * step) : 0;
+#pragma unroll
+    for (int u = 0; u < kLinearizeLoads; ++u)
+      if (i0 + u * step < hi) linearize_one(i0 + u * step, idx[u]);
   }
   if (p.check == tbe_fwd::kCheckSkip && my_skipped != 0) atomicAdd(&skipped, static_cast<unsigned long long>(my_skipped));
   __syncthreads();
@@ -1011,6 +1047,46 @@ __device__ __forceinline__ void group_update_row(const BwdParams& p, const RowIn
   }
 }
 
+// Issues L2 prefetches for what group_update_row will load first for row r (weights, row-wise state,
+// the first lookup's gradient row at grad_off): the same addresses, no registers held.
+template <typename W, typename G, int R, int kOpt>
+__device__ __forceinline__ void group_prefetch_row(const BwdParams& p, const RowInfo& r, int64_t grad_off, int gl) {
+  constexpr int L = ArchTraits::kWarpSize / R;
+  constexpr int P = kGroupVecs / R;
+  const W* wrow = static_cast<const W*>(p.weights) + r.wbase;
+  const G* grad = static_cast<const G*>(p.grad_output) + grad_off;
+#pragma unroll
+  for (int q = 0; q < P; ++q)
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int col = q * kPassCols + (gl + k * L) * kVec;
+      if (col < r.D) {
+        if (kOpt != kGroupDense) prefetch_l2(wrow + col);
+        prefetch_l2(grad + col);
+      }
+    }
+  if (kOpt == kGroupAdagrad && gl == 0) prefetch_l2(p.momentum1 + r.key);
+}
+
+// The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], then c[2],
+// each in lane order.
+struct RowOrder {
+  unsigned c[3];
+  __device__ __forceinline__ bool empty() const { return (c[0] | c[1] | c[2]) == 0; }
+  __device__ __forceinline__ void pop() {
+    if (c[0] != 0) c[0] &= c[0] - 1;
+    else if (c[1] != 0) c[1] &= c[1] - 1;
+    else c[2] &= c[2] - 1;
+  }
+  // The n-th remaining row (lane index), -1 past the end.
+  __device__ __forceinline__ int nth(int n) const {
+    RowOrder o = *this;
+    for (int i = 0; i < n; ++i) o.pop();
+    const unsigned m = o.c[0] != 0 ? o.c[0] : o.c[1] != 0 ? o.c[1] : o.c[2];
+    return m != 0 ? __ffs(m) - 1 : -1;
+  }
+};
+
 // ---- row kernels -----------------------------------------------------------------------------------
 
 // What the warp-row kernels broadcast of one row of a 32-row batch.
@@ -1037,6 +1113,8 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
   if (kRows == 0 && p.warp_min_len >= kGroupMaxLookups && p.counters[kLongWarpRows] == 0) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   const int64_t runs = p.counters[kNumRuns];
+  // lane-group path with fp32 weights: see below (measured there only; fp16/bf16 rows are compute-bound)
+  const bool repeats = kRows > 0 && sizeof(W) == sizeof(float) && runs * kRepeatLookups < p.num_indices;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
   for (int64_t u0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
                      threadIdx.x / ArchTraits::kWarpSize) * ArchTraits::kWarpSize;
@@ -1081,18 +1159,42 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
       static_assert(kRows <= kGroupVecs && kGroupVecs % kRows == 0 && ArchTraits::kWarpSize % kRows == 0,
                     "lane-group shape");
       constexpr int kLanes = ArchTraits::kWarpSize / kRows;
-      unsigned short_rows = todo;
-      // kRows rows at a time: group grp takes the grp-th remaining row of the batch.
       const int grp = lane / kLanes, gl = lane % kLanes;
       const unsigned gmask = group_mask<kLanes>(grp);
-      while (short_rows != 0) {
-        unsigned t = short_rows;
-        for (int i = 0; i < grp; ++i) t &= t - 1;
-        const int j = t != 0 ? __ffs(t) - 1 : -1;
+      if (sizeof(W) != sizeof(float) || !repeats) {
+        // kRows rows at a time: group grp takes the grp-th remaining row of the batch.
+        unsigned short_rows = todo;
+        while (short_rows != 0) {
+          unsigned t = short_rows;
+          for (int i = 0; i < grp; ++i) t &= t - 1;
+          const int j = t != 0 ? __ffs(t) - 1 : -1;
 #pragma unroll
-        for (int i = 0; i < kRows; ++i) short_rows &= short_rows - 1;
-        const BatchRow b = batch_row(j < 0 ? 0 : j);
-        if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
+          for (int i = 0; i < kRows; ++i) short_rows &= short_rows - 1;
+          const BatchRow b = batch_row(j < 0 ? 0 : j);
+          if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
+        }
+      } else if constexpr (sizeof(W) == sizeof(float)) {
+        // Rows repeat (more than kRepeatLookups lookups per unique row on average, as under Zipf
+        // lookups): the gradient rows mostly hit L2 and a round waits on latency, not bandwidth. The
+        // lane groups share the warp's instruction stream, so a round lasts as long as its longest
+        // row's chain of dependent gradient loads (the first lookup, then two more per step): the rows
+        // are taken by length class (1 lookup, 2..3, 4..kGroupMaxLookups), so that short rows do not
+        // wait for long ones, and the row each group takes next round has its weights, state and first
+        // gradient row prefetched into L2 during this one. (Uniform lookups, ~1 per row, are
+        // bandwidth-bound: both were measured slower there.)
+        const unsigned single = __ballot_sync(ArchTraits::kFullMask, mine && len == 1);
+        const unsigned pair = __ballot_sync(ArchTraits::kFullMask, mine && len >= 2 && len <= 3);
+        RowOrder order{single, pair, todo & ~(single | pair)};
+        while (!order.empty()) {
+          const int j = order.nth(grp);
+          const int jn = order.nth(grp + kRows);
+          const BatchRow b = batch_row(j < 0 ? 0 : j);
+          const BatchRow n = batch_row(jn < 0 ? 0 : jn);
+          if (jn >= 0) group_prefetch_row<W, G, kRows, kOpt>(p, n.r, n.first.grad_off, gl);
+#pragma unroll
+          for (int i = 0; i < kRows; ++i) order.pop();
+          if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
+        }
       }
     }
     if constexpr (kRows == 0) while (todo != 0) {
