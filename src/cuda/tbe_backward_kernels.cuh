@@ -454,9 +454,11 @@ __device__ __forceinline__ LookupMeta lookup_meta(const BwdParams& p, int64_t q)
 // One chunk (n <= kChunk lookups from sorted position first) summed by one warp, lane's kVec columns
 // of pass `pass`, in lookup order from 0: out[k] = ((0 + c_0) + c_1) + ...
 // pre: the meta of lookup `first` when the caller already has it (saves a dependent load chain).
-template <typename G>
-__device__ __forceinline__ void warp_chunk_sum(const BwdParams& p, int64_t first, int n, int col, int ncols,
-                                               float* out, const LookupMeta* pre = nullptr) {
+// kScaled: lookups carry a scale (weighted, MEAN); without one (plain SUM, scale 1) the multiply and its
+// shuffle are left out: 1 * x is exact, so the sums are the same bits.
+template <typename G, bool kScaled>
+__device__ __forceinline__ void warp_chunk_sum_as(const BwdParams& p, int64_t first, int n, int col, int ncols,
+                                                  float* out, const LookupMeta* pre) {
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   LookupMeta mine{0, 1.0f};
   if (lane < n) mine = (pre != nullptr && lane == 0) ? *pre : lookup_meta(p, first + lane);
@@ -472,20 +474,24 @@ __device__ __forceinline__ void warp_chunk_sum(const BwdParams& p, int64_t first
       // Lookups past n read the chunk's first row (present), so the loads carry no predicate.
       const int src = j0 + j < n ? j0 + j : 0;
       const int64_t off = __shfl_sync(ArchTraits::kFullMask, mine.grad_off, src);
-      sc[j] = __shfl_sync(ArchTraits::kFullMask, mine.scale, src);
+      sc[j] = kScaled ? __shfl_sync(ArchTraits::kFullMask, mine.scale, src) : 1.0f;
       load_vec<G, true>(grad + off + col, vec, ncols, x[j]);  // ncols == 0: zeros, no access
     }
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       if (j0 + j < n) {
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          // scale 1 (plain SUM) is exact, so one multiply serves every mode
-          out[k] = __fadd_rn(out[k], __fmul_rn(sc[j], x[j][k]));
-        }
+        for (int k = 0; k < kVec; ++k) out[k] = __fadd_rn(out[k], kScaled ? __fmul_rn(sc[j], x[j][k]) : x[j][k]);
       }
     }
   }
+}
+
+template <typename G>
+__device__ __forceinline__ void warp_chunk_sum(const BwdParams& p, int64_t first, int n, int col, int ncols,
+                                               float* out, const LookupMeta* pre = nullptr) {
+  if (p.contrib == kContribPlain) warp_chunk_sum_as<G, false>(p, first, n, col, ncols, out, pre);
+  else warp_chunk_sum_as<G, true>(p, first, n, col, ncols, out, pre);
 }
 
 // Columns of pass `pass` owned by this lane: first column and how many of its kVec exist.
