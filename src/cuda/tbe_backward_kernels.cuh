@@ -1119,8 +1119,11 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
   if (kRows == 0 && p.warp_min_len >= kGroupMaxLookups && p.counters[kLongWarpRows] == 0) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   const int64_t runs = p.counters[kNumRuns];
-  // lane-group path with fp32 weights: see below (measured there only; fp16/bf16 rows are compute-bound)
-  const bool repeats = kRows > 0 && sizeof(W) == sizeof(float) && runs * kRepeatLookups < p.num_indices;
+  // Lane groups of several rows (kRows >= 2: rows of up to 256 columns) with fp32 weights: see below.
+  // Measured there only: fp16/bf16 rows are compute-bound, and with the second loop compiled in, the
+  // one-row-per-warp lane groups (257..512 columns) ran D=320 uniform 13% slower.
+  constexpr bool kRepeatPath = kRows >= 2 && sizeof(W) == sizeof(float);
+  const bool repeats = kRepeatPath && runs * kRepeatLookups < p.num_indices;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
   for (int64_t u0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
                      threadIdx.x / ArchTraits::kWarpSize) * ArchTraits::kWarpSize;
@@ -1167,7 +1170,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
       constexpr int kLanes = ArchTraits::kWarpSize / kRows;
       const int grp = lane / kLanes, gl = lane % kLanes;
       const unsigned gmask = group_mask<kLanes>(grp);
-      if (sizeof(W) != sizeof(float) || !repeats) {
+      if (!kRepeatPath || !repeats) {
         // kRows rows at a time: group grp takes the grp-th remaining row of the batch.
         unsigned short_rows = todo;
         while (short_rows != 0) {
@@ -1179,7 +1182,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
           const BatchRow b = batch_row(j < 0 ? 0 : j);
           if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
         }
-      } else if constexpr (sizeof(W) == sizeof(float)) {
+      } else if constexpr (kRepeatPath) {
         // Rows repeat (more than kRepeatLookups lookups per unique row on average, as under Zipf
         // lookups): the gradient rows mostly hit L2 and a round waits on latency, not bandwidth. The
         // lane groups share the warp's instruction stream, so a round lasts as long as its longest
