@@ -185,6 +185,30 @@ TEST_P(TbeBackward, ShortKeySortDeterministic) {
   }
 }
 
+// Key spaces of 17..18 and 25..27 bits take 9-bit radix digits on CUDA (one sort pass fewer than
+// 8-bit digits): tables of 70,000 + 60,000 rows (a 17-bit key) and 2^24 + 5 + 1,000 rows (25 bits),
+// with a hot row (block and multi-block paths) in each table.
+TEST_P(TbeBackward, WideKeySpaces) {
+  const std::vector<std::vector<int64_t>> row_sets = {{70000, 60000}, {(int64_t{1} << 24) + 5, 1000}};
+  for (const auto& rows : row_sets) {
+    for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad}) {
+      BwdCase c;
+      c.num_rows = rows;
+      c.dims = {1, 12};
+      c.batch_size = 600;
+      c.max_bag = 20;
+      c.hot_fraction = 0.3;
+      c.opt.type = opt;
+      c.opt.learning_rate = 0.25f;
+      c.opt.eps = 0.125f;
+      c.seed = 2424 + rows[0] % 7 + (opt == OptimizerType::kSgd ? 0 : 10);
+      c.integer_values = true;
+      const BwdOutcome o = expect_case(c);
+      EXPECT_TRUE(o.reference_nonzero);
+    }
+  }
+}
+
 // Rows wider than 128 columns (up to 512) are updated by lane groups of 16 or 32 lanes on CUDA: the
 // results must match the reference and be bit-identical to the block and multi-block paths.
 TEST_P(TbeBackward, WideRowsDeterministic) {

@@ -6,10 +6,11 @@
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
 //               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
-//   sort        cub::DeviceRadixSort::SortPairs (stable) on bits [0, bit_width(total_rows)), or, with
-//               tuning.short_key_sort, on fewer low bits when that saves a pass (sort_end_bit).
+//   sort        CUB's onesweep radix sort of pairs (stable) on bits [0, bit_width(total_rows)), 8 or 9
+//               bits a pass (sort_pairs), or, with tuning.short_key_sort, on fewer low bits when that
+//               saves a pass (sort_end_bit).
 //   encode      counters cleared, cub::DeviceRunLengthEncode::Encode, cub::DeviceScan::ExclusiveSum
-//               (run starts), then the classify kernel (warp / block / hot lists, hot-row slots).
+//               (run starts), then the classify kernels (block / hot lists in key order, hot-row slots).
 //   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp), block, hot-part and
 //               hot-combine kernels; all persistent grids (resident blocks per SM x SMs), each reading
 //               its list length on the device.
@@ -22,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/dispatch/dispatch_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -85,12 +87,27 @@ Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
 // Sub-buffer offsets of the workspace (bytes from its first 256-byte aligned address).
 struct Layout {
   size_t keys_in = 0, keys_sorted = 0, vals_in = 0, vals_sorted = 0, bag_of = 0, bag_count = 0, unique_keys = 0,
-         run_lengths = 0, run_starts = 0, row_list = 0, hot_list = 0, hot_base = 0, slot_row = 0, slot_super = 0,
-         partials = 0, counters = 0, cub_temp = 0, cub_bytes = 0, total = 0;
+         run_lengths = 0, run_starts = 0, work_list = 0, hot_list = 0, hot_base = 0, slot_row = 0, slot_super = 0,
+         partials = 0, counters = 0, classify_tally = 0, cub_temp = 0, cub_bytes = 0, total = 0;
   int64_t max_block_rows = 0, max_hot = 0, max_slots = 0;
   bool key64 = false;
   int end_bit = 0;
 };
+
+// Radix-sort passes. CUB's onesweep sort takes 8 key bits per pass; for 32-bit keys of 17..18 or
+// 25..27 significant bits, 9-bit digits take one pass fewer (2 or 3 instead of 3 or 4).
+constexpr int kRadixDigitBits = 8;  // CUB's onesweep digit
+constexpr int kWideDigitBits = 9;   // NineBitDigits below
+
+int ceil_div_int(int a, int b) { return (a + b - 1) / b; }
+
+bool wide_digits(int end_bit, bool key64) {
+  return !key64 && ceil_div_int(end_bit, kWideDigitBits) < ceil_div_int(end_bit, kRadixDigitBits);
+}
+
+int sort_passes(int end_bit, bool key64) {
+  return ceil_div_int(end_bit, wide_digits(end_bit, key64) ? kWideDigitBits : kRadixDigitBits);
+}
 
 // Radix-sort key bits. A stable LSD sort on the low s bits orders lookups by (key mod 2^s, lookup
 // position). Two different keys with equal low bits differ by at least 2^s, so when every table has at
@@ -98,16 +115,17 @@ struct Layout {
 // offsets non-decreasing over features, which are table-major in the lookups) every lookup of the
 // smaller key comes first: each key's lookups stay one run, in lookup order, as after the full sort.
 // The sums and updates are then bit-identical; unique rows of 2^(full - s) row ranges interleave
-// (capped at kMaxInterleaveBits). Opt-in (tuning.short_key_sort): on the H200 the interleaved order
-// slowed the uniform row phase by more than the pass saved. Never used where the full order is visible
-// or not guaranteed: dense mode (unique rows are returned ascending) and skip mode (the sentinel key of
-// a skipped lookup may sit between a row's lookups).
-constexpr int kRadixDigitBits = 8;     // CUB's onesweep digit for 32-bit keys
+// (capped at kMaxInterleaveBits). Opt-in (tuning.short_key_sort), taken only when it saves a pass: on
+// the H200 the interleaved order slowed the uniform row phase by more than the pass saved. Never used
+// where the full order is visible or not guaranteed: dense mode (unique rows are returned ascending)
+// and skip mode (the sentinel key of a skipped lookup may sit between a row's lookups).
 constexpr int kMaxInterleaveBits = 2;  // at most 4 row ranges interleaved
 
 int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) {
   const int full = std::max(1, bit_width(static_cast<uint64_t>(tbe.total_rows())));
-  const int s = (full - 1) / kRadixDigitBits * kRadixDigitBits;
+  const bool key64 = static_cast<uint64_t>(tbe.total_rows()) >= UINT32_MAX;
+  int s = full - 1;
+  while (s > 0 && sort_passes(s, key64) >= sort_passes(full, key64)) --s;
   if (!args.tuning.short_key_sort || args.optimizer.type == OptimizerType::kNone ||
       args.bounds_check == BoundsCheckMode::kSkip || s == 0 || full - s > kMaxInterleaveBits)
     return full;
@@ -120,6 +138,53 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
     prev = r;
   }
   return s;
+}
+
+// CUB's onesweep radix sort takes 8 key bits per pass. For 32-bit keys of 17..18 or 25..27
+// significant bits, 9-bit digits take one pass fewer (2 or 3 instead of 3 or 4): NineBitDigits is
+// CUB's own sm_90 policy for (uint32 key, uint32 value) with the digit width changed (the histogram and
+// the digits' exclusive sum follow it). Same stable LSD order, so the same sorted output.
+struct NineBitDigits {
+  using Tuned = cub::detail::radix::policy_hub<uint32_t, uint32_t, uint32_t>::Policy900;
+  static constexpr int kBits = kWideDigitBits;
+  struct Policy : cub::ChainedPolicy<900, Policy, Policy> {
+    static constexpr bool ONESWEEP = true;
+    static constexpr int ONESWEEP_RADIX_BITS = kBits;
+    using HistogramPolicy = cub::AgentRadixSortHistogramPolicy<128, 16, 1, uint32_t, kBits>;
+    using ExclusiveSumPolicy = cub::AgentRadixSortExclusiveSumPolicy<256, kBits>;
+    using OnesweepPolicy =
+        cub::AgentRadixSortOnesweepPolicy<Tuned::OnesweepPolicy::BLOCK_THREADS, Tuned::OnesweepPolicy::ITEMS_PER_THREAD,
+                                          uint32_t, Tuned::OnesweepPolicy::RANK_NUM_PARTS,
+                                          Tuned::OnesweepPolicy::RANK_ALGORITHM, Tuned::OnesweepPolicy::SCAN_ALGORITHM,
+                                          Tuned::OnesweepPolicy::STORE_ALGORITHM, kBits>;
+    // Paths onesweep does not take on sm_90, kept as CUB has them.
+    using ScanPolicy = Tuned::ScanPolicy;
+    using DownsweepPolicy = Tuned::DownsweepPolicy;
+    using AltDownsweepPolicy = Tuned::AltDownsweepPolicy;
+    using UpsweepPolicy = Tuned::UpsweepPolicy;
+    using AltUpsweepPolicy = Tuned::AltUpsweepPolicy;
+    using SingleTilePolicy = Tuned::SingleTilePolicy;
+    using SegmentedPolicy = Tuned::SegmentedPolicy;
+    using AltSegmentedPolicy = Tuned::AltSegmentedPolicy;
+  };
+  using MaxPolicy = Policy;
+};
+
+// Stable sort of n (key, value) pairs on key bits [0, end_bit); temp == nullptr: size query.
+template <typename K>
+cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out, const uint32_t* vals_in,
+                       uint32_t* vals_out, int n, int end_bit, cudaStream_t s) {
+  if constexpr (sizeof(K) == 4) {
+    if (wide_digits(end_bit, false)) {
+      cub::DoubleBuffer<uint32_t> keys(const_cast<uint32_t*>(keys_in), keys_out);
+      cub::DoubleBuffer<uint32_t> vals(const_cast<uint32_t*>(vals_in), vals_out);
+      return cub::DispatchRadixSort<cub::SortOrder::Ascending, uint32_t, uint32_t, uint32_t,
+                                    cub::detail::identity_decomposer_t, NineBitDigits>::Dispatch(temp, bytes, keys, vals,
+                                                                                               static_cast<uint32_t>(n), 0,
+                                                                                               end_bit, false, s);
+    }
+  }
+  return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys_out, vals_in, vals_out, n, 0, end_bit, s);
 }
 
 struct CallShape {
@@ -143,11 +208,8 @@ template <typename K>
 Status cub_bytes(int64_t N, int end_bit, cudaStream_t s, size_t* out) {
   const int n = static_cast<int>(N);
   size_t sort = 0, rle = 0, scan = 0;
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(
-      cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
-                                      static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), n, 0,
-                                      end_bit, s),
-      "cub::DeviceRadixSort::SortPairs (size)"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(sort_pairs<K>(nullptr, sort, nullptr, nullptr, nullptr, nullptr, n, end_bit, s),
+                                       "cub::DeviceRadixSort::SortPairs (size)"));
   EMBSCALE_RETURN_IF_ERROR(cuda_status(
       cub::DeviceRunLengthEncode::Encode(nullptr, rle, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
                                          static_cast<uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), n, s),
@@ -189,13 +251,14 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   L.unique_keys = take(N * kb);
   L.run_lengths = take(N * 4);
   L.run_starts = take(N * 4);
-  L.row_list = take(static_cast<size_t>(L.max_block_rows) * 4);
+  L.work_list = take(static_cast<size_t>(L.max_block_rows + L.max_slots) * 4);
   L.hot_list = take(static_cast<size_t>(L.max_hot) * 4);
   L.hot_base = take(static_cast<size_t>(L.max_hot) * 4);
   L.slot_row = take(static_cast<size_t>(L.max_slots) * 4);
   L.slot_super = take(static_cast<size_t>(L.max_slots) * 4);
   L.partials = take(static_cast<size_t>(L.max_slots) * static_cast<size_t>(tbe.max_dim()) * 4);
   L.counters = take(tbe_bwd::kNumCounters * 4);
+  L.classify_tally = take(tbe_bwd::kClassifyBlocks * sizeof(tbe_bwd::ClassTally));
   if (c.N > 0) {
     EMBSCALE_RETURN_IF_ERROR(L.key64 ? cub_bytes<uint64_t>(c.N, L.end_bit, s, &L.cub_bytes)
                                      : cub_bytes<uint32_t>(c.N, L.end_bit, s, &L.cub_bytes));
@@ -233,9 +296,8 @@ Status launch_finalize(const BwdParams& p, int64_t* num_skipped, cudaStream_t s)
 template <typename K>
 Status run_sort(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
   size_t bytes = L.cub_bytes;
-  return cuda_status(cub::DeviceRadixSort::SortPairs(temp, bytes, static_cast<const K*>(p.keys_in),
-                                                     static_cast<K*>(p.keys_sorted), p.vals_in, p.vals_sorted,
-                                                     static_cast<int>(p.num_indices), 0, L.end_bit, s),
+  return cuda_status(sort_pairs<K>(temp, bytes, static_cast<const K*>(p.keys_in), static_cast<K*>(p.keys_sorted),
+                                   p.vals_in, p.vals_sorted, static_cast<int>(p.num_indices), L.end_bit, s),
                      "cub::DeviceRadixSort::SortPairs");
 }
 
@@ -326,7 +388,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   p.unique_keys = at(L.unique_keys);
   p.run_lengths = static_cast<uint32_t*>(at(L.run_lengths));
   p.run_starts = static_cast<uint32_t*>(at(L.run_starts));
-  p.row_list = static_cast<uint32_t*>(at(L.row_list));
+  p.work_list = static_cast<uint32_t*>(at(L.work_list));
   p.hot_list = static_cast<uint32_t*>(at(L.hot_list));
   p.hot_base = static_cast<uint32_t*>(at(L.hot_base));
   p.slot_row = static_cast<uint32_t*>(at(L.slot_row));
@@ -408,14 +470,20 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
                                            "cudaMemsetAsync (counters)"));
       EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_encode<uint64_t>(p, L, cub_temp, stream)
                                        : run_encode<uint32_t>(p, L, cub_temp, stream));
-      const int64_t blocks =
-          std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, static_cast<int64_t>(sm_count()) * 8);
+      // Both passes on one grid: the same split of the unique rows into ranges.
+      const unsigned blocks = static_cast<unsigned>(
+          std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, tbe_bwd::kClassifyBlocks));
+      auto* tally = static_cast<uint32_t*>(at(L.classify_tally));
       if (L.key64) {
-        tbe_bwd::tbe_backward_classify_kernel<uint64_t><<<static_cast<unsigned>(blocks), tbe_bwd::kRowThreads, 0, stream>>>(p);
+        tbe_bwd::tbe_backward_classify_tally_kernel<uint64_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
+        EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
+        tbe_bwd::tbe_backward_classify_place_kernel<uint64_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
       } else {
-        tbe_bwd::tbe_backward_classify_kernel<uint32_t><<<static_cast<unsigned>(blocks), tbe_bwd::kRowThreads, 0, stream>>>(p);
+        tbe_bwd::tbe_backward_classify_tally_kernel<uint32_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
+        EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
+        tbe_bwd::tbe_backward_classify_place_kernel<uint32_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
       }
-      EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_kernel");
+      EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_place_kernel");
     }
     // 4. gradient sums and updates
     if (phases & kTbeBwdRows) {

@@ -62,14 +62,9 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     }
   }
   {
-    const auto k = tbe_backward_block_rows_kernel<W, G>;
+    const auto k = tbe_backward_block_work_kernel<W, G>;
     k<<<grid(reinterpret_cast<const void*>(k), g.block_threads), g.block_threads, 0, s>>>(p);
-    EMBSCALE_CHECK_LAUNCH("tbe_backward_block_rows_kernel");
-  }
-  {
-    const auto k = tbe_backward_hot_parts_kernel<G>;
-    k<<<grid(reinterpret_cast<const void*>(k), g.block_threads), g.block_threads, 0, s>>>(p);
-    EMBSCALE_CHECK_LAUNCH("tbe_backward_hot_parts_kernel");
+    EMBSCALE_CHECK_LAUNCH("tbe_backward_block_work_kernel");
   }
   {
     const auto k = tbe_backward_hot_combine_kernel<W>;
