@@ -87,9 +87,9 @@ Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
 // Sub-buffer offsets of the workspace (bytes from its first 256-byte aligned address).
 struct Layout {
   size_t keys_in = 0, keys_sorted = 0, vals_in = 0, vals_sorted = 0, bag_of = 0, bag_count = 0, unique_keys = 0,
-         run_lengths = 0, run_starts = 0, work_list = 0, hot_list = 0, hot_base = 0, slot_row = 0, slot_super = 0,
+         run_lengths = 0, run_starts = 0, work_list = 0, warp_list = 0, hot_list = 0, hot_base = 0, slot_row = 0, slot_super = 0,
          partials = 0, counters = 0, classify_tally = 0, cub_temp = 0, cub_bytes = 0, total = 0;
-  int64_t max_block_rows = 0, max_hot = 0, max_slots = 0;
+  int64_t max_block_rows = 0, max_warp_rows = 0, max_hot = 0, max_slots = 0;
   bool key64 = false;
   int end_bit = 0;
 };
@@ -234,6 +234,7 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   const size_t N = static_cast<size_t>(c.N);
   const size_t kb = L.key64 ? 8 : 4;
   L.max_block_rows = c.N / (static_cast<int64_t>(t.max_warp) + 1) + 1;
+  L.max_warp_rows = c.N / (tbe_bwd::kGroupMaxLookups + 1) + 1;
   L.max_hot = c.N / (static_cast<int64_t>(t.max_block) + 1) + 1;
   L.max_slots = c.N / tbe_bwd::kSuperChunk + L.max_hot + 1;
   size_t at = 0;
@@ -252,6 +253,7 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   L.run_lengths = take(N * 4);
   L.run_starts = take(N * 4);
   L.work_list = take(static_cast<size_t>(L.max_block_rows + L.max_slots) * 4);
+  L.warp_list = take(static_cast<size_t>(L.max_warp_rows) * 4);
   L.hot_list = take(static_cast<size_t>(L.max_hot) * 4);
   L.hot_base = take(static_cast<size_t>(L.max_hot) * 4);
   L.slot_row = take(static_cast<size_t>(L.max_slots) * 4);
@@ -389,6 +391,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   p.run_lengths = static_cast<uint32_t*>(at(L.run_lengths));
   p.run_starts = static_cast<uint32_t*>(at(L.run_starts));
   p.work_list = static_cast<uint32_t*>(at(L.work_list));
+  p.warp_list = static_cast<uint32_t*>(at(L.warp_list));
   p.hot_list = static_cast<uint32_t*>(at(L.hot_list));
   p.hot_base = static_cast<uint32_t*>(at(L.hot_base));
   p.slot_row = static_cast<uint32_t*>(at(L.slot_row));
@@ -433,6 +436,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   p.corrections = opt::adam_corrections(args.optimizer);
   p.rounding = args.rounding;
   p.rounding_key = rounding_key(args.seed, args.optimizer.step);
+  p.list_warp_rows = tbe_bwd::group_rows(p) != 0 ? 1 : 0;
   void* cub_temp = at(L.cub_temp);
   const bool i64 = args.indices.dtype == DType::kI64;
 
@@ -473,7 +477,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
       // Both passes on one grid: the same split of the unique rows into ranges.
       const unsigned blocks = static_cast<unsigned>(
           std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, tbe_bwd::kClassifyBlocks));
-      auto* tally = static_cast<uint32_t*>(at(L.classify_tally));
+      auto* tally = static_cast<tbe_bwd::ClassTally*>(at(L.classify_tally));
       if (L.key64) {
         tbe_bwd::tbe_backward_classify_tally_kernel<uint64_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
         EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");

@@ -96,7 +96,7 @@ enum Counter : int {
   kHotCount = 2,    // rows in the hot list
   kSlotCount = 3,   // superchunk slots handed out to hot rows
   kNumRuns = 4,     // CUB run-length encode: number of runs (sentinel run included)
-  kLongWarpRows = 5,  // non-zero when a warp-path row has more than kGroupMaxLookups lookups
+  kWarpCount = 5,   // rows in the warp list (lane groups on: the warp rows they do not take)
   kNumCounters = 8
 };
 
@@ -142,6 +142,7 @@ struct BwdParams {
   uint32_t* run_lengths;           // [N]
   uint32_t* run_starts;            // [N]
   uint32_t* work_list;             // [max_block_rows + max_slots] block path: rows | kWholeRow, hot slots
+  uint32_t* warp_list;             // [max_warp_rows] warp rows the lane groups do not take
   uint32_t* hot_list;              // [max_hot]
   uint32_t* hot_base;              // [max_hot] first slot of each hot row
   uint32_t* slot_row;              // [max_slots] unique index of the slot's row
@@ -171,6 +172,7 @@ struct BwdParams {
   int ug_vec;                      // unique_grads rows allow kVec-element vector stores
   int max_warp_segment;
   int warp_min_len;                // the warp kernel without lane groups takes rows longer than this
+  int list_warp_rows;              // classify lists the warp rows longer than kGroupMaxLookups
   int max_block_segment;
   OptimizerParams opt;
   opt::AdamCorrections corrections;
@@ -384,22 +386,24 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
 
 // ---- classify --------------------------------------------------------------------------------------
 
-// The block and hot lists in key order, built in two passes over the same split of the unique rows
-// into contiguous ranges, one per block (kClassifyBlocks at most): tally counts each range's block
-// rows, hot rows and hot-row slots; place writes them at the range's base (the tallies of the ranges
-// before it) plus their rank within the range (a block scan per tile of rows). Key order matters for
-// speed only (each row has one owner whatever the order): the block and hot-part kernels walk their
-// lists in order, so the rows they work on at once are from one or two tables, whose gradient rows
-// then stay in L2 (with the atomic appends of one pass, rows of ~10 tables at once read their
-// gradient rows at ~40% L2 hit under Zipf lookups).
+// The work lists in key order, built in two passes over the same split of the unique rows into
+// contiguous ranges, one per block (kClassifyBlocks at most): tally counts each range's listed rows
+// and hot-row slots; place writes them at the range's base (the tallies of the ranges before it) plus
+// their rank within the range (a block scan per tile of rows). Lists: the block path's work list
+// (block rows and hot-row slots), the hot rows (for the combine) and, when the lane groups take the
+// rows of at most kGroupMaxLookups lookups, the longer warp rows. Key order matters for speed only
+// (each row has one owner whatever the order): the row kernels walk their lists in order, so the rows
+// they work on at once are from one or two tables, whose gradient rows then stay in L2 (with atomic
+// appends in one pass, rows of ~10 tables at once read their gradient rows at ~40% L2 hit under Zipf
+// lookups).
 constexpr int kClassifyBlocks = 1024;
 
 struct ClassTally {
-  uint32_t block, hot, slots;
+  uint32_t block, hot, slots, warp;
 };
 struct ClassTallySum {
   __device__ __forceinline__ ClassTally operator()(const ClassTally& a, const ClassTally& b) const {
-    return ClassTally{a.block + b.block, a.hot + b.hot, a.slots + b.slots};
+    return ClassTally{a.block + b.block, a.hot + b.hot, a.slots + b.slots, a.warp + b.warp};
   }
 };
 
@@ -411,12 +415,14 @@ __device__ __forceinline__ void classify_range(uint32_t runs, uint32_t* first, u
   *end = static_cast<uint32_t>(a + per < runs ? a + per : runs);
 }
 
-// A unique row's list membership from its key and run length (all zeros for warp rows and the
-// sentinel run).
+// A unique row's list membership from its key and run length (all zeros for the sentinel run and for
+// the rows the warp kernel finds by walking the unique rows).
 __device__ __forceinline__ ClassTally classify_row(const BwdParams& p, int64_t key, uint32_t len) {
-  ClassTally t{0, 0, 0};
-  if (key == p.total_rows || len <= static_cast<uint32_t>(p.max_warp_segment)) return t;
-  if (len <= static_cast<uint32_t>(p.max_block_segment)) {
+  ClassTally t{0, 0, 0, 0};
+  if (key == p.total_rows) return t;
+  if (len <= static_cast<uint32_t>(p.max_warp_segment)) {
+    t.warp = p.list_warp_rows && len > static_cast<uint32_t>(kGroupMaxLookups) ? 1 : 0;
+  } else if (len <= static_cast<uint32_t>(p.max_block_segment)) {
     t.block = 1;
   } else {
     t.hot = 1;
@@ -425,11 +431,10 @@ __device__ __forceinline__ ClassTally classify_row(const BwdParams& p, int64_t k
   return t;
 }
 
-// Pass 1: tally[3*b ..] = block b's counts; the totals go to the counters. Dense mode also writes
-// unique_rows and num_unique here. kLongWarpRows is set when a warp-path row is longer than the lane
-// groups take. K: the key type (instantiated by tbe_backward.cu only).
+// Pass 1: tally[b] = block b's counts; the totals go to the counters. Dense mode also writes
+// unique_rows and num_unique here. K: the key type (instantiated by tbe_backward.cu only).
 template <typename K>
-__global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kernel(const BwdParams p, uint32_t* tally) {
+__global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kernel(const BwdParams p, ClassTally* tally) {
   using Reduce = cub::BlockReduce<ClassTally, kRowThreads>;
   __shared__ typename Reduce::TempStorage reduce;
   const K* keys = static_cast<const K*>(p.unique_keys);
@@ -441,33 +446,27 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kerne
   if (rows_disabled(p)) return;
   uint32_t first = 0, end = 0;
   classify_range(runs, &first, &end);
-  ClassTally mine{0, 0, 0};
-  bool long_warp_row = false;
+  ClassTally mine{0, 0, 0, 0};
   for (uint32_t u = first + threadIdx.x; u < end; u += blockDim.x) {
     const int64_t key = static_cast<int64_t>(keys[u]);
     if (key == p.total_rows) continue;
     if (p.opt.type == OptimizerType::kNone) p.unique_rows_out[u] = key;
-    const uint32_t len = p.run_lengths[u];
-    long_warp_row = long_warp_row ||
-                    (len <= static_cast<uint32_t>(p.max_warp_segment) && len > static_cast<uint32_t>(kGroupMaxLookups));
-    mine = ClassTallySum()(mine, classify_row(p, key, len));
+    mine = ClassTallySum()(mine, classify_row(p, key, p.run_lengths[u]));
   }
   const ClassTally total = Reduce(reduce).Reduce(mine, ClassTallySum());
-  if (__syncthreads_or(long_warp_row) && threadIdx.x == 0) atomicOr(p.counters + kLongWarpRows, 1u);
   if (threadIdx.x == 0) {
-    tally[3 * blockIdx.x] = total.block;
-    tally[3 * blockIdx.x + 1] = total.hot;
-    tally[3 * blockIdx.x + 2] = total.slots;
+    tally[blockIdx.x] = total;
     if (total.block != 0) atomicAdd(p.counters + kBlockCount, total.block);
     if (total.hot != 0) atomicAdd(p.counters + kHotCount, total.hot);
     if (total.slots != 0) atomicAdd(p.counters + kSlotCount, total.slots);
+    if (total.warp != 0) atomicAdd(p.counters + kWarpCount, total.warp);
   }
 }
 
 // Pass 2 (same grid): block b's rows at the sum of the tallies of blocks 0..b-1 plus their rank.
 template <typename K>
 __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_place_kernel(const BwdParams p,
-                                                                                  const uint32_t* tally) {
+                                                                                  const ClassTally* tally) {
   using Reduce = cub::BlockReduce<ClassTally, kRowThreads>;
   using Scan = cub::BlockScan<ClassTally, kRowThreads>;
   __shared__ union {
@@ -480,11 +479,11 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_place_kerne
   const uint32_t runs = p.counters[kNumRuns];
   uint32_t first = 0, end = 0;
   classify_range(runs, &first, &end);
-  // Nothing to place (all rows of most ranges under uniform lookups are warp rows).
-  if (first >= end || (tally[3 * blockIdx.x] | tally[3 * blockIdx.x + 1]) == 0) return;
-  ClassTally before{0, 0, 0};
-  for (uint32_t b = threadIdx.x; b < blockIdx.x; b += blockDim.x)
-    before = ClassTallySum()(before, ClassTally{tally[3 * b], tally[3 * b + 1], tally[3 * b + 2]});
+  // Nothing to place (the ranges of uniform lookups, say, hold only warp rows the lane groups take).
+  const ClassTally own = tally[blockIdx.x];
+  if (first >= end || (own.block | own.hot | own.warp) == 0) return;
+  ClassTally before{0, 0, 0, 0};
+  for (uint32_t b = threadIdx.x; b < blockIdx.x; b += blockDim.x) before = ClassTallySum()(before, tally[b]);
   before = Reduce(tmp.reduce).Reduce(before, ClassTallySum());
   if (threadIdx.x == 0) base_sh = before;
   __syncthreads();
@@ -492,11 +491,12 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_place_kerne
   for (uint32_t tile = first; tile < end; tile += blockDim.x) {
     const uint32_t u = tile + threadIdx.x;
     const ClassTally mine =
-        u < end ? classify_row(p, static_cast<int64_t>(keys[u]), p.run_lengths[u]) : ClassTally{0, 0, 0};
+        u < end ? classify_row(p, static_cast<int64_t>(keys[u]), p.run_lengths[u]) : ClassTally{0, 0, 0, 0};
     // (also orders tmp's reuse)
-    if (!__syncthreads_or((mine.block | mine.hot) != 0)) continue;
+    if (!__syncthreads_or((mine.block | mine.hot | mine.warp) != 0)) continue;
     ClassTally rank, count;
-    Scan(tmp.scan).ExclusiveScan(mine, rank, ClassTally{0, 0, 0}, ClassTallySum(), count);
+    Scan(tmp.scan).ExclusiveScan(mine, rank, ClassTally{0, 0, 0, 0}, ClassTallySum(), count);
+    if (mine.warp != 0) p.warp_list[base.warp + rank.warp] = u;
     // work list: the block rows and hot-row slots before this row, in key order
     const uint32_t w = base.block + rank.block + base.slots + rank.slots;
     if (mine.block != 0) p.work_list[w] = u | kWholeRow;
@@ -1207,25 +1207,35 @@ template <typename W, typename G, int kRows, int kOpt>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const BwdParams p) {
   if (rows_disabled(p)) return;
-  if (kRows == 0 && p.warp_min_len >= kGroupMaxLookups && p.counters[kLongWarpRows] == 0) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  // kRows == 0 after the lane groups: the rows they leave are listed by classify (warp_list, key order)
+  // and the warps walk that list, each one batch of about count / warps rows (a few per warp, so the
+  // long rows spread over all warps); otherwise the warps walk the unique rows, 32 at a time.
+  const bool listed = kRows == 0 && p.warp_min_len >= kGroupMaxLookups;
   const int64_t runs = p.counters[kNumRuns];
+  const int64_t count = listed ? static_cast<int64_t>(p.counters[kWarpCount]) : runs;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
+  int64_t batch = ArchTraits::kWarpSize;
+  if (listed) {
+    batch = (count + warps - 1) / warps;
+    batch = batch < 1 ? 1 : (batch > ArchTraits::kWarpSize ? ArchTraits::kWarpSize : batch);
+  }
   // Lane groups of several rows (kRows >= 2: rows of up to 256 columns) with fp32 weights: see below.
   // Measured there only: fp16/bf16 rows are compute-bound, and with the second loop compiled in, the
   // one-row-per-warp lane groups (257..512 columns) ran D=320 uniform 13% slower.
   constexpr bool kRepeatPath = kRows >= 2 && sizeof(W) == sizeof(float);
   const bool repeats = kRepeatPath && runs * kRepeatLookups < p.num_indices;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
   for (int64_t u0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
-                     threadIdx.x / ArchTraits::kWarpSize) * ArchTraits::kWarpSize;
-       u0 < runs; u0 += warps * ArchTraits::kWarpSize) {
-    const int64_t u = u0 + lane;
+                     threadIdx.x / ArchTraits::kWarpSize) * batch;
+       u0 < count; u0 += warps * batch) {
+    const bool in = lane < batch && u0 + lane < count;
+    const int64_t u = !listed ? u0 + lane : (in ? static_cast<int64_t>(p.warp_list[u0 + lane]) : 0);
     bool mine = false;
     int64_t key = 0, wbase = 0;
     uint32_t start = 0, len = 0;
     int D = 0;
     LookupMeta first{0, 1.0f};
-    if (u < runs) {
+    if (in) {
       key = unique_key(p, u);
       len = p.run_lengths[u];
       const bool ours = kRows > 0 ? len <= static_cast<uint32_t>(kGroupMaxLookups)
@@ -1245,7 +1255,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
     // Row src of the batch, broadcast from its lane to the whole warp.
     const auto batch_row = [&](int src) {
       BatchRow b;
-      b.r.u = u0 + src;
+      b.r.u = listed ? __shfl_sync(ArchTraits::kFullMask, u, src) : u0 + src;
       b.r.key = __shfl_sync(ArchTraits::kFullMask, key, src);
       b.r.wbase = __shfl_sync(ArchTraits::kFullMask, wbase, src);
       b.r.D = __shfl_sync(ArchTraits::kFullMask, D, src);
