@@ -67,7 +67,7 @@ struct Tuning {
 // The caller's tuning with its zeros replaced by the defaults for this TBE's widest row.
 Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
   Tuning r;
-  if (max_dim <= tbe_bwd::kWideRowCols) r.max_warp = tbe_bwd::kDefaultMaxWarpSegmentUpTo256Cols;
+  if (max_dim <= tbe_bwd::kLaneGroupCols) r.max_warp = tbe_bwd::kDefaultMaxWarpSegmentLaneGroupCols;
   if (t.max_warp_segment != 0) r.max_warp = t.max_warp_segment;
   if (t.max_block_segment != 0) r.max_block = t.max_block_segment;
   if (t.block_threads != 0) r.block_threads = t.block_threads;

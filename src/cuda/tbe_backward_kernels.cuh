@@ -66,13 +66,14 @@ constexpr int kPassCols = ArchTraits::kWarpSize * kVec;  // columns per pass
 constexpr int kCachedPasses = 2;                    // passes whose gradient stays in registers
 constexpr int kUnroll = 4;                          // gradient rows in flight per lane
 
-// Per-device defaults of TbeBackwardTuning, chosen by the H200 sweep over D in {64, 128, 160, 192, 256,
-// 320}, uniform and Zipf(1.15) lookups (bench/results/2026-11-30-nvidia-h200-bwd-sweep.md): uniform
+// Per-device defaults of TbeBackwardTuning, chosen by the H200 sweeps over D in {64, 128, 160, 192,
+// 256, 320}, uniform and Zipf(1.15) lookups (bench/results/2026-11-30-nvidia-h200-bwd-sweep.md): uniform
 // inputs are insensitive to the thresholds (within 0.5%); under Zipf, warps for segments up to 128
-// lookups beat FBGEMM's 32 by 2-4% for rows up to 256 columns, while wider rows do best at 32.
+// lookups beat FBGEMM's 32 by 9-14% for rows the lane groups take (up to kGroupMaxCols = 512 columns);
+// wider rows keep 32.
 constexpr int kDefaultMaxWarpSegment = 32;
-constexpr int kDefaultMaxWarpSegmentUpTo256Cols = 128;
-constexpr int kWideRowCols = 256;
+constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
+constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
 constexpr int kDefaultMaxBlockSegment = 1024;
 constexpr int kDefaultBlockThreads = 256;
 constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
@@ -920,6 +921,7 @@ __device__ __forceinline__ void update_row(const BwdParams& p, const RowInfo& r,
 constexpr int kGroupRows = 4;                                    // rows per warp for rows of one pass
 constexpr int kGroupVecs = 4;                                    // kVec-column vectors per lane and row
 constexpr int kGroupMaxCols = kGroupVecs * kPassCols;            // widest row of the lane-group path (R = 1)
+static_assert(kLaneGroupCols == kGroupMaxCols, "the default warp threshold follows the lane-group path");
 static_assert(kGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
 static_assert(kGroupVecs % kGroupRows == 0, "rows of one pass need kGroupRows slots per lane");
 static_assert(ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
