@@ -9,11 +9,12 @@
 //              is all a lookup needs, else the lookup id i (then bag_of[i] = item is stored too).
 //   CUB        radix sort of (key, value) on the key's significant bits (stable: ties keep lookup
 //              order), run-length encode -> unique keys + run lengths, exclusive scan -> run starts.
-//   classify   by run length: short rows stay where they are (the warp kernel walks the unique rows
-//              directly), longer ones go to the block list, hot ones to the hot list with their
-//              superchunk slots (see below); both lists in key order (a tally pass, then a place pass).
+//   classify   by run length: short rows stay where they are (the lane-group kernel walks the unique
+//              rows directly), the longer warp rows go to the warp list, block rows and the superchunk
+//              slots of hot rows (see below) to the block path's work list, hot rows to the hot list;
+//              all lists in key order (a tally pass, then a place pass).
 //   grad psw   (optional) per lookup, dot(weight row, gradient row) - before any weight is written.
-//   rows       warp per short row (or a lane group per row, 4, 2 or 1 rows per warp), block per long
+//   rows       a lane group per short row (4, 2 or 1 rows per warp) or a warp per row, block per long
 //              row, block per superchunk of a hot row + a warp per hot row to combine; each unique row
 //              is updated by exactly one owner.
 //
@@ -69,7 +70,7 @@ constexpr int kUnroll = 4;                          // gradient rows in flight p
 // Per-device defaults of TbeBackwardTuning, chosen by the H200 sweeps over D in {64, 128, 160, 192,
 // 256, 320}, uniform and Zipf(1.15) lookups (bench/results/2026-11-30-nvidia-h200-bwd-sweep.md): uniform
 // inputs are insensitive to the thresholds (within 0.5%); under Zipf, warps for segments up to 128
-// lookups beat FBGEMM's 32 by 9-14% for rows the lane groups take (up to kGroupMaxCols = 512 columns);
+// lookups beat FBGEMM's 32 by 10-17% for rows the lane groups take (up to kGroupMaxCols = 512 columns);
 // wider rows keep 32.
 constexpr int kDefaultMaxWarpSegment = 32;
 constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
@@ -94,7 +95,7 @@ constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 4; }
 enum Counter : int {
   kUnused = 0,
   kBlockCount = 1,  // block rows in the work list
-  kHotCount = 2,    // rows in the hot list
+  kHotCount = 2,    // rows in the hot list (the combine's)
   kSlotCount = 3,   // superchunk slots handed out to hot rows
   kNumRuns = 4,     // CUB run-length encode: number of runs (sentinel run included)
   kWarpCount = 5,   // rows in the warp list (lane groups on: the warp rows they do not take)
@@ -102,7 +103,7 @@ enum Counter : int {
 };
 
 // Warp-path rows of up to this many lookups go to the lane groups (when that path is on); longer ones
-// take a whole warp (second launch of the warp-row kernel, skipped when classify saw none).
+// take a whole warp (second launch of the warp-row kernel, over the warp list).
 constexpr int kGroupMaxLookups = 8;
 // The lane-group path orders rows by length and prefetches when lookups per unique row exceed this.
 constexpr int kRepeatLookups = 2;
@@ -1196,8 +1197,9 @@ struct BatchRow {
   int64_t len;       // lookups in the segment
 };
 
-// Warp per row: persistent warps walk the unique rows directly, 32 consecutive rows at a time. Lane j
-// first loads row j's run, key, first lookup and table (coalesced, all 32 chains in flight at once);
+// Warp per row: persistent warps walk the unique rows directly, 32 consecutive rows at a time (or the
+// warp list, see below). Lane j first loads row j's run, key, first lookup and table (coalesced, all
+// chains of the batch in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
 // kRows > 0 (host-chosen: group_rows, one of 4, 2, 1): the rows of at most kGroupMaxLookups lookups,
