@@ -10,10 +10,10 @@
 //               bits a pass (sort_pairs), or, with tuning.short_key_sort, on fewer low bits when that
 //               saves a pass (sort_end_bit).
 //   encode      counters cleared, cub::DeviceRunLengthEncode::Encode, cub::DeviceScan::ExclusiveSum
-//               (run starts), then the classify kernels (block / hot lists in key order, hot-row slots).
-//   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp), block, hot-part and
-//               hot-combine kernels; all persistent grids (resident blocks per SM x SMs), each reading
-//               its list length on the device.
+//               (run starts), then the classify kernels (the work lists in key order, hot-row slots).
+//   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp over the warp list),
+//               block-path (block rows and hot-row parts) and hot-combine kernels; all persistent grids
+//               (resident blocks per SM x SMs), each reading its list length on the device.
 // Skip mode: broken offsets set the report on the device and the row kernels then write nothing;
 // outside a graph capture the report is read back at the end (the op synchronises, as the forward
 // does) and becomes an error Status; inside a capture *num_skipped is -1 instead.
@@ -87,8 +87,8 @@ Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
 // Sub-buffer offsets of the workspace (bytes from its first 256-byte aligned address).
 struct Layout {
   size_t keys_in = 0, keys_sorted = 0, vals_in = 0, vals_sorted = 0, bag_of = 0, bag_count = 0, unique_keys = 0,
-         run_lengths = 0, run_starts = 0, work_list = 0, warp_list = 0, hot_list = 0, hot_base = 0, slot_row = 0, slot_super = 0,
-         partials = 0, counters = 0, classify_tally = 0, cub_temp = 0, cub_bytes = 0, total = 0;
+         run_lengths = 0, run_starts = 0, work_list = 0, warp_list = 0, hot_list = 0, hot_base = 0, slot_row = 0,
+         slot_super = 0, partials = 0, counters = 0, classify_tally = 0, cub_temp = 0, cub_bytes = 0, total = 0;
   int64_t max_block_rows = 0, max_warp_rows = 0, max_hot = 0, max_slots = 0;
   bool key64 = false;
   int end_bit = 0;
@@ -140,10 +140,9 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
   return s;
 }
 
-// CUB's onesweep radix sort takes 8 key bits per pass. For 32-bit keys of 17..18 or 25..27
-// significant bits, 9-bit digits take one pass fewer (2 or 3 instead of 3 or 4): NineBitDigits is
-// CUB's own sm_90 policy for (uint32 key, uint32 value) with the digit width changed (the histogram and
-// the digits' exclusive sum follow it). Same stable LSD order, so the same sorted output.
+// The 9-bit digits (wide_digits): CUB's own sm_90 policy for (uint32 key, uint32 value) with the digit
+// width changed (the histogram and the digits' exclusive sum follow it). Same stable LSD order, so the
+// same sorted output.
 struct NineBitDigits {
   using Tuned = cub::detail::radix::policy_hub<uint32_t, uint32_t, uint32_t>::Policy900;
   static constexpr int kBits = kWideDigitBits;
