@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -57,6 +58,9 @@ struct BwdCase {
   int threads = 0;
   TbeBackwardTuning tuning;
   uint64_t seed = 1;
+  // When set, each backward step is handed to it as `call` instead of running on the case's context
+  // (the CUDA graph test captures it into a graph on its own stream); it returns call's Status.
+  std::function<Status(const Context& ctx, const std::function<Status(const Context&)>& call)> runner;
 
   std::vector<int> features() const {
     if (!feature_table.empty()) return feature_table;
@@ -250,7 +254,8 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
     if (!(st = tbe->backward_workspace_size(ctx, a, &ws_bytes)).ok()) return fail("workspace size: " + st.to_string());
     Buffer ws(backend, ws_bytes);
     if (!ws.valid()) return fail("workspace allocation failed");
-    st = tbe->backward(ctx, a, ws.data(), ws_bytes);
+    const auto call = [&](const Context& x) { return tbe->backward(x, a, ws.data(), ws_bytes); };
+    st = c.runner ? c.runner(ctx, call) : call(ctx);
     if (st.ok()) st = synchronize(ctx);
     if (!st.ok()) return fail("step " + std::to_string(k) + ": backward: " + st.to_string());
 

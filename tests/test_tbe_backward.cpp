@@ -5,6 +5,10 @@
 // reproducible). Errors and bad arguments are in test_tbe_backward_errors.cpp.
 #include <gtest/gtest.h>
 
+#if EMBSCALE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -119,6 +123,73 @@ TEST_P(TbeBackward, HotRow) {
     const BwdOutcome o = expect_case(c);
     EXPECT_TRUE(o.reference_nonzero);
   }
+}
+
+#if EMBSCALE_WITH_CUDA
+// Runs `call` captured in a CUDA graph on a new stream (after the case's uploads on ctx finished), then
+// replays the graph once: the backward allocates nothing, never synchronises and keeps no host state.
+Status run_in_graph(const Context& ctx, const std::function<Status(const Context&)>& call) {
+  const auto err = [](cudaError_t e, const char* what) {
+    return Status(StatusCode::kBackendError, std::string(what) + ": " + cudaGetErrorString(e));
+  };
+  Status st = synchronize(ctx);
+  if (!st.ok()) return st;
+  cudaStream_t stream = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return err(e, "cudaStreamCreateWithFlags");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (e == cudaSuccess) {
+    st = call(Context::cuda(stream));
+    e = cudaStreamEndCapture(stream, &graph);
+  }
+  if (e == cudaSuccess && st.ok()) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e == cudaSuccess && st.ok()) e = cudaGraphLaunch(exec, stream);
+  if (e == cudaSuccess && st.ok()) e = cudaStreamSynchronize(stream);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  if (!st.ok()) return st;
+  return e == cudaSuccess ? Status::Ok() : err(e, "CUDA graph capture / launch");
+}
+#endif
+
+// The CUDA backward captured in a CUDA graph (every step captured and replayed) gives the reference's
+// results: hot rows (block path and multi-block combine), each lane-group optimizer and Adam, skip-mode
+// bounds checking (error mode reads the report back, which a capture refuses).
+TEST_P(TbeBackward, CudaGraph) {
+#if EMBSCALE_WITH_CUDA
+  if (GetParam() != Backend::kCuda) GTEST_SKIP() << "CUDA graphs: CUDA backend only";
+  const uint64_t base = 7600000;
+  std::printf("TbeBackward.CudaGraph: seeds %llu..\n", static_cast<unsigned long long>(base));
+  int k = 0;
+  for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad, OptimizerType::kAdam,
+                            OptimizerType::kNone}) {
+    for (int dim : {3, 128, 300}) {
+      BwdCase c;
+      c.num_rows = {5000, 40, 70000};
+      c.dims = {dim, 16, dim};
+      c.batch_size = 700;
+      c.max_bag = 40;
+      c.hot_fraction = 0.15;  // row 0 of each table: ~1000..3000 lookups (block rows, superchunk slots)
+      c.bad_fraction = 0.01;
+      c.bounds = BoundsCheckMode::kSkip;
+      // small-integer data: the hot rows' sums of ~2000 terms are exact, so the harness's state
+      // tolerance (made for short segments) also holds for Adam's element-wise state
+      c.integer_values = true;
+      c.opt.type = opt;
+      c.opt.learning_rate = 0.5f;
+      c.steps = 2;
+      c.seed = base + k++;
+      c.runner = run_in_graph;
+      const BwdOutcome o = expect_case(c);
+      EXPECT_TRUE(o.reference_nonzero);
+    }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 // Bit-identical results across runs and thread counts (CPU) or tunings (CUDA).

@@ -20,6 +20,7 @@
 #include "common/numerics.h"
 #include "common/scaling.h"
 #include "cuda/arch_traits.cuh"
+#include "cuda/pdl.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -343,17 +344,7 @@ __device__ __forceinline__ AmaxPartial block_reduce_amax(AmaxPartial p) {
 // that kernel to complete and flush (griddepcontrol.wait; a no-op when there is no such dependency).
 // It then allows its own successor to be scheduled early; the successor waits the same way, so
 // early scheduling never exposes partial results.
-__device__ __forceinline__ void grid_dependency_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_dependent_launch() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
+// (grid_dependency_wait and allow_dependent_launch: cuda/pdl.cuh)
 // Call first in every kernel: returns true when the op must be skipped. Uniform across the grid, so
 // ticket counters and cluster barriers stay consistent.
 __device__ __forceinline__ bool kernel_prologue_skip(const float* noop_flag) {

@@ -22,8 +22,6 @@ namespace cuda {
 int sm_count();
 // Compute capability major of the current device (cached); cluster launch and griddepcontrol need 9+.
 int cc_major();
-// Programmatic dependent launch: on for sm_90+, off when EMBSCALE_CUDA_PDL=0 (read once).
-bool pdl_enabled();
 
 // Splits [0, n) of an input `in` of in_size-byte elements into scalar head, 16-byte vector body and
 // scalar tail. With an output `out` (out_size-byte elements, may be null), the body is used only when

@@ -8,7 +8,8 @@
 //              every valid key and is dropped); value = the bag item f*B+b when the pooled gradient row
 //              is all a lookup needs, else the lookup id i (then bag_of[i] = item is stored too).
 //   CUB        radix sort of (key, value) on the key's significant bits (stable: ties keep lookup
-//              order), run-length encode -> unique keys + run lengths, exclusive scan -> run starts.
+//              order), run starts (the positions where the sorted key changes, a CUB select), then
+//              per unique row its key and run length (classify's tally pass).
 //   classify   by run length: short rows stay where they are (the lane-group kernel walks the unique
 //              rows directly), the longer warp rows go to the warp list, block rows and the superchunk
 //              slots of hot rows (see below) to the block path's work list, hot rows to the hot list;
@@ -50,6 +51,7 @@
 #include "common/optimizer.h"
 #include "common/rounding.h"
 #include "cuda/arch_traits.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/tbe_forward_kernels.cuh"  // bounds-check scratch words, report kinds, finalize kernel
 #include "embscale/tbe.h"
 
@@ -93,18 +95,27 @@ constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 4; }
 
 // Counters in the workspace (zeroed at the start of every call).
 enum Counter : int {
-  kUnused = 0,
-  kBlockCount = 1,  // block rows in the work list
-  kHotCount = 2,    // rows in the hot list (the combine's)
-  kSlotCount = 3,   // superchunk slots handed out to hot rows
-  kNumRuns = 4,     // CUB run-length encode: number of runs (sentinel run included)
-  kWarpCount = 5,   // rows in the warp list (lane groups on: the warp rows they do not take)
+  kBlockCount = 0,  // block rows in the work list
+  kHotCount = 1,    // rows in the hot list (the combine's)
+  kSlotCount = 2,   // superchunk slots handed out to hot rows
+  kNumRuns = 3,     // number of runs of equal sorted keys (sentinel run included), from CUB's select
+  kWarpCount = 4,   // rows in the warp list (lane groups on: the warp rows they do not take)
+  // Work handed out by the row kernels (zeroed again by the combine kernel, the last of the rows
+  // phase, for the next one): the next batch of the lane groups' walk, of the whole-warp kernel's,
+  // and the next item of the block work list.
+  kGroupNext = 5,
+  kWarpNext = 6,
+  kBlockNext = 7,
   kNumCounters = 8
 };
+constexpr int kFirstSchedCounter = kGroupNext;
+constexpr int kNumSchedCounters = 3;
 
 // Warp-path rows of up to this many lookups go to the lane groups (when that path is on); longer ones
 // take a whole warp (second launch of the warp-row kernel, over the warp list).
 constexpr int kGroupMaxLookups = 8;
+// The whole-warp kernel over the warp list hands out about this many batches per warp.
+constexpr int kWarpListGrabs = 4;
 // The lane-group path orders rows by length and prefetches when lookups per unique row exceed this.
 constexpr int kRepeatLookups = 2;
 
@@ -176,6 +187,7 @@ struct BwdParams {
   int warp_min_len;                // the warp kernel without lane groups takes rows longer than this
   int list_warp_rows;              // classify lists the warp rows longer than kGroupMaxLookups
   int max_block_segment;
+  int wait_at_start;               // the first row kernel of a call: griddepcontrol.wait before anything
   OptimizerParams opt;
   opt::AdamCorrections corrections;
   WeightRounding rounding;
@@ -433,16 +445,20 @@ __device__ __forceinline__ ClassTally classify_row(const BwdParams& p, int64_t k
   return t;
 }
 
-// Pass 1: tally[b] = block b's counts; the totals go to the counters. Dense mode also writes
-// unique_rows and num_unique here. K: the key type (instantiated by tbe_backward.cu only).
+// Pass 1: unique_keys and run_lengths of the block's rows from the run starts (the encode step
+// selects the positions where the sorted key changes), and tally[b] = block b's counts; the totals
+// go to the counters. Dense mode also writes unique_rows and num_unique here. K: the key type
+// (instantiated by tbe_backward.cu only).
 template <typename K>
 __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kernel(const BwdParams p, ClassTally* tally) {
   using Reduce = cub::BlockReduce<ClassTally, kRowThreads>;
   __shared__ typename Reduce::TempStorage reduce;
-  const K* keys = static_cast<const K*>(p.unique_keys);
+  allow_dependent_launch();  // the place kernel waits for this one before it reads anything
+  const K* sorted = static_cast<const K*>(p.keys_sorted);
   const uint32_t runs = p.counters[kNumRuns];
   if (blockIdx.x == 0 && threadIdx.x == 0 && p.opt.type == OptimizerType::kNone) {
-    const bool sentinel_last = runs > 0 && static_cast<int64_t>(keys[runs - 1]) == p.total_rows;
+    // the last run's key is the last sorted key
+    const bool sentinel_last = runs > 0 && static_cast<int64_t>(sorted[p.num_indices - 1]) == p.total_rows;
     *p.num_unique_out = static_cast<int64_t>(runs) - (sentinel_last ? 1 : 0);
   }
   if (rows_disabled(p)) return;
@@ -450,10 +466,15 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kerne
   classify_range(runs, &first, &end);
   ClassTally mine{0, 0, 0, 0};
   for (uint32_t u = first + threadIdx.x; u < end; u += blockDim.x) {
-    const int64_t key = static_cast<int64_t>(keys[u]);
+    const uint32_t start = p.run_starts[u];
+    const uint32_t stop = u + 1 < runs ? p.run_starts[u + 1] : static_cast<uint32_t>(p.num_indices);
+    const K k = sorted[start];
+    static_cast<K*>(p.unique_keys)[u] = k;
+    p.run_lengths[u] = stop - start;
+    const int64_t key = static_cast<int64_t>(k);
     if (key == p.total_rows) continue;
     if (p.opt.type == OptimizerType::kNone) p.unique_rows_out[u] = key;
-    mine = ClassTallySum()(mine, classify_row(p, key, p.run_lengths[u]));
+    mine = ClassTallySum()(mine, classify_row(p, key, stop - start));
   }
   const ClassTally total = Reduce(reduce).Reduce(mine, ClassTallySum());
   if (threadIdx.x == 0) {
@@ -476,6 +497,8 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_place_kerne
     typename Scan::TempStorage scan;
   } tmp;
   __shared__ ClassTally base_sh;
+  grid_dependency_wait();  // the tally kernel's lengths and tallies
+  allow_dependent_launch();
   if (rows_disabled(p)) return;
   const K* keys = static_cast<const K*>(p.unique_keys);
   const uint32_t runs = p.counters[kNumRuns];
@@ -1198,8 +1221,12 @@ struct BatchRow {
 };
 
 // Warp per row: persistent warps walk the unique rows directly, 32 consecutive rows at a time (or the
-// warp list, see below). Lane j first loads row j's run, key, first lookup and table (coalesced, all
-// chains of the batch in flight at once);
+// warp list, see below), each warp taking its next batch from a counter (kGroupNext / kWarpNext; the
+// first batch by warp index), so the batches in flight stay a narrow window of consecutive rows in
+// key order whatever their lengths, and the window's gradient rows stay in L2 (with a fixed
+// grid-stride split, fast and slow warps drifted apart: Zipf rows 872 -> 748 us with the block list
+// below, uniform 1828 -> 1763). Lane j first loads row j's run, key, first lookup and table
+// (coalesced, all chains of the batch in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
 // kRows > 0 (host-chosen: group_rows, one of 4, 2, 1): the rows of at most kGroupMaxLookups lookups,
@@ -1210,28 +1237,39 @@ struct BatchRow {
 template <typename W, typename G, int kRows, int kOpt>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const BwdParams p) {
-  if (rows_disabled(p)) return;
+  // The next row kernel works on other rows: it may start as this one's blocks finish (launch_pdl);
+  // each waits for its predecessor before it completes. The first one waits for classify first.
+  if (p.wait_at_start) grid_dependency_wait();
+  allow_dependent_launch();
+  if (rows_disabled(p)) {
+    grid_dependency_wait();
+    return;
+  }
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   // kRows == 0 after the lane groups: the rows they leave are listed by classify (warp_list, key order)
-  // and the warps walk that list, each one batch of about count / warps rows (a few per warp, so the
-  // long rows spread over all warps); otherwise the warps walk the unique rows, 32 at a time.
+  // and the warps walk that list in batches of about count / (kWarpListGrabs * warps) rows (a few, so
+  // the long rows spread over all warps); otherwise the warps walk the unique rows, 32 at a time. The
+  // next batch is taken from the counter when this one starts, so the atomic's latency is hidden.
   const bool listed = kRows == 0 && p.warp_min_len >= kGroupMaxLookups;
   const int64_t runs = p.counters[kNumRuns];
   const int64_t count = listed ? static_cast<int64_t>(p.counters[kWarpCount]) : runs;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
   int64_t batch = ArchTraits::kWarpSize;
   if (listed) {
-    batch = (count + warps - 1) / warps;
+    batch = (count + kWarpListGrabs * warps - 1) / (kWarpListGrabs * warps);
     batch = batch < 1 ? 1 : (batch > ArchTraits::kWarpSize ? ArchTraits::kWarpSize : batch);
   }
+  uint32_t* const next_batch = p.counters + (kRows > 0 ? kGroupNext : kWarpNext);
   // Lane groups of several rows (kRows >= 2: rows of up to 256 columns) with fp32 weights: see below.
   // Measured there only: fp16/bf16 rows are compute-bound, and with the second loop compiled in, the
   // one-row-per-warp lane groups (257..512 columns) ran D=320 uniform 13% slower.
   constexpr bool kRepeatPath = kRows >= 2 && sizeof(W) == sizeof(float);
   const bool repeats = kRepeatPath && runs * kRepeatLookups < p.num_indices;
-  for (int64_t u0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
-                     threadIdx.x / ArchTraits::kWarpSize) * batch;
-       u0 < count; u0 += warps * batch) {
+  int64_t u0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
+                threadIdx.x / ArchTraits::kWarpSize) * batch;
+  while (u0 < count) {
+    int64_t after = u0 + warps * batch;
+    if (lane == 0) after = warps * batch + atomicAdd(next_batch, static_cast<uint32_t>(batch));
     const bool in = lane < batch && u0 + lane < count;
     const int64_t u = !listed ? u0 + lane : (in ? static_cast<int64_t>(p.warp_list[u0 + lane]) : 0);
     bool mine = false;
@@ -1317,19 +1355,31 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
       const BatchRow b = batch_row(j);
       update_row<W>(p, b.r, WarpGrad<G>{b.start, b.len, b.r.D, b.first}, true);
     }
+    u0 = __shfl_sync(ArchTraits::kFullMask, after, 0);
   }
+  grid_dependency_wait();
 }
 
 // The block path's work list: block rows and hot-row superchunk slots, in key order (classify), one
 // kernel for both so that the rows of one table, long and hot, run at the same time and read their
-// gradient rows through L2 together. Persistent blocks walk the list.
+// gradient rows through L2 together. Persistent blocks take the list's items in order from a counter
+// (kBlockNext; the first one by block index), one item ahead.
 template <typename W, typename G>
 __global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_work_kernel(const BwdParams p) {
   __shared__ SuperSmem sm;
-  if (rows_disabled(p)) return;
+  __shared__ int64_t next_item[2];
+  if (p.wait_at_start) grid_dependency_wait();
+  allow_dependent_launch();
+  if (rows_disabled(p)) {
+    grid_dependency_wait();
+    return;
+  }
   const uint32_t count = p.counters[kBlockCount] + p.counters[kSlotCount];
   const bool writer = threadIdx.x < ArchTraits::kWarpSize;
-  for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
+  int parity = 0;
+  for (int64_t i = blockIdx.x; i < count;) {
+    if (threadIdx.x == 0)
+      next_item[parity] = gridDim.x + atomicAdd(p.counters + kBlockNext, 1u);
     const uint32_t item = p.work_list[i];
     if (item & kWholeRow) {
       // a block row: its whole segment (at most max_block_segment lookups) and the update
@@ -1357,12 +1407,20 @@ __global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_work_kern
         __syncthreads();
       }
     }
+    // Both branches end on a block barrier after thread 0 wrote next_item[parity]; the slot is written
+    // again two items later, after the next item's barriers.
+    i = next_item[parity];
+    parity ^= 1;
   }
+  grid_dependency_wait();
 }
 
 // Multi-block combine: a warp per hot row adds its partials in order and applies the optimizer.
 template <typename W>
 __global__ void __launch_bounds__(kRowThreads) tbe_backward_hot_combine_kernel(const BwdParams p) {
+  grid_dependency_wait();  // the block-path kernel's partials; every row kernel before it is complete
+  // The work counters of the row kernels, ready for the next rows phase.
+  if (blockIdx.x == 0 && threadIdx.x < kNumSchedCounters) p.counters[kFirstSchedCounter + threadIdx.x] = 0;
   if (rows_disabled(p)) return;
   const uint32_t count = p.counters[kHotCount];
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);

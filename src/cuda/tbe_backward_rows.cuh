@@ -22,6 +22,7 @@ inline int resident_blocks(const void* fn, int threads) {
 
 using RowsKernel = void (*)(BwdParams);
 
+
 template <typename W, typename G, int kRows>
 RowsKernel group_kernel(int opt) {
   return opt == kGroupAdagrad ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupAdagrad>
@@ -47,29 +48,34 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     // one kernel per optimizer of the path (SGD, row-wise Adagrad, dense). Then the whole-warp kernel
     // for the warp-path rows the lane groups do not take (all of them when the path is off).
     const int rows = group_rows(p);
-    BwdParams q = p;
+    // The first row kernel waits for what classify (or grad_psw) wrote before it reads anything; the
+    // later ones work on other rows and only wait for their predecessor before they complete.
+    BwdParams first = p;
+    first.wait_at_start = 1;
+    BwdParams q = rows != 0 ? p : first;
     q.warp_min_len = 0;
     if (rows != 0) {
       const auto k = warp_rows_kernel<W, G>(rows, group_opt(p));
-      k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
-      EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel (lane groups)");
+      EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_warp_rows_kernel (lane groups)", k,
+                                          grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, s, first));
       q.warp_min_len = kGroupMaxLookups;
     }
-    if (q.max_warp_segment > q.warp_min_len) {
+    const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
+    if (warp_kernel) {
       const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0>;
-      k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(q);
-      EMBSCALE_CHECK_LAUNCH("tbe_backward_warp_rows_kernel");
+      EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_warp_rows_kernel", k,
+                                          grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, s, q));
     }
-  }
-  {
+    // the block-path kernel is the first row kernel when neither warp kernel runs
     const auto k = tbe_backward_block_work_kernel<W, G>;
-    k<<<grid(reinterpret_cast<const void*>(k), g.block_threads), g.block_threads, 0, s>>>(p);
-    EMBSCALE_CHECK_LAUNCH("tbe_backward_block_work_kernel");
+    EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_block_work_kernel", k,
+                                        grid(reinterpret_cast<const void*>(k), g.block_threads), g.block_threads, s,
+                                        rows != 0 || warp_kernel ? p : first));
   }
   {
     const auto k = tbe_backward_hot_combine_kernel<W>;
-    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
-    EMBSCALE_CHECK_LAUNCH("tbe_backward_hot_combine_kernel");
+    EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_hot_combine_kernel", k,
+                                        grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, s, p));
   }
   return Status::Ok();
 }
