@@ -9,9 +9,8 @@
 //   sort        CUB's onesweep radix sort of pairs (stable) on bits [0, bit_width(total_rows)), 8 or 9
 //               bits a pass (sort_pairs), or, with tuning.short_key_sort, on fewer low bits when that
 //               saves a pass (sort_end_bit).
-//   encode      counters cleared, cub::DeviceSelect::If (the run starts: where the sorted key changes),
-//               then the classify kernels (unique keys and run lengths, the work lists in key order,
-//               hot-row slots).
+//   encode      counters cleared, cub::DeviceSelect::UniqueByKey (each run's key and start), then the
+//               classify kernels (run lengths, the work lists in key order, hot-row slots).
 //   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp over the warp
 //               list), block-path (block rows and hot-row parts) and hot-combine kernels; all
 //               persistent grids (resident blocks per SM x SMs), each reading its list length on the
@@ -194,21 +193,15 @@ cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out,
   return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys_out, vals_in, vals_out, n, 0, end_bit, s);
 }
 
-// Position i starts a run of equal sorted keys.
+// The runs of equal sorted keys: each run's key and first position (its start), and their count, in
+// one CUB pass (unique-by-key over the positions). The classify tally kernel derives the run lengths
+// from consecutive starts. (A run-length encode and an exclusive scan over all n positions for the
+// starts took ~23 us more under Zipf lookups on the H200.) temp == nullptr: size query.
 template <typename K>
-struct RunHead {
-  const K* keys;
-  __device__ bool operator()(uint32_t i) const { return i == 0 || keys[i] != keys[i - 1]; }
-};
-
-// The run starts (positions where the sorted key changes) and their count: one compaction pass. The
-// classify tally kernel derives the unique keys and run lengths from them (a run-length encode and an
-// exclusive scan over all n positions for the starts took ~20 us more under Zipf lookups on the H200).
-// temp == nullptr: size query.
-template <typename K>
-cudaError_t select_run_starts(void* temp, size_t& bytes, const K* keys, uint32_t* starts, uint32_t* count, int n,
-                              cudaStream_t s) {
-  return cub::DeviceSelect::If(temp, bytes, thrust::counting_iterator<uint32_t>(0), starts, count, n, RunHead<K>{keys}, s);
+cudaError_t select_runs(void* temp, size_t& bytes, const K* keys, K* unique_keys, uint32_t* starts, uint32_t* count,
+                        int n, cudaStream_t s) {
+  return cub::DeviceSelect::UniqueByKey(temp, bytes, keys, thrust::counting_iterator<uint32_t>(0), unique_keys, starts,
+                                        count, n, s);
 }
 
 struct CallShape {
@@ -234,8 +227,8 @@ Status cub_bytes(int64_t N, int end_bit, cudaStream_t s, size_t* out) {
   size_t sort = 0, select = 0;
   EMBSCALE_RETURN_IF_ERROR(cuda_status(sort_pairs<K>(nullptr, sort, nullptr, nullptr, nullptr, nullptr, n, end_bit, s),
                                        "cub::DeviceRadixSort::SortPairs (size)"));
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(select_run_starts<K>(nullptr, select, nullptr, nullptr, nullptr, n, s),
-                                       "cub::DeviceSelect::If (size)"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(select_runs<K>(nullptr, select, nullptr, nullptr, nullptr, nullptr, n, s),
+                                       "cub::DeviceSelect::UniqueByKey (size)"));
   *out = std::max(sort, select);
   return Status::Ok();
 }
@@ -325,9 +318,9 @@ Status run_sort(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s)
 template <typename K>
 Status run_encode(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
   size_t bytes = L.cub_bytes;
-  return cuda_status(select_run_starts<K>(temp, bytes, static_cast<const K*>(p.keys_sorted), p.run_starts,
-                                          p.counters + tbe_bwd::kNumRuns, static_cast<int>(p.num_indices), s),
-                     "cub::DeviceSelect::If (run starts)");
+  return cuda_status(select_runs<K>(temp, bytes, static_cast<const K*>(p.keys_sorted), static_cast<K*>(p.unique_keys),
+                                    p.run_starts, p.counters + tbe_bwd::kNumRuns, static_cast<int>(p.num_indices), s),
+                     "cub::DeviceSelect::UniqueByKey (runs)");
 }
 
 bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }

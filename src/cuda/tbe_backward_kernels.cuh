@@ -8,8 +8,8 @@
 //              every valid key and is dropped); value = the bag item f*B+b when the pooled gradient row
 //              is all a lookup needs, else the lookup id i (then bag_of[i] = item is stored too).
 //   CUB        radix sort of (key, value) on the key's significant bits (stable: ties keep lookup
-//              order), run starts (the positions where the sorted key changes, a CUB select), then
-//              per unique row its key and run length (classify's tally pass).
+//              order), unique keys and run starts (CUB unique-by-key over the positions), run
+//              lengths from consecutive starts (classify's tally pass).
 //   classify   by run length: short rows stay where they are (the lane-group kernel walks the unique
 //              rows directly), the longer warp rows go to the warp list, block rows and the superchunk
 //              slots of hot rows (see below) to the block path's work list, hot rows to the hot list;
@@ -98,7 +98,7 @@ enum Counter : int {
   kBlockCount = 0,  // block rows in the work list
   kHotCount = 1,    // rows in the hot list (the combine's)
   kSlotCount = 2,   // superchunk slots handed out to hot rows
-  kNumRuns = 3,     // number of runs of equal sorted keys (sentinel run included), from CUB's select
+  kNumRuns = 3,     // number of runs of equal sorted keys (sentinel run included), from CUB
   kWarpCount = 4,   // rows in the warp list (lane groups on: the warp rows they do not take)
   // Work handed out by the row kernels (zeroed again by the combine kernel, the last of the rows
   // phase, for the next one): the next batch of the lane groups' walk, of the whole-warp kernel's,
@@ -445,20 +445,18 @@ __device__ __forceinline__ ClassTally classify_row(const BwdParams& p, int64_t k
   return t;
 }
 
-// Pass 1: unique_keys and run_lengths of the block's rows from the run starts (the encode step
-// selects the positions where the sorted key changes), and tally[b] = block b's counts; the totals
-// go to the counters. Dense mode also writes unique_rows and num_unique here. K: the key type
-// (instantiated by tbe_backward.cu only).
+// Pass 1: run_lengths of the block's rows from consecutive run starts (the encode step writes each
+// run's key and start), and tally[b] = block b's counts; the totals go to the counters. Dense mode
+// also writes unique_rows and num_unique here. K: the key type (instantiated by tbe_backward.cu only).
 template <typename K>
 __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kernel(const BwdParams p, ClassTally* tally) {
   using Reduce = cub::BlockReduce<ClassTally, kRowThreads>;
   __shared__ typename Reduce::TempStorage reduce;
   allow_dependent_launch();  // the place kernel waits for this one before it reads anything
-  const K* sorted = static_cast<const K*>(p.keys_sorted);
+  const K* keys = static_cast<const K*>(p.unique_keys);
   const uint32_t runs = p.counters[kNumRuns];
   if (blockIdx.x == 0 && threadIdx.x == 0 && p.opt.type == OptimizerType::kNone) {
-    // the last run's key is the last sorted key
-    const bool sentinel_last = runs > 0 && static_cast<int64_t>(sorted[p.num_indices - 1]) == p.total_rows;
+    const bool sentinel_last = runs > 0 && static_cast<int64_t>(keys[runs - 1]) == p.total_rows;
     *p.num_unique_out = static_cast<int64_t>(runs) - (sentinel_last ? 1 : 0);
   }
   if (rows_disabled(p)) return;
@@ -468,10 +466,8 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kerne
   for (uint32_t u = first + threadIdx.x; u < end; u += blockDim.x) {
     const uint32_t start = p.run_starts[u];
     const uint32_t stop = u + 1 < runs ? p.run_starts[u + 1] : static_cast<uint32_t>(p.num_indices);
-    const K k = sorted[start];
-    static_cast<K*>(p.unique_keys)[u] = k;
     p.run_lengths[u] = stop - start;
-    const int64_t key = static_cast<int64_t>(k);
+    const int64_t key = static_cast<int64_t>(keys[u]);
     if (key == p.total_rows) continue;
     if (p.opt.type == OptimizerType::kNone) p.unique_rows_out[u] = key;
     mine = ClassTallySum()(mine, classify_row(p, key, stop - start));
