@@ -22,7 +22,6 @@ inline int resident_blocks(const void* fn, int threads) {
 
 using RowsKernel = void (*)(BwdParams);
 
-
 template <typename W, typename G, int kRows>
 RowsKernel group_kernel(int opt) {
   return opt == kGroupAdagrad ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupAdagrad>
