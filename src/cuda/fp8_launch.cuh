@@ -1,6 +1,6 @@
-// Host-side launch plumbing shared by the FP8 ops: cached device facts, the head/body/tail split of a
-// range, and one launch function that adds the thread-block-cluster and programmatic-dependent-launch
-// attributes and checks the launch. Kernels live in the fp8_*.cuh headers; dispatch in fp8_*.cu.
+// Host-side launch plumbing shared by the FP8 ops: cached device facts and the head/body/tail split of a
+// range (the launch function, with the thread-block-cluster and programmatic-dependent-launch
+// attributes, is in cuda/pdl.cuh). Kernels live in the fp8_*.cuh headers; dispatch in fp8_*.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -100,41 +100,6 @@ int resident_wave_blocks(int threads) {
     return b;
   });
   return std::max(1, per_sm) * sm_count();
-}
-
-// Launches kernel<<<grid, block, 0, stream>>> with a cluster of `cluster` blocks (0: none) and, when
-// enabled, programmatic stream serialization; returns a Status naming `what` on failure.
-template <typename... Params, typename... Args>
-Status launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, int cluster,
-                     cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  unsigned n = 0;
-  if (cluster > 0) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attrs[n].val.clusterDim.y = 1;
-    attrs[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl_enabled()) {
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = attrs;
-  cfg.numAttrs = n;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // read (clear) it here, so it does not surface in the caller's next launch
-    return cuda_status(err, what);
-  }
-  EMBSCALE_CHECK_LAUNCH(what);
-  return Status::Ok();
 }
 
 // ---- amax launch shared by amax, quantize_current_scaling and activation_amax (fp8_amax.cuh) ----

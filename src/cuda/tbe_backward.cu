@@ -16,7 +16,8 @@
 //               persistent grids (resident blocks per SM x SMs), each reading its list length on the
 //               device and taking its work from a counter (the combine zeroes the counters again).
 //               From the place kernel on, kernels are launched with programmatic stream
-//               serialization (launch_pdl): each may be scheduled while its predecessor finishes.
+//               serialization (launch_kernel, cuda/pdl.cuh): each may be scheduled while its
+//               predecessor finishes.
 // Skip mode: broken offsets set the report on the device and the row kernels then write nothing;
 // outside a graph capture the report is read back at the end (the op synchronises, as the forward
 // does) and becomes an error Status; inside a capture *num_skipped is -1 instead.
@@ -492,9 +493,9 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
         tbe_bwd::tbe_backward_classify_tally_kernel<uint32_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
       }
       EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
-      EMBSCALE_RETURN_IF_ERROR(tbe_bwd::launch_pdl("tbe_backward_classify_place_kernel", place,
-                                                   static_cast<int>(blocks), tbe_bwd::kRowThreads, stream, p,
-                                                   static_cast<const tbe_bwd::ClassTally*>(tally)));
+      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_classify_place_kernel", place, dim3(blocks),
+                                             dim3(tbe_bwd::kRowThreads), 0, stream, p,
+                                             static_cast<const tbe_bwd::ClassTally*>(tally)));
     }
     // 4. gradient sums and updates
     if (phases & kTbeBwdRows) {

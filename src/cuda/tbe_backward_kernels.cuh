@@ -1235,7 +1235,7 @@ struct BatchRow {
 template <typename W, typename G, int kRows, int kOpt>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const BwdParams p) {
-  // The next row kernel works on other rows: it may start as this one's blocks finish (launch_pdl);
+  // The next row kernel works on other rows: it may start as this one's blocks finish (launch_kernel);
   // each waits for its predecessor before it completes. The first one waits for classify first.
   if (p.wait_at_start) grid_dependency_wait();
   allow_dependent_launch();

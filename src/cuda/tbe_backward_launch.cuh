@@ -6,7 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/check.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/tbe_backward_kernels.cuh"
 #include "embscale/dtype.h"
@@ -16,30 +15,12 @@ namespace embscale {
 namespace cuda {
 namespace tbe_bwd {
 
-// Launches kernel k with programmatic stream serialization (when available): it may be scheduled
-// while the previous kernel in the stream still runs. Used for the kernels after the classify tally,
-// whose griddepcontrol calls keep what must stay ordered: the place kernel and the first row kernel
-// wait for their predecessor before reading anything, the later row kernels (which work on other
-// rows) only before they complete, and the combine before it reads the partials.
-template <typename... Params, typename... Args>
-Status launch_pdl(const char* what, void (*k)(Params...), int grid, int threads, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.stream = s;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, k, args...);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cuda_status(err, what);
-  }
-  EMBSCALE_CHECK_LAUNCH(what);
-  return Status::Ok();
-}
+
+// From the classify place kernel on, kernels are launched with launch_kernel (cuda/pdl.cuh), so each may
+// be scheduled while the previous kernel in the stream still runs; their griddepcontrol calls keep what
+// must stay ordered: the place kernel and the first row kernel wait for their predecessor before
+// reading anything, the later row kernels (which work on other rows) only before they complete, and
+// the combine before it reads the partials.
 
 // Persistent grids: each row kernel gets (its resident blocks per SM, from the occupancy calculator) x
 // (SM count) blocks, so every block is resident; they take their work from counters in key order.

@@ -55,26 +55,29 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     q.warp_min_len = 0;
     if (rows != 0) {
       const auto k = warp_rows_kernel<W, G>(rows, group_opt(p));
-      EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_warp_rows_kernel (lane groups)", k,
-                                          grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, s, first));
+      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
+                                             dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
+                                             dim3(kRowThreads), 0, s, first));
       q.warp_min_len = kGroupMaxLookups;
     }
     const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
     if (warp_kernel) {
       const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0>;
-      EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_warp_rows_kernel", k,
-                                          grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, s, q));
+      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel", k,
+                                             dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
+                                             dim3(kRowThreads), 0, s, q));
     }
     // the block-path kernel is the first row kernel when neither warp kernel runs
     const auto k = tbe_backward_block_work_kernel<W, G>;
-    EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_block_work_kernel", k,
-                                        grid(reinterpret_cast<const void*>(k), g.block_threads), g.block_threads, s,
-                                        rows != 0 || warp_kernel ? p : first));
+    EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_block_work_kernel", k,
+                                           dim3(grid(reinterpret_cast<const void*>(k), g.block_threads)),
+                                           dim3(g.block_threads), 0, s, rows != 0 || warp_kernel ? p : first));
   }
   {
     const auto k = tbe_backward_hot_combine_kernel<W>;
-    EMBSCALE_RETURN_IF_ERROR(launch_pdl("tbe_backward_hot_combine_kernel", k,
-                                        grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, s, p));
+    EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_hot_combine_kernel", k,
+                                           dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
+                                           dim3(kRowThreads), 0, s, p));
   }
   return Status::Ok();
 }
