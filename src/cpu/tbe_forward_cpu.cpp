@@ -1,10 +1,11 @@
 // CPU table-batched embedding forward: pooled (SUM, MEAN) and sequence (no pooling) lookups.
 //
 // Work is split over (feature, bag) items with OpenMP; each bag is reduced by one thread in the order
-// of its indices, in fp32, into a per-thread accumulator of D floats, then converted once to the output
-// dtype. So the result is bit-identical for any thread count and schedule. The inner loop over D is a
-// plain a[d] += w * row[d] over restrict pointers (16-bit weights decoded branch-free), which the
-// compiler vectorises; rows a few lookups ahead are prefetched because every row is a random gather.
+// of its indices, in fp32, then converted once to the output dtype. So the result is bit-identical for
+// any thread count and schedule. A bag is summed in column chunks held in vector registers (vec4.h):
+// 64 columns at a time over all its rows, then 16, then 4, then single columns, so each step is one
+// load and one add. The rows of the next bag are prefetched at the start of a bag because every row is
+// a random gather.
 //
 // Runtime -> compile-time dispatch happens once, in tbe_forward(): weights dtype x output dtype x
 // index dtype x weighted.
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,30 +22,77 @@
 #include "common/numerics.h"
 #include "cpu/prefetch.h"
 #include "cpu/tbe_checks.h"
+#include "cpu/vec4.h"
 
 namespace embscale {
 namespace cpu {
 namespace {
 
-// Rows this many lookups ahead are prefetched (a row of D=128 fp32 is 8 cache lines), so the memory
-// latency of several random row gathers overlaps with summing the current row.
-constexpr int64_t kPrefetchDistance = 8;
-
-inline float load_weight(const float* p) { return *p; }
-inline float load_weight(const bf16_t* p) { return bits_float(static_cast<uint32_t>(p->bits) << 16); }
-// fp16 -> fp32 without branches so the loop over D vectorises: the exponent/mantissa field shifted into
-// fp32 position and multiplied by 2^112 is exact for normal and subnormal halves alike (the rebias is a
-// power of two); exponent 31 (inf/NaN) is patched to the fp32 all-ones exponent by a mask.
-inline float load_weight(const fp16_t* p) {
-  const uint32_t h = p->bits;
-  const uint32_t em = (h & 0x7fffu) << 13;
-  const float scaled = bits_float(em) * 5.192296858534828e33f;  // 2^112
-  const uint32_t special = 0u - static_cast<uint32_t>(em >= 0x0f800000u);  // all ones for inf/NaN
-  const uint32_t mag = (float_bits(scaled) & ~special) | ((em | 0x7f800000u) & special);
-  return bits_float(mag | ((h & 0x8000u) << 16));
-}
+// Rows this many lookups ahead are prefetched, issued a bag at a time: with bags of 20 rows that keeps
+// 20-40 random rows in flight per thread.
+constexpr int64_t kPrefetchDistance = 16;
 
 using tbe_checks::BadIndex;
+
+// Sums columns [col, col + 4 * kVecs) of a bag's rows, in lookup order, into acc. kCheck: rows out of
+// [0, E) are absent (the caller has already counted or reported them).
+template <int kVecs, bool kCheck, bool kWeighted, typename W, typename I>
+inline void sum_columns(const W* __restrict table, int64_t D, int64_t E, const I* __restrict idx,
+                        const float* __restrict psw, int64_t n, int64_t col, float* __restrict acc) {
+  f32x4 a[kVecs] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = static_cast<int64_t>(idx[i]);
+    if (kCheck && (r < 0 || r >= E)) continue;
+    const W* __restrict row = table + r * D + col;
+    const float w = kWeighted ? psw[i] : 1.0f;
+    if (kVecs == 1) {
+      a[0] += kWeighted ? w * load4(row) : load4(row);
+      continue;
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < kVecs; k += 2) {
+      f32x4 lo, hi;
+      load8(row + 4 * k, &lo, &hi);
+      a[k] += kWeighted ? w * lo : lo;
+      a[k + 1] += kWeighted ? w * hi : hi;
+    }
+  }
+  std::memcpy(acc + col, a, sizeof(a));
+}
+
+// Four results in the output dtype (16-bit outputs rounded one by one, as everywhere on the CPU).
+inline void store4(float* o, f32x4 v) { std::memcpy(o, &v, sizeof(v)); }
+template <typename O>
+inline void store4(O* o, f32x4 v) {
+  for (int k = 0; k < 4; ++k) o[k] = from_float<O>(v[k]);
+}
+
+// The last D % 4 columns, one at a time.
+template <bool kCheck, bool kWeighted, typename W, typename I>
+inline void sum_tail(const W* __restrict table, int64_t D, int64_t E, const I* __restrict idx,
+                     const float* __restrict psw, int64_t n, int64_t col, float* __restrict acc) {
+  for (int64_t c = col; c < D; ++c) acc[c] = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = static_cast<int64_t>(idx[i]);
+    if (kCheck && (r < 0 || r >= E)) continue;
+    const W* __restrict row = table + r * D;
+    const float w = kWeighted ? psw[i] : 1.0f;
+    for (int64_t c = col; c < D; ++c) acc[c] += kWeighted ? w * load1(row + c) : load1(row + c);
+  }
+}
+
+// acc[0, D) = the bag's sum (weighted when kWeighted), widest chunks first.
+template <bool kCheck, bool kWeighted, typename W, typename I>
+void sum_bag(const W* __restrict table, int64_t D, int64_t E, const I* __restrict idx, const float* __restrict psw,
+             int64_t n, float* __restrict acc) {
+  int64_t col = 0;
+  // 16-bit weights need registers for decoding, so their widest chunk is 32 columns.
+  constexpr int kWide = sizeof(W) == 4 ? 16 : 8;
+  for (; col + 4 * kWide <= D; col += 4 * kWide) sum_columns<kWide, kCheck, kWeighted>(table, D, E, idx, psw, n, col, acc);
+  for (; col + 16 <= D; col += 16) sum_columns<4, kCheck, kWeighted>(table, D, E, idx, psw, n, col, acc);
+  for (; col + 4 <= D; col += 4) sum_columns<1, kCheck, kWeighted>(table, D, E, idx, psw, n, col, acc);
+  if (col < D) sum_tail<kCheck, kWeighted>(table, D, E, idx, psw, n, col, acc);
+}
 
 struct Params {
   const TableBatchedEmbedding* tbe;
@@ -114,38 +163,41 @@ Status forward_impl(const Params& p) {
           }
           const W* __restrict row = table + idx * D;
           const float w = kWeighted ? psw[pos] : 1.0f;
-          for (int64_t d = 0; d < D; ++d) o[d] = from_float<O>(kWeighted ? w * load_weight(row + d) : load_weight(row + d));
+          int64_t d = 0;
+          for (; d + 4 <= D; d += 4) {
+            const f32x4 v = kWeighted ? w * load4(row + d) : load4(row + d);
+            store4(o + d, v);
+          }
+          for (; d < D; ++d) o[d] = from_float<O>(kWeighted ? w * load1(row + d) : load1(row + d));
         }
         continue;
       }
 
-      for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
-      int64_t count = 0;
-      // Prefetch runs ahead across bag boundaries within the feature: consecutive bags of one feature
-      // are adjacent in indices and usually processed by the same thread.
+      // Rows of the lookups kPrefetchDistance ahead, a bag's worth, within the feature: consecutive bags
+      // of one feature are adjacent in indices and usually processed by the same thread.
       const int64_t prefetch_end = static_cast<int64_t>(offsets[(f + 1) * B]);
-      for (int64_t pos = start; pos < end; ++pos) {
-        if (pos + kPrefetchDistance < prefetch_end) {
-          const int64_t ahead = static_cast<int64_t>(indices[pos + kPrefetchDistance]);
-          if (ahead >= 0 && ahead < E) prefetch_row(table + ahead * D, D);
-        }
-        const int64_t idx = static_cast<int64_t>(indices[pos]);
-        if (check != BoundsCheckMode::kOff && (idx < 0 || idx >= E)) {
+      for (int64_t pos = start + kPrefetchDistance; pos < std::min(end + kPrefetchDistance, prefetch_end); ++pos) {
+        const int64_t ahead = static_cast<int64_t>(indices[pos]);
+        if (ahead >= 0 && ahead < E) prefetch_row(table + ahead * D, D);
+      }
+      int64_t count = end - start;
+      if (check != BoundsCheckMode::kOff) {
+        for (int64_t pos = start; pos < end; ++pos) {
+          const int64_t idx = static_cast<int64_t>(indices[pos]);
+          if (idx >= 0 && idx < E) continue;
+          --count;
           if (check == BoundsCheckMode::kSkip) {
             ++my_skipped;
           } else if (item < my_bad.item) {
             my_bad = BadIndex{item, pos, idx};
           }
-          continue;
         }
-        const W* __restrict row = table + idx * D;
-        if (kWeighted) {
-          const float w = psw[pos];
-          for (int64_t d = 0; d < D; ++d) acc[d] += w * load_weight(row + d);
-        } else {
-          for (int64_t d = 0; d < D; ++d) acc[d] += load_weight(row + d);
-        }
-        ++count;
+      }
+      const float* __restrict bag_psw = kWeighted ? psw + start : nullptr;
+      if (count == end - start) {
+        sum_bag<false, kWeighted>(table, D, E, indices + start, bag_psw, end - start, acc);
+      } else {
+        sum_bag<true, kWeighted>(table, D, E, indices + start, bag_psw, end - start, acc);
       }
       O* __restrict o = out + b * out_stride + meta.output_offsets[f];
       if (mean && count > 0) {
