@@ -9,7 +9,7 @@
 //    input sets rotate when one set would stay in the cache.
 //  * tbe-backward on CUDA also times the phases on their own (linearize, sort, encode + classify,
 //    gradient + update), each repeated on input set 0 after a full call (cuda/tbe_backward_phases.h).
-//  * --max-warp-segment above the default block limit (1024) without --max-block-segment raises the
+//  * --max-warp-segment above the default block limit (512) without --max-block-segment raises the
 //    block limit to the same value (every longer segment then goes to the multi-block path), so a
 //    warp-only limit can be tried on its own.
 //  * --sweep-thresholds W:B:T,... times each tuning in turn on the same inputs in one process (one
@@ -58,7 +58,7 @@ struct BwdArgs {
 };
 
 // The backends' default max_block_segment (the CUDA backend's tbe_bwd::kDefaultMaxBlockSegment).
-constexpr int kDefaultBlockLimit = 1024;
+constexpr int kDefaultBlockLimit = 512;
 
 // A tuning as the bench passes it: a warp limit above the default block limit alone raises the block limit.
 TbeBackwardTuning bench_tuning(int max_warp, int max_block, int threads) {

@@ -73,13 +73,13 @@ constexpr int kUnroll = 4;                          // gradient rows in flight p
 // 256, 320}, uniform and Zipf(1.15) lookups (bench/results/2026-11-30-nvidia-h200-bwd-sweep.md): uniform
 // inputs are insensitive to the thresholds (within 0.5%); under Zipf, warps for segments up to 128
 // lookups beat FBGEMM's 32 by 10-17% for rows the lane groups take (up to kGroupMaxCols = 512 columns);
-// wider rows keep 32. (A re-check on the kernels with counter-fed work and programmatic launch found
-// max_block_segment 512 faster than 1024 under Zipf at every D of the sweep, D=128 -8 us, D=320 -80;
-// not yet the default: the CUDA tests have not run with it.)
+// wider rows keep 32. Blocks for segments up to 512 lookups (longer ones: superchunk slots + combine):
+// re-measured on the kernels with counter-fed work and programmatic launch, 512 beat 1024 under Zipf
+// at every D of the sweep (D=128 -8 us, 256 -15, 320 -80; 2048 slower; uniform unchanged).
 constexpr int kDefaultMaxWarpSegment = 32;
 constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
 constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
-constexpr int kDefaultMaxBlockSegment = 1024;
+constexpr int kDefaultMaxBlockSegment = 512;
 constexpr int kDefaultBlockThreads = 256;
 constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
 
