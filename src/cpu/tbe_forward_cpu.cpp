@@ -13,8 +13,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
