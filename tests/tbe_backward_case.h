@@ -232,19 +232,19 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
     a.weights = TensorView::vec(d_w.data(), c.weights_dtype, NW);
     a.indices = TensorView::vec(d_idx.data(), c.index_dtype, N);
     a.offsets = TensorView::vec(d_off.data(), c.index_dtype, static_cast<int64_t>(in.offsets.size()));
-    a.per_sample_weights = c.weighted ? d_psw.as<float>() : nullptr;
+    if (c.weighted) a.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, N);
     a.batch_size = B;
     a.pooling = c.pooling;
     a.bounds_check = c.bounds;
     a.grad_output = TensorView::mat(d_go.data(), c.grad_dtype, go_rows, go_cols);
     a.optimizer = op;
-    a.momentum1 = has_m1 ? d_m1.as<float>() : nullptr;
-    a.momentum2 = has_m2 ? d_m2.as<float>() : nullptr;
-    a.grad_per_sample_weights = c.grad_psw ? d_gpsw.as<float>() : nullptr;
+    if (has_m1) a.momentum1 = TensorView::vec(d_m1.data(), DType::kF32, static_cast<int64_t>(m1_host.size()));
+    if (has_m2) a.momentum2 = TensorView::vec(d_m2.data(), DType::kF32, static_cast<int64_t>(m2_host.size()));
+    if (c.grad_psw) a.grad_per_sample_weights = TensorView::vec(d_gpsw.data(), DType::kF32, N);
     if (dense) {
-      a.unique_rows = d_rows.as<int64_t>();
+      a.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, N);
       a.num_unique = d_nu.as<int64_t>();
-      a.unique_grads = d_ug.as<float>();
+      a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, N * maxd);
     }
     a.rounding = c.rounding;
     a.seed = c.seed;

@@ -154,7 +154,7 @@ inline CaseOutcome run_tbe_case(Backend backend, const TbeCase& c) {
   args.weights = TensorView::vec(d_w.data(), c.weights_dtype, tbe->num_weights());
   args.indices = TensorView::vec(d_idx.data(), c.index_dtype, N);
   args.offsets = TensorView::vec(d_off.data(), c.index_dtype, static_cast<int64_t>(in.offsets.size()));
-  args.per_sample_weights = c.weighted ? d_psw.as<float>() : nullptr;
+  if (c.weighted) args.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, N);
   args.batch_size = c.batch_size;
   args.pooling = c.pooling;
   args.bounds_check = c.bounds;

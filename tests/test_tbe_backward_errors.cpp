@@ -61,9 +61,12 @@ struct Problem {
     a.batch_size = 3;
     a.grad_output = TensorView::mat(d_go.data(), DType::kF32, 3, tbe->total_dim());
     a.optimizer.type = OptimizerType::kRowwiseAdagrad;
-    a.momentum1 = d_m1.as<float>();
+    a.momentum1 = rowwise(d_m1);
     return a;
   }
+  // Optimizer state views over d_m1 / d_m2: row-wise ([total_rows()]) or element-wise ([num_weights()]).
+  TensorView rowwise(const Buffer& b) const { return TensorView::vec(b.data(), DType::kF32, tbe->total_rows()); }
+  TensorView elementwise(const Buffer& b) const { return TensorView::vec(b.data(), DType::kF32, tbe->num_weights()); }
   Status run(const TbeBackwardArgs& a) {
     size_t bytes = 0;
     Status st = tbe->backward_workspace_size(ctx, a, &bytes);
@@ -107,8 +110,10 @@ TEST_P(TbeBackwardErrors, OutOfRangeIndexWritesNothing) {
   for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad, OptimizerType::kAdam}) {
     TbeBackwardArgs a = p.args();
     a.optimizer.type = opt;
-    a.momentum1 = opt == OptimizerType::kSgd ? nullptr : p.d_m1.as<float>();
-    a.momentum2 = opt == OptimizerType::kAdam ? p.d_m2.as<float>() : nullptr;
+    a.momentum1 = opt == OptimizerType::kSgd      ? TensorView()
+                  : opt == OptimizerType::kAdam ? p.elementwise(p.d_m1)
+                                                : p.rowwise(p.d_m1);
+    if (opt == OptimizerType::kAdam) a.momentum2 = p.elementwise(p.d_m2);
     const Status st = p.run(a);
     EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
     EXPECT_NE(st.message().find("feature 1, bag 2, position 1"), std::string::npos) << st.message();
@@ -149,17 +154,62 @@ TEST_P(TbeBackwardErrors, BadArguments) {
       {"eps", [](TbeBackwardArgs& a) { a.optimizer.eps = 0.0f; }},
       {"beta1", [&](TbeBackwardArgs& a) {
          a.optimizer.type = OptimizerType::kAdam;
-         a.momentum2 = p.d_m2.as<float>();
+         a.momentum1 = p.elementwise(p.d_m1);
+         a.momentum2 = p.elementwise(p.d_m2);
          a.optimizer.beta1 = 1.0f;
        }},
       {"beta2", [&](TbeBackwardArgs& a) {
          a.optimizer.type = OptimizerType::kPartialRowwiseAdam;
-         a.momentum2 = p.d_m2.as<float>();
+         a.momentum1 = p.elementwise(p.d_m1);
+         a.momentum2 = p.rowwise(p.d_m2);
          a.optimizer.beta2 = -0.1f;
        }},
       {"step", [](TbeBackwardArgs& a) { a.optimizer.step = 0; }},
-      {"momentum1", [](TbeBackwardArgs& a) { a.momentum1 = nullptr; }},
-      {"momentum2", [&](TbeBackwardArgs& a) { a.momentum2 = p.d_m2.as<float>(); }},
+      {"momentum1", [](TbeBackwardArgs& a) { a.momentum1 = TensorView(); }},
+      {"momentum2", [&](TbeBackwardArgs& a) { a.momentum2 = p.rowwise(p.d_m2); }},
+      // state of the wrong length or dtype (a short buffer would be overrun)
+      {"momentum1", [](TbeBackwardArgs& a) { a.momentum1.shape[0] = 3; }},
+      {"momentum1", [](TbeBackwardArgs& a) { a.momentum1.shape[0] += 1; }},
+      {"momentum1", [&](TbeBackwardArgs& a) { a.momentum1 = p.elementwise(p.d_m1); }},
+      {"momentum1", [](TbeBackwardArgs& a) { a.momentum1.dtype = DType::kF16; }},
+      {"momentum2", [&](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kAdam;
+         a.momentum1 = p.elementwise(p.d_m1);
+         a.momentum2 = p.rowwise(p.d_m2);
+       }},
+      // buffers the backward writes may not share memory with each other or with its inputs
+      {"weights", [&](TbeBackwardArgs& a) { a.momentum1.data = a.weights.data; }},
+      {"momentum1", [&](TbeBackwardArgs& a) { a.momentum1.data = a.grad_output.data; }},
+      {"momentum1", [&](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kAdam;
+         a.momentum1 = p.elementwise(p.d_m1);
+         a.momentum2 = p.elementwise(p.d_m1);
+       }},
+      // hyper-parameters and options an optimizer does not take
+      {"learning_rate", [](TbeBackwardArgs& a) { a.optimizer.learning_rate = -0.1f; }},
+      {"learning_rate", [](TbeBackwardArgs& a) { a.optimizer.learning_rate = INFINITY; }},
+      {"weight_decay", [](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kSgd;
+         a.momentum1 = TensorView();
+         a.optimizer.weight_decay = 0.01f;
+         a.optimizer.weight_decay_mode = WeightDecayMode::kL2;
+       }},
+      {"max_norm", [&](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kAdam;
+         a.momentum1 = p.elementwise(p.d_m1);
+         a.momentum2 = p.elementwise(p.d_m2);
+         a.optimizer.max_norm = 1.0f;
+       }},
+      {"gradient_clipping", [&](TbeBackwardArgs& a) {
+         a.optimizer.type = OptimizerType::kNone;
+         a.momentum1 = TensorView();
+         a.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, static_cast<int64_t>(p.idx.size()));
+         a.num_unique = d_nu.as<int64_t>();
+         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5);
+         a.optimizer.gradient_clipping = 1.0f;
+       }},
+      {"eps", [](TbeBackwardArgs& a) { a.optimizer.eps = INFINITY; }},
+      {"step", [](TbeBackwardArgs& a) { a.optimizer.step = -5; }},
       {"momentum1", [](TbeBackwardArgs& a) { a.optimizer.type = OptimizerType::kSgd; }},
       {"max_norm", [](TbeBackwardArgs& a) { a.optimizer.max_norm = -1.0f; }},
       {"gradient_clipping", [](TbeBackwardArgs& a) { a.optimizer.gradient_clipping = INFINITY; }},
@@ -167,9 +217,25 @@ TEST_P(TbeBackwardErrors, BadArguments) {
       {"optimizer.type", [](TbeBackwardArgs& a) { a.optimizer.type = static_cast<OptimizerType>(42); }},
       {"unique_rows", [](TbeBackwardArgs& a) {
          a.optimizer.type = OptimizerType::kNone;
-         a.momentum1 = nullptr;
+         a.momentum1 = TensorView();
        }},
-      {"unique_grads", [&](TbeBackwardArgs& a) { a.unique_grads = d_ug.as<float>(); }},
+      {"unique_grads", [&](TbeBackwardArgs& a) {
+         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5);
+       }},
+      {"unique_grads", [&](TbeBackwardArgs& a) {  // dense mode with a short unique_grads
+         a.optimizer.type = OptimizerType::kNone;
+         a.momentum1 = TensorView();
+         a.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, static_cast<int64_t>(p.idx.size()));
+         a.num_unique = d_nu.as<int64_t>();
+         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5 - 1);
+       }},
+      {"unique_rows", [&](TbeBackwardArgs& a) {  // dense mode with int32 unique rows
+         a.optimizer.type = OptimizerType::kNone;
+         a.momentum1 = TensorView();
+         a.unique_rows = TensorView::vec(d_rows.data(), DType::kI32, static_cast<int64_t>(p.idx.size()));
+         a.num_unique = d_nu.as<int64_t>();
+         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5);
+       }},
       {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.shape[1] -= 1; }},
       {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.dtype = DType::kI32; }},
       {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.data = nullptr; }},
@@ -179,9 +245,22 @@ TEST_P(TbeBackwardErrors, BadArguments) {
       {"indices", [&](TbeBackwardArgs& a) { a.indices.dtype = DType::kF32; }},
       {"per_sample_weights", [&](TbeBackwardArgs& a) {
          a.pooling = PoolingMode::kMean;
-         a.per_sample_weights = d_psw.as<float>();
+         a.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, static_cast<int64_t>(p.idx.size()));
        }},
-      {"grad_per_sample_weights", [&](TbeBackwardArgs& a) { a.grad_per_sample_weights = d_gpsw.as<float>(); }},
+      {"per_sample_weights", [&](TbeBackwardArgs& a) {  // one short: would be read past its end
+         a.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) - 1);
+       }},
+      {"per_sample_weights", [&](TbeBackwardArgs& a) {  // one too many
+         a.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) + 1);
+       }},
+      {"grad_per_sample_weights", [&](TbeBackwardArgs& a) {
+         a.grad_per_sample_weights = TensorView::vec(d_gpsw.data(), DType::kF32, static_cast<int64_t>(p.idx.size()));
+       }},
+      {"grad_per_sample_weights", [&](TbeBackwardArgs& a) {  // short: would be written past its end
+         a.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, static_cast<int64_t>(p.idx.size()));
+         a.grad_per_sample_weights =
+             TensorView::vec(d_gpsw.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) - 2);
+       }},
       {"pooling", [&](TbeBackwardArgs& a) { a.pooling = PoolingMode::kNone; }},
       {"tuning.block_threads", [&](TbeBackwardArgs& a) { a.tuning.block_threads = -1; }},
       {"rounding", [&](TbeBackwardArgs& a) { a.rounding = static_cast<WeightRounding>(9); }},

@@ -168,7 +168,7 @@ TEST(TbeForwardCpu, BitIdenticalForAnyThreadCount) {
     a.weights = TensorView::vec(w.data(), DType::kF32, tbe->num_weights());
     a.indices = TensorView::vec(in.indices.data(), DType::kI64, in.num_indices());
     a.offsets = TensorView::vec(in.offsets.data(), DType::kI64, static_cast<int64_t>(in.offsets.size()));
-    a.per_sample_weights = in.per_sample_weights.data();
+    a.per_sample_weights = TensorView::vec(in.per_sample_weights.data(), DType::kF32, in.num_indices());
     a.batch_size = 257;
     a.output = TensorView::mat(out.data(), DType::kF32, 257, tbe->total_dim());
     ASSERT_TRUE(tbe->forward(Context::cpu(threads), a).ok());

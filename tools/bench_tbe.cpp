@@ -26,6 +26,7 @@
 
 #include "api/tbe_tuning.h"
 #include "bench_util.h"
+#include "cli_args.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #if EMBSCALE_WITH_CUDA
@@ -59,6 +60,8 @@ struct Plan : tbe_bench::Plan {
 std::string make_plan(const TbeBenchArgs& args, Plan* p) {
   const std::string err = tbe_bench::make_plan(args.common, p, tbe_bench::MixedDims::kMultipleOf4);
   if (!err.empty()) return err;
+  const std::string memory = tbe_bench::memory_refusal(args.common, *p, tbe_bench::Pass::kForward, 0);
+  if (!memory.empty()) return memory;
   if (args.gather_ceiling) {
     if (p->backend != Backend::kCuda) return "--gather-ceiling: needs the cuda backend";
     for (int f = 0; f < p->T; ++f) {
@@ -137,7 +140,7 @@ int run_plan(const Plan& p) {
     a.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
     a.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
     a.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
-    a.per_sample_weights = p.weighted ? in.psw->as<float>() : nullptr;
+    if (p.weighted) a.per_sample_weights = TensorView::vec(in.psw->data(), DType::kF32, in.host.num_indices());
     a.batch_size = p.B;
     a.pooling = p.pooling;
     a.bounds_check = p.bounds;
@@ -310,10 +313,7 @@ int run_plan(const Plan& p) {
 int run_from_args(const TbeBenchArgs& a) {
   Plan p;
   const std::string err = make_plan(a, &p);
-  if (!err.empty()) {
-    std::fprintf(stderr, "error: %s\n", err.c_str());
-    return 2;
-  }
+  if (!err.empty()) return refuse(err);
   return run_plan(p);
 }
 

@@ -13,11 +13,16 @@
 //    block limit to the same value (every longer segment then goes to the multi-block path), so a
 //    warp-only limit can be tried on its own.
 //  * --sweep-thresholds W:B:T,... times each tuning in turn on the same inputs in one process (one
-//    record each; 0 = default; the first also runs the spot check); building the inputs dominates a
-//    run, so a threshold sweep should use it.
+//    record each; every item has exactly three fields, 0 = default; the first also runs the spot
+//    check); building the inputs dominates a run, so a threshold sweep should use it.
+//  * Tunings are checked before anything is allocated (non-negative; on CUDA the block paths' thread
+//    counts); one the library still refuses (its defaults for the values left at 0 depend on the
+//    widest row) is reported as a refusal of the flag that gave it.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "cli_args.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "reference_tbe.h"
@@ -59,6 +65,10 @@ struct BwdArgs {
 
 // The backends' default max_block_segment (the CUDA backend's tbe_bwd::kDefaultMaxBlockSegment).
 constexpr int kDefaultBlockLimit = 512;
+// The CUDA block paths' threads per block: a multiple of the warp size up to their launch bound
+// (tbe_bwd::kMaxBlockThreads).
+constexpr int kWarpSize = 32;
+constexpr int kMaxBlockThreads = 512;
 
 // A tuning as the bench passes it: a warp limit above the default block limit alone raises the block limit.
 TbeBackwardTuning bench_tuning(int max_warp, int max_block, int threads) {
@@ -69,26 +79,46 @@ TbeBackwardTuning bench_tuning(int max_warp, int max_block, int threads) {
   return t;
 }
 
-// "W:B:T,W:B:T" (B and T may be left out: 0 = default) -> tunings; false on a malformed list.
-bool parse_tunings(const std::string& text, std::vector<TbeBackwardTuning>* out) {
+// "" or what is wrong with the values (max_warp, max_block, threads) given by the tuning flags or one
+// --sweep-thresholds item (0: the default), for a message after the flag.
+std::string tuning_problem(int max_warp, int max_block, int threads, Backend backend) {
+  if (backend != Backend::kCuda) return "";  // the CPU backward takes any non-negative tuning (and ignores it)
+  if (threads != 0 && (threads < kWarpSize || threads > kMaxBlockThreads || threads % kWarpSize != 0))
+    return "block_threads " + std::to_string(threads) + ": the CUDA backend takes 0 (default) or a multiple of " +
+           std::to_string(kWarpSize) + " in " + std::to_string(kWarpSize) + ".." + std::to_string(kMaxBlockThreads);
+  if (max_warp != 0 && max_block != 0 && max_block < max_warp)
+    return "max_block_segment " + std::to_string(max_block) + " is less than max_warp_segment " + std::to_string(max_warp);
+  return "";
+}
+
+// "W:B:T,W:B:T" -> tunings: every item exactly three fields, each an integer in 0..INT_MAX (0: the
+// default). "" or what is wrong, for a message after --sweep-thresholds.
+std::string parse_tunings(const std::string& text, Backend backend, std::vector<TbeBackwardTuning>* out) {
+  const std::string form = "; expected W:B:T[,W:B:T...], three integers >= 0 per item (0: default)";
   size_t pos = 0;
   while (pos <= text.size()) {
     const size_t comma = std::min(text.find(',', pos), text.size());
     const std::string item = text.substr(pos, comma - pos);
-    int v[3] = {0, 0, 0};
-    size_t at = 0;
-    for (int k = 0; k < 3 && at <= item.size(); ++k) {
+    std::vector<std::string> fields;
+    for (size_t at = 0;;) {
       const size_t colon = std::min(item.find(':', at), item.size());
-      const std::string num = item.substr(at, colon - at);
-      if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos || num.size() > 9) return false;
-      v[k] = std::stoi(num);
+      fields.push_back(item.substr(at, colon - at));
+      if (colon == item.size()) break;
       at = colon + 1;
     }
-    if (at <= item.size()) return false;  // more than three fields
-    out->push_back(bench_tuning(v[0], v[1], v[2]));
+    if (fields.size() != 3)
+      return "'" + item + "' has " + std::to_string(fields.size()) + (fields.size() == 1 ? " field" : " fields") + form;
+    int64_t v[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) {
+      std::string why;
+      if (!read_integer(fields[k], 0, INT_MAX, &v[k], &why)) return "item '" + item + "': " + why;
+    }
+    const std::string problem = tuning_problem(static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), backend);
+    if (!problem.empty()) return "item '" + item + "': " + problem;
+    out->push_back(bench_tuning(static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2])));
     pos = comma + 1;
   }
-  return !out->empty();
+  return "";
 }
 
 // State buffers an optimizer uses (row-wise: total_rows floats; element-wise: num_weights floats).
@@ -101,31 +131,58 @@ size_t state_floats(OptimizerType o, bool first, const TableBatchedEmbedding& tb
   return static_cast<size_t>(rowwise ? tbe.total_rows() : tbe.num_weights());
 }
 
+// The optimizer state a run keeps, in fp32 values (as state_floats counts them once the module exists).
+CheckedSize state_values(OptimizerType o, const Plan& p) {
+  CheckedSize dims = 0;
+  for (int d : p.dims) dims += static_cast<uint64_t>(d);
+  const CheckedSize rows = CheckedSize(static_cast<uint64_t>(p.T)) * static_cast<uint64_t>(p.E);
+  const CheckedSize weights = CheckedSize(static_cast<uint64_t>(p.E)) * dims;
+  switch (o) {
+    case OptimizerType::kRowwiseAdagrad:
+      return rows;
+    case OptimizerType::kAdam:
+      return weights * 2;
+    case OptimizerType::kPartialRowwiseAdam:
+      return weights + rows;
+    default:
+      return 0;
+  }
+}
+
+// The flag a tuning the library refused came from ("tuning.block_threads: ..." names the field).
+std::string tuning_flag(const BwdArgs& a, const std::string& message) {
+  if (!a.sweep_thresholds.empty()) return "--sweep-thresholds";
+  if (message.find("block_threads") != std::string::npos) return "--block-threads";
+  if (message.find("max_block_segment") != std::string::npos) return "--max-block-segment";
+  return "--max-warp-segment";
+}
+
 int run(const BwdArgs& a, bool train) {
   Plan p;
   const std::string err = tbe_bench::make_plan(a.common, &p);
-  if (!err.empty()) {
-    std::fprintf(stderr, "error: %s\n", err.c_str());
-    return 2;
-  }
+  if (!err.empty()) return refuse(err);
   OptimizerType otype;
-  if (!parse_optimizer(a.optimizer, &otype)) {
-    std::fprintf(stderr, "error: --optimizer: '%s'; expected sgd, rowwise_adagrad, adam, partial_rowwise_adam or none\n",
-                 a.optimizer.c_str());
-    return 2;
-  }
-  if (!(a.learning_rate >= 0.0f) || !std::isfinite(a.learning_rate)) {
-    std::fprintf(stderr, "error: --learning-rate: expected a finite value >= 0\n");
-    return 2;
-  }
+  if (!parse_optimizer(a.optimizer, &otype))
+    return refuse("--optimizer", "'" + a.optimizer + "'; expected sgd, rowwise_adagrad, adam, partial_rowwise_adam or none");
+  if (!(a.learning_rate >= 0.0f) || !std::isfinite(a.learning_rate))
+    return refuse("--learning-rate", "expected a finite value >= 0");
   std::vector<TbeBackwardTuning> tunings;
   if (a.sweep_thresholds.empty()) {
+    if (a.max_warp_segment < 0 || a.max_block_segment < 0 || a.block_threads < 0)
+      return refuse(a.max_warp_segment < 0 ? "--max-warp-segment" : a.max_block_segment < 0 ? "--max-block-segment" : "--block-threads",
+                    "expected an integer >= 0 (0: default)");
+    const std::string problem = tuning_problem(a.max_warp_segment, a.max_block_segment, a.block_threads, p.backend);
+    if (!problem.empty())
+      return refuse(problem.compare(0, 13, "block_threads") == 0 ? "--block-threads" : "--max-block-segment", problem);
     tunings.push_back(bench_tuning(a.max_warp_segment, a.max_block_segment, a.block_threads));
-  } else if (!parse_tunings(a.sweep_thresholds, &tunings)) {
-    std::fprintf(stderr, "error: --sweep-thresholds: '%s'; expected W:B:T[,W:B:T...] (non-negative integers, 0: default)\n",
-                 a.sweep_thresholds.c_str());
-    return 2;
+  } else {
+    const std::string problem = parse_tunings(a.sweep_thresholds, p.backend, &tunings);
+    if (!problem.empty()) return refuse("--sweep-thresholds", problem);
   }
+  const std::string memory =
+      tbe_bench::memory_refusal(a.common, p, train ? tbe_bench::Pass::kTrain : tbe_bench::Pass::kBackward,
+                                state_values(otype, p));
+  if (!memory.empty()) return refuse(memory);
   for (TbeBackwardTuning& tu : tunings) tu.short_key_sort = a.short_key_sort;
   TbeBackwardTuning tuning = tunings[0];
   const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
@@ -171,7 +228,7 @@ int run(const BwdArgs& a, bool train) {
     b.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
     b.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
     b.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
-    b.per_sample_weights = p.weighted ? in.psw->as<float>() : nullptr;
+    if (p.weighted) b.per_sample_weights = TensorView::vec(in.psw->data(), DType::kF32, in.host.num_indices());
     b.batch_size = p.B;
     b.pooling = p.pooling;
     b.bounds_check = p.bounds;
@@ -180,12 +237,14 @@ int run(const BwdArgs& a, bool train) {
     b.optimizer.type = o;
     b.optimizer.learning_rate = a.learning_rate;
     if (o == OptimizerType::kRowwiseAdagrad) b.optimizer.eps = 0.1f;  // FBGEMM's benchmark default
-    b.momentum1 = state_floats(o, true, *tbe) > 0 ? m1.as<float>() : nullptr;
-    b.momentum2 = state_floats(o, false, *tbe) > 0 ? m2.as<float>() : nullptr;
+    const int64_t n1 = static_cast<int64_t>(state_floats(o, true, *tbe)), n2 = static_cast<int64_t>(state_floats(o, false, *tbe));
+    if (n1 > 0) b.momentum1 = TensorView::vec(m1.data(), DType::kF32, n1);
+    if (n2 > 0) b.momentum2 = TensorView::vec(m2.data(), DType::kF32, n2);
     if (o == OptimizerType::kNone) {
-      b.unique_rows = dense_rows.as<int64_t>();
+      const int64_t n = in.host.num_indices();
+      b.unique_rows = TensorView::vec(dense_rows.data(), DType::kI64, n);
       b.num_unique = dense_count.as<int64_t>();
-      b.unique_grads = dense_grads.as<float>();
+      b.unique_grads = TensorView::vec(dense_grads.data(), DType::kF32, n * tbe->max_dim());
     }
     b.deterministic = a.deterministic;
     b.tuning = tuning;
@@ -199,6 +258,8 @@ int run(const BwdArgs& a, bool train) {
       for (OptimizerType o : {otype, OptimizerType::kNone}) {
         size_t b = 0;
         st = tbe->backward_workspace_size(ctx, make_args(s, o), &b);
+        if (st.code() == StatusCode::kInvalidArgument && st.message().compare(0, 7, "tuning.") == 0)
+          return refuse(tuning_flag(a, st.message()), st.message());
         if (!st.ok()) return fail("workspace size", st);
         ws_bytes = std::max(ws_bytes, b);
       }
@@ -296,7 +357,7 @@ int run(const BwdArgs& a, bool train) {
                      f.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
                      f.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
                      f.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
-                     f.per_sample_weights = p.weighted ? in.psw->as<float>() : nullptr;
+                     if (p.weighted) f.per_sample_weights = TensorView::vec(in.psw->data(), DType::kF32, in.host.num_indices());
                      f.batch_size = p.B;
                      f.pooling = p.pooling;
                      f.bounds_check = p.bounds;
@@ -390,17 +451,20 @@ void add_command(CLI::App& bench, bool train) {
       ->capture_default_str();
   sub->add_flag("--deterministic,!--no-deterministic", args->deterministic,
                 "bit-identical results across runs (default on)");
-  sub->add_option("--max-warp-segment", args->max_warp_segment, "segments up to this many lookups: a warp per row (0: default)");
-  sub->add_option("--max-block-segment", args->max_block_segment,
-                  "segments up to this: a block per row; longer: split across blocks (0: default)");
-  sub->add_option("--block-threads", args->block_threads, "threads per block of the block paths (0: default)");
+  add_integer_option(sub, "--max-warp-segment", &args->max_warp_segment, 0, INT_MAX,
+                     "segments up to this many lookups: a warp per row (0: default)");
+  add_integer_option(sub, "--max-block-segment", &args->max_block_segment, 0, INT_MAX,
+                     "segments up to this: a block per row; longer: split across blocks (0: default)");
+  add_integer_option(sub, "--block-threads", &args->block_threads, 0, INT_MAX,
+                     "threads per block of the block paths (0: default; cuda: a multiple of 32 up to 512)");
   sub->add_option("--sweep-thresholds", args->sweep_thresholds,
                   "W:B:T[,W:B:T...]: time each (max_warp_segment, max_block_segment, block_threads) in turn on the "
-                  "same inputs (0: default; overrides the three options above)");
+                  "same inputs (three integers >= 0 per item, 0: default; overrides the three options above)");
   sub->add_flag("--short-key-sort", args->short_key_sort,
                 "radix-sort only the low key bits when each row's lookups stay one run (one pass fewer; rows of "
                 "several tables interleave)");
-  sub->add_option("--learning-rate", args->learning_rate, "learning rate")->capture_default_str();
+  add_real_option(sub, "--learning-rate", &args->learning_rate, 0.0f, FLT_MAX, "learning rate (finite, >= 0)")
+      ->default_str("0.1");
   sub->callback([args, train] { std::exit(run(*args, train)); });
 }
 

@@ -14,7 +14,7 @@ enum class Backend { kCpu = 0, kCuda = 1 };
 struct Context {
   Backend backend = Backend::kCpu;
   void* stream = nullptr;  // cudaStream_t for Backend::kCuda
-  int num_threads = 0;     // Backend::kCpu only; 0 = all hardware threads
+  int num_threads = 0;     // Backend::kCpu only; 0 = all hardware threads; at most 1024, else refused
 
   static Context cpu(int num_threads = 0) {
     Context c;

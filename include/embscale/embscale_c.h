@@ -11,6 +11,9 @@
  *    check (0 error, 1 skip, 2 off), optimizer (0 none, 1 sgd, 2 rowwise_adagrad, 3 adam,
  *    4 partial_rowwise_adam), weight decay (0 none, 1 L2, 2 decoupled), rounding (0 nearest,
  *    1 stochastic).
+ *  - Optional tensors (per-sample weights, optimizer state, dense-gradient outputs) are absent when
+ *    their data is NULL (a zero-initialised embscale_tensor); when present their dtype and shape are
+ *    checked like those of every other tensor.
  *  - Pointers live in the memory of the context's backend (device pointers for CUDA); the stream is a
  *    cudaStream_t. Nothing here allocates except embscale_tbe_create.
  */
@@ -105,7 +108,7 @@ typedef struct embscale_tbe_forward_args {
   embscale_tensor weights;
   embscale_tensor indices;
   embscale_tensor offsets;
-  const float* per_sample_weights; /* NULL: unweighted */
+  embscale_tensor per_sample_weights; /* fp32 [N]; data NULL: unweighted */
   int64_t batch_size;
   int32_t pooling;
   int32_t bounds_check;
@@ -132,18 +135,18 @@ typedef struct embscale_tbe_backward_args {
   embscale_tensor weights;
   embscale_tensor indices;
   embscale_tensor offsets;
-  const float* per_sample_weights;
+  embscale_tensor per_sample_weights;
   int64_t batch_size;
   int32_t pooling;
   int32_t bounds_check;
   embscale_tensor grad_output;
   embscale_optimizer optimizer;
-  float* momentum1;
-  float* momentum2;
-  float* grad_per_sample_weights;
-  int64_t* unique_rows;
-  int64_t* num_unique;
-  float* unique_grads;
+  embscale_tensor momentum1; /* fp32; data NULL: absent */
+  embscale_tensor momentum2;
+  embscale_tensor grad_per_sample_weights; /* fp32 [N], optional */
+  embscale_tensor unique_rows;             /* int64 [N], dense-gradient mode */
+  int64_t* num_unique;                     /* [1], dense-gradient mode */
+  embscale_tensor unique_grads;            /* fp32 [N * max_dim], dense-gradient mode */
   int32_t deterministic;
   int32_t rounding;
   uint64_t seed;

@@ -8,6 +8,9 @@
 //    table); the output of feature f occupies columns [output_offset(f), output_offset(f) + D_f);
 //  * lookups: indices [N] and offsets [T*B+1] (both int32 or both int64), table-major: bag (f, b) is
 //    indices[offsets[f*B + b] : offsets[f*B + b + 1]]; optional per-sample weights [N] fp32.
+//  * optional buffers (per-sample weights, optimizer state, dense-gradient outputs) are TensorViews
+//    too, so their dtype and length are checked like every other argument; a view whose data is null
+//    is absent (a default-constructed TensorView).
 //
 // A TableBatchedEmbedding is created once (it uploads a few small per-feature tables to the device:
 // creation may allocate, ops never do). Its ops are asynchronous on ctx.stream and capturable in a
@@ -37,8 +40,11 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 //          number skipped is written to `num_skipped` when given.
 //  kOff:   no check (fastest); the caller guarantees valid indices.
 // Offsets that decrease (a negative first offset included), or a last offset that differs from the
-// number of indices, are an error in kError and kSkip modes. In sequence mode (kNone) a skipped
-// lookup's output row is zeros.
+// number of indices, are an error in kError and kSkip modes, and in every mode on the CPU (where the
+// check costs nothing next to the gathers). In kOff mode on CUDA they are not reported (that would need
+// a read-back) but each bag is clamped to an in-bounds range, so bad offsets give wrong bags, never an
+// access outside the buffers; only bad indices are unchecked in kOff mode. In sequence mode (kNone) a
+// skipped lookup's output row is zeros.
 enum class BoundsCheckMode { kError = 0, kSkip, kOff };
 const char* bounds_check_mode_name(BoundsCheckMode m);  // "error", "skip", "off"
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);
@@ -58,8 +64,8 @@ struct TbeForwardArgs {
   TensorView weights;                        // [num_weights()] of weights_dtype
   TensorView indices;                        // [N] int32 or int64
   TensorView offsets;                        // [T*B+1], the dtype of indices
-  const float* per_sample_weights = nullptr; // [N] optional (fp32, backend memory); SUM or kNone only:
-                                             // with MEAN an invalid_argument (as FBGEMM)
+  TensorView per_sample_weights;             // optional [N] fp32 (data null: unweighted); SUM or kNone
+                                             // only: with MEAN an invalid_argument (as FBGEMM)
   int64_t batch_size = 0;                    // B
   PoolingMode pooling = PoolingMode::kSum;
   BoundsCheckMode bounds_check = BoundsCheckMode::kError;
@@ -123,20 +129,22 @@ struct TbeBackwardArgs {
   TensorView weights;                         // [num_weights()] updated in place (not in kNone mode)
   TensorView indices;                         // [N] int32 or int64, as in the forward
   TensorView offsets;                         // [T*B+1]
-  const float* per_sample_weights = nullptr;  // [N] optional, as in the forward
+  TensorView per_sample_weights;              // optional [N] fp32, as in the forward
   int64_t batch_size = 0;
   PoolingMode pooling = PoolingMode::kSum;
   BoundsCheckMode bounds_check = BoundsCheckMode::kError;
   TensorView grad_output;                     // pooled: [B, total_dim()]; kNone: [N, D]; fp32/fp16/bf16
   OptimizerParams optimizer;
-  float* momentum1 = nullptr;                 // optimizer state (see above), updated in place
-  float* momentum2 = nullptr;
-  float* grad_per_sample_weights = nullptr;   // optional [N]: dot(weight row before the update, grad of its bag)
+  // Optimizer state (see above), fp32, updated in place: exactly those the optimizer keeps are given,
+  // row-wise ones of total_rows() elements, element-wise ones of num_weights() elements.
+  TensorView momentum1;
+  TensorView momentum2;
+  TensorView grad_per_sample_weights;         // optional [N] fp32: dot(weight row before the update, grad of its bag)
   // Dense-gradient mode (optimizer.type == kNone): unique linearised rows (row_offset(t) + r, ascending),
-  // their count, and their summed fp32 gradients [N, max_dim()] (row u uses its table's D columns).
-  int64_t* unique_rows = nullptr;             // [N]
+  // their count, and their summed fp32 gradients (row u uses its table's D columns).
+  TensorView unique_rows;                     // [N] int64
   int64_t* num_unique = nullptr;              // [1]
-  float* unique_grads = nullptr;              // [N * max_dim()]
+  TensorView unique_grads;                    // [N * max_dim()] fp32 (any shape of that many elements)
   bool deterministic = true;                  // bit-identical results across runs and tunings
   WeightRounding rounding = WeightRounding::kStochastic;
   uint64_t seed = 0;                          // stochastic rounding: same seed and step -> same result

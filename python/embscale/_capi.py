@@ -54,7 +54,7 @@ _LOOKUP_FIELDS = [
     ("weights", Tensor),
     ("indices", Tensor),
     ("offsets", Tensor),
-    ("per_sample_weights", ctypes.c_void_p),
+    ("per_sample_weights", Tensor),  # data NULL: unweighted
     ("batch_size", ctypes.c_int64),
     ("pooling", ctypes.c_int32),
     ("bounds_check", ctypes.c_int32),
@@ -87,12 +87,12 @@ class TbeBackwardArgs(ctypes.Structure):
     _fields_ = _LOOKUP_FIELDS + [
         ("grad_output", Tensor),
         ("optimizer", Optimizer),
-        ("momentum1", ctypes.c_void_p),
-        ("momentum2", ctypes.c_void_p),
-        ("grad_per_sample_weights", ctypes.c_void_p),
-        ("unique_rows", ctypes.c_void_p),
+        ("momentum1", Tensor),  # optional tensors: data NULL = absent
+        ("momentum2", Tensor),
+        ("grad_per_sample_weights", Tensor),
+        ("unique_rows", Tensor),
         ("num_unique", ctypes.c_void_p),
-        ("unique_grads", ctypes.c_void_p),
+        ("unique_grads", Tensor),
         ("deterministic", ctypes.c_int32),
         ("rounding", ctypes.c_int32),
         ("seed", ctypes.c_uint64),

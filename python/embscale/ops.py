@@ -71,6 +71,22 @@ def _ptr(t):
     return None if t is None or t.numel() == 0 else t.data_ptr()
 
 
+# The address an optional tensor that is given but empty points at: the C API reads an optional tensor
+# whose data is NULL as absent, and a given one must reach its length checks (an empty
+# per_sample_weights for N > 0 lookups is an error, not "unweighted"). Never dereferenced: it has no elements.
+_EMPTY_BUFFER = ctypes.c_int64(0)
+
+
+def _optional_desc(t):
+    """The C descriptor of an optional tensor: absent (all zero) for None, else t viewed flat."""
+    if t is None:
+        return _capi.Tensor()
+    d = _desc(t)
+    if d.data is None:
+        d.data = ctypes.addressof(_EMPTY_BUFFER)
+    return d
+
+
 def _context(device):
     c = _capi.Context()
     c.backend = _capi.BACKEND[device.type]
@@ -306,7 +322,7 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
     num_skipped = torch.zeros(1, dtype=torch.int64, device=dev)
     a = _capi.TbeForwardArgs()
     a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
-    a.per_sample_weights = _ptr(psw) if psw is not None else None
+    a.per_sample_weights = _optional_desc(psw)
     a.batch_size = batch_size
     a.pooling = _lookup(_capi.POOLING, "pooling", pooling)
     a.bounds_check = _lookup(_capi.BOUNDS_CHECK, "bounds_check", bounds_check)
@@ -349,7 +365,7 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
     hp = hparams.tolist()
     a = _capi.TbeBackwardArgs()
     a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
-    a.per_sample_weights = _ptr(psw) if psw is not None else None
+    a.per_sample_weights = _optional_desc(psw)
     a.batch_size = batch_size
     a.pooling = _lookup(_capi.POOLING, "pooling", pooling)
     a.bounds_check = _lookup(_capi.BOUNDS_CHECK, "bounds_check", bounds_check)
@@ -362,9 +378,11 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
     o.max_norm, o.gradient_clipping = hp[HPARAM["max_norm"]], hp[HPARAM["gradient_clipping"]]
     step = int(hp[HPARAM["step"]])
     o.step = step
-    a.momentum1, a.momentum2 = _ptr(momentum1), _ptr(momentum2)
+    # Optimizer state: an empty buffer is how a module says "this optimizer keeps none".
+    a.momentum1 = _optional_desc(momentum1 if momentum1.numel() > 0 else None)
+    a.momentum2 = _optional_desc(momentum2 if momentum2.numel() > 0 else None)
     grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
-    a.grad_per_sample_weights = _ptr(grad_psw)
+    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
     a.deterministic = 1
     a.rounding = _capi.ROUNDING["stochastic" if stochastic_rounding else "nearest"]
     a.seed = seed

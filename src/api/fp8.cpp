@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "api/check.h"
 #include "api/fp8_backend.h"
 #include "common/numerics.h"
 #include "common/scaling.h"
@@ -78,52 +79,15 @@ namespace {
 
 constexpr const char* kAmaxAlgoEnv = "EMBSCALE_AMAX_ALGO";
 
-std::string shape_str(const TensorView& t) {
-  std::string s = "[";
-  for (int i = 0; i < t.ndim; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(t.shape[i]);
-  }
-  return s + "]";
-}
+using check::shape_str;
 
-Status check_context(const Context& ctx) {
-  if (ctx.backend != Backend::kCpu && ctx.backend != Backend::kCuda)
-    return invalid_argument("ctx.backend: unknown backend value " + std::to_string(static_cast<int>(ctx.backend)));
-  if (ctx.backend == Backend::kCpu && ctx.num_threads < 0)
-    return invalid_argument("ctx.num_threads: " + std::to_string(ctx.num_threads) + " is negative; expected >= 0 (0 = all)");
-#if !EMBSCALE_WITH_CUDA
-  if (ctx.backend == Backend::kCuda) return unsupported("ctx.backend: this build of embscale has no CUDA backend");
-#endif
-  return Status::Ok();
-}
+Status check_context(const Context& ctx) { return check::context(ctx); }
 
 // Shape sanity: ndim in [0, kMaxDims], no negative extent, numel representable.
-Status check_shape(const char* name, const TensorView& t) {
-  if (t.ndim < 0 || t.ndim > kMaxDims)
-    return invalid_argument(std::string(name) + ": ndim " + std::to_string(t.ndim) + " is outside [0, " +
-                            std::to_string(kMaxDims) + "]");
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] < 0) return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has a negative extent");
-    if (__builtin_mul_overflow(n, t.shape[i], &n))
-      return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has too many elements");
-  }
-  if (__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(t.dtype)), &n))
-    return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has too many bytes");
-  return Status::Ok();
-}
+Status check_shape(const char* name, const TensorView& t) { return check::shape(name, t, 0); }
 
 // Data pointer: required unless the tensor is empty; aligned to the element size.
-Status check_data(const char* name, const TensorView& t) {
-  if (t.numel() == 0) return Status::Ok();
-  if (t.data == nullptr) return invalid_argument(std::string(name) + ": data is null for a tensor of shape " + shape_str(t));
-  const size_t esize = dtype_size(t.dtype);
-  if (reinterpret_cast<uintptr_t>(t.data) % esize != 0)
-    return invalid_argument(std::string(name) + ": data pointer is not aligned to its " + std::to_string(esize) +
-                            "-byte elements (" + dtype_name(t.dtype) + ")");
-  return Status::Ok();
-}
+Status check_data(const char* name, const TensorView& t) { return check::data(name, t); }
 
 Status check_float_tensor(const char* name, const TensorView& t, bool need_data) {
   if (!is_float_dtype(t.dtype))

@@ -188,7 +188,7 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
   using tbe_validate::shape_str;
   EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_lookup_args(
       *this, ctx,
-      {&args.weights, &args.indices, &args.offsets, args.per_sample_weights, args.batch_size, args.pooling,
+      {&args.weights, &args.indices, &args.offsets, &args.per_sample_weights, args.batch_size, args.pooling,
        args.bounds_check}));
   const int64_t B = args.batch_size;
   const int64_t N = args.indices.numel();
@@ -209,6 +209,14 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
       return invalid_argument("output: shape " + shape_str(args.output) + "; expected [B, total_dim()] = [" +
                               std::to_string(B) + ", " + std::to_string(total_dim()) + "]");
   }
+
+  // The output is written while the inputs are read: it must not share memory with any of them.
+  const struct { const char* name; const TensorView* t; } inputs[] = {
+      {"weights", &args.weights}, {"indices", &args.indices}, {"offsets", &args.offsets},
+      {"per_sample_weights", &args.per_sample_weights}};
+  for (const auto& in : inputs)
+    if (check::overlap(args.output, *in.t))
+      return invalid_argument(std::string("output: overlaps ") + in.name + "; it must be a separate buffer");
 
   if (ctx.backend == Backend::kCpu) return cpu::tbe_forward(ctx, *this, args);
 #if EMBSCALE_WITH_CUDA

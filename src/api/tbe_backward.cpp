@@ -59,8 +59,8 @@ Status check_optimizer(const TbeBackwardArgs& a) {
       t != OptimizerType::kAdam && t != OptimizerType::kPartialRowwiseAdam)
     return invalid_argument("optimizer.type: unknown optimizer " + std::to_string(static_cast<int>(t)));
   const std::string name = optimizer_name(t);
-  if (!std::isfinite(p.learning_rate))
-    return invalid_argument("optimizer.learning_rate: " + fstr(p.learning_rate) + " is not finite");
+  if (!(std::isfinite(p.learning_rate) && p.learning_rate >= 0.0f))
+    return invalid_argument("optimizer.learning_rate: " + fstr(p.learning_rate) + "; expected a finite value >= 0");
   if (p.step < 1) return invalid_argument("optimizer.step: " + std::to_string(p.step) + "; steps count from 1");
   const bool adagrad = t == OptimizerType::kRowwiseAdagrad;
   const bool adam = t == OptimizerType::kAdam || t == OptimizerType::kPartialRowwiseAdam;
@@ -90,28 +90,70 @@ Status check_optimizer(const TbeBackwardArgs& a) {
     return invalid_argument("optimizer.gradient_clipping: dense-gradient mode (none) returns the unclipped gradient; "
                             "set it to 0");
 
-  // State: present exactly when the optimizer keeps it.
-  const bool m1 = opt::uses_momentum1(t), m2 = opt::uses_momentum2(t);
-  if (m1 && a.momentum1 == nullptr) return invalid_argument("momentum1: null, but " + name + " keeps a first moment");
-  if (!m1 && a.momentum1 != nullptr) return invalid_argument("momentum1: given, but " + name + " keeps no first moment");
-  if (m2 && a.momentum2 == nullptr) return invalid_argument("momentum2: null, but " + name + " keeps a second moment");
-  if (!m2 && a.momentum2 != nullptr)
-    return invalid_argument("momentum2: given, but " + name + " keeps no second moment");
+  return Status::Ok();
+}
 
-  // Dense-gradient outputs: exactly in kNone mode.
+// State and dense-gradient outputs: present exactly when the optimizer uses them, fp32 (int64 for the
+// unique rows) and of the length the layout gives.
+Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a) {
+  using tbe_validate::check_view;
+  const OptimizerType t = a.optimizer.type;
+  const std::string name = optimizer_name(t);
+  const int64_t N = a.indices.numel();
+  const struct { const char* name; const TensorView* v; bool used, rowwise; const char* what; } state[] = {
+      {"momentum1", &a.momentum1, opt::uses_momentum1(t), opt::momentum1_rowwise(t), "first moment"},
+      {"momentum2", &a.momentum2, opt::uses_momentum2(t), opt::momentum2_rowwise(t), "second moment"}};
+  for (const auto& m : state) {
+    const bool given = m.v->data != nullptr;
+    if (m.used && !given) return invalid_argument(std::string(m.name) + ": absent, but " + name + " keeps a " + m.what);
+    if (!m.used && given) return invalid_argument(std::string(m.name) + ": given, but " + name + " keeps no " + m.what);
+    if (m.used)
+      EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32(
+          m.name, *m.v, m.rowwise ? tbe.total_rows() : tbe.num_weights(),
+          m.rowwise ? "total_rows() (row-wise state)" : "num_weights() (element-wise state)"));
+  }
+
+  // Dense-gradient outputs: exactly in kNone mode. [N]-sized ones may be absent when there are no
+  // lookups, as an empty tensor's data may be null.
   const bool dense = t == OptimizerType::kNone;
-  const struct { const char* name; const void* p; } outs[] = {
-      {"unique_rows", a.unique_rows}, {"num_unique", a.num_unique}, {"unique_grads", a.unique_grads}};
-  const bool no_lookups = a.indices.numel() == 0;
+  const struct { const char* name; bool given; } outs[] = {{"unique_rows", a.unique_rows.data != nullptr},
+                                                           {"num_unique", a.num_unique != nullptr},
+                                                           {"unique_grads", a.unique_grads.data != nullptr}};
   for (const auto& o : outs) {
-    // [N]-sized outputs may be null when there are no lookups, as an empty tensor's data may.
-    const bool may_be_null = no_lookups && std::string(o.name) != "num_unique";
-    if (dense && o.p == nullptr && !may_be_null)
-      return invalid_argument(std::string(o.name) + ": null, but dense-gradient mode (optimizer none) writes it");
-    if (!dense && o.p != nullptr)
+    const bool may_be_absent = N == 0 && std::string(o.name) != "num_unique";
+    if (dense && !o.given && !may_be_absent)
+      return invalid_argument(std::string(o.name) + ": absent, but dense-gradient mode (optimizer none) writes it");
+    if (!dense && o.given)
       return invalid_argument(std::string(o.name) + ": given, but only dense-gradient mode (optimizer none) writes it; " +
                               name + " updates the weights instead");
   }
+  if (a.unique_rows.data != nullptr) {
+    EMBSCALE_RETURN_IF_ERROR(check_view("unique_rows", a.unique_rows));
+    if (a.unique_rows.dtype != DType::kI64 || a.unique_rows.numel() != N)
+      return invalid_argument(std::string("unique_rows: ") + dtype_name(a.unique_rows.dtype) + " with " +
+                              std::to_string(a.unique_rows.numel()) + " elements; expected int64 [N] = [" +
+                              std::to_string(N) + "]");
+  }
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32("unique_grads", a.unique_grads, N * tbe.max_dim(),
+                                                            "N * max_dim()"));
+  if (a.grad_per_sample_weights.data != nullptr && a.per_sample_weights.data == nullptr)
+    return invalid_argument("grad_per_sample_weights: given without per_sample_weights (the lookups are unweighted)");
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32("grad_per_sample_weights", a.grad_per_sample_weights, N,
+                                                            "N (the number of indices)"));
+
+  // What the backward writes must not share memory with anything else it reads or writes.
+  const struct { const char* name; const TensorView* v; } all[] = {
+      {"weights", &a.weights},     {"momentum1", &a.momentum1},
+      {"momentum2", &a.momentum2}, {"grad_per_sample_weights", &a.grad_per_sample_weights},
+      {"unique_rows", &a.unique_rows}, {"unique_grads", &a.unique_grads},
+      {"indices", &a.indices},     {"offsets", &a.offsets},
+      {"per_sample_weights", &a.per_sample_weights}, {"grad_output", &a.grad_output}};
+  constexpr int kWritten = 6;  // the first six entries are written
+  for (int i = 0; i < kWritten; ++i)
+    for (int j = i + 1; j < static_cast<int>(sizeof(all) / sizeof(all[0])); ++j)
+      if (check::overlap(*all[i].v, *all[j].v))
+        return invalid_argument(std::string(all[i].name) + ": overlaps " + all[j].name +
+                                "; buffers the backward writes must be separate");
   return Status::Ok();
 }
 
@@ -121,7 +163,7 @@ Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, cons
   using tbe_validate::shape_str;
   EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_lookup_args(
       tbe, ctx,
-      {&a.weights, &a.indices, &a.offsets, a.per_sample_weights, a.batch_size, a.pooling, a.bounds_check}));
+      {&a.weights, &a.indices, &a.offsets, &a.per_sample_weights, a.batch_size, a.pooling, a.bounds_check}));
   const int64_t B = a.batch_size;
   const int64_t N = a.indices.numel();
 
@@ -142,8 +184,7 @@ Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, cons
   }
 
   EMBSCALE_RETURN_IF_ERROR(check_optimizer(a));
-  if (a.grad_per_sample_weights != nullptr && a.per_sample_weights == nullptr)
-    return invalid_argument("grad_per_sample_weights: given without per_sample_weights (the lookups are unweighted)");
+  EMBSCALE_RETURN_IF_ERROR(check_buffers(tbe, a));
   if (a.rounding != WeightRounding::kNearest && a.rounding != WeightRounding::kStochastic)
     return invalid_argument("rounding: unknown mode " + std::to_string(static_cast<int>(a.rounding)));
   if (a.tuning.max_warp_segment < 0)

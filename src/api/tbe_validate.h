@@ -1,6 +1,6 @@
 // Host-side argument checks shared by the TBE forward (api/tbe.cpp) and backward (api/tbe_backward.cpp):
 // the backend, the pooling and bounds-check modes, the batch size, the weights buffer, and the
-// indices/offsets pair (dtype, 1-D, T*B+1 offsets, int32 addressability), and weighted MEAN refused.
+// indices/offsets pair (dtype, 1-D, T*B+1 offsets, int32 addressability), the per-sample weights' dtype and length, and weighted MEAN refused.
 // Messages name the argument and the problem.
 #pragma once
 
@@ -8,27 +8,30 @@
 #include <cstdint>
 #include <string>
 
+#include "api/check.h"
 #include "embscale/tbe.h"
 
 namespace embscale {
 namespace tbe_validate {
 
-inline std::string shape_str(const TensorView& t) {
-  std::string s = "[";
-  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
-  return s + "]";
+using check::shape_str;
+
+// ndim in range, no negative extent, element and byte counts representable (so numel() is
+// meaningful), data present unless empty and aligned to the element size.
+inline Status check_view(const char* name, const TensorView& t) {
+  EMBSCALE_RETURN_IF_ERROR(check::shape(name, t, 1));
+  return check::data(name, t);
 }
 
-// ndim in range and no negative extent, so numel() is meaningful.
-inline Status check_view(const char* name, const TensorView& t) {
-  if (t.ndim < 1 || t.ndim > kMaxDims)
-    return invalid_argument(std::string(name) + ": ndim " + std::to_string(t.ndim) + " is outside [1, " +
-                            std::to_string(kMaxDims) + "]");
-  for (int i = 0; i < t.ndim; ++i)
-    if (t.shape[i] < 0) return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has a negative extent");
-  if (t.numel() > 0 && t.data == nullptr)
-    return invalid_argument(std::string(name) + ": data is null but the tensor has " + std::to_string(t.numel()) +
-                            " elements");
+// An optional fp32 vector of exactly n elements (absent: data null).
+inline Status check_optional_f32(const char* name, const TensorView& t, int64_t n, const char* what) {
+  if (t.data == nullptr) return Status::Ok();
+  EMBSCALE_RETURN_IF_ERROR(check_view(name, t));
+  if (t.dtype != DType::kF32)
+    return invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) + " is not supported; expected fp32");
+  if (t.numel() != n)
+    return invalid_argument(std::string(name) + ": " + std::to_string(t.numel()) + " elements; expected " + what +
+                            " = " + std::to_string(n));
   return Status::Ok();
 }
 
@@ -37,7 +40,7 @@ struct LookupArgs {
   const TensorView* weights;
   const TensorView* indices;
   const TensorView* offsets;
-  const float* per_sample_weights;
+  const TensorView* per_sample_weights;
   int64_t batch_size;
   PoolingMode pooling;
   BoundsCheckMode bounds_check;
@@ -48,6 +51,7 @@ inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context&
     return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
                             " differs from the backend this TableBatchedEmbedding was created on (" +
                             backend_name(tbe.backend()) + ")");
+  EMBSCALE_RETURN_IF_ERROR(check::context(ctx));
   if (a.pooling != PoolingMode::kSum && a.pooling != PoolingMode::kMean && a.pooling != PoolingMode::kNone)
     return invalid_argument("pooling: unknown pooling mode " + std::to_string(static_cast<int>(a.pooling)));
   if (a.bounds_check != BoundsCheckMode::kError && a.bounds_check != BoundsCheckMode::kSkip &&
@@ -89,7 +93,8 @@ inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context&
 
   // Weighted MEAN is refused, as FBGEMM does: whether it should divide by the bag's length or by the
   // sum of its weights is ambiguous, and a caller can pre-scale the per-sample weights instead.
-  if (a.per_sample_weights != nullptr && a.pooling == PoolingMode::kMean)
+  EMBSCALE_RETURN_IF_ERROR(check_optional_f32("per_sample_weights", *a.per_sample_weights, N, "N (the number of indices)"));
+  if (a.per_sample_weights->data != nullptr && a.pooling == PoolingMode::kMean)
     return invalid_argument("per_sample_weights: not supported with mean pooling; use sum with weights scaled by 1/L");
   return Status::Ok();
 }

@@ -69,6 +69,15 @@ Status to_tensor(const char* name, const embscale_tensor* t, embscale::TensorVie
   return Status::Ok();
 }
 
+// An optional tensor: absent (a default TensorView) when its data is NULL, else checked as to_tensor.
+Status to_optional_tensor(const char* name, const embscale_tensor* t, embscale::TensorView* out) {
+  if (t->data == nullptr) {
+    *out = embscale::TensorView();
+    return Status::Ok();
+  }
+  return to_tensor(name, t, out);
+}
+
 Status to_amax_algo(int32_t algo, embscale::AmaxAlgo* out) {
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("algo", algo, 2));
   *out = static_cast<embscale::AmaxAlgo>(algo);
@@ -96,7 +105,7 @@ Status to_lookup_fields(const CArgs* a, Args* out) {
   EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &a->offsets, &out->offsets));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("pooling", a->pooling, 2));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, 2));
-  out->per_sample_weights = a->per_sample_weights;
+  EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("per_sample_weights", &a->per_sample_weights, &out->per_sample_weights));
   out->batch_size = a->batch_size;
   out->pooling = static_cast<embscale::PoolingMode>(a->pooling);
   out->bounds_check = static_cast<embscale::BoundsCheckMode>(a->bounds_check);
@@ -126,12 +135,13 @@ Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwa
   o.max_norm = a->optimizer.max_norm;
   o.gradient_clipping = a->optimizer.gradient_clipping;
   o.step = a->optimizer.step;
-  out->momentum1 = a->momentum1;
-  out->momentum2 = a->momentum2;
-  out->grad_per_sample_weights = a->grad_per_sample_weights;
-  out->unique_rows = a->unique_rows;
+  EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("momentum1", &a->momentum1, &out->momentum1));
+  EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("momentum2", &a->momentum2, &out->momentum2));
+  EMBSCALE_RETURN_IF_ERROR(
+      to_optional_tensor("grad_per_sample_weights", &a->grad_per_sample_weights, &out->grad_per_sample_weights));
+  EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("unique_rows", &a->unique_rows, &out->unique_rows));
   out->num_unique = a->num_unique;
-  out->unique_grads = a->unique_grads;
+  EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("unique_grads", &a->unique_grads, &out->unique_grads));
   out->deterministic = a->deterministic != 0;
   out->rounding = static_cast<embscale::WeightRounding>(a->rounding);
   out->seed = a->seed;

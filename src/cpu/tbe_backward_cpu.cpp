@@ -1,7 +1,7 @@
 // CPU table-batched embedding backward fused with the optimizer (OpenMP, always deterministic).
 //
 // Steps, each a parallel loop except where noted:
-//  1. offsets checked in order (serial, as in the forward) unless bounds_check is kOff;
+//  1. offsets checked in order (serial, as in the forward), in every bounds-check mode;
 //  2. per lookup i (parallel over bags): key = row_offset(table of its feature) + index, or a sentinel
 //     for a skipped lookup (out of range in kSkip mode, or before offsets[0]); its grad_output row
 //     offset; and its scale: 1 (SUM), per_sample_weights[i] (weighted), 1.0f / count (MEAN, count = the
@@ -130,7 +130,7 @@ Status backward_impl(const Params& p) {
   W* __restrict weights = static_cast<W*>(a.weights.data);
   const I* __restrict indices = static_cast<const I*>(a.indices.data);
   const I* __restrict offsets = static_cast<const I*>(a.offsets.data);
-  const float* __restrict psw = a.per_sample_weights;
+  const float* __restrict psw = static_cast<const float*>(a.per_sample_weights.data);
   const G* __restrict grad = static_cast<const G*>(a.grad_output.data);
   const int64_t T = p.T, B = p.B, N = p.N;
   const BoundsCheckMode check = a.bounds_check;
@@ -142,7 +142,7 @@ Status backward_impl(const Params& p) {
 
   // 1. offsets
   const int64_t TB = T * B;
-  if (check != BoundsCheckMode::kOff) EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
+  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
   if (N == 0) {
     if (a.optimizer.type == OptimizerType::kNone) *a.num_unique = 0;
     if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
@@ -210,8 +210,8 @@ Status backward_impl(const Params& p) {
   if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
 
   // 3. gradient w.r.t. the per-sample weights, from the weights before any update.
-  if (a.grad_per_sample_weights != nullptr) {
-    float* __restrict gpsw = a.grad_per_sample_weights;
+  if (a.grad_per_sample_weights.data != nullptr) {
+    float* __restrict gpsw = static_cast<float*>(a.grad_per_sample_weights.data);
     for (int64_t pos = 0; pos < first; ++pos) gpsw[pos] = 0.0f;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (int64_t item = 0; item < TB; ++item) {
@@ -254,8 +254,8 @@ Status backward_impl(const Params& p) {
   const opt::AdamCorrections corr = opt::adam_corrections(op);
   const uint64_t rkey = rounding_key(a.seed, op.step);
   const int max_dim = tbe.max_dim();
-  float* __restrict m1 = a.momentum1;
-  float* __restrict m2 = a.momentum2;
+  float* __restrict m1 = static_cast<float*>(a.momentum1.data);
+  float* __restrict m2 = static_cast<float*>(a.momentum2.data);
 
   // 6. one owner per unique row.
 #pragma omp parallel num_threads(threads)
@@ -296,7 +296,7 @@ Status backward_impl(const Params& p) {
       int D;
       int64_t welem;
       const int64_t key = locate(u, &D, &welem);
-      float* __restrict g = op.type == OptimizerType::kNone ? a.unique_grads + u * max_dim : gacc;
+      float* __restrict g = op.type == OptimizerType::kNone ? static_cast<float*>(a.unique_grads.data) + u * max_dim : gacc;
       // g = 0 + the row's lookups in sorted order (the explicit 0 + keeps -0 out, as on CUDA).
       {
         const int64_t pos = sorted[seg[u]].pos;
@@ -312,7 +312,7 @@ Status backward_impl(const Params& p) {
       }
       if (op.type == OptimizerType::kNone) {
         for (int d = D; d < max_dim; ++d) g[d] = 0.0f;
-        a.unique_rows[u] = key;
+        static_cast<int64_t*>(a.unique_rows.data)[u] = key;
         continue;
       }
       W* __restrict w = weights + welem;

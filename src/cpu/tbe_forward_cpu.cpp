@@ -108,7 +108,7 @@ Status forward_impl(const Params& p) {
   const W* __restrict weights = static_cast<const W*>(a.weights.data);
   const I* __restrict indices = static_cast<const I*>(a.indices.data);
   const I* __restrict offsets = static_cast<const I*>(a.offsets.data);
-  const float* __restrict psw = a.per_sample_weights;
+  const float* __restrict psw = static_cast<const float*>(a.per_sample_weights.data);
   O* __restrict out = static_cast<O*>(a.output.data);
   const int64_t T = p.T, B = p.B, N = p.N;
   const BoundsCheckMode check = a.bounds_check;
@@ -119,7 +119,7 @@ Status forward_impl(const Params& p) {
   const int64_t out_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
 
   // Offsets: monotone, and the last equals N; the first violation in order is reported.
-  if (check != BoundsCheckMode::kOff) EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
+  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
 
   // Sequence mode: rows before offsets[0] belong to no bag and are written as zeros.
   if (sequence && N > 0) {
@@ -225,7 +225,7 @@ Status forward_impl(const Params& p) {
 
 template <typename W, typename O, typename I>
 Status dispatch_weighted(const Params& p) {
-  return p.args->per_sample_weights ? forward_impl<W, O, I, true>(p) : forward_impl<W, O, I, false>(p);
+  return p.args->per_sample_weights.data ? forward_impl<W, O, I, true>(p) : forward_impl<W, O, I, false>(p);
 }
 
 template <typename W, typename O>

@@ -218,7 +218,7 @@ CallShape call_shape(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& ar
   c.total_rows = tbe.total_rows();
   c.sequence = args.pooling == PoolingMode::kNone;
   c.mean = args.pooling == PoolingMode::kMean;
-  c.vals_are_items = !c.sequence && args.per_sample_weights == nullptr && args.grad_per_sample_weights == nullptr;
+  c.vals_are_items = !c.sequence && args.per_sample_weights.data == nullptr && args.grad_per_sample_weights.data == nullptr;
   return c;
 }
 
@@ -375,19 +375,19 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   p.grad_output = args.grad_output.data;
   p.indices = args.indices.data;
   p.offsets = args.offsets.data;
-  p.psw = args.per_sample_weights;
+  p.psw = static_cast<const float*>(args.per_sample_weights.data);
   p.weight_offsets = meta.weight_offsets;
   p.num_rows = meta.num_rows;
   p.dims = meta.dims;
   p.output_offsets = meta.output_offsets;
   p.row_offsets = meta.row_offsets;
   p.scratch = meta.scratch;
-  p.momentum1 = args.momentum1;
-  p.momentum2 = args.momentum2;
-  p.grad_psw = args.grad_per_sample_weights;
-  p.unique_rows_out = args.unique_rows;
+  p.momentum1 = static_cast<float*>(args.momentum1.data);
+  p.momentum2 = static_cast<float*>(args.momentum2.data);
+  p.grad_psw = static_cast<float*>(args.grad_per_sample_weights.data);
+  p.unique_rows_out = static_cast<int64_t*>(args.unique_rows.data);
   p.num_unique_out = args.num_unique;
-  p.unique_grads = args.unique_grads;
+  p.unique_grads = static_cast<float*>(args.unique_grads.data);
   p.keys_in = at(L.keys_in);
   p.keys_sorted = at(L.keys_sorted);
   p.vals_in = static_cast<uint32_t*>(at(L.vals_in));
@@ -425,7 +425,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   p.need_bag_of = c.vals_are_items ? 0 : 1;
   p.mean = c.mean ? 1 : 0;
   p.contrib = c.mean ? tbe_bwd::kContribMean
-                     : (args.per_sample_weights != nullptr ? tbe_bwd::kContribWeighted : tbe_bwd::kContribPlain);
+                     : (args.per_sample_weights.data != nullptr ? tbe_bwd::kContribWeighted : tbe_bwd::kContribPlain);
   // Vector access: every row of every table (and every gradient row) starts at a multiple of kVec
   // elements of a suitably aligned base.
   const size_t wes = dtype_size(args.weights.dtype), ges = dtype_size(args.grad_output.dtype);
@@ -436,7 +436,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   }
   p.w_vec = w_vec ? 1 : 0;
   p.g_vec = g_vec ? 1 : 0;
-  p.ug_vec = (dense && aligned(args.unique_grads, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
+  p.ug_vec = (dense && aligned(args.unique_grads.data, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
   p.max_warp_segment = t.max_warp;
   p.max_block_segment = t.max_block;
   p.opt = args.optimizer;

@@ -221,7 +221,7 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   p.weights = args.weights.data;
   p.indices = args.indices.data;
   p.offsets = args.offsets.data;
-  p.per_sample_weights = args.per_sample_weights;
+  p.per_sample_weights = static_cast<const float*>(args.per_sample_weights.data);
   p.output = args.output.data;
   p.weight_offsets = meta.weight_offsets;
   p.num_rows = meta.num_rows;

@@ -26,9 +26,9 @@
 // atomics touch the output, so results are bit-identical across runs and equal to a sequential fp32
 // loop over the bag.
 //
-// Bounds checks (tbe.h). In error and skip modes each bag's offsets are checked (a decrease is recorded
-// and the bag is clamped to an empty, in-bounds range, so nothing is read out of bounds), and an index
-// outside [0, E) contributes nothing. Skip mode adds the bag's skipped count to a scratch counter with
+// Bounds checks (tbe.h). Every bag is clamped to an in-bounds range ([0, N], empty when its offsets
+// decrease), so nothing is read or written out of bounds in any mode. In error and skip modes a
+// decrease is also recorded, and an index outside [0, E) contributes nothing. Skip mode adds the bag's skipped count to a scratch counter with
 // one atomic per bag that has any; error mode keeps the smallest invalid position with an atomic max
 // of ~position. tbe_forward_finalize_kernel then checks offsets[0] and the last offset, turns the
 // records into a report (or the skip count into *num_skipped) and clears the records for the next call.
@@ -345,12 +345,11 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
     const int64_t item = static_cast<int64_t>(f) * B + b;
     int64_t start = static_cast<int64_t>(offsets[item]);
     int64_t end = static_cast<int64_t>(offsets[item + 1]);
-    if (check) {
-      if (end < start && rank == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
-      // Clamp so that broken offsets never cause an out-of-bounds read; the finalize kernel reports them.
-      start = start < 0 ? 0 : (start > N ? N : start);
-      end = end < start ? start : (end > N ? N : end);
-    }
+    if (check && end < start && rank == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
+    // Clamped in every mode, so broken offsets never cause an out-of-bounds access (off mode included);
+    // in error and skip modes the finalize kernel reports them.
+    start = start < 0 ? 0 : (start > N ? N : start);
+    end = end < start ? start : (end > N ? N : end);
     if (!kPooled && item == 0) {
       // Sequence rows before the first bag belong to no bag: zeros.
       const float zero[V] = {};
