@@ -381,6 +381,36 @@ TEST(TbeContext, ThreadCountsOutsideTheRangeAreRefused) {
   EXPECT_TRUE(tbe->forward(Context::cpu(1024), a).ok());
 }
 
+// On CUDA, a host buffer where device memory is needed is refused before any kernel runs (a kernel
+// would fault on it and leave the context unusable); so is a buffer of another GPU.
+TEST_P(TbeForwardErrors, CudaRefusesHostMemory) {
+  if (GetParam() != Backend::kCuda) GTEST_SKIP() << "runs on the CUDA backend only";
+  Problem pr(GetParam());
+  std::vector<float> host_out(64 * 1024 / 4, 0.0f);
+  const struct {
+    const char* name;
+    std::function<void(TbeForwardArgs&)> mutate;
+  } cases[] = {
+      {"weights", [&](TbeForwardArgs& a) { a.weights.data = pr.weights.data(); }},
+      {"indices", [&](TbeForwardArgs& a) { a.indices.data = pr.indices.data(); }},
+      {"offsets", [&](TbeForwardArgs& a) { a.offsets.data = pr.offsets.data(); }},
+      {"per_sample_weights", [&](TbeForwardArgs& a) {
+         a.per_sample_weights = TensorView::vec(pr.psw.data(), DType::kF32, static_cast<int64_t>(pr.psw.size()));
+       }},
+      {"output", [&](TbeForwardArgs& a) { a.output.data = host_out.data(); }},
+  };
+  for (const auto& c : cases) {
+    TbeForwardArgs a = pr.args();
+    c.mutate(a);
+    const Status st = pr.run(a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.name << ": " << st.to_string();
+    EXPECT_EQ(st.message().rfind(std::string(c.name) + ": host memory", 0), 0u) << st.message();
+  }
+  for (float v : host_out) ASSERT_EQ(v, 0.0f);
+  pr.expect_weights_unchanged();
+  ASSERT_TRUE(pr.run(pr.args()).ok()) << "the context must still work after the refusals";
+}
+
 TEST_P(TbeForwardErrors, NullIndicesAllowedWhenEmpty) {
   Problem pr(GetParam());
   std::vector<int64_t> off(3 * 2 + 1, 0);

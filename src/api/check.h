@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "api/cuda_runtime.h"
 #include "embscale/context.h"
 #include "embscale/status.h"
 #include "embscale/tensor.h"
@@ -61,6 +62,18 @@ inline Status data(const char* name, const TensorView& t) {
   if (reinterpret_cast<uintptr_t>(t.data) % esize != 0)
     return invalid_argument(std::string(name) + ": data pointer is not aligned to its " + std::to_string(esize) +
                             "-byte elements (" + dtype_name(t.dtype) + ")");
+  return Status::Ok();
+}
+
+// Memory the context's backend can use: on CUDA, device memory of the current device (or pinned,
+// mapped or managed memory), so a host pointer or another GPU's buffer is refused before a kernel
+// faults on it. Null pointers pass (presence is checked where it is required).
+inline Status memory(const Context& ctx, const char* name, const void* p) {
+#if EMBSCALE_WITH_CUDA
+  if (ctx.backend == Backend::kCuda && p != nullptr) return cuda::check_device_memory(name, p);
+#else
+  (void)ctx, (void)name, (void)p;
+#endif
   return Status::Ok();
 }
 

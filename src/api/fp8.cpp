@@ -89,18 +89,21 @@ Status check_shape(const char* name, const TensorView& t) { return check::shape(
 // Data pointer: required unless the tensor is empty; aligned to the element size.
 Status check_data(const char* name, const TensorView& t) { return check::data(name, t); }
 
-Status check_float_tensor(const char* name, const TensorView& t, bool need_data) {
+Status check_float_tensor(const Context& ctx, const char* name, const TensorView& t, bool need_data) {
   if (!is_float_dtype(t.dtype))
     return invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) + " is not supported; expected fp32, fp16 or bf16");
   EMBSCALE_RETURN_IF_ERROR(check_shape(name, t));
-  return need_data ? check_data(name, t) : Status::Ok();
+  if (!need_data) return Status::Ok();
+  EMBSCALE_RETURN_IF_ERROR(check_data(name, t));
+  return check::memory(ctx, name, t.data);
 }
 
-Status check_fp8_tensor(const char* name, const TensorView& t) {
+Status check_fp8_tensor(const Context& ctx, const char* name, const TensorView& t) {
   if (!is_fp8_dtype(t.dtype))
     return invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) + " is not supported; expected fp8e4m3 or fp8e5m2");
   EMBSCALE_RETURN_IF_ERROR(check_shape(name, t));
-  return check_data(name, t);
+  EMBSCALE_RETURN_IF_ERROR(check_data(name, t));
+  return check::memory(ctx, name, t.data);
 }
 
 Status check_same_numel(const char* a_name, const TensorView& a, const char* b_name, const TensorView& b) {
@@ -112,6 +115,12 @@ Status check_same_numel(const char* a_name, const TensorView& a, const char* b_n
 Status check_not_null(const char* name, const void* p) {
   if (p == nullptr) return invalid_argument(std::string(name) + ": must not be null");
   return Status::Ok();
+}
+
+// A required pointer into the backend's memory (a scalar the op reads or writes).
+Status check_device_ptr(const Context& ctx, const char* name, const void* p) {
+  EMBSCALE_RETURN_IF_ERROR(check_not_null(name, p));
+  return check::memory(ctx, name, p);
 }
 
 Status check_fp8_dtype_arg(const char* name, DType t) {
@@ -131,6 +140,12 @@ Status check_activation(Activation act) {
                           "; expected relu, gelu_tanh or silu");
 }
 
+// The optional device flags of an amax (the non-finite output and the no-op input).
+Status check_amax_flags(const Context& ctx, const char* prefix, const AmaxOptions& o) {
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, (std::string(prefix) + "nonfinite_flag").c_str(), o.nonfinite_flag));
+  return check::memory(ctx, (std::string(prefix) + "noop_flag").c_str(), o.noop_flag);
+}
+
 // kAuto + a valid EMBSCALE_AMAX_ALGO -> that algorithm; an explicit algo always wins.
 Status resolve_algo(AmaxOptions* o) {
   if (o->algo != AmaxAlgo::kAuto && o->algo != AmaxAlgo::kAtomic && o->algo != AmaxAlgo::kTwoStage)
@@ -146,13 +161,13 @@ Status resolve_algo(AmaxOptions* o) {
   return Status::Ok();
 }
 
-Status check_workspace(const void* ws, size_t ws_bytes, size_t needed) {
+Status check_workspace(const Context& ctx, const void* ws, size_t ws_bytes, size_t needed) {
   if (ws_bytes < needed)
     return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) +
                                                       " bytes given; the size query asks for " + std::to_string(needed));
   if (needed > 0 && ws == nullptr)
     return invalid_argument("workspace: null but " + std::to_string(needed) + " bytes are needed");
-  return Status::Ok();
+  return needed > 0 ? check::memory(ctx, "workspace", ws) : Status::Ok();
 }
 
 }  // namespace
@@ -170,7 +185,7 @@ Status check_workspace(const void* ws, size_t ws_bytes, size_t needed) {
 Status amax_workspace_size(const Context& ctx, const TensorView& x, const AmaxOptions& opts, size_t* bytes) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_not_null("bytes", bytes));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/false));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/false));
   AmaxOptions o = opts;
   EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
   EMBSCALE_FP8_DISPATCH(ctx, amax_workspace_size, x, o, bytes);
@@ -179,13 +194,14 @@ Status amax_workspace_size(const Context& ctx, const TensorView& x, const AmaxOp
 Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOptions& opts, void* workspace,
             size_t workspace_bytes) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/true));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("amax", amax));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/true));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "amax", amax));
   AmaxOptions o = opts;
   EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(amax_workspace_size(ctx, x, o, &needed));
-  EMBSCALE_RETURN_IF_ERROR(check_workspace(workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", o));
   EMBSCALE_FP8_DISPATCH(ctx, amax, ctx, x, amax, o, workspace, workspace_bytes);
 }
 
@@ -194,11 +210,12 @@ Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOpti
 Status compute_scale(const Context& ctx, const float* amax, DType fp8_dtype, const ScaleOptions& opts, float* scale,
                      float* scale_inv, const float* noop_flag) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("amax", amax));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "amax", amax));
   EMBSCALE_RETURN_IF_ERROR(check_fp8_dtype_arg("fp8_dtype", fp8_dtype));
   EMBSCALE_RETURN_IF_ERROR(check_scale_options("opts", opts));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("scale", scale));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("scale_inv", scale_inv));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale_inv", scale_inv));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
   EMBSCALE_FP8_DISPATCH(ctx, compute_scale, ctx, amax, fp8_max(fp8_dtype), opts, scale, scale_inv, noop_flag);
 }
 
@@ -207,20 +224,22 @@ Status compute_scale(const Context& ctx, const float* amax, DType fp8_dtype, con
 Status quantize(const Context& ctx, const TensorView& x, const float* scale, const TensorView& y,
                 const float* noop_flag) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/true));
-  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor("y", y));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/true));
+  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor(ctx, "y", y));
   EMBSCALE_RETURN_IF_ERROR(check_same_numel("x", x, "y", y));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("scale", scale));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
   EMBSCALE_FP8_DISPATCH(ctx, quantize, ctx, x, scale, y, noop_flag);
 }
 
 Status dequantize(const Context& ctx, const TensorView& y, const float* scale_inv, const TensorView& x,
                   const float* noop_flag) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
-  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor("y", y));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/true));
+  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor(ctx, "y", y));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/true));
   EMBSCALE_RETURN_IF_ERROR(check_same_numel("y", y, "x", x));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("scale_inv", scale_inv));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale_inv", scale_inv));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
   EMBSCALE_FP8_DISPATCH(ctx, dequantize, ctx, y, scale_inv, x, noop_flag);
 }
 
@@ -228,7 +247,7 @@ Status quantize_current_scaling_workspace_size(const Context& ctx, const TensorV
                                                const CurrentScalingOptions& opts, size_t* bytes) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_not_null("bytes", bytes));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/false));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/false));
   CurrentScalingOptions o = opts;
   EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o.amax));
   EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling_workspace_size, x, o, bytes);
@@ -238,18 +257,19 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
                                 float* scale, float* scale_inv, const CurrentScalingOptions& opts, void* workspace,
                                 size_t workspace_bytes) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/true));
-  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor("y", y));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/true));
+  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor(ctx, "y", y));
   EMBSCALE_RETURN_IF_ERROR(check_same_numel("x", x, "y", y));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("amax", amax));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("scale", scale));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("scale_inv", scale_inv));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "amax", amax));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale_inv", scale_inv));
   EMBSCALE_RETURN_IF_ERROR(check_scale_options("opts.scale", opts.scale));
   CurrentScalingOptions o = opts;
   EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o.amax));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(quantize_current_scaling_workspace_size(ctx, x, o, &needed));
-  EMBSCALE_RETURN_IF_ERROR(check_workspace(workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.amax.", o.amax));
   EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling, ctx, x, y, amax, scale, scale_inv, o, workspace,
                         workspace_bytes);
 }
@@ -260,7 +280,7 @@ Status activation_amax_workspace_size(const Context& ctx, const TensorView& x, c
                                       size_t* bytes) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_not_null("bytes", bytes));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/false));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/false));
   AmaxOptions o = opts;
   EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
   EMBSCALE_FP8_DISPATCH(ctx, activation_amax_workspace_size, x, o, bytes);
@@ -270,26 +290,27 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
                        const AmaxOptions& opts, void* workspace, size_t workspace_bytes) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_activation(act));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/true));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("y", y, /*need_data=*/true));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/true));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "y", y, /*need_data=*/true));
   EMBSCALE_RETURN_IF_ERROR(check_same_numel("x", x, "y", y));
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("amax", amax));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "amax", amax));
   AmaxOptions o = opts;
   EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(activation_amax_workspace_size(ctx, x, o, &needed));
-  EMBSCALE_RETURN_IF_ERROR(check_workspace(workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", o));
   EMBSCALE_FP8_DISPATCH(ctx, activation_amax, ctx, act, x, y, amax, o, workspace, workspace_bytes);
 }
 
 Status cast_transpose(const Context& ctx, const TensorView& x, const float* scale, const TensorView& y,
                       const TensorView& yt, const float* noop_flag) {
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
-  EMBSCALE_RETURN_IF_ERROR(check_float_tensor("x", x, /*need_data=*/true));
+  EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/true));
   if (x.ndim != 2)
     return invalid_argument("x: shape " + shape_str(x) + " is not 2-D; expected [rows, cols]");
-  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor("y", y));
-  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor("yt", yt));
+  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor(ctx, "y", y));
+  EMBSCALE_RETURN_IF_ERROR(check_fp8_tensor(ctx, "yt", yt));
   const int64_t rows = x.shape[0], cols = x.shape[1];
   if (y.ndim != 2 || y.shape[0] != rows || y.shape[1] != cols)
     return invalid_argument("y: shape " + shape_str(y) + " does not match x; expected [" + std::to_string(rows) +
@@ -300,7 +321,8 @@ Status cast_transpose(const Context& ctx, const TensorView& x, const float* scal
   if (yt.dtype != y.dtype)
     return invalid_argument(std::string("yt: dtype ") + dtype_name(yt.dtype) + " differs from y's " +
                             dtype_name(y.dtype) + "; both must be the same fp8 format");
-  EMBSCALE_RETURN_IF_ERROR(check_not_null("scale", scale));
+  EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
   EMBSCALE_FP8_DISPATCH(ctx, cast_transpose, ctx, x, scale, y, yt, noop_flag);
 }
 

@@ -214,9 +214,13 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
   const struct { const char* name; const TensorView* t; } inputs[] = {
       {"weights", &args.weights}, {"indices", &args.indices}, {"offsets", &args.offsets},
       {"per_sample_weights", &args.per_sample_weights}};
-  for (const auto& in : inputs)
+  for (const auto& in : inputs) {
     if (check::overlap(args.output, *in.t))
       return invalid_argument(std::string("output: overlaps ") + in.name + "; it must be a separate buffer");
+    EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, in.name, in.t->data));
+  }
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "output", args.output.data));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "num_skipped", args.num_skipped));
 
   if (ctx.backend == Backend::kCpu) return cpu::tbe_forward(ctx, *this, args);
 #if EMBSCALE_WITH_CUDA

@@ -157,6 +157,25 @@ Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a)
   return Status::Ok();
 }
 
+// Every buffer in memory the backend can use (on CUDA: the current device's).
+Status check_memory(const Context& ctx, const TbeBackwardArgs& a) {
+  const struct { const char* name; const void* p; } all[] = {
+      {"weights", a.weights.data},
+      {"indices", a.indices.data},
+      {"offsets", a.offsets.data},
+      {"per_sample_weights", a.per_sample_weights.data},
+      {"grad_output", a.grad_output.data},
+      {"momentum1", a.momentum1.data},
+      {"momentum2", a.momentum2.data},
+      {"grad_per_sample_weights", a.grad_per_sample_weights.data},
+      {"unique_rows", a.unique_rows.data},
+      {"num_unique", a.num_unique},
+      {"unique_grads", a.unique_grads.data},
+      {"num_skipped", a.num_skipped}};
+  for (const auto& b : all) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, b.name, b.p));
+  return Status::Ok();
+}
+
 // Everything but the workspace.
 Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, const TbeBackwardArgs& a) {
   using tbe_validate::check_view;
@@ -185,6 +204,7 @@ Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, cons
 
   EMBSCALE_RETURN_IF_ERROR(check_optimizer(a));
   EMBSCALE_RETURN_IF_ERROR(check_buffers(tbe, a));
+  EMBSCALE_RETURN_IF_ERROR(check_memory(ctx, a));
   if (a.rounding != WeightRounding::kNearest && a.rounding != WeightRounding::kStochastic)
     return invalid_argument("rounding: unknown mode " + std::to_string(static_cast<int>(a.rounding)));
   if (a.tuning.max_warp_segment < 0)
@@ -227,6 +247,7 @@ Status TableBatchedEmbedding::backward(const Context& ctx, const TbeBackwardArgs
                                                       std::to_string(need));
   if (need > 0 && workspace == nullptr)
     return invalid_argument("workspace: null, but " + std::to_string(need) + " bytes are needed");
+  if (need > 0) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "workspace", workspace));
 
   if (ctx.backend == Backend::kCpu) return cpu::tbe_backward(ctx, *this, args, workspace, workspace_bytes);
 #if EMBSCALE_WITH_CUDA

@@ -48,6 +48,24 @@ Status stream_synchronize(void* stream) {
   return cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
 }
 
+Status check_device_memory(const char* name, const void* ptr) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();  // not a pointer the runtime knows: clear the error it leaves behind
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  if (attr.type == cudaMemoryTypeManaged) return Status::Ok();
+  if (attr.type == cudaMemoryTypeUnregistered || (attr.type == cudaMemoryTypeHost && attr.devicePointer == nullptr))
+    return invalid_argument(std::string(name) + ": host memory; the CUDA backend needs device memory (or pinned, "
+                            "mapped or managed memory)");
+  int dev = 0;
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  if (attr.type == cudaMemoryTypeDevice && attr.device != dev)
+    return invalid_argument(std::string(name) + ": memory of CUDA device " + std::to_string(attr.device) +
+                            ", but the op runs on the current device " + std::to_string(dev));
+  return Status::Ok();
+}
+
 Status check_last_launch(const char* what) { return cuda_status(cudaGetLastError(), what); }
 
 }  // namespace cuda

@@ -1,0 +1,87 @@
+// On the CUDA backend every buffer must be memory the current device can use: a host buffer is
+// refused with invalid_argument naming it, before any kernel could fault on it (which would leave the
+// CUDA context unusable), and nothing is written. Runs on the CUDA backend only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "embscale/fp8.h"
+#include "embscale/memory.h"
+#include "embscale/tbe.h"
+
+namespace embscale {
+namespace {
+
+void expect_host_refusal(const Status& st, const std::string& name) {
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << name << ": " << st.to_string();
+  EXPECT_EQ(st.message().rfind(name + ": host memory", 0), 0u) << st.message();
+}
+
+TEST(CudaMemorySpaces, Fp8RefusesHostBuffers) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  const Context ctx = Context::cuda();
+  const int64_t n = 1000;
+  Buffer d_x(Backend::kCuda, n * 4), d_y(Backend::kCuda, n), d_s(Backend::kCuda, 4), d_a(Backend::kCuda, 4);
+  std::vector<float> h_x(n, 1.0f), h_s(1, 1.0f);
+  std::vector<unsigned char> h_y(n, 0x5a);
+  const TensorView x = TensorView::vec(d_x.data(), DType::kF32, n), y = TensorView::vec(d_y.data(), DType::kF8E4M3, n);
+  expect_host_refusal(quantize(ctx, TensorView::vec(h_x.data(), DType::kF32, n), d_s.as<float>(), y), "x");
+  expect_host_refusal(quantize(ctx, x, d_s.as<float>(), TensorView::vec(h_y.data(), DType::kF8E4M3, n)), "y");
+  expect_host_refusal(quantize(ctx, x, h_s.data(), y), "scale");
+  float noop = 1.0f;
+  expect_host_refusal(quantize(ctx, x, d_s.as<float>(), y, &noop), "noop_flag");
+  for (unsigned char v : h_y) ASSERT_EQ(v, 0x5a) << "a refused call wrote the host output";
+
+  size_t ws_bytes = 0;
+  ASSERT_TRUE(amax_workspace_size(ctx, x, AmaxOptions{}, &ws_bytes).ok());
+  std::vector<unsigned char> h_ws(ws_bytes + 1);
+  float h_amax = -1.0f;
+  expect_host_refusal(amax(ctx, x, &h_amax, AmaxOptions{}, nullptr, 0), "amax");
+  EXPECT_EQ(h_amax, -1.0f);
+  if (ws_bytes > 0) expect_host_refusal(amax(ctx, x, d_a.as<float>(), AmaxOptions{}, h_ws.data(), ws_bytes), "workspace");
+  int32_t flag = 7;
+  AmaxOptions o;
+  o.nonfinite_flag = &flag;
+  Buffer ws(Backend::kCuda, ws_bytes > 0 ? ws_bytes : 1);
+  expect_host_refusal(amax(ctx, x, d_a.as<float>(), o, ws.data(), ws_bytes), "opts.nonfinite_flag");
+  EXPECT_EQ(flag, 7);
+  ASSERT_TRUE(synchronize(ctx).ok()) << "the context must still work after the refusals";
+}
+
+TEST(CudaMemorySpaces, TbeBackwardRefusesHostBuffers) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  const Context ctx = Context::cuda();
+  TbeConfig cfg;
+  cfg.tables = {TableSpec{10, 4}};
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+  const std::vector<int64_t> idx = {1, 2, 3}, off = {0, 2, 3};
+  Buffer d_w(Backend::kCuda, 40 * 4), d_idx(Backend::kCuda, 3 * 8), d_off(Backend::kCuda, 3 * 8),
+      d_go(Backend::kCuda, 2 * 4 * 4), d_m1(Backend::kCuda, 10 * 4);
+  ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), idx.data(), 24).ok());
+  ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), off.data(), 24).ok());
+  ASSERT_TRUE(fill_bytes(ctx, d_w.data(), 0, d_w.bytes()).ok());
+  ASSERT_TRUE(fill_bytes(ctx, d_go.data(), 0, d_go.bytes()).ok());
+  ASSERT_TRUE(fill_bytes(ctx, d_m1.data(), 0, d_m1.bytes()).ok());
+  std::vector<float> h_m1(10, 0.5f);
+  TbeBackwardArgs a;
+  a.weights = TensorView::vec(d_w.data(), DType::kF32, 40);
+  a.indices = TensorView::vec(d_idx.data(), DType::kI64, 3);
+  a.offsets = TensorView::vec(d_off.data(), DType::kI64, 3);
+  a.batch_size = 2;
+  a.grad_output = TensorView::mat(d_go.data(), DType::kF32, 2, 4);
+  a.momentum1 = TensorView::vec(h_m1.data(), DType::kF32, 10);
+  size_t bytes = 0;
+  expect_host_refusal(tbe->backward_workspace_size(ctx, a, &bytes), "momentum1");
+  a.momentum1 = TensorView::vec(d_m1.data(), DType::kF32, 10);
+  ASSERT_TRUE(tbe->backward_workspace_size(ctx, a, &bytes).ok());
+  std::vector<unsigned char> h_ws(bytes);
+  if (bytes > 0) expect_host_refusal(tbe->backward(ctx, a, h_ws.data(), bytes), "workspace");
+  for (float v : h_m1) ASSERT_EQ(v, 0.5f);
+  ASSERT_TRUE(synchronize(ctx).ok());
+}
+
+}  // namespace
+}  // namespace embscale
