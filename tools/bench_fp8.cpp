@@ -2,9 +2,12 @@
 // (peers_fp8.h) in the same run, on the same inputs and with the same timing.
 //
 // What makes the numbers comparable:
-//  * inputs are seeded random values (never zeros), replicated into enough copies that the copies
-//    together exceed three times the last-level cache (the GPU's L2); calls rotate through the copies
-//    (outputs too), so a size that fits in the cache is still measured from memory;
+//  * inputs are seeded random values (never zeros), replicated into enough copies that the copies,
+//    padding included, together reach three times the last-level cache (the GPU's L2); calls rotate
+//    through the copies (outputs too), so a size that fits in the cache is still measured from memory
+//    while the copies of any size stay within a few times the cache;
+//  * sizes are checked before anything is allocated: every derived byte count with checked
+//    arithmetic, and the run's peak memory against what the machine has (cli_args.h);
 //  * microsecond-scale ops run many back-to-back calls per timed batch; the median batch is reported
 //    per call;
 //  * GB/s counts the bytes an op must move (docs/bench.md), and pct_of_copy relates it to the copy
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "cli_args.h"
 #include "common/numerics.h"
 #include "embscale/fp8.h"
 #include "embscale/memory.h"
@@ -54,6 +58,9 @@ constexpr OpInfo kOps[] = {
 };
 
 const OpInfo& op_info(Fp8Op op) { return kOps[static_cast<int>(op)]; }
+
+// At most this many warm-up or timed batches (each batch is up to 200 calls).
+constexpr int kMaxBatches = 1000000;
 
 // What the command line says, as text; turned into a Plan (or a message) by make_plan.
 struct Fp8BenchArgs {
@@ -126,12 +133,103 @@ bool parse_count(const std::string& text, int64_t* out) {
   return *out > 0;
 }
 
-// "RxC" with positive R and C (each accepting parse_count's forms).
-bool parse_shape(const std::string& text, int64_t* rows, int64_t* cols) {
+// "RxC" with positive R and C (each accepting parse_count's forms) and at most 2^40 elements;
+// "" or what is wrong.
+std::string parse_shape(const std::string& text, int64_t* rows, int64_t* cols) {
   const auto pos = text.find_first_of("xX");
-  if (pos == std::string::npos) return false;
-  return parse_count(text.substr(0, pos), rows) && parse_count(text.substr(pos + 1), cols) &&
-         *rows <= (int64_t{1} << 40) / *cols;
+  if (pos == std::string::npos || !parse_count(text.substr(0, pos), rows) || !parse_count(text.substr(pos + 1), cols))
+    return "'" + text + "' is not ROWSxCOLS with positive extents (e.g. 8192x8192)";
+  if (*rows > (int64_t{1} << 40) / *cols) return "'" + text + "' has more than 2^40 elements";
+  return "";
+}
+
+// ---- rotating copies and the memory they take ----------------------------------------------------
+
+constexpr size_t kAlign = 256;
+size_t round_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// How many rotating copies of a set whose one copy takes `stride` bytes (its padding included): enough
+// that the copies together reach three times the cache, one when a single copy already does. So the
+// copies of any size take less than 3 * cache + stride bytes (one element of one byte still takes a
+// whole 256-byte stride per copy, which the count accounts for).
+int copies_for(size_t stride, size_t cache_bytes) {
+  const size_t target = 3 * cache_bytes;
+  if (stride == 0 || stride >= target) return 1;
+  return static_cast<int>(std::min<size_t>((target + stride - 1) / stride, INT_MAX));
+}
+
+// Peak memory of measuring one size: the phases of the run (building an input set, each op with its
+// outputs), each as backend memory plus host memory alive at the same time. On the CPU both are the
+// same memory.
+struct MemoryNeed {
+  CheckedSize device, host;  // the largest over the phases, of each kind
+  CheckedSize total;         // the largest over the phases of device + host
+  void phase(CheckedSize d, CheckedSize h) {
+    device = max(device, d);
+    host = max(host, h);
+    total = max(total, d + h);
+  }
+};
+
+// The phases of a 1-D size n of `dtype` (rotating inputs, then each selected op), or of the 2-D ops at
+// n = rows * cols elements, exactly as run_fp8_bench allocates them.
+MemoryNeed memory_need(const std::vector<Fp8Op>& ops, bool two_d, int64_t n, DType dtype, size_t cache) {
+  MemoryNeed need;
+  const CheckedSize elems(static_cast<uint64_t>(n)), es(dtype_size(dtype));
+  const CheckedSize in_stride = (elems * es).round_up(kAlign), fp8_stride = elems.round_up(kAlign);
+  const CheckedSize pair = in_stride + fp8_stride;  // dequantize: an fp8 input and its output per copy
+  if (pair.overflow()) {
+    need.phase(CheckedSize::overflowed(), 0);
+    return need;
+  }
+  const CheckedSize copies(static_cast<uint64_t>(copies_for(in_stride.value(), cache)));
+  const CheckedSize inputs = copies * in_stride;
+  need.phase(inputs, elems * es);  // the seeded values staged on the host, then replicated
+  for (const Fp8Op op : ops) {
+    if (op_info(op).two_d != two_d) continue;
+    switch (op) {
+      case Fp8Op::kQuantize:
+      case Fp8Op::kQuantizeCurrentScaling:
+        need.phase(inputs + copies * fp8_stride, 0);
+        break;
+      case Fp8Op::kDequantize: {
+        const CheckedSize q_copies(static_cast<uint64_t>(copies_for(pair.value(), cache)));
+        need.phase(inputs + q_copies * fp8_stride, elems);  // its fp8 codes staged on the host
+        need.phase(inputs + q_copies * pair, 0);
+        break;
+      }
+      case Fp8Op::kActivationAmax:
+        need.phase(inputs + copies * in_stride, 0);
+        break;
+      case Fp8Op::kCastTranspose:
+        need.phase(inputs + copies * fp8_stride * 2, 0);
+        break;
+      default:  // amax: a small workspace
+        break;
+    }
+  }
+  return need;
+}
+
+// "" when the need fits the machine (usable_memory_bytes; a limit of 0 is unknown and not applied),
+// else why not, for a message that starts with the flag.
+std::string memory_refusal(const MemoryNeed& need, Backend b) {
+  if (need.total.overflow()) return "the bytes it takes overflow a 64-bit count";
+  const uint64_t host = host_memory_bytes();
+  const uint64_t unknown = UINT64_MAX;
+  if (b == Backend::kCpu) {
+    if (!need.total.fits_in(host ? host : unknown))
+      return "needs " + format_bytes(need.total) + " of memory at its peak; this machine has " + format_bytes(host);
+    return "";
+  }
+  const uint64_t device = usable_memory_bytes(b);
+  if (!need.device.fits_in(device ? device : unknown))
+    return "needs " + format_bytes(need.device) + " of device memory at its peak; the device has " +
+           format_bytes(device) + " free";
+  if (!need.host.fits_in(host ? host : unknown))
+    return "needs " + format_bytes(need.host) + " of host memory to stage its inputs; this machine has " +
+           format_bytes(host);
+  return "";
 }
 
 std::vector<std::string> default_sizes(Backend b) {
@@ -160,11 +258,15 @@ Status make_plan(const Fp8BenchArgs& a, Plan* p) {
   }
 
   p->sizes.clear();
+  std::vector<std::string> size_texts;
   for (const auto& s : a.sizes.empty() ? default_sizes(p->backend) : a.sizes) {
     int64_t n = 0;
     if (!parse_count(s, &n))
       return invalid_argument("--sizes: '" + s + "' is not a positive element count (use e.g. 65536, 2^16, 64K)");
-    if (std::find(p->sizes.begin(), p->sizes.end(), n) == p->sizes.end()) p->sizes.push_back(n);
+    if (std::find(p->sizes.begin(), p->sizes.end(), n) == p->sizes.end()) {
+      p->sizes.push_back(n);
+      size_texts.push_back(s);
+    }
   }
 
   p->dtypes.clear();
@@ -187,14 +289,32 @@ Status make_plan(const Fp8BenchArgs& a, Plan* p) {
     return invalid_argument("--activation: unknown activation '" + a.activation + "' (expected relu, gelu_tanh or silu)");
 
   const std::string shape = a.shape.empty() ? (gpu ? "8192x8192" : "2048x2048") : a.shape;
-  if (!parse_shape(shape, &p->rows, &p->cols))
-    return invalid_argument("--shape: '" + shape + "' is not ROWSxCOLS with positive extents (e.g. 8192x8192)");
+  const std::string shape_error = parse_shape(shape, &p->rows, &p->cols);
+  if (!shape_error.empty()) return invalid_argument("--shape: " + shape_error);
+
+  // What each size takes at its peak, against what the machine has: refused here, before any
+  // allocation, rather than failing (or being killed) half-way through the run.
+  const size_t cache = last_level_cache_bytes(p->backend);
+  bool any_1d = false, any_2d = false;
+  for (const Fp8Op op : p->ops) (op_info(op).two_d ? any_2d : any_1d) = true;
+  for (const DType dtype : p->dtypes) {
+    for (size_t i = 0; any_1d && i < p->sizes.size(); ++i) {
+      const std::string why = memory_refusal(memory_need(p->ops, false, p->sizes[i], dtype, cache), p->backend);
+      if (!why.empty())
+        return invalid_argument("--sizes: " + size_texts[i] + " (" + std::to_string(p->sizes[i]) + " elements) of " +
+                                dtype_name(dtype) + ": " + why);
+    }
+    if (any_2d) {
+      const std::string why = memory_refusal(memory_need(p->ops, true, p->rows * p->cols, dtype, cache), p->backend);
+      if (!why.empty()) return invalid_argument("--shape: " + shape + " of " + dtype_name(dtype) + ": " + why);
+    }
+  }
 
   const int unset = Fp8BenchArgs::kUnset;
-  if (a.warmup != unset && a.warmup < 0)
-    return invalid_argument("--warmup: " + std::to_string(a.warmup) + " is negative; expected >= 0");
-  if (a.iters != unset && a.iters < 1)
-    return invalid_argument("--iters: " + std::to_string(a.iters) + " is not allowed; expected >= 1");
+  if (a.warmup != unset && (a.warmup < 0 || a.warmup > kMaxBatches))
+    return invalid_argument("--warmup: " + std::to_string(a.warmup) + "; expected 0.." + std::to_string(kMaxBatches));
+  if (a.iters != unset && (a.iters < 1 || a.iters > kMaxBatches))
+    return invalid_argument("--iters: " + std::to_string(a.iters) + "; expected 1.." + std::to_string(kMaxBatches));
   p->warmup = a.warmup != unset ? a.warmup : (gpu ? 3 : 1);
   p->iters = a.iters != unset ? a.iters : (gpu ? 30 : 7);
   p->json = a.json;
@@ -242,9 +362,6 @@ float store_as(DType t, void* dst, float v) {
   }
 }
 
-constexpr size_t kAlign = 256;
-size_t round_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
 // `copies` identical copies of n seeded elements, each starting on a 256-byte boundary. Identical
 // copies suffice to defeat the cache (it is keyed by address) and make every call's amax the same.
 struct InputSet {
@@ -257,17 +374,17 @@ struct InputSet {
   const void* copy(int call) const { return data.as<char>() + static_cast<size_t>(call % copies) * stride; }
 };
 
-// Enough copies that their total reaches three times the cache when one copy alone would not.
-int copies_for(size_t bytes_per_copy, size_t cache_bytes) {
-  const size_t target = 3 * cache_bytes;
-  if (bytes_per_copy >= target) return 1;
-  return static_cast<int>((target + bytes_per_copy - 1) / bytes_per_copy);
-}
-
+// Copy 0 from the host, then the copies made so far doubled at each step (copies [0, k) to [k, 2k)),
+// so even hundreds of thousands of small copies take a few dozen copy calls.
 Status replicate(const Context& ctx, Buffer* buf, size_t stride, int copies, const std::vector<unsigned char>& host) {
   EMBSCALE_RETURN_IF_ERROR(copy_to_backend(ctx, buf->data(), host.data(), host.size()));
-  for (int c = 1; c < copies; ++c)
-    EMBSCALE_RETURN_IF_ERROR(copy_within_backend(ctx, buf->as<char>() + c * stride, buf->data(), host.size()));
+  if (copies > 1 && stride > host.size())  // the padding of copy 0 too, so every byte copied is defined
+    EMBSCALE_RETURN_IF_ERROR(fill_bytes(ctx, buf->as<char>() + host.size(), 0, stride - host.size()));
+  for (size_t done = 1; done < static_cast<size_t>(copies);) {
+    const size_t step = std::min(done, static_cast<size_t>(copies) - done);
+    EMBSCALE_RETURN_IF_ERROR(copy_within_backend(ctx, buf->as<char>() + done * stride, buf->data(), step * stride));
+    done += step;
+  }
   return synchronize(ctx);
 }
 
@@ -475,7 +592,8 @@ Status Runner::run_one_d(Fp8Op op, const InputSet& in) {
   }
   if (op == Fp8Op::kDequantize) {
     InputSet q;
-    EMBSCALE_RETURN_IF_ERROR(make_fp8_input(ctx, plan.fp8, n, copies_for(n + n * es, cache_bytes), plan.seed + 1, &q));
+    EMBSCALE_RETURN_IF_ERROR(
+        make_fp8_input(ctx, plan.fp8, n, copies_for(round_up(n) + round_up(n * es), cache_bytes), plan.seed + 1, &q));
     OutputSet out;
     EMBSCALE_RETURN_IF_ERROR(make_output(plan.backend, n * es, q.copies, &out));
     const float scale_inv = 1.0f / 16.0f;
@@ -618,8 +736,8 @@ int run_fp8_bench(const Plan& plan) {
     const size_t es = dtype_size(dtype);
     for (const int64_t n : any_1d ? plan.sizes : std::vector<int64_t>{}) {
       InputSet in;
-      // Copies sized by the input alone; every op's outputs rotate with them.
-      Status st = make_input(r.ctx, dtype, n, copies_for(static_cast<size_t>(n) * es, r.cache_bytes), plan.seed, &in);
+      // Copies sized by the input alone (padding included); every op's outputs rotate with them.
+      Status st = make_input(r.ctx, dtype, n, copies_for(round_up(static_cast<size_t>(n) * es), r.cache_bytes), plan.seed, &in);
       if (!st.ok()) {
         r.fail(std::string("input ") + dtype_name(dtype) + " n=" + std::to_string(n), st);
         continue;
@@ -634,7 +752,7 @@ int run_fp8_bench(const Plan& plan) {
     if (any_2d) {
       const int64_t n = plan.rows * plan.cols;
       InputSet in;
-      Status st = make_input(r.ctx, dtype, n, copies_for(static_cast<size_t>(n) * es, r.cache_bytes), plan.seed, &in);
+      Status st = make_input(r.ctx, dtype, n, copies_for(round_up(static_cast<size_t>(n) * es), r.cache_bytes), plan.seed, &in);
       if (!st.ok()) {
         r.fail(std::string("input ") + dtype_name(dtype) + " " + std::to_string(plan.rows) + "x" + std::to_string(plan.cols), st);
         continue;
@@ -655,10 +773,7 @@ int run_fp8_bench(const Plan& plan) {
 int run_from_args(const Fp8BenchArgs& args) {
   Plan plan;
   const Status st = make_plan(args, &plan);
-  if (!st.ok()) {
-    std::fprintf(stderr, "error: %s\n", st.message().c_str());
-    return 2;
-  }
+  if (!st.ok()) return refuse(st.message());
   return run_fp8_bench(plan);
 }
 
@@ -678,9 +793,11 @@ void add_fp8_bench(CLI::App& bench) {
   sub->add_option("--activation", args->activation, "activation_amax's activation: relu, gelu_tanh or silu")
       ->capture_default_str();
   sub->add_option("--shape", args->shape, "ROWSxCOLS for the 2-D ops (default: 8192x8192 on cuda, 2048x2048 on cpu)");
-  sub->add_option("--warmup", args->warmup, "untimed batches before timing (default: 3 on cuda, 1 on cpu)");
-  sub->add_option("--iters", args->iters, "timed batches; the median is reported (default: 30 on cuda, 7 on cpu)");
-  sub->add_option("--seed", args->seed, "input seed")->capture_default_str();
+  add_integer_option(sub, "--warmup", &args->warmup, 0, kMaxBatches,
+                     "untimed batches before timing (default: 3 on cuda, 1 on cpu)");
+  add_integer_option(sub, "--iters", &args->iters, 1, kMaxBatches,
+                     "timed batches; the median is reported (default: 30 on cuda, 7 on cpu)");
+  add_unsigned_option(sub, "--seed", &args->seed, "input seed (0..2^64-1)");
   sub->add_flag("--json", args->json, "print one JSON record per measurement instead of text lines");
   sub->add_flag("--no-peers", args->no_peers, "skip the amax peers (te_atomic, te_two_stage, cub)");
   sub->callback([args] { std::exit(run_from_args(*args)); });

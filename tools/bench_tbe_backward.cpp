@@ -106,6 +106,7 @@ std::string parse_tunings(const std::string& text, Backend backend, std::vector<
       if (colon == item.size()) break;
       at = colon + 1;
     }
+    if (item.empty()) return "'" + text + "' has an empty item" + form;
     if (fields.size() != 3)
       return "'" + item + "' has " + std::to_string(fields.size()) + (fields.size() == 1 ? " field" : " fields") + form;
     int64_t v[3] = {0, 0, 0};

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
+
+#include <unistd.h>
 
 #include "embscale/memory.h"
 
@@ -20,6 +23,7 @@ Status cuda_time_batches(void* stream, int warmup, int batches, int calls_per_ba
                          const std::function<Status(int)>& op, std::vector<double>* batch_ms);
 Status cuda_copy_async(void* dst, const void* src, size_t bytes, void* stream);
 size_t cuda_l2_bytes();
+size_t cuda_free_memory_bytes();
 #endif
 
 double median(std::vector<double> v) {
@@ -123,6 +127,39 @@ size_t last_level_cache_bytes(Backend backend) {
     best = std::max(best, value);
   }
   return best > 0 ? best : size_t{32} << 20;
+}
+
+// A limit in bytes from a control-group file ("max" or unreadable: none).
+static size_t cgroup_limit(const char* path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 19)
+    return 0;
+  return static_cast<size_t>(std::stoull(text));
+}
+
+size_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  size_t bytes = 0;
+  if (pages > 0 && page > 0 && static_cast<size_t>(pages) <= std::numeric_limits<size_t>::max() / static_cast<size_t>(page))
+    bytes = static_cast<size_t>(pages) * static_cast<size_t>(page);
+  // cgroup v2, then v1 (which reports a huge number when unlimited; the minimum takes care of it).
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    const size_t limit = cgroup_limit(path);
+    if (limit > 0) bytes = bytes > 0 ? std::min(bytes, limit) : limit;
+  }
+  return bytes;
+}
+
+size_t usable_memory_bytes(Backend backend) {
+  if (backend == Backend::kCuda) {
+#if EMBSCALE_WITH_CUDA
+    return cuda_free_memory_bytes();
+#else
+    return 0;
+#endif
+  }
+  return host_memory_bytes();
 }
 
 std::string today() {

@@ -43,6 +43,12 @@ Status copy_bandwidth(const Context& ctx, size_t bytes, Timing* t, double* gbps)
 // CPU's last-level cache (32 MiB when the system does not say).
 size_t last_level_cache_bytes(Backend backend);
 
+// Memory a benchmark may plan to use, for refusing sizes the machine cannot hold before allocating:
+// the host's physical memory (lowered to the control group's limit when one is set), and for the CUDA
+// backend the device's free memory. 0 when it cannot be determined (then no limit is applied).
+size_t host_memory_bytes();
+size_t usable_memory_bytes(Backend backend);
+
 // Today's date as YYYY-MM-DD.
 std::string today();
 

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <iostream>
+#include <new>
 #include <thread>
 
+#include "cli_args.h"
 #include "embscale/context.h"
 #include "embscale/memory.h"
 #include "registry.h"
@@ -53,20 +56,13 @@ static int run_check(const std::string& backend_str, uint64_t seed, bool verbose
     return 0;
   }
   Backend backend = default_backend();
-  if (!backend_str.empty() && !parse_backend(backend_str, &backend)) {
-    std::fprintf(stderr, "error: --backend: unknown backend '%s' (expected cpu or cuda)\n", backend_str.c_str());
-    return 2;
-  }
-  if (!backend_available(backend)) {
-    std::fprintf(stderr, "error: --backend: %s is not available in this build or on this machine\n",
-                 backend_name(backend));
-    return 2;
-  }
+  if (!backend_str.empty() && !parse_backend(backend_str, &backend))
+    return refuse("--backend", "unknown backend '" + backend_str + "' (expected cpu or cuda)");
+  if (!backend_available(backend))
+    return refuse("--backend", std::string(backend_name(backend)) + " is not available in this build or on this machine");
   for (const auto& n : names) {
-    if (std::none_of(ops.begin(), ops.end(), [&](const CheckOp& op) { return op.name == n; })) {
-      std::fprintf(stderr, "error: unknown op '%s' (see `embscale check --list`)\n", n.c_str());
-      return 2;
-    }
+    if (std::none_of(ops.begin(), ops.end(), [&](const CheckOp& op) { return op.name == n; }))
+      return refuse("ops", "unknown op '" + n + "' (see `embscale check --list`)");
   }
   std::printf("embscale check: backend %s, seed %llu\n", backend_name(backend),
               static_cast<unsigned long long>(seed));
@@ -106,7 +102,7 @@ int main(int argc, char** argv) {
   bool verbose = false, list = false;
   std::vector<std::string> names;
   check->add_option("--backend", backend_str, "cpu or cuda (default: cuda when a GPU is present)");
-  check->add_option("--seed", seed, "random seed")->capture_default_str();
+  add_unsigned_option(check, "--seed", &seed, "random seed (0..2^64-1)");
   check->add_flag("-v,--verbose", verbose, "print every case");
   check->add_flag("--list", list, "list the ops and exit");
   check->add_option("ops", names, "ops to check (default: all)");
@@ -123,6 +119,24 @@ int main(int argc, char** argv) {
     std::exit(rc);
   });
 
-  CLI11_PARSE(app, argc, argv);
+  // Every refusal exits 2 with "error: <flag>: <reason>" (cli_args.h); --help exits 0. The
+  // subcommands run inside parse (their callbacks exit with the run's status), so a run that throws
+  // (an allocation the machine cannot give) ends here too, with a message and status 1, never an abort.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return report_parse_error(app, e);
+  } catch (const BadArgument& e) {
+    return refuse(e.flag(), e.reason());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: %s: out of memory (a host allocation failed); try smaller sizes\n",
+                 command_path(app).c_str());
+    return kExitFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s: %s\n", command_path(app).c_str(), e.what());
+    return kExitFailed;
+  }
   return 0;
 }

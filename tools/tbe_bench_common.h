@@ -1,7 +1,9 @@
 // Shared pieces of the TBE benchmarks: FBGEMM's benchmark flags, their validation into a Plan (the
 // backend defaults: CUDA the headline configuration of ANCHORS.md, CPU one that runs in seconds),
 // the module and seeded weight initialisation, the rotating input sets, the unique-row count and the
-// configuration fields of a record.
+// configuration fields of a record. Numbers are read strictly (cli_args.h); before anything is
+// allocated, the lookup count is checked and the run's peak memory is estimated with checked
+// arithmetic and refused, naming a flag, when the machine cannot hold it.
 // The semantics are those of `embscale bench tbe-forward` (tools/bench_tbe.cpp), so records of the
 // forward, backward and training benchmarks compare field for field.
 #pragma once
@@ -12,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -20,6 +23,7 @@
 
 #include "api/tbe_tuning.h"
 #include "bench_util.h"
+#include "cli_args.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "embscale/tbe_generator.h"
@@ -28,8 +32,14 @@ namespace embscale {
 namespace tools {
 namespace tbe_bench {
 
-// The command line as given; kUnset means "the backend's default".
+// The command line as given; kUnset means "the backend's default" (no value given can be kUnset:
+// the options' ranges below exclude it).
 constexpr int64_t kUnset = INT64_MIN;
+constexpr int64_t kMaxTables = 100000;
+constexpr int64_t kMaxDim = 65536;
+constexpr int64_t kMaxBagSize = int64_t{1} << 20;
+constexpr int64_t kMaxLookups = int64_t{1} << 33;
+constexpr int64_t kMaxCalls = 1000000;  // --iters, --warmup
 struct Args {
   std::string backend;
   int64_t batch_size = kUnset;
@@ -76,31 +86,37 @@ enum class MixedDims { kAny, kMultipleOf4 };
 
 // The flags common to every TBE benchmark.
 inline void add_options(CLI::App* sub, Args* a, MixedDims mixed = MixedDims::kAny) {
+  constexpr int64_t kAny = INT64_MAX;
   sub->add_option("--backend", a->backend, "cpu or cuda (default: cuda when a GPU is present)");
-  sub->add_option("--batch-size", a->batch_size, "B (default: 8192 on cuda, 512 on cpu)");
-  sub->add_option("--num-tables", a->num_tables, "T, one feature per table (default: 32 on cuda, 8 on cpu)");
-  sub->add_option("--embedding-dim", a->embedding_dim, "D (default: 128)");
+  add_integer_option(sub, "--batch-size", &a->batch_size, 0, kAny, "B (default: 8192 on cuda, 512 on cpu)");
+  add_integer_option(sub, "--num-tables", &a->num_tables, 1, kMaxTables,
+                     "T, one feature per table (default: 32 on cuda, 8 on cpu)");
+  add_integer_option(sub, "--embedding-dim", &a->embedding_dim, 1, kMaxDim, "D (default: 128)");
   sub->add_flag("--mixed-dim", a->mixed_dim,
                 mixed == MixedDims::kMultipleOf4
                     ? "draw each table's D uniformly in [D/2, 3D/2], rounded up to a multiple of 4 (as FBGEMM's benchmark)"
                     : "draw each table's D uniformly in [D/2, 3D/2]");
-  sub->add_option("--bag-size", a->bag_size, "L, lookups per bag (default: 20)");
+  add_integer_option(sub, "--bag-size", &a->bag_size, 0, kMaxBagSize, "L, lookups per bag (default: 20)");
   sub->add_flag("--variable-bag-size", a->variable_bag_size, "bag sizes uniform in [0, 2L] instead of L");
-  sub->add_option("--num-embeddings", a->num_embeddings, "E, rows per table (default: 1000000 on cuda, 100000 on cpu)");
-  sub->add_option("--alpha", a->alpha, "0: uniform rows; > 0: Zipf(alpha), e.g. 1.15")->capture_default_str();
+  add_integer_option(sub, "--num-embeddings", &a->num_embeddings, 1, kAny,
+                     "E, rows per table (default: 1000000 on cuda, 100000 on cpu)");
+  add_real_option(sub, "--alpha", &a->alpha, 0.0, std::numeric_limits<double>::max(),
+                  "0: uniform rows; > 0: Zipf(alpha), e.g. 1.15")
+      ->default_str("0");
   sub->add_option("--weights-precision", a->weights_precision, "fp32, fp16 or bf16")->capture_default_str();
   sub->add_option("--output-dtype", a->output_dtype, "fp32, fp16 or bf16 (default: the weights precision)");
   sub->add_option("--pooling", a->pooling, "sum, mean or none")->capture_default_str();
   sub->add_flag("--weighted", a->weighted, "per-sample weights");
   sub->add_option("--indices-dtype", a->indices_dtype, "32 or 64")->capture_default_str();
-  sub->add_option("--iters", a->iters, "timed calls; the median is reported (default: 50 on cuda, 10 on cpu)");
-  sub->add_option("--warmup", a->warmup, "untimed calls first (default: 10 on cuda, 2 on cpu)");
+  add_integer_option(sub, "--iters", &a->iters, 1, kMaxCalls,
+                     "timed calls; the median is reported (default: 50 on cuda, 10 on cpu)");
+  add_integer_option(sub, "--warmup", &a->warmup, 0, kMaxCalls, "untimed calls first (default: 10 on cuda, 2 on cpu)");
   sub->add_option("--bounds-check", a->bounds_check, "error, skip or off")->capture_default_str();
-  sub->add_option("--seed", a->seed, "input seed")->capture_default_str();
+  add_unsigned_option(sub, "--seed", &a->seed, "input seed (0..2^64-1)");
   sub->add_flag("--json", a->json, "print one JSON record instead of a text line");
-  sub->add_option("--l2-fetch-bytes", a->l2_fetch_bytes,
-                  "cuda: set the device's L2 fetch granularity hint (0..128 bytes) first; a device-wide setting "
-                  "the library itself never changes (default: leave it)");
+  add_integer_option(sub, "--l2-fetch-bytes", &a->l2_fetch_bytes, 0, 128,
+                     "cuda: set the device's L2 fetch granularity hint (0..128 bytes) first; a device-wide setting "
+                     "the library itself never changes (default: leave it)");
 }
 
 // Validates the flags into a plan; returns the first problem (naming its flag) or "".
@@ -119,10 +135,11 @@ inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims
   if (p->B < 0) return "--batch-size: " + std::to_string(p->B) + " is negative";
   if (L < 0) return "--bag-size: " + std::to_string(L) + " is negative";
   if (T < 1) return "--num-tables: " + std::to_string(T) + "; at least one table is needed";
-  if (T > 100000) return "--num-tables: " + std::to_string(T) + " is more than this benchmark supports (100000)";
+  if (T > kMaxTables)
+    return "--num-tables: " + std::to_string(T) + " is more than this benchmark supports (" + std::to_string(kMaxTables) + ")";
   if (p->E < 1) return "--num-embeddings: " + std::to_string(p->E) + "; a table needs at least one row";
-  if (D < 1 || D > 65536) return "--embedding-dim: " + std::to_string(D) + "; expected 1..65536";
-  if (L > (int64_t{1} << 20)) return "--bag-size: " + std::to_string(L) + " is too large";
+  if (D < 1 || D > kMaxDim) return "--embedding-dim: " + std::to_string(D) + "; expected 1.." + std::to_string(kMaxDim);
+  if (L > kMaxBagSize) return "--bag-size: " + std::to_string(L) + " is too large (at most 2^20)";
   if (!(a.alpha >= 0) || !std::isfinite(a.alpha)) return "--alpha: expected 0 (uniform) or a finite value > 0";
   if (!parse_dtype(a.weights_precision, &p->w_dtype) || !is_float_dtype(p->w_dtype))
     return "--weights-precision: '" + a.weights_precision + "'; expected fp32, fp16 or bf16";
@@ -137,14 +154,25 @@ inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims
   if (a.weighted && p->pooling == PoolingMode::kMean) return "--weighted: not supported with --pooling mean";
   if (a.mixed_dim && p->pooling == PoolingMode::kNone) return "--mixed-dim: sequence mode (--pooling none) needs one D";
   const int64_t iters = given(a.iters, gpu ? 50 : 10), warmup = given(a.warmup, gpu ? 10 : 2);
-  if (iters < 1 || iters > 1000000) return "--iters: " + std::to_string(iters) + "; expected 1..1000000";
-  if (warmup < 0 || warmup > 1000000) return "--warmup: " + std::to_string(warmup) + "; expected 0..1000000";
+  if (iters < 1 || iters > kMaxCalls) return "--iters: " + std::to_string(iters) + "; expected 1.." + std::to_string(kMaxCalls);
+  if (warmup < 0 || warmup > kMaxCalls)
+    return "--warmup: " + std::to_string(warmup) + "; expected 0.." + std::to_string(kMaxCalls);
   p->iters = static_cast<int>(iters);
   p->warmup = static_cast<int>(warmup);
-  const int64_t lookups = T * p->B * (a.variable_bag_size ? 2 * L : L);
-  if (lookups > (int64_t{1} << 33)) return "the configuration has more than 2^33 lookups";
-  if (p->idx_dtype == DType::kI32 && (lookups > INT32_MAX || p->E - 1 > INT32_MAX))
-    return "--indices-dtype 32: the lookups or rows do not fit in int32";
+  // At most 2^33 lookups (the largest bags when their sizes vary), counted without wrapping.
+  const CheckedSize max_lookups = CheckedSize(static_cast<uint64_t>(T)) * static_cast<uint64_t>(p->B) *
+                                  static_cast<uint64_t>(a.variable_bag_size ? 2 * L : L);
+  if (!max_lookups.fits_in(static_cast<uint64_t>(kMaxLookups))) {
+    const std::string flag = a.batch_size != kUnset ? "--batch-size" : a.bag_size != kUnset ? "--bag-size" : "--num-tables";
+    return flag + ": " + std::to_string(T) + " tables x " + std::to_string(p->B) + " bags x " +
+           std::to_string(a.variable_bag_size ? 2 * L : L) + (a.variable_bag_size ? " (2L)" : "") +
+           " lookups is more than 2^33 lookups";
+  }
+  const int64_t lookups = static_cast<int64_t>(max_lookups.value());
+  if (p->idx_dtype == DType::kI32 && lookups > INT32_MAX)
+    return "--indices-dtype: 32: " + std::to_string(lookups) + " lookups do not fit in int32";
+  if (p->idx_dtype == DType::kI32 && p->E - 1 > INT32_MAX)
+    return "--indices-dtype: 32: " + std::to_string(p->E) + " rows (--num-embeddings) do not fit in int32";
   p->T = static_cast<int>(T);
   p->D = static_cast<int>(D);
   p->L = static_cast<int>(L);
@@ -172,6 +200,88 @@ inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims
       if (mixed == MixedDims::kMultipleOf4 && D >= 4) d = (d + 3) / 4 * 4;
     }
   }
+  return "";
+}
+
+// Which part of the TBE benchmarks a footprint is for.
+enum class Pass { kForward, kBackward, kTrain };
+
+// "" when a run of plan p fits the machine, else why not, starting with the flag to blame: its peak
+// memory, estimated with checked arithmetic before anything is allocated, against usable_memory_bytes
+// (on CUDA backend memory and host memory each against their own; a limit of 0 is unknown and not
+// applied). Counted: the weights; the rotating input sets (host lookups and their backend copies, as
+// many sets as make_input_sets makes for the expected bytes); the outputs; the spot check's host
+// copies; for the backward the gradient of the output (and the forward's output when training), the
+// optimizer state (`state_floats` fp32 values) and the dense-gradient buffers. Not counted: the
+// backward's workspace, which the library sizes later (a failed allocation of it is reported then).
+inline std::string memory_refusal(const Args& a, const Plan& p, Pass pass, CheckedSize state_floats) {
+  const bool sequence = p.pooling == PoolingMode::kNone;
+  CheckedSize sum_dims = 0;
+  int max_dim = 0;
+  for (int d : p.dims) {
+    sum_dims += static_cast<uint64_t>(d);
+    max_dim = std::max(max_dim, d);
+  }
+  const CheckedSize T(static_cast<uint64_t>(p.T)), B(static_cast<uint64_t>(p.B)), L(static_cast<uint64_t>(p.L));
+  const CheckedSize E(static_cast<uint64_t>(p.E));
+  const CheckedSize w_es(dtype_size(p.w_dtype)), out_es(dtype_size(p.out_dtype)), idx_es(dtype_size(p.idx_dtype));
+  const CheckedSize N = T * B * L;  // expected lookups of one set (variable bags average L)
+  const CheckedSize bags = T * B + 1;
+  const CheckedSize weights = E * sum_dims * w_es;
+  const CheckedSize set_host = (N + bags) * 8 + (p.idx_dtype == DType::kI32 ? (N + bags) * 4 : 0) +
+                               (p.weighted ? N * 4 : 0);
+  const CheckedSize set_device = (N + bags) * idx_es + (p.weighted ? N * 4 : 0);
+  const CheckedSize out = (sequence ? N * static_cast<uint64_t>(p.D) : B * sum_dims) * out_es;
+  // Sets: until their forward bytes reach three times the cache, at most 16 (make_input_sets).
+  const CheckedSize fwd_bytes = out + B * L * sum_dims * w_es;
+  const uint64_t target = 3 * static_cast<uint64_t>(last_level_cache_bytes(p.backend));
+  uint64_t sets = 16;
+  if (fwd_bytes.overflow() || fwd_bytes.value() >= target)
+    sets = 1;
+  else if (fwd_bytes.value() > 0)
+    sets = std::min<uint64_t>(16, (target + fwd_bytes.value() - 1) / fwd_bytes.value());
+  CheckedSize lookups_device = CheckedSize(sets) * set_device, lookups_host = CheckedSize(sets) * set_host + N * 8;
+  CheckedSize weights_device = weights;
+  if (pass == Pass::kForward) {
+    lookups_device += CheckedSize(sets) * out;
+    lookups_host += out;
+  } else {
+    lookups_device += out * (pass == Pass::kTrain ? 2 : 1) + N * 8 + N * static_cast<uint64_t>(max_dim) * 4;
+    lookups_host += out + N * 8;
+    weights_device += state_floats * 4;
+  }
+  const CheckedSize device = weights_device + lookups_device;
+  const CheckedSize host = lookups_host;
+
+  // The flag to blame: of those behind the larger part, the first one given.
+  const bool weights_part = weights_device.overflow() ||
+                            (!lookups_device.overflow() && !lookups_host.overflow() &&
+                             weights_device.value() >= (lookups_device + lookups_host).value());
+  std::string flag;
+  if (weights_part)
+    flag = a.num_embeddings != kUnset ? "--num-embeddings" : a.embedding_dim != kUnset ? "--embedding-dim" : "--num-tables";
+  else
+    flag = a.batch_size != kUnset ? "--batch-size" : a.bag_size != kUnset ? "--bag-size"
+         : a.num_tables != kUnset ? "--num-tables" : "--embedding-dim";
+  const std::string parts = " (weights" + std::string(pass == Pass::kForward ? "" : " and optimizer state") + " " +
+                            format_bytes(weights_device) + ", lookups and outputs " +
+                            format_bytes(lookups_device + lookups_host) + ")";
+  const uint64_t host_limit = host_memory_bytes();
+  const uint64_t unknown = UINT64_MAX;
+  if (p.backend == Backend::kCpu) {
+    const CheckedSize total = device + host;
+    if (!total.fits_in(host_limit ? host_limit : unknown))
+      return flag + ": this configuration needs " + format_bytes(total) + " of memory" + parts + "; this machine has " +
+             format_bytes(host_limit);
+    return "";
+  }
+  const uint64_t device_limit = usable_memory_bytes(p.backend);
+  if (!device.fits_in(device_limit ? device_limit : unknown))
+    return flag + ": this configuration needs " + format_bytes(device) + " of device memory" + parts +
+           "; the device has " + format_bytes(device_limit) + " free";
+  if (!host.fits_in(host_limit ? host_limit : unknown))
+    return flag + ": this configuration needs " + format_bytes(host) + " of host memory for its lookups; this machine has " +
+           format_bytes(host_limit);
   return "";
 }
 

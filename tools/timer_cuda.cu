@@ -1,5 +1,5 @@
 // CUDA services for bench_util.cpp: event timing (each batch of back-to-back calls is bracketed by two
-// events), an asynchronous device copy for the copy ceiling, and the L2 size.
+// events), an asynchronous device copy for the copy ceiling, the L2 size and the free device memory.
 #include <cuda_runtime.h>
 
 #include <functional>
@@ -68,6 +68,16 @@ size_t cuda_l2_bytes() {
     return 0;
   }
   return static_cast<size_t>(bytes);
+}
+
+// Free memory of the current device in bytes, 0 when it cannot be queried.
+size_t cuda_free_memory_bytes() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return free_bytes;
 }
 
 }  // namespace tools
