@@ -71,6 +71,7 @@ struct Fp8BenchArgs {
   int warmup = kUnset, iters = kUnset;  // kUnset: the backend's default
   bool json = false;
   bool no_peers = false;
+  bool dry_run = false;
   uint64_t seed = 20261130;
 };
 
@@ -770,17 +771,54 @@ int run_fp8_bench(const Plan& plan) {
   return r.failures ? 1 : 0;
 }
 
+// --dry-run: what each size would take (rotating copies, peak memory), as records with op "plan",
+// without allocating or measuring anything.
+int print_plan(const Plan& plan) {
+  const size_t cache = last_level_cache_bytes(plan.backend);
+  bool any_1d = false, any_2d = false;
+  for (const Fp8Op op : plan.ops) (op_info(op).two_d ? any_2d : any_1d) = true;
+  auto one = [&](DType dtype, int64_t n, bool two_d) {
+    const size_t stride = round_up(static_cast<size_t>(n) * dtype_size(dtype));
+    const MemoryNeed need = memory_need(plan.ops, two_d, n, dtype, cache);
+    nlohmann::json r = base_record(plan.backend);
+    r["op"] = "plan";
+    r["dtype"] = dtype_name(dtype);
+    r["n"] = n;
+    if (two_d) {
+      r["rows"] = plan.rows;
+      r["cols"] = plan.cols;
+    }
+    r["copies"] = copies_for(stride, cache);
+    r["stride_bytes"] = stride;
+    r["cache_bytes"] = cache;
+    r["peak_bytes"] = need.total.value();  // backend and host memory together (the same memory on the CPU)
+    r["peak_device_bytes"] = need.device.value();
+    r["peak_host_bytes"] = need.host.value();
+    r["memory_bytes"] = usable_memory_bytes(plan.backend);
+    const std::string size = two_d ? std::to_string(plan.rows) + "x" + std::to_string(plan.cols) : "n=" + std::to_string(n);
+    emit(r, plan.json,
+         "plan " + std::string(dtype_name(dtype)) + " " + size + ": " + std::to_string(copies_for(stride, cache)) +
+             " rotating copies of " + format_bytes(stride) + ", peak " + format_bytes(need.total) + " (cache " +
+             format_bytes(cache) + ")");
+  };
+  for (const DType dtype : plan.dtypes) {
+    for (const int64_t n : any_1d ? plan.sizes : std::vector<int64_t>{}) one(dtype, n, false);
+    if (any_2d) one(dtype, plan.rows * plan.cols, true);
+  }
+  return 0;
+}
+
 int run_from_args(const Fp8BenchArgs& args) {
   Plan plan;
   const Status st = make_plan(args, &plan);
   if (!st.ok()) return refuse(st.message());
-  return run_fp8_bench(plan);
+  return args.dry_run ? print_plan(plan) : run_fp8_bench(plan);
 }
 
 void add_fp8_bench(CLI::App& bench) {
   auto args = std::make_shared<Fp8BenchArgs>();
   auto* sub = bench.add_subcommand("fp8", "FP8 current-scaling ops (and, on the GPU, the amax peers)");
-  sub->add_option("--backend", args->backend, "cpu or cuda (default: cuda when a GPU is present)");
+  add_text_option(sub, "--backend", &args->backend, "cpu or cuda (default: cuda when a GPU is present)");
   sub->add_option("--ops", args->ops, "ops to time, comma-separated: " + join_names() + " (default: all)")
       ->delimiter(',');
   sub->add_option("--sizes", args->sizes,
@@ -792,7 +830,7 @@ void add_fp8_bench(CLI::App& bench) {
   sub->add_option("--fp8", args->fp8, "fp8 format: e4m3 or e5m2")->capture_default_str();
   sub->add_option("--activation", args->activation, "activation_amax's activation: relu, gelu_tanh or silu")
       ->capture_default_str();
-  sub->add_option("--shape", args->shape, "ROWSxCOLS for the 2-D ops (default: 8192x8192 on cuda, 2048x2048 on cpu)");
+  add_text_option(sub, "--shape", &args->shape, "ROWSxCOLS for the 2-D ops (default: 8192x8192 on cuda, 2048x2048 on cpu)");
   add_integer_option(sub, "--warmup", &args->warmup, 0, kMaxBatches,
                      "untimed batches before timing (default: 3 on cuda, 1 on cpu)");
   add_integer_option(sub, "--iters", &args->iters, 1, kMaxBatches,
@@ -800,6 +838,8 @@ void add_fp8_bench(CLI::App& bench) {
   add_unsigned_option(sub, "--seed", &args->seed, "input seed (0..2^64-1)");
   sub->add_flag("--json", args->json, "print one JSON record per measurement instead of text lines");
   sub->add_flag("--no-peers", args->no_peers, "skip the amax peers (te_atomic, te_two_stage, cub)");
+  sub->add_flag("--dry-run", args->dry_run,
+                "check the arguments and print each size's plan (rotating copies, peak memory) without running");
   sub->callback([args] { std::exit(run_from_args(*args)); });
 }
 

@@ -321,7 +321,7 @@ void add_tbe_bench(CLI::App& bench) {
   auto args = std::make_shared<TbeBenchArgs>();
   auto* sub = bench.add_subcommand("tbe-forward", "Table-batched embedding forward (FBGEMM benchmark flags)");
   tbe_bench::add_options(sub, &args->common, tbe_bench::MixedDims::kMultipleOf4);
-  sub->add_option("--sweep", args->sweep,
+  add_text_option(sub, "--sweep", &args->sweep,
                   "cuda: time these forward variants in turn on the same inputs (comma-separated names, or all; "
                   "see EMBSCALE_TBE_FWD_VARIANT)");
   sub->add_flag("--gather-ceiling", args->gather_ceiling,

@@ -458,7 +458,7 @@ void add_command(CLI::App& bench, bool train) {
                      "segments up to this: a block per row; longer: split across blocks (0: default)");
   add_integer_option(sub, "--block-threads", &args->block_threads, 0, INT_MAX,
                      "threads per block of the block paths (0: default; cuda: a multiple of 32 up to 512)");
-  sub->add_option("--sweep-thresholds", args->sweep_thresholds,
+  add_text_option(sub, "--sweep-thresholds", &args->sweep_thresholds,
                   "W:B:T[,W:B:T...]: time each (max_warp_segment, max_block_segment, block_threads) in turn on the "
                   "same inputs (three integers >= 0 per item, 0: default; overrides the three options above)");
   sub->add_flag("--short-key-sort", args->short_key_sort,

@@ -188,6 +188,13 @@ CLI::Option* add_unsigned_option(CLI::App* app, const std::string& name, uint64_
   return opt;
 }
 
+CLI::Option* add_text_option(CLI::App* app, const std::string& name, std::string* dst, const std::string& help) {
+  return add_read_option(app, name, help, "TEXT", [=](const std::string& text) {
+    if (text.empty()) throw BadArgument(name, "expects a non-empty value");
+    *dst = text;
+  });
+}
+
 CLI::Option* add_real_option(CLI::App* app, const std::string& name, double* dst, double lo, double hi,
                              const std::string& help) {
   return add_read_option(app, name, help, "FLOAT", [=](const std::string& text) {

@@ -57,6 +57,8 @@ CLI::Option* add_integer_option(CLI::App* app, const std::string& name, int64_t*
 CLI::Option* add_integer_option(CLI::App* app, const std::string& name, int* dst, int lo, int hi,
                                 const std::string& help);
 CLI::Option* add_unsigned_option(CLI::App* app, const std::string& name, uint64_t* dst, const std::string& help);
+// A text option whose value must not be empty (for options where "" would read as "not given").
+CLI::Option* add_text_option(CLI::App* app, const std::string& name, std::string* dst, const std::string& help);
 CLI::Option* add_real_option(CLI::App* app, const std::string& name, double* dst, double lo, double hi,
                              const std::string& help);
 CLI::Option* add_real_option(CLI::App* app, const std::string& name, float* dst, float lo, float hi,

@@ -51,6 +51,10 @@ static int run_check(const std::string& backend_str, uint64_t seed, bool verbose
                      const std::vector<std::string>& names) {
   auto& ops = check_ops();
   std::sort(ops.begin(), ops.end(), [](const CheckOp& a, const CheckOp& b) { return a.name < b.name; });
+  for (const auto& n : names) {
+    if (std::none_of(ops.begin(), ops.end(), [&](const CheckOp& op) { return op.name == n; }))
+      return refuse("ops", "unknown op '" + n + "' (see `embscale check --list`)");
+  }
   if (list) {
     for (const auto& op : ops) std::printf("%-28s %s\n", op.name.c_str(), op.summary.c_str());
     return 0;
@@ -60,10 +64,6 @@ static int run_check(const std::string& backend_str, uint64_t seed, bool verbose
     return refuse("--backend", "unknown backend '" + backend_str + "' (expected cpu or cuda)");
   if (!backend_available(backend))
     return refuse("--backend", std::string(backend_name(backend)) + " is not available in this build or on this machine");
-  for (const auto& n : names) {
-    if (std::none_of(ops.begin(), ops.end(), [&](const CheckOp& op) { return op.name == n; }))
-      return refuse("ops", "unknown op '" + n + "' (see `embscale check --list`)");
-  }
   std::printf("embscale check: backend %s, seed %llu\n", backend_name(backend),
               static_cast<unsigned long long>(seed));
   int failed = 0, ran = 0;
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 20261130;
   bool verbose = false, list = false;
   std::vector<std::string> names;
-  check->add_option("--backend", backend_str, "cpu or cuda (default: cuda when a GPU is present)");
+  add_text_option(check, "--backend", &backend_str, "cpu or cuda (default: cuda when a GPU is present)");
   add_unsigned_option(check, "--seed", &seed, "random seed (0..2^64-1)");
   check->add_flag("-v,--verbose", verbose, "print every case");
   check->add_flag("--list", list, "list the ops and exit");

@@ -87,7 +87,7 @@ enum class MixedDims { kAny, kMultipleOf4 };
 // The flags common to every TBE benchmark.
 inline void add_options(CLI::App* sub, Args* a, MixedDims mixed = MixedDims::kAny) {
   constexpr int64_t kAny = INT64_MAX;
-  sub->add_option("--backend", a->backend, "cpu or cuda (default: cuda when a GPU is present)");
+  add_text_option(sub, "--backend", &a->backend, "cpu or cuda (default: cuda when a GPU is present)");
   add_integer_option(sub, "--batch-size", &a->batch_size, 0, kAny, "B (default: 8192 on cuda, 512 on cpu)");
   add_integer_option(sub, "--num-tables", &a->num_tables, 1, kMaxTables,
                      "T, one feature per table (default: 32 on cuda, 8 on cpu)");
@@ -104,7 +104,7 @@ inline void add_options(CLI::App* sub, Args* a, MixedDims mixed = MixedDims::kAn
                   "0: uniform rows; > 0: Zipf(alpha), e.g. 1.15")
       ->default_str("0");
   sub->add_option("--weights-precision", a->weights_precision, "fp32, fp16 or bf16")->capture_default_str();
-  sub->add_option("--output-dtype", a->output_dtype, "fp32, fp16 or bf16 (default: the weights precision)");
+  add_text_option(sub, "--output-dtype", &a->output_dtype, "fp32, fp16 or bf16 (default: the weights precision)");
   sub->add_option("--pooling", a->pooling, "sum, mean or none")->capture_default_str();
   sub->add_flag("--weighted", a->weighted, "per-sample weights");
   sub->add_option("--indices-dtype", a->indices_dtype, "32 or 64")->capture_default_str();
