@@ -13,9 +13,16 @@
 
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
+#include "reference_tbe_backward.h"
 
 namespace embscale {
 namespace {
+
+uint32_t float_bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 // 3 features over 2 tables (E = 20, 9; D = 5, 3), B = 3, int32 lookups, row-wise Adagrad state.
 struct Problem {
@@ -96,11 +103,56 @@ class TbeBackwardErrors : public ::testing::TestWithParam<Backend> {
   }
 };
 
+// The problem's valid call (row-wise Adagrad, the default hyper-parameters) against the naive reference
+// (reference_tbe_backward.h): every weight and every row-wise state value; rows no lookup names, the
+// state past total_rows() and momentum2 (unused) keep their bits.
 TEST_P(TbeBackwardErrors, ValidCallUpdates) {
   Problem p(GetParam());
-  const Status st = p.run(p.args());
+  const TbeBackwardArgs a = p.args();
+  const Status st = p.run(a);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_FALSE(p.untouched()) << "a valid call must update the tables";
+  std::vector<float> w(p.w0.size()), m1(p.m0.size()), m2(p.m0.size());
+  ASSERT_TRUE(copy_to_host(p.ctx, w.data(), p.d_w.data(), w.size() * 4).ok());
+  ASSERT_TRUE(copy_to_host(p.ctx, m1.data(), p.d_m1.data(), m1.size() * 4).ok());
+  ASSERT_TRUE(copy_to_host(p.ctx, m2.data(), p.d_m2.data(), m2.size() * 4).ok());
+
+  ref::BwdConfig rc{{20, 9}, {5, 3}, {0, 1, 0}};
+  ref::BwdInput in;
+  in.indices.assign(p.idx.begin(), p.idx.end());
+  in.offsets.assign(p.off.begin(), p.off.end());
+  in.batch_size = 3;
+  in.grad_output.assign(3 * p.tbe->total_dim(), 1.0);
+  ref::BwdState rs;
+  rs.w.assign(p.w0.begin(), p.w0.end());
+  rs.m1.assign(p.m0.begin(), p.m0.begin() + p.tbe->total_rows());
+  const ref::BwdOutput ro = ref::tbe_backward(rc, in, a.optimizer, &rs);
+  ASSERT_EQ(ro.row_grad.size(), 10u) << "rows the lookups name";
+
+  std::vector<bool> row_named(p.tbe->total_rows(), false);
+  for (const auto& kv : ro.row_grad) row_named[kv.first] = true;
+  int changed = 0;
+  for (int64_t i = 0; i < p.tbe->num_weights(); ++i) {
+    const int t = i < p.tbe->weight_offset(1) ? 0 : 1;
+    const int D = t == 0 ? 5 : 3;
+    const int64_t row = p.tbe->row_offset(t) + (i - p.tbe->weight_offset(t)) / D;
+    if (!row_named[row]) {
+      EXPECT_EQ(float_bits_of(w[i]), float_bits_of(p.w0[i])) << "weights[" << i << "] of a row no lookup names";
+      continue;
+    }
+    changed += w[i] != p.w0[i];
+    EXPECT_NEAR(w[i], rs.w[i], 1e-6 + 1e-6 * std::fabs(rs.w[i])) << "weights[" << i << "]";
+  }
+  EXPECT_GT(changed, 30) << "the named rows must change";
+  for (int64_t r = 0; r < p.tbe->total_rows(); ++r) {
+    if (row_named[r]) {
+      EXPECT_NEAR(m1[r], rs.m1[r], 1e-6 * std::fabs(rs.m1[r])) << "momentum1[" << r << "]";
+      EXPECT_GT(m1[r], p.m0[r]) << "momentum1[" << r << "] must grow";
+    } else {
+      EXPECT_EQ(float_bits_of(m1[r]), float_bits_of(p.m0[r])) << "momentum1[" << r << "] of a row no lookup names";
+    }
+  }
+  for (size_t i = p.tbe->total_rows(); i < m1.size(); ++i) ASSERT_EQ(float_bits_of(m1[i]), float_bits_of(p.m0[i]));
+  for (size_t i = 0; i < m2.size(); ++i) ASSERT_EQ(float_bits_of(m2[i]), float_bits_of(p.m0[i])) << "momentum2 is unused";
 }
 
 TEST_P(TbeBackwardErrors, OutOfRangeIndexWritesNothing) {
@@ -128,6 +180,26 @@ TEST_P(TbeBackwardErrors, OutOfRangeIndexWritesNothing) {
   int64_t skipped = -1;
   ASSERT_TRUE(copy_to_host(p.ctx, &skipped, d_skip.data(), 8).ok());
   EXPECT_EQ(skipped, 1);
+}
+
+// Off mode trusts the indices, but a bad one must still not make the backward write outside the
+// tables (the sanitizer runs of this test check the buffers' bounds) or into rows no lookup names
+// (the CPU drops a bad index, CUDA clamps it into its table: the last row may change).
+TEST_P(TbeBackwardErrors, OffModeBadIndicesStayInsideTheTables) {
+  Problem p(GetParam());
+  p.idx[0] = -3;         // feature 0 (table 0)
+  p.idx[2] = 1 << 30;    // feature 0 (table 0)
+  p.idx[7] = 9;          // feature 1 (table 1 has 9 rows); its valid lookups name rows 4..8
+  ASSERT_TRUE(copy_to_backend(p.ctx, p.d_idx.data(), p.idx.data(), p.idx.size() * 4).ok());
+  TbeBackwardArgs a = p.args();
+  a.bounds_check = BoundsCheckMode::kOff;
+  const Status st = p.run(a);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  std::vector<float> w(p.w0.size());
+  ASSERT_TRUE(copy_to_host(p.ctx, w.data(), p.d_w.data(), w.size() * 4).ok());
+  for (float v : w) EXPECT_TRUE(std::isfinite(v));
+  const int64_t t1 = p.tbe->weight_offset(1);
+  for (int64_t e = t1; e < t1 + 4 * 3; ++e) EXPECT_EQ(w[e], p.w0[e]) << "table 1 row " << (e - t1) / 3 << " changed";
 }
 
 TEST_P(TbeBackwardErrors, BadOffsetsWriteNothing) {

@@ -38,7 +38,10 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 //          the stream in this mode (use kSkip or kOff inside a captured graph).
 //  kSkip:  the index is treated as absent (it adds nothing, and MEAN divides by the valid count); the
 //          number skipped is written to `num_skipped` when given.
-//  kOff:   no check (fastest); the caller guarantees valid indices.
+//  kOff:   nothing is checked or reported (fastest); the caller guarantees valid indices. Bad values
+//          still never cause an access outside the buffers: an index outside its table is dropped on
+//          the CPU and clamped into the table on CUDA, giving unspecified values (a backward may then
+//          update an unspecified row of that table, never memory outside the tables).
 // Offsets that decrease (a negative first offset included), or a last offset that differs from the
 // number of indices, are an error in kError and kSkip modes, and in every mode on the CPU (where the
 // check costs nothing next to the gathers). In kOff mode on CUDA they are not reported (that would need

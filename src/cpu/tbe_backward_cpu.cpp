@@ -184,11 +184,11 @@ Status backward_impl(const Params& p) {
       int64_t count = 0;
       for (int64_t pos = start; pos < end; ++pos) {
         const int64_t idx = static_cast<int64_t>(indices[pos]);
-        const bool valid = check == BoundsCheckMode::kOff || (idx >= 0 && idx < E);
+        const bool valid = idx >= 0 && idx < E;  // an invalid one is dropped in off mode too (unreported)
         if (!valid) {
           if (check == BoundsCheckMode::kSkip) {
             ++skipped_total;
-          } else if (item < my_bad.item) {
+          } else if (check == BoundsCheckMode::kError && item < my_bad.item) {
             my_bad = BadIndex{item, pos, idx};
           }
         } else {

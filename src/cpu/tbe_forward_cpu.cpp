@@ -152,10 +152,10 @@ Status forward_impl(const Params& p) {
         for (int64_t pos = start; pos < end; ++pos) {
           const int64_t idx = static_cast<int64_t>(indices[pos]);
           O* __restrict o = out + pos * out_stride;
-          if (check != BoundsCheckMode::kOff && (idx < 0 || idx >= E)) {
+          if (idx < 0 || idx >= E) {  // dropped in off mode too (unreported): never read out of bounds
             if (check == BoundsCheckMode::kSkip) {
               ++my_skipped;
-            } else if (item < my_bad.item) {
+            } else if (check == BoundsCheckMode::kError && item < my_bad.item) {
               my_bad = BadIndex{item, pos, idx};
             }
             for (int64_t d = 0; d < D; ++d) o[d] = from_float<O>(0.0f);
@@ -180,17 +180,16 @@ Status forward_impl(const Params& p) {
         const int64_t ahead = static_cast<int64_t>(indices[pos]);
         if (ahead >= 0 && ahead < E) prefetch_row(table + ahead * D, D);
       }
+      // Invalid indices are dropped in every mode (in off mode unreported), so none is read out of bounds.
       int64_t count = end - start;
-      if (check != BoundsCheckMode::kOff) {
-        for (int64_t pos = start; pos < end; ++pos) {
-          const int64_t idx = static_cast<int64_t>(indices[pos]);
-          if (idx >= 0 && idx < E) continue;
-          --count;
-          if (check == BoundsCheckMode::kSkip) {
-            ++my_skipped;
-          } else if (item < my_bad.item) {
-            my_bad = BadIndex{item, pos, idx};
-          }
+      for (int64_t pos = start; pos < end; ++pos) {
+        const int64_t idx = static_cast<int64_t>(indices[pos]);
+        if (idx >= 0 && idx < E) continue;
+        --count;
+        if (check == BoundsCheckMode::kSkip) {
+          ++my_skipped;
+        } else if (check == BoundsCheckMode::kError && item < my_bad.item) {
+          my_bad = BadIndex{item, pos, idx};
         }
       }
       const float* __restrict bag_psw = kWeighted ? psw + start : nullptr;

@@ -368,9 +368,13 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
     if (k >= 0 && k < nitems) {
       item = item0 + k;
       const int f = static_cast<int>(item / B);
-      const bool ok = !check || (idx >= 0 && idx < p.num_rows[f]);
+      const int64_t E = p.num_rows[f];
+      const bool in_range = static_cast<uint64_t>(idx) < static_cast<uint64_t>(E);
+      const bool ok = !check || in_range;
       if (ok) {
-        key = static_cast<K>(p.row_offsets[f] + idx);
+        // Off mode trusts the indices but clamps an invalid one into its table, so no row outside the
+        // tables is ever updated (its values are unspecified, as the forward's).
+        key = static_cast<K>(p.row_offsets[f] + (in_range ? idx : E - 1));
         if (p.mean) atomicAdd(&cnt[k], 1);
       } else if (p.check == tbe_fwd::kCheckError) {
         record_min_position_bwd(p.scratch + tbe_fwd::kBadIndexKey, i);
