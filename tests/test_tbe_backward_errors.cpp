@@ -221,13 +221,24 @@ TEST_P(TbeBackwardErrors, BadArguments) {
     const char* what;
     std::function<void(TbeBackwardArgs&)> mutate;
   };
+  const int64_t N = static_cast<int64_t>(p.idx.size());
+  const auto adam = [&](TbeBackwardArgs& a) {  // Adam with its two element-wise moments
+    a.optimizer.type = OptimizerType::kAdam;
+    a.momentum1 = p.elementwise(p.d_m1);
+    a.momentum2 = p.elementwise(p.d_m2);
+  };
+  const auto dense = [&](TbeBackwardArgs& a) {  // dense-gradient mode with every output (max_dim() = 5)
+    a.optimizer.type = OptimizerType::kNone;
+    a.momentum1 = TensorView();
+    a.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, N);
+    a.num_unique = d_nu.as<int64_t>();
+    a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, N * 5);
+  };
   const Bad bads[] = {
       {"learning_rate", [](TbeBackwardArgs& a) { a.optimizer.learning_rate = NAN; }},
       {"eps", [](TbeBackwardArgs& a) { a.optimizer.eps = 0.0f; }},
       {"beta1", [&](TbeBackwardArgs& a) {
-         a.optimizer.type = OptimizerType::kAdam;
-         a.momentum1 = p.elementwise(p.d_m1);
-         a.momentum2 = p.elementwise(p.d_m2);
+         adam(a);
          a.optimizer.beta1 = 1.0f;
        }},
       {"beta2", [&](TbeBackwardArgs& a) {
@@ -245,16 +256,14 @@ TEST_P(TbeBackwardErrors, BadArguments) {
       {"momentum1", [&](TbeBackwardArgs& a) { a.momentum1 = p.elementwise(p.d_m1); }},
       {"momentum1", [](TbeBackwardArgs& a) { a.momentum1.dtype = DType::kF16; }},
       {"momentum2", [&](TbeBackwardArgs& a) {
-         a.optimizer.type = OptimizerType::kAdam;
-         a.momentum1 = p.elementwise(p.d_m1);
+         adam(a);
          a.momentum2 = p.rowwise(p.d_m2);
        }},
       // buffers the backward writes may not share memory with each other or with its inputs
       {"weights", [&](TbeBackwardArgs& a) { a.momentum1.data = a.weights.data; }},
       {"momentum1", [&](TbeBackwardArgs& a) { a.momentum1.data = a.grad_output.data; }},
       {"momentum1", [&](TbeBackwardArgs& a) {
-         a.optimizer.type = OptimizerType::kAdam;
-         a.momentum1 = p.elementwise(p.d_m1);
+         adam(a);
          a.momentum2 = p.elementwise(p.d_m1);
        }},
       // hyper-parameters and options an optimizer does not take
@@ -267,17 +276,11 @@ TEST_P(TbeBackwardErrors, BadArguments) {
          a.optimizer.weight_decay_mode = WeightDecayMode::kL2;
        }},
       {"max_norm", [&](TbeBackwardArgs& a) {
-         a.optimizer.type = OptimizerType::kAdam;
-         a.momentum1 = p.elementwise(p.d_m1);
-         a.momentum2 = p.elementwise(p.d_m2);
+         adam(a);
          a.optimizer.max_norm = 1.0f;
        }},
       {"gradient_clipping", [&](TbeBackwardArgs& a) {
-         a.optimizer.type = OptimizerType::kNone;
-         a.momentum1 = TensorView();
-         a.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, static_cast<int64_t>(p.idx.size()));
-         a.num_unique = d_nu.as<int64_t>();
-         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5);
+         dense(a);
          a.optimizer.gradient_clipping = 1.0f;
        }},
       {"eps", [](TbeBackwardArgs& a) { a.optimizer.eps = INFINITY; }},
@@ -291,22 +294,14 @@ TEST_P(TbeBackwardErrors, BadArguments) {
          a.optimizer.type = OptimizerType::kNone;
          a.momentum1 = TensorView();
        }},
-      {"unique_grads", [&](TbeBackwardArgs& a) {
-         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5);
-       }},
+      {"unique_grads", [&](TbeBackwardArgs& a) { a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, N * 5); }},
       {"unique_grads", [&](TbeBackwardArgs& a) {  // dense mode with a short unique_grads
-         a.optimizer.type = OptimizerType::kNone;
-         a.momentum1 = TensorView();
-         a.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, static_cast<int64_t>(p.idx.size()));
-         a.num_unique = d_nu.as<int64_t>();
-         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5 - 1);
+         dense(a);
+         a.unique_grads.shape[0] -= 1;
        }},
       {"unique_rows", [&](TbeBackwardArgs& a) {  // dense mode with int32 unique rows
-         a.optimizer.type = OptimizerType::kNone;
-         a.momentum1 = TensorView();
-         a.unique_rows = TensorView::vec(d_rows.data(), DType::kI32, static_cast<int64_t>(p.idx.size()));
-         a.num_unique = d_nu.as<int64_t>();
-         a.unique_grads = TensorView::vec(d_ug.data(), DType::kF32, static_cast<int64_t>(p.idx.size()) * 5);
+         dense(a);
+         a.unique_rows.dtype = DType::kI32;
        }},
       {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.shape[1] -= 1; }},
       {"grad_output", [&](TbeBackwardArgs& a) { a.grad_output.dtype = DType::kI32; }},
