@@ -10,9 +10,35 @@ table-major: bag (f, b) is ``indices[offsets[f*B+b]:offsets[f*B+b+1]]``. The bac
 materialises a dense gradient: it sorts the lookups, sums each touched row's gradient once in a fixed
 order and applies the optimizer to that row (``weights`` is a Parameter that does not require grad, so a
 torch optimizer given ``model.parameters()`` leaves the tables alone).
+
+The backward reads the tables, the optimizer state and the hyper-parameters when it runs, not as they
+were at the forward:
+
+- Hyper-parameters (``set_learning_rate``, ``hparams``) changed between a forward and its backward take
+  effect at that backward.
+- A module looked up several times before one backward (two calls in one loss) applies one update per
+  lookup, in the order autograd runs their backwards, each on the rows it touched and each advancing the
+  step, as FBGEMM does; a later one sees the earlier ones' updates (also in the gradient of its
+  per-sample weights).
+- Threads may share a module: its forward and backward calls are serialised by a per-module lock that
+  also covers the read and advance of the step, so no update or step is lost. On CUDA this orders the
+  launches; threads on different streams must order their streams themselves.
+
+Errors raise before anything is written (tables, optimizer state and step are unchanged): TypeError for
+a dtype, ValueError for a shape, device or value, IndexError for an index or offset out of range,
+NotImplementedError for what the build lacks; the message names the argument.
+
+Copies and pickling: the module holds its C object through a handle it does not share. copy.deepcopy,
+pickle and torch.save(module) / torch.load give a module with a handle of its own, rebuilt for the
+device its tables load on.
+
+Meta device: a module built with ``device="meta"`` (or moved there with ``.to("meta")``) has no C object;
+its forward on meta inputs returns meta outputs (shapes only) and traces under torch.compile.
+``.to_empty(device=...)`` then gives a working module on a real device, whose tables and state are
+uninitialised until ``reset_parameters()`` or ``load_state_dict()``; ``.to()`` from meta is refused by
+torch (no data to copy).
 """
 
-import ctypes
 import math
 from typing import Optional, Sequence
 
@@ -35,44 +61,20 @@ _STATE_NAMES = {
 }
 
 
-class _Handle:
-    """Owns one C TableBatchedEmbedding (per device and weights dtype)."""
+# The handle now lives with the operators that look it up; modules pickled by earlier versions name it here.
+_Handle = ops.TbeHandle
 
-    def __init__(self, device, num_rows, dims, feature_table_map, weights_dtype):
-        self._args = (device, list(num_rows), list(dims), list(feature_table_map), weights_dtype)
-        ctx = _capi.Context()
-        ctx.backend = _capi.BACKEND[device.type]
-        T = len(num_rows)
-        rows = (ctypes.c_int64 * T)(*num_rows)
-        ds = (ctypes.c_int32 * T)(*dims)
-        fmap = (ctypes.c_int32 * len(feature_table_map))(*feature_table_map)
-        out = ctypes.c_void_p()
-        if device.type == "cuda":
-            with torch.cuda.device(device):
-                _capi.check(_capi.lib.embscale_tbe_create(ctypes.byref(ctx), T, rows, ds, len(feature_table_map), fmap,
-                                                          ops._DTYPE_CODE[weights_dtype], ctypes.byref(out)))
-        else:
-            _capi.check(_capi.lib.embscale_tbe_create(ctypes.byref(ctx), T, rows, ds, len(feature_table_map), fmap,
-                                                      ops._DTYPE_CODE[weights_dtype], ctypes.byref(out)))
-        self.ptr = out.value
-        layout = _capi.TbeLayout()
-        _capi.check(_capi.lib.embscale_tbe_layout_get(self.ptr, ctypes.byref(layout)))
-        self.layout = layout
-        self.weight_offsets = (ctypes.c_int64 * T)()
-        self.row_offsets = (ctypes.c_int64 * T)()
-        _capi.check(_capi.lib.embscale_tbe_table_offsets(self.ptr, self.weight_offsets, self.row_offsets))
 
-    # A copy (copy.deepcopy of a module, pickling) gets its own C object: two owners of one would free it twice.
-    def __deepcopy__(self, memo):
-        return _Handle(*self._args)
-
-    def __reduce__(self):
-        return (_Handle, self._args)
-
-    def __del__(self):
-        if getattr(self, "ptr", None):
-            _capi.lib.embscale_tbe_destroy(self.ptr)
-            self.ptr = None
+def _module_device(device):
+    """A device a module can live on (cpu, cuda with an index, meta), or ValueError naming it."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if device.type not in ("cpu", "cuda", "meta"):
+        raise ValueError(f"device: {device} is not supported; expected cpu, cuda or meta")
+    if device.type == "cuda":
+        ops._check_backend(device)
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 class _Lookup(torch.autograd.Function):
@@ -81,14 +83,20 @@ class _Lookup(torch.autograd.Function):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
         out, num_skipped = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, handle,
                                                           batch_size, pooling, bounds_check, output_cols, output_dtype)
-        ctx.save_for_backward(weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights)
+        # The tables, the optimizer state and the hyper-parameters are held, not saved: the backward updates
+        # them as they are when it runs (saved tensors would make autograd refuse a learning rate set after
+        # the forward, and the second of two lookups of one module once the first one's backward has
+        # updated the tables).
+        ctx.state = (weights, momentum1, momentum2, hparams)
+        ctx.save_for_backward(indices, offsets, per_sample_weights)
         ctx.cfg = cfg
         ctx.mark_non_differentiable(num_skipped)
         return out, num_skipped
 
     @staticmethod
     def backward(ctx, grad_output, _grad_num_skipped):
-        weights, momentum1, momentum2, hparams, indices, offsets, psw = ctx.saved_tensors
+        weights, momentum1, momentum2, hparams = ctx.state
+        indices, offsets, psw = ctx.saved_tensors
         (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
         want_psw_grad = psw is not None and ctx.needs_input_grad[7]
         grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
@@ -114,9 +122,13 @@ class TableBatchedEmbeddingBags(nn.Module):
             ``num_skipped``) or "off".
         stochastic_rounding: fp16/bf16 weights are rounded stochastically after an update (seeded by
             ``seed`` and the step), else to nearest.
-        device: where the tables live.
+        device: where the tables live: cpu, cuda or meta (shapes only; see the module's notes).
 
-    Tables are initialised uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator.
+    Tables are initialised uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator
+    (``reset_parameters()`` does it again). ``.to()``, ``.cuda()``, ``.half()``, ``.bfloat16()`` move or cast
+    the tables (the optimizer state stays fp32, the hyper-parameters on the CPU); a dtype other than
+    fp32/fp16/bf16 raises TypeError and a device other than cpu/cuda/meta ValueError, and the module is
+    left as it was.
     """
 
     def __init__(self, embedding_specs: Sequence[tuple], feature_table_map: Optional[Sequence[int]] = None,
@@ -133,6 +145,9 @@ class TableBatchedEmbeddingBags(nn.Module):
             if len(s) != 2 or s[0] < 1 or s[1] < 1:
                 raise ValueError(f"embedding_specs[{t}]: {s} is not (num_embeddings >= 1, embedding_dim >= 1)")
         fmap = list(range(len(specs))) if feature_table_map is None else [int(t) for t in feature_table_map]
+        if not fmap:
+            raise ValueError("feature_table_map: empty; at least one feature is needed (None means one feature "
+                             "per table)")
         for f, t in enumerate(fmap):
             if not 0 <= t < len(specs):
                 raise ValueError(f"feature_table_map[{f}]: table {t} does not exist ({len(specs)} tables)")
@@ -161,23 +176,17 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.total_dim = sum(self.feature_dims)
         self._handles = {}
 
-        device = torch.device("cpu") if device is None else torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = _module_device(device)
         handle = self._handle_for(device, weights_dtype)
-        layout = handle.layout
         # The tables do not require grad: the backward updates them in place through the fused optimizer
         # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
         # The empty anchor below is what makes the lookup's output require grad so the backward runs.
-        self.weights = nn.Parameter(torch.empty(layout.num_weights, dtype=weights_dtype, device=device),
+        self.weights = nn.Parameter(torch.empty(handle.num_weights, dtype=weights_dtype, device=device),
                                     requires_grad=False)
         self._grad_anchor = nn.Parameter(torch.zeros(0, device=device))
-        self._handle_ptr = handle.ptr
-        with torch.no_grad():
-            for t, (rows, dim) in enumerate(specs):
-                bound = math.sqrt(1.0 / rows)
-                self._table_view(self.weights, t).uniform_(-bound, bound)
-        sizes = {"none": 0, "rows": layout.total_rows, "elements": layout.num_weights}
+        # The id of the handle of the tables' device and dtype, which the operators look up (never a pointer).
+        self._handle_id = handle.id
+        sizes = {"none": 0, "rows": handle.total_rows, "elements": handle.num_weights}
         m1, m2 = _MOMENTUM_SHAPES[optimizer]
         self.register_buffer("momentum1", torch.zeros(sizes[m1], dtype=torch.float32, device=device))
         self.register_buffer("momentum2", torch.zeros(sizes[m2], dtype=torch.float32, device=device))
@@ -188,6 +197,20 @@ class TableBatchedEmbeddingBags(nn.Module):
             hp[ops.HPARAM[name]] = value
         self.register_buffer("hparams", hp)
         self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Initialises the tables uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator,
+        zeroes the optimizer state and restarts the step at 1 (the other hyper-parameters are kept): what a
+        module materialised from the meta device by ``to_empty()`` needs before it trains."""
+        with torch.no_grad():
+            for t, (rows, _) in enumerate(self.embedding_specs):
+                bound = math.sqrt(1.0 / rows)
+                self._table_view(self.weights, t).uniform_(-bound, bound)
+            self.momentum1.zero_()
+            self.momentum2.zero_()
+            self.num_skipped.zero_()
+            self.hparams[ops.HPARAM["step"]] = 1
 
     @classmethod
     def from_embedding_bags(cls, bags: Sequence[nn.EmbeddingBag], **kwargs):
@@ -207,15 +230,17 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     # ---- layout ------------------------------------------------------------------------------------
     def _handle_for(self, device, dtype):
+        """The module's handle for a device and weights dtype, created on first use (kept: moving back and
+        forth reuses it)."""
         key = (device.type, device.index, dtype)
         if key not in self._handles:
-            self._handles[key] = _Handle(device, [r for r, _ in self.embedding_specs],
-                                         [d for _, d in self.embedding_specs], self.feature_table_map, dtype)
+            self._handles[key] = ops.TbeHandle(device, [r for r, _ in self.embedding_specs],
+                                               [d for _, d in self.embedding_specs], self.feature_table_map, dtype)
         return self._handles[key]
 
     @property
     def _layout(self):
-        return next(iter(self._handles.values()))
+        return self._handle_for(self.weights.device, self.weights.dtype)
 
     def _table_view(self, flat, t, rowwise=False):
         rows, dim = self.embedding_specs[t]
@@ -263,7 +288,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise ValueError(f"offsets: shape {tuple(offsets.shape)}; expected [T*B+1] with T = {T} features")
         batch_size = (offsets.shape[0] - 1) // T
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
-        cfg = (self._handle_ptr, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
+        cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
                self.weight_decay_mode, self.stochastic_rounding, self.seed)
         out, num_skipped = _Lookup.apply(self._grad_anchor, self.weights, self.momentum1, self.momentum2,
                                          self.hparams, indices, offsets, per_sample_weights, cfg)
@@ -272,8 +297,15 @@ class TableBatchedEmbeddingBags(nn.Module):
         return out
 
     def _apply(self, fn, recurse=True):
-        # .to() / .cuda() / .half() move the tables; optimizer state stays fp32 and the hyper-parameters
-        # stay on the CPU (they are read on the host at every step).
+        # .to() / .cuda() / .half() / .to_empty() move or cast the tables; optimizer state stays fp32 and the
+        # hyper-parameters stay on the CPU (they are read on the host at every step). What the tables would
+        # become is found first, on an empty tensor, and checked, and the handle for it made, before anything
+        # is changed: an unsupported dtype or device leaves the module as it was.
+        probe = fn(torch.empty(0, dtype=self.weights.dtype, device=self.weights.device))
+        if probe.dtype not in ops.FLOAT_DTYPES:
+            raise TypeError(f"weights_dtype: {probe.dtype} is not supported (the tables stay {self.weights.dtype}); "
+                            "expected torch.float32, float16 or bfloat16")
+        handle = self._handle_for(_module_device(probe.device), probe.dtype)
         kept = {name: getattr(self, name) for name in ("momentum1", "momentum2", "hparams")}
         super()._apply(fn, recurse)
         for name in ("momentum1", "momentum2"):
@@ -281,8 +313,26 @@ class TableBatchedEmbeddingBags(nn.Module):
             if moved.dtype != torch.float32:  # a dtype cast: keep the fp32 values, follow the device
                 setattr(self, name, kept[name].to(moved.device))
         self.hparams = kept["hparams"]
-        self._handle_ptr = self._handle_for(self.weights.device, self.weights.dtype).ptr
+        self._handle_id = handle.id
         return self
+
+    # Pickling and copy.deepcopy: the handles (C objects) are not state; the copy or the loaded module builds
+    # its own for the device and dtype its tables have.
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_handles", None)
+        state.pop("_handle_id", None)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        for stale in ("_handles", "_handle_id", "_handle_ptr"):  # _handle_ptr: pickles of earlier versions
+            state.pop(stale, None)
+        super().__setstate__(state)
+        if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor
+            self.hparams = self.hparams.cpu()
+        self._handles = {}
+        self._handle_id = self._handle_for(self.weights.device, self.weights.dtype).id
 
     def extra_repr(self):
         return (f"tables={self.embedding_specs}, features={len(self.feature_table_map)}, optimizer={self.optimizer}, "
