@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -47,6 +48,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -133,7 +135,8 @@ struct Buf {
 };
 
 // ---- one case ---------------------------------------------------------------------------------------
-enum class Expect { kAny, kOk, kFail };
+// What a mutation implies for the outcome. kLabel: nothing by itself (a later verdict decides).
+enum class Expect { kAny, kOk, kFail, kLabel };
 
 struct Case {
   uint64_t seed = 0;
@@ -152,9 +155,13 @@ struct Case {
 
   explicit Case(uint64_t s, int64_t k) : seed(s), index(k), rng(splitmix64(s ^ splitmix64(static_cast<uint64_t>(k)))) {}
 
-  // Records a mutation; `e` says what it implies for the outcome, `code` the specific status if any.
+  int unknown = 0;                // mutations whose outcome is not known (Expect::kAny)
+
+  // Records a mutation; `e` says what it implies for the outcome (kOk: the call stays valid; kFail:
+  // the library can tell it is wrong; kAny: either), `code` the specific status if any.
   void mut(const std::string& what, Expect e = Expect::kAny, int code = -1) {
     muts.push_back(what);
+    if (e == Expect::kAny) ++unknown;
     if (e == Expect::kFail) {
       must_fail = true;
       ++fail_votes;
@@ -232,8 +239,12 @@ bool names_argument(const std::string& msg, const std::set<std::string>& vocab) 
   return false;
 }
 
+// Told the status of every checked call (the driver tallies them per function).
+std::function<void(const char* fn, int rc)> g_tally;
+
 // Checks the outcome of one call of the case.
 void check_call(Case& c, const char* fn, int rc) {
+  if (g_tally) g_tally(fn, rc);
   const char* err = embscale_last_error();
   const std::string msg = err ? err : "";
   if (rc < kOk || rc > kBackendError) {
@@ -242,9 +253,9 @@ void check_call(Case& c, const char* fn, int rc) {
     if (msg.empty()) c.fail(fmt("%s returned %d with an empty embscale_last_error()", fn, rc));
     else if (!names_argument(msg, c.vocab)) c.fail(fmt("%s: message names no argument: \"%s\"", fn, msg.c_str()));
   }
-  if ((c.muts.empty() || c.must_ok) && rc != kOk) c.fail(fmt("%s: a valid call was refused (%d): %s", fn, rc, msg.c_str()));
+  if ((c.must_ok || (!c.must_fail && c.unknown == 0)) && rc != kOk) c.fail(fmt("%s: a valid call was refused (%d): %s", fn, rc, msg.c_str()));
   if (c.must_fail && rc == kOk) c.fail(fmt("%s: accepted an argument it can tell is wrong", fn));
-  if (c.must_fail && c.fail_votes == 1 && c.fail_code >= 0 && rc != kOk && rc != c.fail_code)
+  if (c.must_fail && c.fail_votes == 1 && c.unknown == 0 && c.fail_code >= 0 && rc != kOk && rc != c.fail_code)
     c.fail(fmt("%s returned %d, expected %d: %s", fn, rc, c.fail_code, msg.c_str()));
   c.check_buffers(rc);
 }
@@ -271,7 +282,9 @@ struct Ctx {
   bool null = false;
   const embscale_context* ptr() const { return null ? nullptr : &c; }
 };
-void make_ctx(Case& c, Ctx* x, bool cuda_compiled, double p_mut = 0.08) {
+// `tbe`: for ops of a TableBatchedEmbedding (created on the CPU), where a CUDA context is an argument
+// that does not match the object rather than an unsupported backend.
+void make_ctx(Case& c, Ctx* x, bool cuda_compiled, double p_mut = 0.08, bool tbe = false) {
   x->c.backend = 0;
   x->c.num_threads = static_cast<int32_t>(c.rng.range(0, 2));
   x->c.stream = nullptr;
@@ -288,30 +301,68 @@ void make_ctx(Case& c, Ctx* x, bool cuda_compiled, double p_mut = 0.08) {
     case 2:
       x->c.backend = 1;
       if (cuda_compiled) c.mut("ctx.backend=cuda(host pointers)");  // not run: see make_ctx's callers
-      else c.mut("ctx.backend=cuda(not compiled)", Expect::kFail, kUnsupported);
+      else c.mut("ctx.backend=cuda(not compiled)", Expect::kFail, tbe ? -1 : kUnsupported);
       break;
     case 3:
       x->c.num_threads = c.rng.pick<int32_t>({-1, -7, INT32_MIN});
       c.mut(fmt("ctx.num_threads=%d", x->c.num_threads), Expect::kFail, kInvalidArgument);
       break;
     default:
-      // Huge thread counts: refused or served with fewer threads, but never a crash. Rare, as an
-      // unchecked one makes OpenMP try to start them all.
+      // More threads than cores are fine up to 1024 (context.h); more are refused. An unchecked huge
+      // count makes OpenMP try to start them all (and crash), so these stay rare.
       if (c.rng.chance(0.25)) {
-        x->c.num_threads = c.rng.pick<int32_t>({1 << 20, INT32_MAX});
-        c.mut(fmt("ctx.num_threads=%d", x->c.num_threads));
+        x->c.num_threads = c.rng.pick<int32_t>({1025, 1 << 20, INT32_MAX});
+        c.mut(fmt("ctx.num_threads=%d", x->c.num_threads), Expect::kFail, kInvalidArgument);
       } else {
-        x->c.num_threads = c.rng.pick<int32_t>({3, 8, 64});
-        c.mut(fmt("ctx.num_threads=%d", x->c.num_threads));
+        x->c.num_threads = c.rng.pick<int32_t>({3, 8, 64, 1024});
+        c.mut(fmt("ctx.num_threads=%d", x->c.num_threads), Expect::kOk);
       }
   }
 }
 
+// fp16 <-> fp32 (the conversion to fp16 truncates; it only makes moderate test values).
+float half_to_float(uint16_t h) {
+  const uint32_t s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+  float v;
+  if (e == 0) {
+    v = std::ldexp(static_cast<float>(m), -24);
+  } else if (e == 31) {
+    v = m ? NAN : INFINITY;
+  } else {
+    v = std::ldexp(static_cast<float>(m | 1024), static_cast<int>(e) - 25);
+  }
+  return s ? -v : v;
+}
+uint16_t float_to_half(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const int e = static_cast<int>((bits >> 23) & 255) - 127 + 15;
+  if (e <= 0) return static_cast<uint16_t>(sign);
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(e) << 10) | ((bits >> 13) & 1023));
+}
+// Element i of a float tensor (fp32, fp16 or bf16) at p, as fp32.
+float load_float(const void* p, int dt, int64_t i) {
+  if (dt == kF32) {
+    float v;
+    std::memcpy(&v, static_cast<const char*>(p) + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2);
+  if (dt == kF16) return half_to_float(h);
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
 // Fills n elements of dtype dt at p with values: mostly moderate, some special (inf, NaN, -0, huge).
-void fill_values(Case& c, void* p, int dt, int64_t n) {
+void fill_values(Case& c, void* p, int dt, int64_t n, bool specials = true) {
   for (int64_t i = 0; i < n; ++i) {
     float v;
-    const uint64_t k = c.rng.below(20);
+    const uint64_t k = specials ? c.rng.below(20) : 19;
     if (k == 0) v = INFINITY;
     else if (k == 1) v = -INFINITY;
     else if (k == 2) v = NAN;
@@ -327,7 +378,8 @@ void fill_values(Case& c, void* p, int dt, int64_t n) {
       const uint16_t h = static_cast<uint16_t>(bits >> 16);
       std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
     } else if (dt == kF16) {
-      const uint16_t h = static_cast<uint16_t>(c.rng.next());  // any pattern is an fp16 value
+      // with specials any pattern (every fp16 value, NaNs included), else the value
+      const uint16_t h = specials ? static_cast<uint16_t>(c.rng.next()) : float_to_half(v);
       std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
     } else {
       const size_t es = dtype_size(dt);
@@ -339,7 +391,8 @@ void fill_values(Case& c, void* p, int dt, int64_t n) {
 // A tensor descriptor and the buffer behind it.
 struct Tensor {
   embscale_tensor d{};
-  bool null = false;  // pass NULL instead of the descriptor
+  bool null = false;      // pass NULL instead of the descriptor
+  bool embedded = false;  // a field of an argument struct (no pointer of its own to make NULL)
   Buf* buf = nullptr;
   const embscale_tensor* ptr() const { return null ? nullptr : &d; }
   // Elements of the descriptor's shape; -1 when it is not a valid count (bad ndim, negative, overflow).
@@ -382,19 +435,24 @@ void materialise(Case& c, Tensor* t, const std::string& name, Role role, bool fi
 // length is refused), or by a partner argument (the case compares the two after the mutations).
 enum class Len { kUnchecked, kFixed, kPartner };
 
+// How the library uses an argument's data pointer: required (NULL refused unless empty), optional
+// (NULL: absent), or not at all (a size query). Present pointers that are used must be aligned.
+enum class Data { kRequired, kOptional, kIgnored };
+
 // Hostile mutations of one tensor argument. `dtype_ok(dt)` says which dtypes the argument accepts.
 // Returns true when a mutation was applied.
 bool mutate_tensor(Case& c, Tensor* t, const std::string& name, Role role, const std::function<bool(int)>& dtype_ok,
-                   Len len, bool shape_free, bool data_needed = true) {
+                   Len len, bool shape_free, Data data = Data::kRequired) {
   switch (c.rng.below(10)) {
     case 0:
+      if (t->embedded) return false;
       t->null = true;
       c.mut(name + "=NULL", Expect::kFail, kInvalidArgument);
       return true;
     case 1:
       if (t->numel() <= 0) return false;
       t->d.data = nullptr;
-      c.mut(name + ".data=NULL", data_needed ? Expect::kFail : Expect::kAny, kInvalidArgument);
+      c.mut(name + ".data=NULL", data == Data::kRequired ? Expect::kFail : Expect::kAny, kInvalidArgument);
       return true;
     case 2:
       t->d.dtype = bad_enum(c, kNumDtypes);
@@ -453,7 +511,9 @@ bool mutate_tensor(Case& c, Tensor* t, const std::string& name, Role role, const
       if (t->buf) std::memcpy(b->p(), t->buf->p(), t->buf->bytes);
       t->d.data = b->p();
       t->buf = b;
-      c.mut(name + ".data misaligned by 1 byte");
+      // Data pointers must be aligned to their element size (refused otherwise); a size query
+      // does not look at the data.
+      c.mut(name + ".data misaligned by 1 byte", data != Data::kIgnored ? Expect::kFail : Expect::kAny, kInvalidArgument);
       return true;
     }
     default: {  // another shape of the same number of elements
@@ -601,7 +661,7 @@ void case_fp8_workspace_size(Case& c, bool cuda, int which) {
   make_ctx(c, &ctx, cuda);
   Tensor x = make_x(c, 5000);
   // The size query needs no data: a NULL data pointer is fine there.
-  if (c.rng.chance(0.3)) mutate_tensor(c, &x, "x", Role::kInput, float_ok, Len::kUnchecked, true, false);
+  if (c.rng.chance(0.3)) mutate_tensor(c, &x, "x", Role::kInput, float_ok, Len::kUnchecked, true, Data::kIgnored);
   const int32_t algo = make_algo(c);
   size_t storage = 12345;
   size_t* bytes = size_out(c, &storage);
@@ -620,27 +680,7 @@ float reference_amax(const Tensor& x) {
   float a = 0.0f;
   const int64_t n = x.numel();
   for (int64_t i = 0; i < n; ++i) {
-    float v;
-    if (x.d.dtype == kF32) {
-      std::memcpy(&v, static_cast<const char*>(x.d.data) + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, static_cast<const char*>(x.d.data) + 2 * i, 2);
-      uint32_t bits;
-      if (x.d.dtype == kBF16) {
-        bits = static_cast<uint32_t>(h) << 16;
-      } else {  // fp16 -> fp32
-        const uint32_t s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
-        if (e == 0) {
-          const float f = std::ldexp(static_cast<float>(m), -24);
-          v = s ? -f : f;
-          if (std::fabs(v) > a) a = std::fabs(v);
-          continue;
-        }
-        bits = (s << 31) | (e == 31 ? (255u << 23) | (m << 13) : ((e + 112) << 23) | (m << 13));
-      }
-      std::memcpy(&v, &bits, 4);
-    }
+    const float v = load_float(x.d.data, x.d.dtype, i);
     if (!std::isnan(v) && std::fabs(v) > a) a = std::fabs(v);
   }
   return a;
@@ -664,7 +704,7 @@ void case_amax(Case& c, bool cuda) {
   c.snapshot();
   const int rc = embscale_amax(ctx.ptr(), x.ptr(), amax.p, algo, flag, ws.p, ws.bytes);
   check_call(c, c.op.c_str(), rc);
-  if (rc == kOk && c.muts.empty()) {
+  if (rc == kOk && !c.must_fail && c.unknown == 0) {
     const float want = reference_amax(x);
     if (std::memcmp(amax.p, &want, 4) != 0) c.fail(fmt("amax %g, expected %g", *amax.p, want));
     if (flag && flag_storage != 0 && flag_storage != 1) c.fail(fmt("nonfinite_flag %d", flag_storage));
@@ -694,7 +734,7 @@ void case_compute_scale(Case& c, bool cuda) {
   c.snapshot();
   const int rc = embscale_compute_scale(ctx.ptr(), amax.p, fp8, eps, pow2, scale.p, scale_inv.p);
   check_call(c, c.op.c_str(), rc);
-  if (rc == kOk && c.muts.empty() && !(*scale.p > 0.0f && std::isfinite(*scale.p)))
+  if (rc == kOk && !c.must_fail && c.unknown == 0 && !(*scale.p > 0.0f && std::isfinite(*scale.p)))
     c.fail(fmt("scale %g is not a finite positive value", *scale.p));
 }
 
@@ -996,6 +1036,653 @@ void case_tbe_create(Case& c, bool cuda) {
   embscale_tbe_destroy(tbe);
 }
 
+// ---- TBE: forward, backward workspace size, backward ------------------------------------------------
+const std::set<std::string> kTbeVocab = {
+    "ctx", "backend", "num_threads", "tbe", "args", "weights", "indices", "offsets", "per_sample_weights",
+    "batch_size", "pooling", "bounds_check", "output", "num_skipped", "grad_output", "optimizer", "type",
+    "learning_rate", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode", "max_norm",
+    "gradient_clipping", "step", "momentum1", "momentum2", "grad_per_sample_weights", "unique_rows",
+    "num_unique", "unique_grads", "deterministic", "rounding", "seed", "tuning", "max_warp_segment",
+    "max_block_segment", "block_threads", "workspace", "workspace_bytes", "bytes"};
+
+// A small valid TableBatchedEmbedding made through the C API (destroyed with the case).
+struct TbeObj {
+  embscale_tbe* h = nullptr;
+  std::vector<int64_t> rows;
+  std::vector<int32_t> dims, fmap;  // fmap: the table of each feature
+  int wdt = kF32;
+  embscale_tbe_layout lay{};
+  std::vector<int64_t> woff, roff;
+  ~TbeObj() { embscale_tbe_destroy(h); }
+  int F() const { return static_cast<int>(fmap.size()); }
+  int D(int f) const { return dims[fmap[f]]; }
+  int64_t E(int f) const { return rows[fmap[f]]; }
+};
+
+bool make_tbe(Case& c, TbeObj* o, bool same_dims) {
+  const int T = static_cast<int>(c.rng.range(1, 4));
+  const int32_t D = static_cast<int32_t>(c.rng.pick<int64_t>({1, 2, 3, 4, 5, 8, 13, 33}));
+  for (int t = 0; t < T; ++t) {
+    o->rows.push_back(c.rng.chance(0.15) ? 1 : c.rng.range(1, 40));
+    o->dims.push_back(same_dims ? D : static_cast<int32_t>(c.rng.pick<int64_t>({1, 2, 3, 4, 7, 8, 16, 33, 65})));
+  }
+  const bool identity = c.rng.chance(0.3);
+  const int F = identity ? T : static_cast<int>(c.rng.range(1, 5));
+  for (int f = 0; f < F; ++f) o->fmap.push_back(identity ? f : static_cast<int32_t>(c.rng.below(T)));
+  o->wdt = c.rng.pick<int32_t>({kF32, kF32, kF16, kBF16});
+  embscale_context ctx{};
+  const int rc = embscale_tbe_create(&ctx, T, o->rows.data(), o->dims.data(), F, identity ? nullptr : o->fmap.data(),
+                                     o->wdt, &o->h);
+  if (rc != kOk || o->h == nullptr) {
+    c.fail(fmt("embscale_tbe_create refused a valid configuration: %s", embscale_last_error()));
+    return false;
+  }
+  o->woff.assign(T, 0);
+  o->roff.assign(T, 0);
+  if (embscale_tbe_layout_get(o->h, &o->lay) != kOk || embscale_tbe_table_offsets(o->h, o->woff.data(), o->roff.data()) != kOk) {
+    c.fail(fmt("layout of a valid TableBatchedEmbedding: %s", embscale_last_error()));
+    return false;
+  }
+  return true;
+}
+
+int64_t get_index(const void* p, int dt, int64_t i) {
+  if (dt == kI32) {
+    int32_t v;
+    std::memcpy(&v, static_cast<const char*>(p) + 4 * i, 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, static_cast<const char*>(p) + 8 * i, 8);
+  return v;
+}
+void set_index(void* p, int dt, int64_t i, int64_t v) {
+  if (dt == kI32) {
+    const int32_t w = static_cast<int32_t>(v);
+    std::memcpy(static_cast<char*>(p) + 4 * i, &w, 4);
+  } else {
+    std::memcpy(static_cast<char*>(p) + 8 * i, &v, 8);
+  }
+}
+
+// The lookup arguments shared by forward and backward, valid, before mutations.
+struct Lookup {
+  int idx_dt = kI64;
+  int64_t B = 0, N = 0, TB = 0;  // B may be mutated; TB (bags the offsets hold) is the valid T*B
+  int32_t pooling = 0, bounds = 0;
+  Tensor weights, indices, offsets, psw;
+  bool bad_indices = false;  // out-of-range index values were written (skip/off: dropped)
+  int64_t* num_skipped = nullptr;
+};
+
+void make_lookup(Case& c, const TbeObj& o, Lookup* l, int32_t pooling, Role weights_role, bool specials) {
+  for (Tensor* t : {&l->weights, &l->indices, &l->offsets, &l->psw}) t->embedded = true;
+  l->pooling = pooling;
+  l->bounds = static_cast<int32_t>(c.rng.range(0, 2));
+  l->idx_dt = c.rng.pick<int32_t>({kI32, kI64});
+  l->B = c.rng.chance(0.05) ? 0 : c.rng.range(1, 5);
+  const int64_t TB = l->TB = o.F() * l->B;
+  std::vector<int64_t> off(TB + 1, 0), idx;
+  for (int f = 0; f < o.F(); ++f)
+    for (int64_t b = 0; b < l->B; ++b) {
+      const int64_t len = c.rng.chance(0.15) ? 0 : c.rng.range(1, 5);
+      for (int64_t j = 0; j < len; ++j) idx.push_back(c.rng.chance(0.3) ? 0 : c.rng.range(0, o.E(f) - 1));
+      off[f * l->B + b + 1] = static_cast<int64_t>(idx.size());
+    }
+  l->N = static_cast<int64_t>(idx.size());
+  l->weights.d.dtype = o.wdt;
+  set_shape(&l->weights.d, {o.lay.num_weights});
+  materialise(c, &l->weights, "weights", weights_role, false);
+  fill_values(c, l->weights.buf->p(), o.wdt, o.lay.num_weights, specials);
+  l->indices.d.dtype = l->idx_dt;
+  set_shape(&l->indices.d, {l->N});
+  materialise(c, &l->indices, "indices", Role::kInput, false);
+  for (int64_t i = 0; i < l->N; ++i) set_index(l->indices.buf->p(), l->idx_dt, i, idx[i]);
+  l->offsets.d.dtype = l->idx_dt;
+  set_shape(&l->offsets.d, {TB + 1});
+  materialise(c, &l->offsets, "offsets", Role::kInput, false);
+  for (int64_t i = 0; i <= TB; ++i) set_index(l->offsets.buf->p(), l->idx_dt, i, off[i]);
+  l->psw.d.dtype = kF32;
+  set_shape(&l->psw.d, {l->N});
+  if (pooling != 1 && c.rng.chance(0.35)) {
+    materialise(c, &l->psw, "per_sample_weights", Role::kInput, false);
+    fill_values(c, l->psw.buf->p(), kF32, l->N, specials);
+  }
+  if (c.rng.chance(0.7)) l->num_skipped = reinterpret_cast<int64_t*>(c.alloc("num_skipped", 8, Role::kOutput)->p());
+}
+
+// Whether element i (of index dtype dt) can be written through t's data pointer: its own buffer, not
+// NULL or shortened by an earlier mutation.
+bool room(const Tensor& t, int64_t i, int dt) {
+  return t.d.data != nullptr && t.buf != nullptr && t.d.data == t.buf->p() &&
+         static_cast<size_t>(i + 1) * dtype_size(dt) <= t.buf->bytes;
+}
+
+// Points tensor w's data into buffer r (an alias), when r's bytes hold w's claimed bytes.
+bool alias(Case& c, Tensor* w, const std::string& wname, const Tensor& r, const std::string& rname) {
+  const int64_t n = w->numel(), m = r.numel();
+  if (n <= 0 || m <= 0 || r.d.data == nullptr || w->d.data == nullptr || r.buf == nullptr) return false;
+  if (static_cast<size_t>(n) * dtype_size(w->d.dtype) > r.buf->bytes) return false;
+  w->d.data = r.d.data;
+  c.mut(wname + " aliases " + rname, Expect::kFail, kInvalidArgument);
+  return true;
+}
+
+// Mutations of the lookup arguments (both ops). `values_checked`: whether the op reads the offsets and
+// indices (a size query does not: it sees only shapes).
+void mutate_lookup(Case& c, const TbeObj& o, Lookup* l, Role weights_role, bool* tbe_null, bool* args_null,
+                   bool values_checked = true) {
+  const int64_t TB = l->TB;
+  switch (c.rng.below(16)) {
+    case 0:
+      *tbe_null = true;
+      c.mut("tbe=NULL", Expect::kFail, kInvalidArgument);
+      break;
+    case 1:
+      *args_null = true;
+      c.mut("args=NULL", Expect::kFail, kInvalidArgument);
+      break;
+    case 2:
+      mutate_tensor(c, &l->weights, "weights", weights_role, [&](int dt) { return dt == o.wdt; }, Len::kFixed, true);
+      break;
+    case 3:
+      // Another N is seen through offsets[T*B] (a value: not by a size query) or the [N] buffers.
+      if (mutate_tensor(c, &l->indices, "indices", Role::kInput, [](int dt) { return dt == kI32 || dt == kI64; },
+                        values_checked ? Len::kFixed : Len::kPartner, false))
+        c.fail_code = -1;  // another N: offsets, per-sample weights or outputs no longer match
+      break;
+    case 4:
+      mutate_tensor(c, &l->offsets, "offsets", Role::kInput, [&](int dt) { return dt == l->idx_dt; }, Len::kFixed, false);
+      break;
+    case 5: {  // indices and offsets of different index dtypes (same buffers reinterpreted: shapes shrink)
+      Tensor* t = c.rng.chance(0.5) ? &l->indices : &l->offsets;
+      const int other = l->idx_dt == kI32 ? kI64 : kI32;
+      const int64_t n = t->numel();
+      const int64_t m = other == kI64 ? n / 2 : n * 2;
+      t->d.dtype = other;
+      set_shape(&t->d, {m});
+      c.mut(std::string(t == &l->indices ? "indices" : "offsets") + ": the other index dtype", Expect::kFail, -1);
+      break;
+    }
+    case 6: {  // bad offset values: refused in every mode on the CPU
+      void* p = l->offsets.d.data;
+      if (!room(l->offsets, TB, l->idx_dt)) break;
+      const uint64_t k = c.rng.below(4);
+      if (k == 0) {
+        set_index(p, l->idx_dt, 0, c.rng.pick<int64_t>({-1, -5, INT32_MIN}));
+        c.mut("offsets[0] negative", Expect::kLabel);
+      } else if (k == 1 && TB >= 1) {
+        const int64_t i = c.rng.range(1, TB);
+        set_index(p, l->idx_dt, i, get_index(p, l->idx_dt, i - 1) - c.rng.range(1, 3));
+        c.mut(fmt("offsets[%" PRId64 "] decreasing", i), Expect::kLabel);
+      } else if (k == 2) {
+        const int64_t last = get_index(p, l->idx_dt, TB);
+        set_index(p, l->idx_dt, TB, c.rng.chance(0.5) ? last + c.rng.range(1, 3) : last - 1);
+        c.mut("offsets: last != N", Expect::kLabel);
+      } else {
+        const int64_t i = c.rng.range(0, TB);
+        const int64_t big = l->idx_dt == kI32 ? INT32_MAX : c.rng.pick<int64_t>({int64_t{1} << 40, INT64_MAX});
+        set_index(p, l->idx_dt, i, big);
+        c.mut(fmt("offsets[%" PRId64 "]=%" PRId64, i, big), Expect::kLabel);
+      }
+      break;
+    }
+    case 7: {  // out-of-range index values
+      if (l->N == 0 || !room(l->indices, l->N - 1, l->idx_dt)) break;
+      int64_t maxE = 0;
+      for (int64_t e : o.rows) maxE = std::max(maxE, e);
+      const int64_t i = c.rng.range(0, l->N - 1);
+      int64_t v = c.rng.pick<int64_t>({-1, maxE, maxE + 7, int64_t{1} << 40, INT64_MIN, INT64_MAX, -(int64_t{1} << 40)});
+      if (l->idx_dt == kI32) v = c.rng.pick<int64_t>({-1, maxE, maxE + 7, INT32_MAX, INT32_MIN});
+      set_index(l->indices.d.data, l->idx_dt, i, v);
+      c.mut(fmt("indices[%" PRId64 "]=%" PRId64, i, v), Expect::kLabel);
+      break;
+    }
+    case 8: {
+      const int64_t B = TB / o.F();
+      l->B = c.rng.pick<int64_t>({-1, INT64_MIN, int64_t{1} << 62, INT64_MAX, B + 1, B - 1, (INT64_MAX - 1) / o.F() + 1});
+      c.mut(fmt("batch_size=%" PRId64 " (offsets hold %" PRId64 " bags)", l->B, TB), Expect::kFail, kInvalidArgument);
+      break;
+    }
+    case 9:
+      l->pooling = bad_enum(c, 3);
+      c.mut(fmt("pooling=%d", l->pooling), Expect::kFail, kInvalidArgument);
+      break;
+    case 10:
+      l->bounds = bad_enum(c, 3);
+      c.mut(fmt("bounds_check=%d", l->bounds), Expect::kFail, kInvalidArgument);
+      break;
+    case 11:
+      if (l->psw.d.data != nullptr && l->pooling != 2 && l->N > 0) {
+        l->pooling = 1;
+        c.mut("mean pooling with per-sample weights", Expect::kFail, kInvalidArgument);
+      } else if (l->psw.d.data == nullptr && l->pooling != 1) {
+        materialise(c, &l->psw, "per_sample_weights", Role::kInput, false);
+        fill_values(c, l->psw.buf->p(), kF32, l->N, false);
+        c.mut("per-sample weights added", Expect::kOk);
+      }
+      break;
+    case 12:
+      if (l->psw.d.data != nullptr)
+        mutate_tensor(c, &l->psw, "per_sample_weights", Role::kInput, [](int dt) { return dt == kF32; }, Len::kFixed, true,
+                      Data::kOptional);
+      break;
+    case 13:
+      if (l->num_skipped) {
+        l->num_skipped = nullptr;
+        c.mut("num_skipped=NULL", Expect::kOk);
+      }
+      break;
+    default:
+      break;  // (the op's own mutations)
+  }
+}
+
+// The verdict on the offsets and index values as they are after all mutations (when their buffers are
+// still the ones generated): bad offsets are refused in every mode on the CPU (kOutOfRange); an index
+// outside its table is refused in error mode and dropped in skip and off modes.
+void judge_values(Case& c, const TbeObj& o, Lookup* l, bool values_checked) {
+  const int64_t TB = l->TB, N = l->N;
+  const bool intact = l->offsets.d.dtype == l->idx_dt && l->indices.d.dtype == l->idx_dt &&
+                      l->offsets.numel() == TB + 1 && l->indices.numel() == N && room(l->offsets, TB, l->idx_dt) &&
+                      (N == 0 || room(l->indices, N - 1, l->idx_dt));
+  if (!intact) return;  // another mutation changed these buffers and decides
+  const void* off = l->offsets.d.data;
+  bool bad_off = get_index(off, l->idx_dt, 0) < 0 || get_index(off, l->idx_dt, TB) != N;
+  for (int64_t i = 1; i <= TB && !bad_off; ++i)
+    bad_off = get_index(off, l->idx_dt, i) < get_index(off, l->idx_dt, i - 1);
+  if (bad_off) {
+    if (values_checked) c.mut("=> offsets invalid", Expect::kFail, kOutOfRange);
+    return;
+  }
+  const int64_t B = TB / std::max(1, o.F());
+  for (int f = 0; f < o.F() && B > 0; ++f)
+    for (int64_t i = get_index(off, l->idx_dt, f * B); i < get_index(off, l->idx_dt, (f + 1) * B); ++i) {
+      const int64_t r = get_index(l->indices.d.data, l->idx_dt, i);
+      if (r < 0 || r >= o.E(f)) l->bad_indices = true;
+    }
+  if (!l->bad_indices) return;
+  // error: refused naming feature, bag and position; skip: dropped and counted; off: dropped, nothing reported
+  if (l->bounds == 0) c.mut("=> an index outside its table (error mode)", values_checked ? Expect::kFail : Expect::kAny,
+                            kOutOfRange);
+  else if (l->bounds == 1 || l->bounds == 2) c.mut("=> an index outside its table (dropped)", Expect::kOk);
+}
+
+// Fills a C struct's lookup fields.
+template <typename A>
+void put_lookup(const Lookup& l, A* a) {
+  a->weights = l.weights.d;
+  a->indices = l.indices.d;
+  a->offsets = l.offsets.d;
+  a->per_sample_weights = l.psw.d;
+  a->batch_size = l.B;
+  a->pooling = l.pooling;
+  a->bounds_check = l.bounds;
+  a->num_skipped = l.num_skipped;
+}
+
+// The forward as the header defines it (fp32 accumulation in double), for a valid call's check.
+void check_forward_values(Case& c, const TbeObj& o, const Lookup& l, const Tensor& out) {
+  const int64_t B = l.B;
+  const bool seq = l.pooling == 2;
+  int64_t skipped = 0;
+  int col = 0;
+  for (int f = 0; f < o.F(); ++f) {
+    const int D = o.D(f);
+    const int64_t base = o.woff[o.fmap[f]];
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t s = get_index(l.offsets.d.data, l.idx_dt, f * B + b), e = get_index(l.offsets.d.data, l.idx_dt, f * B + b + 1);
+      std::vector<double> acc(D, 0.0), mag(D, 0.0);
+      int64_t valid = 0;
+      for (int64_t i = s; i < e; ++i) {
+        const int64_t r = get_index(l.indices.d.data, l.idx_dt, i);
+        const bool ok = r >= 0 && r < o.E(f);
+        if (!ok) ++skipped;
+        const double w = l.psw.d.data ? load_float(l.psw.d.data, kF32, i) : 1.0;
+        for (int d = 0; d < D; ++d) {
+          const double v = ok ? w * load_float(l.weights.d.data, o.wdt, base + r * D + d) : 0.0;
+          if (seq) {
+            const float got = load_float(out.d.data, kF32, i * D + d);
+            if (std::fabs(v) < 1e37 && std::fabs(got - v) > 1e-5 * (1 + std::fabs(v))) {
+              c.fail(fmt("output[%" PRId64 ", %d] = %g, expected %g", i, d, got, v));
+              return;
+            }
+          }
+          acc[d] += v;
+          mag[d] += std::fabs(v);
+        }
+        valid += ok;
+      }
+      if (seq) continue;
+      for (int d = 0; d < D; ++d) {
+        double want = acc[d];
+        if (l.pooling == 1 && valid > 0) want /= static_cast<double>(valid);
+        const float got = load_float(out.d.data, kF32, b * o.lay.total_dim + col + d);
+        if (mag[d] < 1e37 && std::fabs(got - want) > 1e-5 * (1 + mag[d])) {
+          c.fail(fmt("output[%" PRId64 ", %d] (feature %d) = %g, expected %g", b, col + d, f, got, want));
+          return;
+        }
+      }
+    }
+    col += D;
+  }
+  if (l.bounds == 1 && l.num_skipped && *l.num_skipped != skipped)
+    c.fail(fmt("num_skipped = %" PRId64 ", expected %" PRId64, *l.num_skipped, skipped));
+}
+
+void case_tbe_forward(Case& c, bool cuda) {
+  c.op = "embscale_tbe_forward";
+  c.vocab = kTbeVocab;
+  const int32_t pooling = static_cast<int32_t>(c.rng.range(0, 2));
+  TbeObj o;
+  if (!make_tbe(c, &o, pooling == 2)) return;
+  Ctx ctx;
+  make_ctx(c, &ctx, cuda, 0.06, true);
+  const bool specials = c.rng.chance(0.2);
+  Lookup l;
+  make_lookup(c, o, &l, pooling, Role::kInput, specials);
+  Tensor out;
+  out.embedded = true;
+  out.d.dtype = c.rng.pick<int32_t>({kF32, kF32, kF16, kBF16});
+  if (pooling == 2) set_shape(&out.d, {l.N, o.D(0)});
+  else set_shape(&out.d, {l.B, o.lay.total_dim});
+  materialise(c, &out, "output", Role::kOutput, false);
+  bool tbe_null = false, args_null = false;
+  const int nmut = c.rng.chance(0.65) ? static_cast<int>(c.rng.range(1, 2)) : 0;
+  for (int m = 0; m < nmut; ++m) {
+    if (c.rng.chance(0.8)) {
+      mutate_lookup(c, o, &l, Role::kInput, &tbe_null, &args_null);
+    } else if (c.rng.chance(0.6)) {
+      mutate_tensor(c, &out, "output", Role::kOutput, float_ok, Len::kFixed, false);
+    } else {
+      const uint64_t k = c.rng.below(4);
+      const Tensor& r = k == 0 ? l.weights : k == 1 ? l.indices : k == 2 ? l.offsets : l.psw;
+      alias(c, &out, "output", r, k == 0 ? "weights" : k == 1 ? "indices" : k == 2 ? "offsets" : "per_sample_weights");
+    }
+  }
+  judge_values(c, o, &l, true);
+  if (ctx.c.backend == 1 && cuda) return;
+  embscale_tbe_forward_args a{};
+  put_lookup(l, &a);
+  a.output = out.d;
+  c.snapshot();
+  const int rc = embscale_tbe_forward(tbe_null ? nullptr : o.h, ctx.ptr(), args_null ? nullptr : &a);
+  check_call(c, c.op.c_str(), rc);
+  if (rc == kOk && !c.must_fail && c.unknown == 0 && !specials && out.d.dtype == kF32 && !(l.bad_indices && l.bounds == 2))
+    check_forward_values(c, o, l, out);
+}
+
+// Valid optimizer hyper-parameters for `type`.
+embscale_optimizer make_optimizer(Case& c, int32_t type) {
+  embscale_optimizer p{};
+  p.type = type;
+  p.learning_rate = c.rng.chance(0.1) ? 0.0f : static_cast<float>(c.rng.range(1, 1000)) * 1e-3f;
+  p.eps = c.rng.pick<float>({1e-8f, 1e-6f, 1e-3f, 0.1f});
+  p.beta1 = c.rng.pick<float>({0.0f, 0.5f, 0.9f, 0.99f});
+  p.beta2 = c.rng.pick<float>({0.0f, 0.9f, 0.999f});
+  const bool decays = type == 2 || type == 3 || type == 4;
+  p.weight_decay_mode = decays ? static_cast<int32_t>(c.rng.range(0, 2)) : 0;
+  p.weight_decay = decays && c.rng.chance(0.5) ? 0.01f : 0.0f;
+  p.max_norm = type == 2 && c.rng.chance(0.3) ? 1.0f : 0.0f;
+  p.gradient_clipping = type != 0 && c.rng.chance(0.3) ? 0.5f : 0.0f;
+  p.step = c.rng.chance(0.2) ? 1 : c.rng.range(1, 100000);
+  return p;
+}
+
+void mutate_optimizer(Case& c, embscale_optimizer* p) {
+  const bool adagrad = p->type == 2, adam = p->type == 3 || p->type == 4;
+  switch (c.rng.below(11)) {
+    case 0:
+      p->type = bad_enum(c, 5);
+      c.mut(fmt("optimizer.type=%d", p->type), Expect::kFail, kInvalidArgument);
+      break;
+    case 1:
+      p->learning_rate = c.rng.pick<float>({NAN, INFINITY, -INFINITY, -0.5f});
+      c.mut(fmt("optimizer.learning_rate=%g", p->learning_rate), Expect::kFail, kInvalidArgument);
+      break;
+    case 2:
+      p->step = c.rng.pick<int64_t>({0, -1, INT64_MIN});
+      c.mut(fmt("optimizer.step=%" PRId64, p->step), Expect::kFail, kInvalidArgument);
+      break;
+    case 3:
+      p->eps = c.rng.pick<float>({NAN, INFINITY, 0.0f, -1e-8f});
+      c.mut(fmt("optimizer.eps=%g", p->eps), adagrad || adam ? Expect::kFail : Expect::kAny, kInvalidArgument);
+      break;
+    case 4:
+      if (c.rng.chance(0.5)) p->beta1 = c.rng.pick<float>({NAN, 1.0f, -0.1f, 2.0f});
+      else p->beta2 = c.rng.pick<float>({NAN, 1.0f, -0.1f, INFINITY});
+      c.mut(fmt("optimizer.beta1=%g beta2=%g", p->beta1, p->beta2), adam ? Expect::kFail : Expect::kAny, kInvalidArgument);
+      break;
+    case 5:
+      p->weight_decay = c.rng.pick<float>({NAN, INFINITY});
+      c.mut(fmt("optimizer.weight_decay=%g", p->weight_decay), Expect::kFail, kInvalidArgument);
+      break;
+    case 6:
+      p->weight_decay_mode = bad_enum(c, 3);
+      c.mut(fmt("optimizer.weight_decay_mode=%d", p->weight_decay_mode), Expect::kFail, kInvalidArgument);
+      break;
+    case 7:
+      p->max_norm = c.rng.pick<float>({NAN, -1.0f, INFINITY, 2.0f});
+      c.mut(fmt("optimizer.max_norm=%g", p->max_norm), p->max_norm == 2.0f && adagrad ? Expect::kOk : Expect::kFail,
+            kInvalidArgument);
+      break;
+    case 8:
+      p->gradient_clipping = c.rng.pick<float>({NAN, -1.0f, INFINITY, 1.0f});
+      c.mut(fmt("optimizer.gradient_clipping=%g", p->gradient_clipping),
+            p->gradient_clipping == 1.0f && p->type != 0 ? Expect::kOk : Expect::kFail, kInvalidArgument);
+      break;
+    case 9:
+      if (!adagrad && !adam) {
+        p->weight_decay = 0.01f;
+        p->weight_decay_mode = static_cast<int32_t>(c.rng.range(1, 2));
+        c.mut("weight decay with an optimizer that applies none", Expect::kFail, kInvalidArgument);
+      }
+      break;
+    default:
+      p->step = INT64_MAX;
+      p->learning_rate = c.rng.chance(0.5) ? 1e30f : p->learning_rate;
+      c.mut(fmt("optimizer.step=INT64_MAX, learning_rate=%g", p->learning_rate), Expect::kOk);
+      break;
+  }
+}
+
+// Whether the optimizer keeps momentum 1 / 2, and whether they are row-wise.
+void state_shape(int type, bool* m1, bool* m1_rows, bool* m2, bool* m2_rows) {
+  *m1 = type == 2 || type == 3 || type == 4;
+  *m1_rows = type == 2;
+  *m2 = type == 3 || type == 4;
+  *m2_rows = type == 4;
+}
+
+// One backward case: op 0 = embscale_tbe_backward_workspace_size, 1 = embscale_tbe_backward.
+void case_tbe_backward(Case& c, bool cuda, int op) {
+  c.op = op == 0 ? "embscale_tbe_backward_workspace_size" : "embscale_tbe_backward";
+  c.vocab = kTbeVocab;
+  const int32_t pooling = static_cast<int32_t>(c.rng.range(0, 2));
+  TbeObj o;
+  if (!make_tbe(c, &o, pooling == 2)) return;
+  Ctx ctx;
+  make_ctx(c, &ctx, cuda, 0.05, true);
+  const int32_t type = static_cast<int32_t>(c.rng.range(0, 4));
+  const bool dense = type == 0;
+  const Role wrole = dense ? Role::kInput : Role::kTable;  // dense-gradient mode never writes the weights
+  const bool specials = c.rng.chance(0.15);
+  Lookup l;
+  make_lookup(c, o, &l, pooling, wrole, specials);
+  Tensor go;
+  go.embedded = true;
+  go.d.dtype = c.rng.pick<int32_t>({kF32, kF32, kF16, kBF16});
+  if (pooling == 2) set_shape(&go.d, {l.N, o.D(0)});
+  else set_shape(&go.d, {l.B, o.lay.total_dim});
+  materialise(c, &go, "grad_output", Role::kInput, false);
+  fill_values(c, go.buf->p(), go.d.dtype, go.numel(), specials);
+  embscale_optimizer opt = make_optimizer(c, type);
+  bool m1, m1_rows, m2, m2_rows;
+  state_shape(type, &m1, &m1_rows, &m2, &m2_rows);
+  Tensor mom1, mom2, gpsw, urows, ugrads;
+  for (Tensor* t : {&mom1, &mom2, &gpsw, &urows, &ugrads}) t->embedded = true;
+  for (auto& m : {std::make_tuple(&mom1, m1, m1_rows, "momentum1"), std::make_tuple(&mom2, m2, m2_rows, "momentum2")}) {
+    Tensor* t = std::get<0>(m);
+    t->d.dtype = kF32;
+    set_shape(&t->d, {std::get<2>(m) ? o.lay.total_rows : o.lay.num_weights});
+    if (std::get<1>(m)) {
+      materialise(c, t, std::get<3>(m), Role::kState, false);
+      for (int64_t i = 0; i < t->numel(); ++i) {  // state as an optimizer leaves it: >= 0 sums and squares
+        const float v = static_cast<float>(c.rng.range(0, 1000)) * 1e-3f;
+        std::memcpy(t->buf->p() + 4 * i, &v, 4);
+      }
+    }
+  }
+  gpsw.d.dtype = kF32;
+  set_shape(&gpsw.d, {l.N});
+  if (l.psw.d.data != nullptr && c.rng.chance(0.5)) materialise(c, &gpsw, "grad_per_sample_weights", Role::kOutput, false);
+  urows.d.dtype = kI64;
+  set_shape(&urows.d, {l.N});
+  ugrads.d.dtype = kF32;
+  set_shape(&ugrads.d, {l.N * o.lay.max_dim});
+  if (c.rng.chance(0.3)) set_shape(&ugrads.d, {l.N, o.lay.max_dim});
+  int64_t* num_unique = nullptr;
+  if (dense) {
+    materialise(c, &urows, "unique_rows", Role::kOutput, false);
+    materialise(c, &ugrads, "unique_grads", Role::kOutput, false);
+    num_unique = reinterpret_cast<int64_t*>(c.alloc("num_unique", 8, Role::kOutput)->p());
+  }
+  embscale_tbe_backward_args a{};
+  auto put = [&]() {
+    put_lookup(l, &a);
+    a.grad_output = go.d;
+    a.optimizer = opt;
+    a.momentum1 = mom1.d;
+    a.momentum2 = mom2.d;
+    a.grad_per_sample_weights = gpsw.d;
+    a.unique_rows = urows.d;
+    a.num_unique = num_unique;
+    a.unique_grads = ugrads.d;
+  };
+  a.deterministic = c.rng.pick<int32_t>({1, 1, 0, 7});
+  a.rounding = static_cast<int32_t>(c.rng.range(0, 1));
+  a.seed = c.rng.next();
+  if (c.rng.chance(0.3)) {
+    a.max_warp_segment = static_cast<int32_t>(c.rng.range(0, 200));
+    a.max_block_segment = static_cast<int32_t>(c.rng.range(0, 2000));
+    a.block_threads = c.rng.pick<int32_t>({0, 32, 64, 256, 1024});
+  }
+  // The workspace the valid arguments need.
+  put();
+  size_t need = 0;
+  {
+    embscale_context vctx{};
+    const int rc = embscale_tbe_backward_workspace_size(o.h, &vctx, &a, &need);
+    if (rc != kOk) {
+      c.fail(fmt("embscale_tbe_backward_workspace_size refused valid arguments: %s", embscale_last_error()));
+      return;
+    }
+  }
+  bool tbe_null = false, args_null = false;
+  const int nmut = c.rng.chance(0.7) ? static_cast<int>(c.rng.range(1, 2)) : 0;
+  for (int m = 0; m < nmut; ++m) {
+    const uint64_t k = c.rng.below(20);
+    if (k < 9) {
+      mutate_lookup(c, o, &l, wrole, &tbe_null, &args_null, op == 1);
+    } else if (k == 9) {
+      mutate_tensor(c, &go, "grad_output", Role::kInput, float_ok, Len::kFixed, false);
+    } else if (k == 10 || k == 11) {
+      mutate_optimizer(c, &opt);
+    } else if (k == 12) {  // state: present or absent against the optimizer's needs, or mutated
+      Tensor* t = c.rng.chance(0.5) ? &mom1 : &mom2;
+      const char* name = t == &mom1 ? "momentum1" : "momentum2";
+      const bool used = t == &mom1 ? m1 : m2;
+      if (used && c.rng.chance(0.7)) {
+        mutate_tensor(c, t, name, Role::kState, [](int dt) { return dt == kF32; }, Len::kFixed, true);
+        if (t->d.data == nullptr && !t->null) c.muts.back() += " (absent, but the optimizer keeps it)";
+      } else if (used) {
+        t->d.data = nullptr;
+        c.mut(std::string(name) + " absent", Expect::kFail, kInvalidArgument);
+      } else {
+        set_shape(&t->d, {c.rng.chance(0.5) ? o.lay.total_rows : o.lay.num_weights});
+        materialise(c, t, name, Role::kState, false);
+        c.mut(std::string(name) + " given to an optimizer that keeps none", Expect::kFail, kInvalidArgument);
+      }
+    } else if (k == 13) {  // the gradient of the per-sample weights
+      if (gpsw.d.data != nullptr) {
+        mutate_tensor(c, &gpsw, "grad_per_sample_weights", Role::kOutput, [](int dt) { return dt == kF32; }, Len::kFixed,
+                      true, Data::kOptional);
+      } else if (l.psw.d.data == nullptr && l.N > 0) {
+        materialise(c, &gpsw, "grad_per_sample_weights", Role::kOutput, false);
+        c.mut("grad_per_sample_weights given", Expect::kLabel);  // judged below, with the final per_sample_weights
+      }
+    } else if (k == 14) {  // dense-gradient outputs
+      if (dense) {
+        const uint64_t w = c.rng.below(3);
+        if (w == 0) {
+          mutate_tensor(c, &urows, "unique_rows", Role::kOutput, [](int dt) { return dt == kI64; }, Len::kFixed, true,
+                        l.N > 0 ? Data::kRequired : Data::kOptional);
+        } else if (w == 1) {
+          mutate_tensor(c, &ugrads, "unique_grads", Role::kOutput, [](int dt) { return dt == kF32; }, Len::kFixed, true,
+                        l.N > 0 ? Data::kRequired : Data::kOptional);
+        } else {
+          num_unique = nullptr;
+          c.mut("num_unique=NULL", Expect::kFail, kInvalidArgument);
+        }
+      } else if (l.N > 0) {
+        materialise(c, c.rng.chance(0.5) ? &urows : &ugrads, "dense output", Role::kOutput, false);
+        c.mut("a dense-gradient output given to an updating optimizer", Expect::kFail, kInvalidArgument);
+      } else {
+        num_unique = reinterpret_cast<int64_t*>(c.alloc("num_unique", 8, Role::kOutput)->p());
+        c.mut("num_unique given to an updating optimizer", Expect::kFail, kInvalidArgument);
+      }
+    } else if (k == 15) {
+      a.rounding = bad_enum(c, 2);
+      c.mut(fmt("rounding=%d", a.rounding), Expect::kFail, kInvalidArgument);
+    } else if (k == 16) {
+      int32_t* f = c.rng.pick<int32_t*>({&a.max_warp_segment, &a.max_block_segment, &a.block_threads});
+      if (c.rng.chance(0.5)) {
+        *f = c.rng.pick<int32_t>({-1, INT32_MIN});
+        c.mut(fmt("tuning=%d", *f), Expect::kFail, kInvalidArgument);
+      } else {
+        *f = c.rng.pick<int32_t>({1, INT32_MAX, 3, 1 << 30});
+        c.mut(fmt("tuning=%d", *f));
+      }
+    } else if (k == 17) {
+      a.deterministic = c.rng.pick<int32_t>({0, -1, INT32_MIN});
+      c.mut(fmt("deterministic=%d", a.deterministic), Expect::kOk);
+    } else {  // a written buffer aliasing another one
+      std::vector<std::pair<Tensor*, const char*>> written = {{&mom1, "momentum1"}, {&mom2, "momentum2"},
+                                                              {&gpsw, "grad_per_sample_weights"},
+                                                              {&urows, "unique_rows"}, {&ugrads, "unique_grads"}};
+      if (!dense) written.push_back({&l.weights, "weights"});
+      std::vector<std::pair<const Tensor*, const char*>> any = {
+          {&l.weights, "weights"}, {&l.indices, "indices"}, {&l.offsets, "offsets"}, {&l.psw, "per_sample_weights"},
+          {&go, "grad_output"},    {&mom1, "momentum1"},    {&mom2, "momentum2"},   {&gpsw, "grad_per_sample_weights"},
+          {&urows, "unique_rows"}, {&ugrads, "unique_grads"}};
+      const auto& w = written[c.rng.below(written.size())];
+      const auto& r = any[c.rng.below(any.size())];
+      if (w.first != r.first) alias(c, w.first, w.second, *r.first, r.second);
+    }
+  }
+  if (gpsw.d.data != nullptr && l.psw.d.data == nullptr)
+    c.mut("=> grad_per_sample_weights without per_sample_weights", Expect::kFail, kInvalidArgument);
+  judge_values(c, o, &l, op == 1);
+  put();
+  if (ctx.c.backend == 1 && cuda) return;
+  if (op == 0) {
+    size_t storage = 0;
+    size_t* bytes = size_out(c, &storage);
+    c.snapshot();
+    const int rc = embscale_tbe_backward_workspace_size(tbe_null ? nullptr : o.h, ctx.ptr(), args_null ? nullptr : &a,
+                                                        bytes);
+    check_call(c, c.op.c_str(), rc);
+    if (rc == kOk && storage > (size_t{1} << 36)) c.fail(fmt("workspace of %zu bytes for a tiny problem", storage));
+    return;
+  }
+  Workspace ws = make_workspace(c, need, true);
+  c.snapshot();
+  const int rc = embscale_tbe_backward(tbe_null ? nullptr : o.h, ctx.ptr(), args_null ? nullptr : &a, ws.p, ws.bytes);
+  check_call(c, c.op.c_str(), rc);
+  if (rc == kOk && dense && num_unique && (*num_unique < 0 || *num_unique > l.N))
+    c.fail(fmt("num_unique = %" PRId64 " with %" PRId64 " lookups", *num_unique, l.N));
+}
+
 void case_misc(Case& c) {
   c.op = "embscale_version/backend_available/backend_compiled";
   const int32_t b = c.rng.pick<int32_t>({0, 1, 2, -1, INT32_MIN, INT32_MAX});
@@ -1029,6 +1716,9 @@ const std::vector<OpEntry>& ops() {
       {"activation_amax", 5, [](Case& c, bool cu) { case_activation_amax(c, cu); }},
       {"cast_transpose", 4, [](Case& c, bool cu) { case_cast_transpose(c, cu); }},
       {"tbe_create", 6, [](Case& c, bool cu) { case_tbe_create(c, cu); }},
+      {"tbe_forward", 18, [](Case& c, bool cu) { case_tbe_forward(c, cu); }},
+      {"tbe_backward_workspace_size", 5, [](Case& c, bool cu) { case_tbe_backward(c, cu, 0); }},
+      {"tbe_backward", 18, [](Case& c, bool cu) { case_tbe_backward(c, cu, 1); }},
       {"misc", 1, [](Case& c, bool) { case_misc(c); }},
   };
   return kOps;
@@ -1091,6 +1781,7 @@ std::string one_line(std::string s) {
 // Child: runs cases [first, last) and reports on fd: "S k op" when case k starts, "D k description"
 // before each library call, "F k text" per failure, "E" at the end.
 [[noreturn]] void child_main(const Options& o, int64_t first, int64_t last, int fd) {
+  g_tally = [fd](const char* fn, int rc) { write_all(fd, fmt("R %d ", rc) + fn + "\n"); };
   for (int64_t k = first; k < last; ++k) {
     bool started = false;
     auto fails = run_case(o.seed, k, [&](const std::string& what) {
@@ -1119,7 +1810,7 @@ std::string describe_status(int status) {
 int run_forked(const Options& o) {
   Report rep;
   int64_t next = 0;
-  std::map<std::string, int> counts;
+  std::map<std::string, std::array<int, 7>> tally;  // per function: calls by status code (6: other)
   while (next < o.cases) {
     const int64_t last = std::min(o.cases, next + o.batch);
     int fds[2];
@@ -1170,7 +1861,6 @@ int run_forked(const Options& o) {
           const size_t sp = line.find(' ', 2);
           current = k;
           current_op = sp == std::string::npos ? "" : line.substr(sp + 1);
-          if (line[0] == 'S') ++counts[current_op];
           last_progress = std::chrono::steady_clock::now();
           if (o.verbose) std::printf("case %lld %s\n", k, current_op.c_str());
         } else if (line.size() > 2 && line[0] == 'F') {
@@ -1180,6 +1870,12 @@ int run_forked(const Options& o) {
           rep.failures.push_back(fmt("FAIL seed=%" PRIu64 " case=%lld: ", o.seed, k) + text);
           std::printf("%s\n", rep.failures.back().c_str());
           std::fflush(stdout);
+        } else if (line.size() > 2 && line[0] == 'R') {
+          int rc = 0;
+          std::sscanf(line.c_str() + 2, "%d", &rc);
+          const std::string fn = line.substr(line.find(' ', 2) + 1);
+          auto& t = tally[fn];
+          ++t[rc >= 0 && rc <= 5 ? rc : 6];
         } else if (line == "E") {
           ended = true;
         }
@@ -1209,9 +1905,13 @@ int run_forked(const Options& o) {
       next = last;
     }
   }
-  std::printf("fuzz_capi: %" PRId64 " cases, seed %" PRIu64 ":", o.cases, o.seed);
-  for (const auto& kv : counts) std::printf(" %s %d", kv.first.c_str(), kv.second);
-  std::printf("\n");
+  std::printf("fuzz_capi: %" PRId64 " cases, seed %" PRIu64 "; calls by status (ok, invalid_argument, unsupported, "
+              "out_of_range, workspace_too_small, backend_error):\n", o.cases, o.seed);
+  for (const auto& kv : tally) {
+    std::printf("  %-50s", kv.first.c_str());
+    for (int i = 0; i < 6; ++i) std::printf(" %6d", kv.second[i]);
+    std::printf("\n");
+  }
   if (!rep.failures.empty()) {
     std::printf("fuzz_capi: %zu failures (replay one with --seed %" PRIu64 " --case K):\n", rep.failures.size(), o.seed);
     for (const auto& f : rep.failures) std::printf("  %s\n", f.c_str());
