@@ -4,7 +4,7 @@
 # CLI and tests build without it).
 #
 # --python: also what the Python package's tests need, from the Python package registry when missing:
-# torch, pytest and numpy (matplotlib too, for the example's plot).
+# torch, pytest, hypothesis (the property-based fuzz tests) and numpy (matplotlib too, for the example's plot).
 set -euo pipefail
 need=()
 command -v cmake >/dev/null || need+=(cmake)
@@ -23,7 +23,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 if [ "${1:-}" = "--python" ]; then
   pip_need=()
-  for mod in torch pytest numpy matplotlib; do
+  for mod in torch pytest hypothesis numpy matplotlib; do
     python3 -c "import $mod" 2>/dev/null || pip_need+=("$mod")
   done
   if [ ${#pip_need[@]} -gt 0 ]; then
