@@ -3,6 +3,10 @@
 // so these run on every available backend with the same expectations.
 #include <gtest/gtest.h>
 
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <random>
 #include <string>
 
 #include "fp8_test_util.h"
@@ -48,36 +52,103 @@ TEST_P(Fp8Errors, AmaxArguments) {
   EXPECT_EQ(fp8test::float_bits_of(out.get(ctx())), 0xA5A5A5A5u) << "a refused call wrote its output";
 }
 
+// The workspace contract, on every backend and for every op that takes a workspace (amax, quantize
+// with current scaling, activation + amax) and every algorithm: the size query decides. Where it asks
+// for bytes (e.g. the CUDA two-stage reduction's block maxima), one byte fewer is kWorkspaceTooSmall, a
+// null workspace is invalid_argument, and neither writes anything (outputs poisoned before stay so);
+// where it asks for none (the CPU backend), a null workspace of 0 bytes is enough. Either way a
+// workspace larger than asked for works, and the results are the reference's.
 TEST_P(Fp8Errors, WorkspaceTooSmallOrMissing) {
-  DevTensor x(backend(), DType::kBF16, 1 << 20);
-  DevScalar<float> out(backend());
-  for (AmaxAlgo algo : {AmaxAlgo::kAtomic, AmaxAlgo::kTwoStage}) {
-    AmaxOptions opts;
-    opts.algo = algo;
-    size_t need = 0;
-    ASSERT_TRUE(amax_workspace_size(ctx(), x.vec(), opts, &need).ok());
-    if (need == 0) continue;  // this backend needs no workspace for this algorithm
-    Buffer ws(backend(), need);
-    EXPECT_STATUS(amax(ctx(), x.vec(), out.ptr(), opts, ws.data(), need - 1), StatusCode::kWorkspaceTooSmall,
-                  "workspace_bytes");
-    EXPECT_STATUS(amax(ctx(), x.vec(), out.ptr(), opts, nullptr, need), StatusCode::kInvalidArgument, "workspace: null");
+  const uint64_t seed = fp8test::case_seed(950);
+  std::mt19937_64 rng(seed);
+  constexpr int64_t kN = (1 << 20) + 5;
+  ref::HostTensor hx(DType::kBF16, kN);
+  fp8test::fill_random(&hx, rng);
+  const float want_amax = ref::amax(hx).amax;
+  DevTensor x(backend(), DType::kBF16, kN), y8(backend(), DType::kF8E4M3, kN), yb(backend(), DType::kBF16, kN);
+  ASSERT_TRUE(x.upload(ctx(), hx).ok());
+  DevScalar<float> out(backend()), s(backend()), si(backend());
+  DevScalar<int32_t> flag(backend());
+  enum Op { kAmax, kCurrentScaling, kActivation };
+  auto poison_outputs = [&]() {
+    out.poison(ctx());
+    s.poison(ctx());
+    si.poison(ctx());
+    flag.poison(ctx());
+    ASSERT_TRUE(y8.poison(ctx()).ok());
+    ASSERT_TRUE(yb.poison(ctx()).ok());
+  };
+  auto untouched = [&]() {
+    const uint32_t p = 0xA5A5A5A5u;
+    bool same = fp8test::float_bits_of(out.get(ctx())) == p && fp8test::float_bits_of(s.get(ctx())) == p &&
+                fp8test::float_bits_of(si.get(ctx())) == p && static_cast<uint32_t>(flag.get(ctx())) == p;
+    for (const DevTensor* t : {&y8, &yb}) {
+      const ref::HostTensor h = t->download(ctx());
+      for (uint8_t b : h.bytes) same = same && b == fp8test::kPoisonByte;
+    }
+    return same;
+  };
+  auto query = [&](Op op, const AmaxOptions& o, size_t* bytes) {
+    CurrentScalingOptions cs;
+    cs.amax = o;
+    switch (op) {
+      case kAmax: return amax_workspace_size(ctx(), x.vec(), o, bytes);
+      case kCurrentScaling: return quantize_current_scaling_workspace_size(ctx(), x.vec(), cs, bytes);
+      default: return activation_amax_workspace_size(ctx(), x.vec(), o, bytes);
+    }
+  };
+  auto call = [&](Op op, const AmaxOptions& o, void* ws, size_t bytes) {
+    CurrentScalingOptions cs;
+    cs.amax = o;
+    switch (op) {
+      case kAmax: return amax(ctx(), x.vec(), out.ptr(), o, ws, bytes);
+      case kCurrentScaling:
+        return quantize_current_scaling(ctx(), x.vec(), y8.vec(), out.ptr(), s.ptr(), si.ptr(), cs, ws, bytes);
+      default: return activation_amax(ctx(), Activation::kRelu, x.vec(), yb.vec(), out.ptr(), o, ws, bytes);
+    }
+  };
+  const char* names[] = {"amax", "quantize_current_scaling", "activation_amax"};
+  int sized = 0;
+  for (Op op : {kAmax, kCurrentScaling, kActivation}) {
+    for (AmaxAlgo algo : {AmaxAlgo::kAuto, AmaxAlgo::kAtomic, AmaxAlgo::kTwoStage}) {
+      SCOPED_TRACE(std::string(names[op]) + " " + amax_algo_name(algo));
+      AmaxOptions o;
+      o.algo = algo;
+      o.nonfinite_flag = flag.ptr();
+      size_t need = 0;
+      ASSERT_TRUE(query(op, o, &need).ok());
+      if (need > 0) {
+        ++sized;
+        Buffer ws(backend(), need);
+        poison_outputs();
+        EXPECT_STATUS(call(op, o, ws.data(), need - 1), StatusCode::kWorkspaceTooSmall, "workspace_bytes");
+        EXPECT_TRUE(untouched()) << "a call refused for its workspace wrote an output";
+        EXPECT_STATUS(call(op, o, ws.data(), 0), StatusCode::kWorkspaceTooSmall, "workspace_bytes");
+        EXPECT_STATUS(call(op, o, nullptr, need), StatusCode::kInvalidArgument, "workspace: null");
+        EXPECT_TRUE(untouched()) << "a call refused for its workspace wrote an output";
+      } else {
+        poison_outputs();
+        const Status st = call(op, o, nullptr, 0);
+        ASSERT_TRUE(st.ok()) << "no workspace asked for, none given: " << st.to_string();
+        ASSERT_TRUE(synchronize(ctx()).ok());
+        // ReLU's amax is that of max(x, 0); the others that of x.
+        if (op != kActivation) EXPECT_EQ(out.get(ctx()), want_amax);
+        EXPECT_EQ(flag.get(ctx()), 0);
+      }
+      // More than asked for is fine, with any content.
+      Buffer big(backend(), need + 512);
+      ASSERT_TRUE(fill_bytes(ctx(), big.data(), 0xFF, need + 512).ok());
+      poison_outputs();
+      const Status st = call(op, o, big.data(), need + 512);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_TRUE(synchronize(ctx()).ok());
+      if (op != kActivation) EXPECT_EQ(out.get(ctx()), want_amax);
+      EXPECT_EQ(flag.get(ctx()), 0);
+    }
   }
-  // A workspace larger than needed is fine.
-  AmaxOptions opts;
-  size_t need = 0;
-  ASSERT_TRUE(amax_workspace_size(ctx(), x.vec(), opts, &need).ok());
-  Buffer ws(backend(), need + 512);
-  EXPECT_TRUE(amax(ctx(), x.vec(), out.ptr(), opts, ws.data(), need + 512).ok());
-  // The size check itself is backend-independent: claim fewer bytes than a nonzero query.
-  CurrentScalingOptions cs;
-  size_t cs_need = 0;
-  ASSERT_TRUE(quantize_current_scaling_workspace_size(ctx(), x.vec(), cs, &cs_need).ok());
-  if (cs_need > 0) {
-    DevTensor y(backend(), DType::kF8E4M3, 1 << 20);
-    DevScalar<float> s(backend()), si(backend());
-    EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), out.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0),
-                  StatusCode::kWorkspaceTooSmall, "workspace_bytes");
-  }
+  std::printf("  %s: %d of 9 (op, algorithm) pairs ask for a workspace\n", backend_name(backend()), sized);
+  // The two-stage reduction keeps its block maxima in the workspace on CUDA (fp8.h).
+  if (backend() == Backend::kCuda) EXPECT_GT(sized, 0);
 }
 
 TEST_P(Fp8Errors, ScaleArguments) {
@@ -91,9 +162,22 @@ TEST_P(Fp8Errors, ScaleArguments) {
   ScaleOptions neg;
   neg.eps = -1.0f;
   EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kF8E4M3, neg, s.ptr(), si.ptr()), kBad, "opts.eps");
-  ScaleOptions nan_eps;
-  nan_eps.eps = std::nanf("");
-  EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kF8E4M3, nan_eps, s.ptr(), si.ptr()), kBad, "opts.eps");
+  // eps must be finite and >= 0: NaN and both infinities are refused, and nothing is written.
+  s.poison(ctx());
+  si.poison(ctx());
+  for (float bad_eps : {std::nanf(""), INFINITY, -INFINITY, -0x1p-149f}) {
+    ScaleOptions o;
+    o.eps = bad_eps;
+    EXPECT_STATUS(compute_scale(ctx(), a.ptr(), DType::kF8E4M3, o, s.ptr(), si.ptr()), kBad, "opts.eps");
+  }
+  EXPECT_EQ(fp8test::float_bits_of(s.get(ctx())), 0xA5A5A5A5u) << "a refused compute_scale wrote scale";
+  EXPECT_EQ(fp8test::float_bits_of(si.get(ctx())), 0xA5A5A5A5u) << "a refused compute_scale wrote scale_inv";
+  // The largest finite eps and 0 are valid.
+  for (float good_eps : {FLT_MAX, 0.0f}) {
+    ScaleOptions o;
+    o.eps = good_eps;
+    EXPECT_TRUE(compute_scale(ctx(), a.ptr(), DType::kF8E4M3, o, s.ptr(), si.ptr()).ok()) << good_eps;
+  }
   EXPECT_EQ(fp8_max(DType::kF8E4M3), 448.0f);
   EXPECT_EQ(fp8_max(DType::kF8E5M2), 57344.0f);
   EXPECT_EQ(fp8_max(DType::kF32), 0.0f);
@@ -123,9 +207,11 @@ TEST_P(Fp8Errors, CastArguments) {
                 "scale_inv: must not be null");
   EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y_short.vec(), a.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0), kBad,
                 "y: shape [63]");
-  cs.scale.eps = -2.0f;
-  EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), a.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0), kBad,
-                "opts.scale.eps");
+  for (float bad_eps : {-2.0f, std::nanf(""), INFINITY, -INFINITY}) {
+    cs.scale.eps = bad_eps;
+    EXPECT_STATUS(quantize_current_scaling(ctx(), x.vec(), y.vec(), a.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0), kBad,
+                  "opts.scale.eps");
+  }
   const ref::HostTensor untouched = y.download(ctx());
   for (int64_t i = 0; i < untouched.numel(); ++i) ASSERT_EQ(untouched.code(i), fp8test::kPoisonByte);
 }
