@@ -11,9 +11,14 @@
 //    exact, fp32 sums of such values are exact;
 //  * summed gradients and dot products: the fp32 summation bound 1.2e-7 * n * sum|terms| (n terms);
 //  * fp32 weights: SGD 1e-5, row-wise Adagrad 1e-4, Adam and partial row-wise Adam 1e-5 + 1e-4*|ref|;
-//  * fp16/bf16 weights: one unit in the last place of the dtype at the reference value (nearest or
-//    stochastic rounding of the fp32 update) plus the fp32 tolerance; the reference restarts from the
-//    backend's rounded weights and state at each step, since rounding choices compound;
+//  * fp16/bf16 weights, against the fp32 reference (reference_tbe_backward_f32.h, the fp32 value the
+//    library computes before rounding): kNearest must give exactly its round-to-nearest-even,
+//    kStochastic exactly one of its two neighbours (itself when representable); rows no lookup updated
+//    keep their bits. On the CPU the fp32 reference is the library's value bit for bit, so this holds
+//    with no tolerance; on CUDA (its own row-sum order, FMA contraction) a value within the fp32
+//    tolerance below of a rounding boundary may go either way. Also within one unit in the last place
+//    plus the fp32 tolerance of the double reference. The references restart from the backend's rounded
+//    weights and state at each step, since rounding choices compound;
 //  * state: 1e-6 + 1e-4*|ref|.
 #pragma once
 
@@ -30,8 +35,10 @@
 #include "common/numerics.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
+#include "reference_fp8.h"
 #include "reference_tbe.h"
 #include "reference_tbe_backward.h"
+#include "reference_tbe_backward_f32.h"
 
 namespace embscale {
 namespace testing_tbe {
@@ -106,6 +113,69 @@ inline double dtype_ulp(DType t, double x) {
   int e = 0;
   std::frexp(std::fabs(x), &e);
   return std::ldexp(1.0, std::max(e - 1, min_exp) - man);
+}
+
+// The value of the code next to `code` on the number line, below (dir = -1) or above (+1).
+inline uint32_t code_step(uint32_t code, const ref::Format& f, int dir) {
+  const int64_t o = ref::ordinal(code, f) + dir;
+  return o >= 0 ? static_cast<uint32_t>(o) : (ref::sign_bit(f) | static_cast<uint32_t>(-o));
+}
+// The largest value of the format <= v and the smallest >= v (equal when v is representable).
+inline double grid_floor(double v, const ref::Format& f) {
+  const uint32_t c = ref::encode(v, f, false);
+  return ref::decode(c, f) > v ? ref::decode(code_step(c, f, -1), f) : ref::decode(c, f);
+}
+inline double grid_ceil(double v, const ref::Format& f) {
+  const uint32_t c = ref::encode(v, f, false);
+  return ref::decode(c, f) < v ? ref::decode(code_step(c, f, +1), f) : ref::decode(c, f);
+}
+
+// 16-bit weights after a step against the fp32 reference `f32` (see the tolerances above); empty when
+// every weight is right. w_before/w_after: the backend's weights buffer before and after the step.
+inline std::string check_rounded_weights(Backend backend, const BwdCase& c, const ref::F32Update& f32,
+                                         const std::vector<unsigned char>& w_before,
+                                         const std::vector<unsigned char>& w_after, double fp32_atol,
+                                         double fp32_rtol) {
+  const ref::Format fmt = ref::format_of(c.weights_dtype);
+  const bool bit_exact = backend == Backend::kCpu;
+  auto code_at = [](const std::vector<unsigned char>& w, size_t i) {
+    uint16_t u;
+    std::memcpy(&u, w.data() + 2 * i, 2);
+    return static_cast<uint32_t>(u);
+  };
+  char msg[320];
+  for (size_t i = 0; i < f32.w.size(); ++i) {
+    const uint32_t got = code_at(w_after, i);
+    if (!f32.updated[i]) {
+      if (got != code_at(w_before, i)) {
+        std::snprintf(msg, sizeof msg, "weights[%zu] changed (0x%04x -> 0x%04x) though no lookup updated its row", i,
+                      code_at(w_before, i), got);
+        return msg;
+      }
+      continue;
+    }
+    const double v = f32.w[i];
+    const double band = bit_exact ? 0.0 : fp32_atol + fp32_rtol * std::fabs(v);
+    const double g = ref::decode(got, fmt);
+    bool ok;
+    if (c.rounding == WeightRounding::kNearest) {
+      ok = got == ref::encode(v, fmt, false) ||
+           (band > 0.0 && (got == ref::encode(v - band, fmt, false) || got == ref::encode(v + band, fmt, false)));
+    } else {
+      // One of the two neighbours of v (v itself when representable); on CUDA of a value within the band.
+      const double lo = grid_floor(v - band, fmt), hi = grid_ceil(v + band, fmt);
+      ok = (g == lo || g == hi || (band > 0.0 && g > lo && g < hi)) && !std::isnan(g);
+    }
+    if (!ok) {
+      std::snprintf(msg, sizeof msg,
+                    "weights[%zu] = %.9g (0x%04x); %s rounding of the fp32 update %.9g expects %.9g (0x%04x)%s", i, g,
+                    got, c.rounding == WeightRounding::kNearest ? "nearest" : "stochastic", v,
+                    ref::decode(ref::encode(v, fmt, false), fmt), ref::encode(v, fmt, false),
+                    c.rounding == WeightRounding::kNearest ? "" : " or its other neighbour");
+      return msg;
+    }
+  }
+  return "";
 }
 
 inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
@@ -259,6 +329,15 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
     if (st.ok()) st = synchronize(ctx);
     if (!st.ok()) return fail("step " + std::to_string(k) + ": backward: " + st.to_string());
 
+    // The fp32 values the library rounds 16-bit weights from, from the weights and state before the step.
+    ref::F32Update f32;
+    std::vector<unsigned char> w_before;
+    if (c.weights_dtype != DType::kF32) {
+      std::vector<float> wf(NW), m1f(m1_host), m2f(m2_host);
+      for (int64_t i = 0; i < NW; ++i) wf[i] = static_cast<float>(ref::decode(w_host.data(), c.weights_dtype, i));
+      f32 = ref::tbe_backward_f32(rc, in, op, wf, &m1f, &m2f);
+      w_before = w_host;
+    }
     const ref::BwdOutput ro = ref::tbe_backward(rc, in, op, &rs);
     for (const auto& kv : ro.row_grad)
       for (double x : kv.second) res.reference_nonzero = res.reference_nonzero || x != 0.0;
@@ -329,6 +408,10 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
         std::snprintf(msg, sizeof msg, "weights[%" PRId64 "] = %.9g, expected %.9g (tolerance %.3g)", i, got, want, tol);
         return fail(at + msg);
       }
+    }
+    if (c.weights_dtype != DType::kF32) {
+      const std::string why = check_rounded_weights(backend, c, f32, w_before, w_host, fp32_atol, fp32_rtol);
+      if (!why.empty()) return fail(at + why);
     }
     for (int m = 0; m < 2; ++m) {
       const std::vector<float>& got = m == 0 ? m1_host : m2_host;
