@@ -57,14 +57,42 @@ def assert_fp8_equal(got, want):
     assert torch.equal(got.cpu().view(torch.uint8)[keep], want.cpu().view(torch.uint8)[keep])
 
 
+def sample_with_planted_max(n, dtype, gen):
+    """Finite data whose amax is a real maximum: spread values, with (n >= 8) 0, -0, NaN and tiny values
+    at random positions, and the largest magnitude planted at a random position with a random sign."""
+    x = sample(n, dtype, gen).to(torch.float64)
+    if n == 0:
+        return x.to(dtype)
+    pos = torch.randperm(n, generator=gen)
+    if n >= 8:
+        x[pos[1:6]] = torch.tensor([0.0, -0.0, math.nan, -1e-30, 1e-45], dtype=torch.float64)
+    peak = 1.5 * float(x[~torch.isnan(x)].abs().max()) + 1.0
+    x[pos[0]] = -peak if bool(torch.randint(0, 2, (), generator=gen)) else peak
+    return x.to(dtype)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("n", SIZES)
 def test_amax(device, gen, dtype, n):
-    x = sample(n, dtype, gen, specials=True)
+    x = sample_with_planted_max(n, dtype, gen)
+    want = ref_amax(x).item()
+    if n > 0:
+        assert math.isfinite(want) and want > 0.0, "the data must exercise a finite maximum"
     for algo in ("auto", "atomic", "two_stage"):
         got = embscale.amax(x.to(device), algo=algo)
         assert got.device.type == device.type and got.dtype == torch.float32 and got.dim() == 0
-        assert got.cpu().item() == ref_amax(x).item()
+        assert got.cpu().item() == want
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [s for s in SIZES if s >= 8])
+def test_amax_with_infinities(device, gen, dtype, n):
+    """+-inf anywhere makes the amax inf (NaN is still skipped)."""
+    x = sample(n, dtype, gen, specials=True)
+    x = x[torch.randperm(n, generator=gen)]
+    assert ref_amax(x).item() == math.inf
+    for algo in ("auto", "atomic", "two_stage"):
+        assert embscale.amax(x.to(device), algo=algo).cpu().item() == math.inf
 
 
 def test_amax_non_contiguous_input(device, gen):

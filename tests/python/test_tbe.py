@@ -131,16 +131,89 @@ def test_half_precision_weights_nearest_rounding(device, gen, weights_dtype):
         torch.testing.assert_close(got, want, rtol=ulp, atol=1e-4)
 
 
+def _magnitude_neighbours(a, dtype):
+    """For float32 magnitudes a >= 0: the largest value of `dtype` <= a and the next one up (both float64)."""
+    r = a.to(dtype)
+    above = r.double() > a.double()
+    bits = r.view(torch.int16).to(torch.int32)  # positive values: the bit patterns order like the values
+    lo_bits = torch.where(above, bits - 1, bits)
+    lo = lo_bits.to(torch.int16).view(dtype).double()
+    hi = (lo_bits + 1).to(torch.int16).view(dtype).double()
+    return lo, hi
+
+
+# Resolution of the random bits of stochastic rounding (common/rounding.h): bf16 uses 16 of them, fp16
+# normals 13, so a rounding probability is off by at most 2^-k.
+_RANDOM_BITS = {torch.bfloat16: 16, torch.float16: 13}
+
+
+@pytest.mark.parametrize("weights_dtype", [torch.bfloat16, torch.float16])
+def test_stochastic_rounding_against_the_maths(device, gen, weights_dtype):
+    """One SGD step (lr = 2^-4) on 65,536 weights, each row looked up once: the fp32 update x = w - lr*g
+    is computed here exactly as the library must (lr*g is exact, so there is one fp32 rounding, fused or
+    not). Each stored weight must be one of the two neighbours of x in the weights' format (x itself when
+    representable), the rounding must be unbiased (the summed error within 5 standard deviations, computed
+    from the per-element probabilities, plus the random bits' 2^-k resolution) and both directions must
+    occur about as often as the probabilities say."""
+    E, D, lr = 1024, 64, 2.0 ** -4
+    seed = int(torch.randint(0, 2 ** 31, (), generator=gen))
+    tbe = make_module([(E, D)], None, device, optimizer="sgd", weights_dtype=weights_dtype, seed=seed,
+                      **dict(HP, learning_rate=lr))
+    w0 = (torch.rand(E * D, generator=gen) * 2 - 1).to(weights_dtype)
+    with torch.no_grad():
+        tbe.weights.copy_(w0.to(device))
+    ulp_scale = 2.0 ** -8 if weights_dtype == torch.bfloat16 else 2.0 ** -11
+    grad = torch.randn(E, D, generator=gen) * (ulp_scale / lr)  # updates of about one unit in the last place
+    indices = torch.arange(E)
+    offsets = torch.arange(E + 1)
+    tbe(indices.to(device), offsets.to(device)).backward(grad.to(device))
+    got = tbe.weights.detach().cpu().double()
+
+    x = w0.float() - grad.reshape(-1) * torch.tensor(lr, dtype=torch.float32)  # float32 arithmetic
+    sign = torch.where(x < 0, -1.0, 1.0).double()
+    lo, hi = _magnitude_neighbours(x.abs(), weights_dtype)
+    a = x.abs().double()
+    mag = got.abs()
+    assert torch.equal(torch.sign(got) * (mag > 0), torch.sign(x.double()) * (mag > 0)), "sign changed"
+    exact = lo == a
+    assert torch.equal(mag[exact], a[exact]), "a representable update must be stored exactly"
+    inexact = ~exact
+    assert int(inexact.sum()) > E * D // 2, "the data should mostly need rounding"
+    is_lo, is_hi = mag == lo, mag == hi
+    bad = inexact & ~is_lo & ~is_hi
+    assert not bad.any(), (f"{int(bad.sum())} weights are not a neighbour of their fp32 update, e.g. "
+                           f"x={float(x[bad][0])}, got={float(got[bad][0])}, neighbours "
+                           f"{float(sign[bad][0] * lo[bad][0])}, {float(sign[bad][0] * hi[bad][0])}")
+    lo, hi, a, mag = lo[inexact], hi[inexact], a[inexact], mag[inexact]
+    spacing = hi - lo
+    p = (a - lo) / spacing  # probability of rounding up in magnitude
+    resolution = 2.0 ** -_RANDOM_BITS[weights_dtype]
+    err = (mag - a).sum()
+    err_sd = torch.sqrt((spacing ** 2 * p * (1 - p)).sum())
+    err_bound = 5 * err_sd + resolution * spacing.sum()
+    ups = int((mag == hi).sum())
+    ups_sd = float(torch.sqrt((p * (1 - p)).sum()))
+    print(f"n={a.numel()} summed error {float(err):.4g} (bound {float(err_bound):.4g}); "
+          f"round-ups {ups} (expected {float(p.sum()):.1f} +- {ups_sd:.1f})")
+    assert abs(float(err)) <= float(err_bound), "stochastic rounding is biased"
+    assert abs(ups - float(p.sum())) <= 5 * ups_sd + resolution * a.numel(), "round-ups off their expected count"
+    assert 0 < ups < a.numel(), "rounding went one way only"
+
+
 def test_stochastic_rounding_is_reproducible(device, gen):
+    """The same seed reproduces the bits; another seed changes them (the seed reaches the rounding)."""
     results = []
     indices, offsets, _ = ref.make_lookups(gen, [100], 16, 8)
     grad_out = torch.randn(16, 8, generator=gen)
-    for _ in range(2):
+    for seed in (11, 11, 12):
         torch.manual_seed(5)
-        tbe = make_module([(100, 8)], None, device, optimizer="sgd", weights_dtype=torch.bfloat16, seed=11, **HP)
+        tbe = make_module([(100, 8)], None, device, optimizer="sgd", weights_dtype=torch.bfloat16, seed=seed, **HP)
+        before = tbe.weights.detach().cpu().clone()
         tbe(indices.to(device), offsets.to(device)).backward(grad_out.to(device))
         results.append(tbe.weights.detach().cpu().clone())
+        assert not torch.equal(results[-1], before)
     assert torch.equal(results[0].view(torch.int16), results[1].view(torch.int16))
+    assert not torch.equal(results[0].view(torch.int16), results[2].view(torch.int16)), "the seed is ignored"
 
 
 def test_grad_per_sample_weights(device, gen):
