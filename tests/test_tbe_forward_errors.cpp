@@ -225,21 +225,26 @@ TEST_P(TbeForwardErrors, OffModeMatchesOnValidInput) {
 }
 
 TEST_P(TbeForwardErrors, BadOffsets) {
+  // `ends`: only the first or last offset is bad, so on CUDA's off mode the clamped bags still pair
+  // every lookup with its own feature (the others may move an index into another table's bag, which off
+  // mode leaves undefined there).
   struct BadCase {
     const char* what;
     std::function<void(Problem&)> mutate;
+    bool ends;
   };
   const std::vector<BadCase> cases = {
-      {"decreasing", [](Problem& p) { p.offsets[5] = p.offsets[4] - 1; }},
-      {"last below N", [](Problem& p) { p.offsets.back() -= 1; }},
-      {"last above N", [](Problem& p) { p.offsets.back() += 1; }},
-      {"negative first", [](Problem& p) { p.offsets[0] = -1; }},
-      {"last far above N", [](Problem& p) { p.offsets.back() = int64_t{1} << 40; }},
-      {"first far below 0", [](Problem& p) { p.offsets[0] = -(int64_t{1} << 40); }},
-      {"middle far above N", [](Problem& p) { p.offsets[6] = int64_t{1} << 40; }},
+      {"decreasing", [](Problem& p) { p.offsets[5] = p.offsets[4] - 1; }, false},
+      {"last below N", [](Problem& p) { p.offsets.back() -= 1; }, true},
+      {"last above N", [](Problem& p) { p.offsets.back() += 1; }, true},
+      {"negative first", [](Problem& p) { p.offsets[0] = -1; }, true},
+      {"last far above N", [](Problem& p) { p.offsets.back() = int64_t{1} << 40; }, true},
+      {"first far below 0", [](Problem& p) { p.offsets[0] = -(int64_t{1} << 40); }, true},
+      {"middle far above N", [](Problem& p) { p.offsets[6] = int64_t{1} << 40; }, false},
   };
   for (const auto& bc : cases) {
     for (BoundsCheckMode mode : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff}) {
+      if (mode == BoundsCheckMode::kOff && GetParam() == Backend::kCuda && !bc.ends) continue;
       for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kNone}) {
         Problem pr(GetParam());
         bc.mutate(pr);
@@ -268,9 +273,10 @@ TEST_P(TbeForwardErrors, BadOffsets) {
   }
 }
 
-// Off mode trusts the indices, but a bad one must still not be read outside the table (the sanitizer
-// runs of this test check the buffers' bounds): the call succeeds with unspecified values.
+// Off mode on the CPU drops a bad index instead of reading it (the sanitizer build runs this test to
+// check the buffers' bounds): the call succeeds. The CUDA forward trusts indices in off mode (tbe.h).
 TEST_P(TbeForwardErrors, OffModeBadIndicesStayInsideTheTables) {
+  if (GetParam() != Backend::kCpu) GTEST_SKIP() << "the CUDA forward trusts the indices in off mode";
   for (int64_t bad : {int64_t{-1}, int64_t{50}, int64_t{1} << 31, int64_t{1} << 40, -(int64_t{1} << 40)}) {
     for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
       for (bool weighted : {false, true}) {

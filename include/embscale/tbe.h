@@ -38,16 +38,17 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 //          the stream in this mode (use kSkip or kOff inside a captured graph).
 //  kSkip:  the index is treated as absent (it adds nothing, and MEAN divides by the valid count); the
 //          number skipped is written to `num_skipped` when given.
-//  kOff:   nothing is checked or reported (fastest); the caller guarantees valid indices. Bad values
-//          still never cause an access outside the buffers: an index outside its table is dropped on
-//          the CPU and clamped into the table on CUDA, giving unspecified values (a backward may then
-//          update an unspecified row of that table, never memory outside the tables).
+//  kOff:   nothing is checked or reported (fastest); the caller guarantees valid indices. On the CPU
+//          an index outside its table is still dropped (never read), and the backward on either
+//          backend clamps it into its table (an unspecified row may be updated, never memory outside
+//          the tables). The CUDA forward trusts the indices, as FBGEMM does: an invalid one there is
+//          undefined behaviour.
 // Offsets that decrease (a negative first offset included), or a last offset that differs from the
 // number of indices, are an error in kError and kSkip modes, and in every mode on the CPU (where the
 // check costs nothing next to the gathers). In kOff mode on CUDA they are not reported (that would need
-// a read-back) but each bag is clamped to an in-bounds range, so bad offsets give wrong bags, never an
-// access outside the buffers; only bad indices are unchecked in kOff mode. In sequence mode (kNone) a
-// skipped lookup's output row is zeros.
+// a read-back) but each bag is clamped into [0, N], so no bag reads outside the indices; an index that
+// broken offsets move into another table's bag is then as undefined as any bad index in kOff mode. In
+// sequence mode (kNone) a skipped lookup's output row is zeros.
 enum class BoundsCheckMode { kError = 0, kSkip, kOff };
 const char* bounds_check_mode_name(BoundsCheckMode m);  // "error", "skip", "off"
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);

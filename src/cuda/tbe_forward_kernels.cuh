@@ -27,10 +27,10 @@
 // loop over the bag.
 //
 // Bounds checks (tbe.h). Every bag is clamped to an in-bounds range ([0, N], empty when its offsets
-// decrease), and in off mode every index is clamped into [0, E), so nothing is read or written out of
-// bounds in any mode. In error and skip modes a decrease is also recorded, and an index outside [0, E)
-// contributes nothing. Skip mode adds the bag's skipped count to a scratch counter with
-// one atomic per bag that has any; error mode keeps the smallest invalid position with an atomic max
+// decrease) in every mode, so no bag reads outside the indices. Off mode trusts the indices (see
+// docs/tbe_forward_cuda.md for what a per-lookup clamp costs). In error and skip modes a decrease is also
+// recorded, and an index outside [0, E) contributes nothing. Skip mode adds the bag's skipped count to a
+// scratch counter with one atomic per bag that has any; error mode keeps the smallest invalid position with an atomic max
 // of ~position. tbe_forward_finalize_kernel then checks offsets[0] and the last offset, turns the
 // records into a report (or the skip count into *num_skipped) and clears the records for the next call.
 #pragma once
@@ -335,7 +335,6 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
   const int64_t E = p.num_rows[f];
   const bool check = !kPlain && p.check != kCheckOff;
   const uint32_t row_bytes = static_cast<uint32_t>(D) * static_cast<uint32_t>(sizeof(W));
-  const uint32_t last_row = static_cast<uint32_t>(E - 1);  // the plain form's clamp (E <= 2^32 there)
   const int group = plan.group;
   const int pass = group * kC;  // vectors covered by one pass over the bag's lookups
   const int gi = static_cast<int>(threadIdx.x) / group;
@@ -348,8 +347,8 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
     int64_t start = static_cast<int64_t>(offsets[item]);
     int64_t end = static_cast<int64_t>(offsets[item + 1]);
     if (check && end < start && rank == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
-    // Clamped in every mode, so broken offsets never cause an out-of-bounds access (off mode included);
-    // in error and skip modes the finalize kernel reports them.
+    // Clamped in every mode, so broken offsets never make a bag read outside the indices (off mode
+    // included); in error and skip modes the finalize kernel reports them.
     start = start < 0 ? 0 : (start > N ? N : start);
     end = end < start ? start : (end > N ? N : end);
     if (!kPooled && item == 0) {
@@ -403,20 +402,16 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
 #pragma unroll
         for (int j = 0; j < kU; ++j) {
           if constexpr (kPlain) {
-            // Tables of at most 2^32 rows (the caller's condition): a 32 x 32 -> 64-bit byte offset, one
-            // multiply-add per row instead of a 64-bit multiply and a scaled add. Off mode trusts the
-            // indices, but an invalid one is clamped to the last row (one min), so it is never read
-            // out of bounds.
+            // Valid indices below 2^32 (the caller's condition): a 32 x 32 -> 64-bit byte offset, one
+            // multiply-add per row instead of a 64-bit multiply and a scaled add.
             const uint64_t off = (kFull || s + j < end)
-                                     ? static_cast<uint64_t>(umin(static_cast<uint32_t>(idx[j]), last_row)) * row_bytes
+                                     ? static_cast<uint64_t>(static_cast<uint32_t>(idx[j])) * row_bytes
                                      : 0;
 #pragma unroll
             for (int c = 0; c < kC; ++c)
               raw[j][c] = load_words<kBytes, C::kNoAlloc>(reinterpret_cast<const char*>(col[c]) + off);
           } else {
-            // Off mode: an invalid index is clamped into the table (unspecified values, no stray read).
-            const int64_t r = check ? idx[j] : (static_cast<uint64_t>(idx[j]) < static_cast<uint64_t>(E) ? idx[j] : E - 1);
-            const int64_t row = (present >> j & 1u) ? r * D : 0;
+            const int64_t row = (present >> j & 1u) ? idx[j] * D : 0;
 #pragma unroll
             for (int c = 0; c < kC; ++c)
               raw[j][c] = (kFull || s + j < end) ? load_words<kBytes, C::kNoAlloc>(col[c] + row) : zero_words<kBytes>();

@@ -21,6 +21,7 @@ import torch
 
 import embscale
 import tbe_reference as ref
+from embscale import ops
 from conftest import requires_cuda
 
 SPECS = [(10, 4), (7, 3)]
@@ -241,8 +242,10 @@ def test_defect4_raw_ops_refuse_unknown_handle(device, handle):
 
 def test_defect4_freed_modules_handle_is_refused(device):
     i, o = lookups(device)
-    gone = make(device)
-    stale = gone._handle_id
+    # A handle owned by nothing but this test (a module may be kept alive by references outside the
+    # test's control, e.g. a traceback), freed, then looked up.
+    gone = ops.TbeHandle(device, [r for r, _ in SPECS], [d for _, d in SPECS], [0, 1], torch.float32)
+    stale = gone.id
     del gone
     gc.collect()
     m = make(device, optimizer="sgd")
