@@ -594,22 +594,25 @@ class Runner:
     def _procs_until_failure(self, cmds, timeout):
         """Runs the commands concurrently; stops all at the first failure. Returns (ok, detail)."""
         procs = []
+        # Output goes to files, not pipes: a test that prints more than a pipe holds must not block.
         for cmd, cwd, env in cmds:
-            procs.append((cmd, subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                                stderr=subprocess.STDOUT, start_new_session=True)))
+            log = tempfile.TemporaryFile()
+            procs.append((cmd, subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True), log))
         deadline = time.time() + timeout
-        outs = {}
+        done = set()
         failed = None
         try:
             while True:
                 running = 0
-                for cmd, p in procs:
+                for cmd, p, log in procs:
                     if p.poll() is None:
                         running += 1
-                    elif id(p) not in outs:
-                        outs[id(p)] = p.stdout.read().decode(errors="replace")
+                    elif id(p) not in done:
+                        done.add(id(p))
                         if p.returncode != 0 and failed is None:
-                            failed = (cmd, p.returncode, outs[id(p)])
+                            log.seek(0)
+                            failed = (cmd, p.returncode, log.read().decode(errors="replace"))
                 if failed or running == 0:
                     break
                 if time.time() > deadline:
@@ -617,10 +620,11 @@ class Runner:
                     break
                 time.sleep(0.2)
         finally:
-            for _, p in procs:
+            for _, p, log in procs:
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+                log.close()
         if failed is None:
             return True, ""
         cmd, rc, out = failed
@@ -734,6 +738,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="seconds per test stage (default: %(default)s)")
     ap.add_argument("--no-python", action="store_true", help="C++ tests only")
     ap.add_argument("--results", default=None, help="JSON lines output (default: <tree>/mutation_results.jsonl)")
+    ap.add_argument("--resume", action="store_true",
+                    help="skip the mutants the results file already holds a verdict for (same measured tree)")
     args = ap.parse_args()
 
     mutants = [m for m in MUTANTS if not args.only or args.only in m.id or args.only in m.file]
@@ -750,6 +756,8 @@ def main():
         print("--tree must be outside the repository: the shared tree is never mutated", file=sys.stderr)
         return 2
 
+    # SIGTERM ends the run like Ctrl-C: through the finally blocks, so the copy is restored.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     what = export_tree(args)
     problems = check_list(args.tree, mutants, verbose=False)
     if problems:
@@ -772,8 +780,18 @@ def main():
     print(f"baseline built and passing ({time.time() - started:.0f} s)", flush=True)
 
     results = {}
+    if args.resume and os.path.exists(results_path):
+        with open(results_path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("measured") == what and r["status"] in ("killed", "survived"):
+                    results[r["id"]] = r
     with open(results_path, "a") as out:
         for i, m in enumerate(mutants, 1):
+            if m.id in results:
+                r = results[m.id]
+                print(f"[{i}/{len(mutants)}] {r['status']:11s} {m.id:45s} (earlier run)", flush=True)
+                continue
             r = apply_and_test(runner, m)
             r.update(id=m.id, file=m.file, why=m.why, measured=what,
                      date=datetime.datetime.now().isoformat(timespec="seconds"))
