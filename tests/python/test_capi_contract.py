@@ -1,0 +1,79 @@
+"""The C API's own contract (include/embscale/embscale_c.h), called through ctypes on the CPU backend:
+the per-thread last-error message (set by a failure, cleared by the next success), the non-finite flag
+of embscale_amax, and embscale_tbe_create's rule that without a feature_table_map num_features must
+equal num_tables."""
+import ctypes
+import math
+
+import torch
+
+from embscale import _capi
+
+F32, I64 = 0, 6
+
+
+def cpu():
+    return ctypes.byref(_capi.Context(0, 0, None))
+
+
+def vec(t, dtype):
+    shape = (ctypes.c_int64 * 4)(t.numel(), 0, 0, 0)
+    return _capi.Tensor(ctypes.c_void_p(t.data_ptr()), dtype, 1, shape)
+
+
+def last_error():
+    return _capi.lib.embscale_last_error().decode()
+
+
+def amax(x, flag):
+    out = torch.full((), -1.0)
+    rc = _capi.lib.embscale_amax(cpu(), ctypes.byref(vec(x, F32)), ctypes.c_void_p(out.data_ptr()), 0,
+                                 ctypes.c_void_p(flag.data_ptr()), None, 0)
+    return rc, out.item()
+
+
+def test_last_error_is_set_by_a_failure_and_cleared_by_a_success(gen):
+    x = torch.randn(100, generator=gen)
+    flag = torch.zeros((), dtype=torch.int32)
+    bad = _capi.lib.embscale_amax(cpu(), ctypes.byref(vec(x, F32)), None, 0, None, None, 0)  # amax: NULL
+    assert bad == _capi.INVALID_ARGUMENT
+    assert last_error().startswith("amax"), last_error()
+    rc, got = amax(x, flag)
+    assert rc == _capi.OK
+    assert last_error() == "", "a successful call must clear the last error"
+    assert got == x.abs().max().item()
+    # Another failure sets a new message naming its own argument.
+    rc = _capi.lib.embscale_amax(cpu(), None, None, 0, None, None, 0)  # x: NULL
+    assert rc == _capi.INVALID_ARGUMENT and last_error().startswith("x"), last_error()
+
+
+def test_amax_writes_the_nonfinite_flag(gen):
+    x = torch.randn(1000, generator=gen)
+    for bad_value, want in ((None, 0), (math.inf, 1), (-math.inf, 1), (math.nan, 1)):
+        y = x.clone()
+        if bad_value is not None:
+            y[int(torch.randint(0, 1000, (), generator=gen))] = bad_value
+        flag = torch.full((), 7, dtype=torch.int32)  # neither 0 nor 1
+        rc, got = amax(y, flag)
+        assert rc == _capi.OK, last_error()
+        assert flag.item() == want, f"non-finite flag {flag.item()} for {bad_value}"
+        finite = y[~torch.isnan(y)].abs().max().item()
+        assert got == finite
+
+
+def test_create_without_map_needs_one_feature_per_table():
+    rows = (ctypes.c_int64 * 2)(10, 20)
+    dims = (ctypes.c_int32 * 2)(4, 3)
+    handle = ctypes.c_void_p()
+    for num_features in (1, 3, 0):
+        handle.value = 12345  # a refused call must write NULL
+        rc = _capi.lib.embscale_tbe_create(cpu(), 2, rows, dims, num_features, None, F32, ctypes.byref(handle))
+        assert rc == _capi.INVALID_ARGUMENT, f"num_features={num_features} accepted with 2 tables and no map"
+        assert last_error().startswith("num_features"), last_error()
+        assert handle.value is None
+    rc = _capi.lib.embscale_tbe_create(cpu(), 2, rows, dims, 2, None, F32, ctypes.byref(handle))
+    assert rc == _capi.OK, last_error()
+    layout = _capi.TbeLayout()
+    assert _capi.lib.embscale_tbe_layout_get(handle, ctypes.byref(layout)) == _capi.OK
+    assert (layout.num_weights, layout.total_rows, layout.total_dim, layout.max_dim) == (10 * 4 + 20 * 3, 30, 7, 4)
+    _capi.lib.embscale_tbe_destroy(handle)
