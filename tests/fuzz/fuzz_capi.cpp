@@ -156,6 +156,7 @@ struct Case {
   explicit Case(uint64_t s, int64_t k) : seed(s), index(k), rng(splitmix64(s ^ splitmix64(static_cast<uint64_t>(k)))) {}
 
   int unknown = 0;                // mutations whose outcome is not known (Expect::kAny)
+  std::set<std::string> touched;  // arguments already mutated (each is mutated at most once a case)
 
   // Records a mutation; `e` says what it implies for the outcome (kOk: the call stays valid; kFail:
   // the library can tell it is wrong; kAny: either), `code` the specific status if any.
@@ -268,6 +269,10 @@ void expect_refusal(Case& c, const char* fn, int rc) {
   else if (err == nullptr || err[0] == '\0') c.fail(fmt("%s: empty embscale_last_error()", fn));
   else if (!names_argument(err, c.vocab)) c.fail(fmt("%s: message names no argument: \"%s\"", fn, err));
 }
+
+// Claims argument `what` for a mutation: false when an earlier mutation of this case changed it (a second
+// one could undo the first, e.g. a bad value overwritten by a good one).
+bool touch(Case& c, const std::string& what) { return c.touched.insert(what).second; }
 
 // ---- shared argument generators ---------------------------------------------------------------------
 const int32_t kBadEnums[] = {-1, 7, 99, 1000, INT32_MIN, INT32_MAX};
@@ -443,6 +448,8 @@ enum class Data { kRequired, kOptional, kIgnored };
 // Returns true when a mutation was applied.
 bool mutate_tensor(Case& c, Tensor* t, const std::string& name, Role role, const std::function<bool(int)>& dtype_ok,
                    Len len, bool shape_free, Data data = Data::kRequired) {
+  if (!touch(c, name)) return false;
+  if (data == Data::kOptional && t->d.data == nullptr) return false;  // absent: nothing of it is looked at
   switch (c.rng.below(10)) {
     case 0:
       if (t->embedded) return false;
@@ -472,6 +479,7 @@ bool mutate_tensor(Case& c, Tensor* t, const std::string& name, Role role, const
       c.mut(fmt("%s.ndim=%d", name.c_str(), t->d.ndim), Expect::kFail, kInvalidArgument);
       return true;
     case 5: {
+      if (t->d.ndim < 1 || t->d.ndim > 4) return false;  // (an earlier mutation made ndim invalid)
       const int i = static_cast<int>(c.rng.below(static_cast<uint64_t>(t->d.ndim)));
       t->d.shape[i] = c.rng.pick<int64_t>({-1, -2, INT64_MIN, -(int64_t{1} << 40)});
       c.mut(fmt("%s.shape[%d]=%" PRId64, name.c_str(), i, t->d.shape[i]), Expect::kFail, kInvalidArgument);
@@ -493,7 +501,7 @@ bool mutate_tensor(Case& c, Tensor* t, const std::string& name, Role role, const
     }
     case 7: {  // a too-short (or too-long) buffer with its true shape
       const int64_t n = t->numel();
-      if (len == Len::kUnchecked || n < 0) return false;
+      if (len == Len::kUnchecked || n < 0 || n > (int64_t{1} << 24)) return false;
       const int64_t m = c.rng.chance(0.5) && n > 0 ? n - 1 : n + static_cast<int64_t>(c.rng.range(1, 3));
       Buf* b = c.alloc(name + "(resized)", static_cast<size_t>(m) * dtype_size(t->d.dtype), role);
       fill_values(c, b->p(), t->d.dtype, m);
@@ -1162,7 +1170,7 @@ bool room(const Tensor& t, int64_t i, int dt) {
 bool alias(Case& c, Tensor* w, const std::string& wname, const Tensor& r, const std::string& rname) {
   const int64_t n = w->numel(), m = r.numel();
   if (n <= 0 || m <= 0 || r.d.data == nullptr || w->d.data == nullptr || r.buf == nullptr) return false;
-  if (static_cast<size_t>(n) * dtype_size(w->d.dtype) > r.buf->bytes) return false;
+  if (static_cast<size_t>(n) * dtype_size(w->d.dtype) > r.buf->bytes || !touch(c, wname)) return false;
   w->d.data = r.d.data;
   c.mut(wname + " aliases " + rname, Expect::kFail, kInvalidArgument);
   return true;
@@ -1196,8 +1204,10 @@ void mutate_lookup(Case& c, const TbeObj& o, Lookup* l, Role weights_role, bool*
       break;
     case 5: {  // indices and offsets of different index dtypes (same buffers reinterpreted: shapes shrink)
       Tensor* t = c.rng.chance(0.5) ? &l->indices : &l->offsets;
+      if (!touch(c, t == &l->indices ? "indices" : "offsets")) break;
       const int other = l->idx_dt == kI32 ? kI64 : kI32;
       const int64_t n = t->numel();
+      if (n < 0 || n > (int64_t{1} << 40)) break;  // (an earlier mutation made the shape invalid)
       const int64_t m = other == kI64 ? n / 2 : n * 2;
       t->d.dtype = other;
       set_shape(&t->d, {m});
@@ -1245,6 +1255,7 @@ void mutate_lookup(Case& c, const TbeObj& o, Lookup* l, Role weights_role, bool*
       break;
     }
     case 9:
+      if (!touch(c, "pooling")) break;
       l->pooling = bad_enum(c, 3);
       c.mut(fmt("pooling=%d", l->pooling), Expect::kFail, kInvalidArgument);
       break;
@@ -1253,6 +1264,7 @@ void mutate_lookup(Case& c, const TbeObj& o, Lookup* l, Role weights_role, bool*
       c.mut(fmt("bounds_check=%d", l->bounds), Expect::kFail, kInvalidArgument);
       break;
     case 11:
+      if (!touch(c, "pooling") || !touch(c, "per_sample_weights")) break;
       if (l->psw.d.data != nullptr && l->pooling != 2 && l->N > 0) {
         l->pooling = 1;
         c.mut("mean pooling with per-sample weights", Expect::kFail, kInvalidArgument);
@@ -1430,6 +1442,7 @@ embscale_optimizer make_optimizer(Case& c, int32_t type) {
 }
 
 void mutate_optimizer(Case& c, embscale_optimizer* p) {
+  if (!touch(c, "optimizer")) return;
   const bool adagrad = p->type == 2, adam = p->type == 3 || p->type == 4;
   switch (c.rng.below(11)) {
     case 0:
@@ -1592,13 +1605,17 @@ void case_tbe_backward(Case& c, bool cuda, int op) {
       Tensor* t = c.rng.chance(0.5) ? &mom1 : &mom2;
       const char* name = t == &mom1 ? "momentum1" : "momentum2";
       const bool used = t == &mom1 ? m1 : m2;
-      if (used && c.rng.chance(0.7)) {
+      if (c.touched.count(name)) {
+        // already mutated
+      } else if (used && c.rng.chance(0.7)) {
         mutate_tensor(c, t, name, Role::kState, [](int dt) { return dt == kF32; }, Len::kFixed, true);
         if (t->d.data == nullptr && !t->null) c.muts.back() += " (absent, but the optimizer keeps it)";
       } else if (used) {
+        touch(c, name);
         t->d.data = nullptr;
         c.mut(std::string(name) + " absent", Expect::kFail, kInvalidArgument);
       } else {
+        touch(c, name);
         set_shape(&t->d, {c.rng.chance(0.5) ? o.lay.total_rows : o.lay.num_weights});
         materialise(c, t, name, Role::kState, false);
         c.mut(std::string(name) + " given to an optimizer that keeps none", Expect::kFail, kInvalidArgument);
@@ -1607,7 +1624,7 @@ void case_tbe_backward(Case& c, bool cuda, int op) {
       if (gpsw.d.data != nullptr) {
         mutate_tensor(c, &gpsw, "grad_per_sample_weights", Role::kOutput, [](int dt) { return dt == kF32; }, Len::kFixed,
                       true, Data::kOptional);
-      } else if (l.psw.d.data == nullptr && l.N > 0) {
+      } else if (l.psw.d.data == nullptr && l.N > 0 && touch(c, "grad_per_sample_weights")) {
         materialise(c, &gpsw, "grad_per_sample_weights", Role::kOutput, false);
         c.mut("grad_per_sample_weights given", Expect::kLabel);  // judged below, with the final per_sample_weights
       }
@@ -1620,23 +1637,28 @@ void case_tbe_backward(Case& c, bool cuda, int op) {
         } else if (w == 1) {
           mutate_tensor(c, &ugrads, "unique_grads", Role::kOutput, [](int dt) { return dt == kF32; }, Len::kFixed, true,
                         l.N > 0 ? Data::kRequired : Data::kOptional);
-        } else {
+        } else if (touch(c, "num_unique")) {
           num_unique = nullptr;
           c.mut("num_unique=NULL", Expect::kFail, kInvalidArgument);
         }
       } else if (l.N > 0) {
-        materialise(c, c.rng.chance(0.5) ? &urows : &ugrads, "dense output", Role::kOutput, false);
+        Tensor* t = c.rng.chance(0.5) ? &urows : &ugrads;
+        if (!touch(c, t == &urows ? "unique_rows" : "unique_grads")) continue;
+        materialise(c, t, "dense output", Role::kOutput, false);
         c.mut("a dense-gradient output given to an updating optimizer", Expect::kFail, kInvalidArgument);
-      } else {
+      } else if (touch(c, "num_unique")) {
         num_unique = reinterpret_cast<int64_t*>(c.alloc("num_unique", 8, Role::kOutput)->p());
         c.mut("num_unique given to an updating optimizer", Expect::kFail, kInvalidArgument);
       }
-    } else if (k == 15) {
+    } else if (k == 15 && touch(c, "rounding")) {
       a.rounding = bad_enum(c, 2);
       c.mut(fmt("rounding=%d", a.rounding), Expect::kFail, kInvalidArgument);
     } else if (k == 16) {
       int32_t* f = c.rng.pick<int32_t*>({&a.max_warp_segment, &a.max_block_segment, &a.block_threads});
-      if (c.rng.chance(0.5)) {
+      if (!touch(c, f == &a.max_warp_segment ? "max_warp_segment" : f == &a.max_block_segment ? "max_block_segment"
+                                                                                            : "block_threads")) {
+        // already mutated
+      } else if (c.rng.chance(0.5)) {
         *f = c.rng.pick<int32_t>({-1, INT32_MIN});
         c.mut(fmt("tuning=%d", *f), Expect::kFail, kInvalidArgument);
       } else {

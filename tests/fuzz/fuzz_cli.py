@@ -275,7 +275,11 @@ def main():
     if asan:
         # Absurd sizes: a single allocation over 4 GiB, or a process over 6 GiB resident, is reported and
         # ends the process (a failure of the case) instead of taking the machine's memory.
-        env.setdefault("ASAN_OPTIONS", "max_allocation_size_mb=4096:hard_rss_limit_mb=6144")
+        opts = env.get("ASAN_OPTIONS", "")
+        for opt in ("max_allocation_size_mb=4096", "hard_rss_limit_mb=6144"):
+            if opt.split("=")[0] not in opts:
+                opts = f"{opts}:{opt}" if opts else opt
+        env["ASAN_OPTIONS"] = opts
     failures = []
     slowest = (0.0, None)
     t0 = time.monotonic()
