@@ -747,3 +747,26 @@ def test_tbe_copies_are_independent(cfg, how):
     del m
     c(indices, offsets, psw).float().sum().backward()  # the copy outlives the original
     assert c.step == 3
+
+
+# ---- TBE: the meta device -------------------------------------------------------------------------------
+@isolated
+@PROFILE
+@given(cfg=tbe_configs())
+def test_tbe_meta_module_traces_shapes(cfg):
+    """A module built on the meta device has the layout of a real one and maps meta lookups to meta
+    outputs of the right shape and dtype (forward and backward run their fake implementations); CPU
+    lookups given to it are refused with ValueError naming an argument, not run."""
+    crumb(f"TBE on meta: {cfg}")
+    m = embscale.TableBatchedEmbeddingBags(cfg["specs"], feature_table_map=cfg["fmap"], optimizer=cfg["optimizer"],
+                                           pooling=cfg["pooling"], weights_dtype=cfg["weights_dtype"],
+                                           output_dtype=cfg["output_dtype"], device="meta")
+    real = make_module(cfg)
+    assert m.weights.device.type == "meta" and m.weights.shape == real.weights.shape
+    assert m.momentum1.shape == real.momentum1.shape and m.momentum2.shape == real.momentum2.shape
+    fmap, indices, offsets, psw, _ = lookups(cfg)
+    out = m(indices.to("meta"), offsets.to("meta"), None if psw is None else psw.to("meta"))
+    want = real(indices, offsets, psw)
+    assert out.device.type == "meta" and out.shape == want.shape and out.dtype == want.dtype
+    out.float().sum().backward()
+    expect_error(ValueError, ("indices", "offsets", "weights", "device", "handle"), m, indices, offsets, psw)
