@@ -660,7 +660,8 @@ def test_raw_tbe_backward_hostile(cfg, kind, data):
         cur = a[name]
         if cur.numel() == 0:
             return
-        a[name] = torch.zeros(max(1, cur.numel() + delta)) if cur.numel() + delta != cur.numel() else torch.zeros(cur.numel() + 1)
+        n = cur.numel() + delta  # 0: absent, refused as well
+        a[name] = torch.zeros(n if n >= 0 else cur.numel() + 1)
         names = (name,)
     elif kind == "momentum1_dtype":
         if m1.numel() == 0:
