@@ -22,6 +22,7 @@ is non-zero when any case failed; the failures are listed with their seed, case 
 import argparse
 import os
 import random
+import re
 import shlex
 import signal
 import subprocess
@@ -149,7 +150,8 @@ def hostile_value(r, kind):
         return r.choice(["1:2:3", "0:0:0", "1:x", "::", "-1:0:0", "2147483648:0:0", "1:2:3,4:5:6", "", ",", "1:2",
                          "1:2:3:4", "99999999999999999999:1:1", "1:2:3,", ":1:2", "a:b:c"])
     if name == "ops":
-        return r.choice(CHECK_OPS + ["nope", "", "AMAX", "amax,quantize", "--", "-x"])
+        # (not "--": it would end the options and, with no op after it, check every op, a minutes-long run)
+        return r.choice(CHECK_OPS + ["nope", "", "AMAX", "amax,quantize", "-x", "amax nope"])
     if name == "flag":
         return None
     raise ValueError(kind)
@@ -203,17 +205,18 @@ def make_case(seed, k):
 
 
 def named_flag(stderr, argv):
-    """Whether a line 'error: <what>: ...' names one of argv's flags or values (or the subcommand)."""
-    names = set()
+    """Whether a line 'error: <what>: ...' names, in <what>, one of argv's flags (or a positional value, or
+    the check command's "ops"), as a whole word."""
+    names = {"ops"}
     for a in argv:
         names.add(a)
-        if a.startswith("--") and "=" in a:
+        if a.startswith("-") and "=" in a:
             names.add(a.split("=", 1)[0])
     for line in stderr.splitlines():
         if not line.startswith("error: "):
             continue
         head = line[len("error: "):].split(": ", 1)[0]
-        if any(n and n in head for n in names) or head in ("ops", "OPS"):
+        if head in names or any(tok in names for tok in re.split(r"[ ,/]+", head) if tok.startswith("-")):
             return True
     return False
 
