@@ -110,10 +110,10 @@ MUTANTS = [
       "scale = bits_float(float_bits(scale) & 0xff800000u);",
       "scale = bits_float(float_bits(scale) & 0xffc00000u);",
       "power-of-2 rounding keeps the top mantissa bit"),
-    M("scaling-amax-term-keeps-nan", "src/common/scaling.h",
-      "return (a == a) ? a : 0.0f;",
-      "return a;",
-      "NaN not skipped by the activation amax"),
+    M("scaling-amax-term-signed", "src/common/scaling.h",
+      "const float a = bits_float(float_bits(v) & 0x7fffffffu);",
+      "const float a = v;",
+      "the activation's amax takes max(y) instead of max |y| (negative outputs ignored)"),
     # ---- src/common: activation ----
     M("activation-relu-keeps-negative-zero", "src/common/activation.h",
       "EMBSCALE_HD float relu_f(float v) { return (v <= 0.0f) ? 0.0f : v; }",
@@ -726,7 +726,7 @@ def summarize(results, mutants):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", help="run only mutants whose id or file contains this string")
+    ap.add_argument("--only", help="run only mutants whose id or file contains this string (several: comma-separated)")
     ap.add_argument("--list", action="store_true", help="list the mutants and check every snippet (exit 1 on a problem)")
     ap.add_argument("--quiet", action="store_true", help="with --list: print problems only")
     ap.add_argument("--tree", default=os.path.join(tempfile.gettempdir(), "embscale-mutation"),
@@ -742,7 +742,8 @@ def main():
                     help="skip the mutants the results file already holds a verdict for (same measured tree)")
     args = ap.parse_args()
 
-    mutants = [m for m in MUTANTS if not args.only or args.only in m.id or args.only in m.file]
+    patterns = [p for p in (args.only or "").split(",") if p]
+    mutants = [m for m in MUTANTS if not patterns or any(p in m.id or p in m.file for p in patterns)]
     if args.list:
         problems = check_list(ROOT, mutants, verbose=not args.quiet)
         for p in problems:

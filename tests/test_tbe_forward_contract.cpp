@@ -1,6 +1,7 @@
 // Parts of the TBE forward's contract (tbe.h) the other forward tests leave open, on every available
 // backend:
-//  * sequence mode: lookups before offsets[0] belong to no bag and their output rows are zeros;
+//  * sequence mode: lookups before offsets[0] belong to no bag and their output rows are zeros; an
+//    output not of shape [N, D] is refused before anything is written;
 //  * kError with several bad indices reports the first one in (feature, bag, position) order, also
 //    when two are in the same bag;
 //  * int32 indices address at most 2^31 - 1 lookups: more are refused (invalid_argument naming indices)
@@ -104,6 +105,33 @@ TEST_P(TbeForwardContract, ErrorModeReportsTheFirstOfSeveralBadIndices) {
     EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << pooling_mode_name(pool) << ": " << st.to_string();
     EXPECT_NE(st.message().find("feature 0, bag 1, position 1 (indices[2]): index 10"), std::string::npos)
         << pooling_mode_name(pool) << ": " << st.message();
+  }
+}
+
+TEST_P(TbeForwardContract, SequenceOutputOfTheWrongShapeIsRefused) {
+  TwoFeatures p(backend());
+  const std::vector<int64_t> idx = {9, 8, 7, 1};
+  const std::vector<int64_t> off = {0, 1, 2, 3, 4};
+  Buffer d_idx(backend(), idx.size() * 8), d_off(backend(), off.size() * 8), d_out(backend(), 64 * 4);
+  ASSERT_TRUE(copy_to_backend(p.ctx, d_idx.data(), idx.data(), idx.size() * 8).ok());
+  ASSERT_TRUE(copy_to_backend(p.ctx, d_off.data(), off.data(), off.size() * 8).ok());
+  // [N, D] = [4, 5] is right; narrower or wider rows, fewer or more rows, or a flat view are not.
+  const int64_t shapes[][2] = {{4, 4}, {4, 6}, {3, 5}, {5, 5}, {20, 1}};
+  for (const auto& sh : shapes) {
+    ASSERT_TRUE(fill_bytes(p.ctx, d_out.data(), 0x7f, d_out.bytes()).ok());
+    TbeForwardArgs a;
+    a.weights = TensorView::vec(p.d_w.data(), DType::kF32, 50);
+    a.indices = TensorView::vec(d_idx.data(), DType::kI64, 4);
+    a.offsets = TensorView::vec(d_off.data(), DType::kI64, 5);
+    a.batch_size = 2;
+    a.pooling = PoolingMode::kNone;
+    a.output = TensorView::mat(d_out.data(), DType::kF32, sh[0], sh[1]);
+    const Status st = p.tbe->forward(p.ctx, a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << sh[0] << "x" << sh[1] << ": " << st.to_string();
+    EXPECT_EQ(st.message().rfind("output", 0), 0u) << st.message();
+    std::vector<unsigned char> out(d_out.bytes());
+    ASSERT_TRUE(copy_to_host(p.ctx, out.data(), d_out.data(), out.size()).ok());
+    for (unsigned char v : out) ASSERT_EQ(v, 0x7f) << sh[0] << "x" << sh[1] << ": output written on error";
   }
 }
 
