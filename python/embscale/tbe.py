@@ -67,7 +67,10 @@ _Handle = ops.TbeHandle
 
 def _module_device(device):
     """A device a module can live on (cpu, cuda with an index, meta), or ValueError naming it."""
-    device = torch.device("cpu") if device is None else torch.device(device)
+    try:
+        device = torch.device("cpu") if device is None else torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: {device!r} is not a device ({e})") from None
     if device.type not in ("cpu", "cuda", "meta"):
         raise ValueError(f"device: {device} is not supported; expected cpu, cuda or meta")
     if device.type == "cuda":
@@ -138,13 +141,22 @@ class TableBatchedEmbeddingBags(nn.Module):
                  weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
                  bounds_check: str = "error", stochastic_rounding: bool = True, seed: int = 0, device=None):
         super().__init__()
-        specs = [tuple(int(v) for v in s) for s in embedding_specs]
+        specs = []
+        for t, s in enumerate(embedding_specs):
+            try:
+                specs.append(tuple(int(v) for v in s))
+            except (TypeError, ValueError):
+                raise ValueError(f"embedding_specs[{t}]: {s!r} is not (num_embeddings, embedding_dim) as integers") \
+                    from None
         if not specs:
             raise ValueError("embedding_specs: at least one table is needed")
         for t, s in enumerate(specs):
             if len(s) != 2 or s[0] < 1 or s[1] < 1:
                 raise ValueError(f"embedding_specs[{t}]: {s} is not (num_embeddings >= 1, embedding_dim >= 1)")
-        fmap = list(range(len(specs))) if feature_table_map is None else [int(t) for t in feature_table_map]
+        try:
+            fmap = list(range(len(specs))) if feature_table_map is None else [int(t) for t in feature_table_map]
+        except (TypeError, ValueError):
+            raise ValueError(f"feature_table_map: {feature_table_map!r} is not a list of table numbers") from None
         if not fmap:
             raise ValueError("feature_table_map: empty; at least one feature is needed (None means one feature "
                              "per table)")
