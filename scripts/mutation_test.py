@@ -27,6 +27,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -628,10 +629,16 @@ class Runner:
         if failed is None:
             return True, ""
         cmd, rc, out = failed
-        lines = [l for l in out.splitlines() if "FAILED" in l or "Failure" in l or "Error" in l or "error" in l]
-        detail = (lines[0] if lines else out.strip().splitlines()[-1] if out.strip() else "") if rc != -1 else out
-        if rc < 0 and rc != -1:
-            detail = f"killed by signal {-rc} " + detail
+        if rc == -1:
+            return False, out
+        lines = out.splitlines()
+        # The first failed test (gtest, pytest, ctest), else the first failure line, else the last line.
+        picks = ([l for l in lines if re.match(r"\[  FAILED  \] [A-Za-z_]", l)] or
+                 [l for l in lines if l.startswith("FAILED ") or "tests FAILED" in l or l.strip().endswith("(Failed)")] or
+                 [l for l in lines if "Failure" in l or "Error" in l] or lines[-1:] or [""])
+        detail = picks[0].strip()
+        if rc < 0:
+            detail = f"killed by signal {-rc}; " + detail
         return False, f"{os.path.basename(cmd[0])} rc={rc}: {detail[:300]}"
 
     def gtest(self, gtest_filter):
