@@ -765,7 +765,11 @@ def main():
         return 2
 
     # SIGTERM ends the run like Ctrl-C: through the finally blocks, so the copy is restored.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    def on_term(signum, _frame):
+        print(f"stopped by signal {signum}; restoring the copy", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
     what = export_tree(args)
     problems = check_list(args.tree, mutants, verbose=False)
     if problems:
