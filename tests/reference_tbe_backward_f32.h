@@ -1,6 +1,6 @@
 // fp32 reference of the TBE backward's weight update: the value each updated weight has in fp32 just
 // before it is rounded to an fp16/bf16 weights buffer, computed with the operations, in the order, the
-// library documents (tbe.h; the rules in src/common/optimizer.h) and independent of src/:
+// library documents (tbe.h; the rules in src/tbe/optimizer.h) and independent of src/:
 //  * each unique row's gradient summed in fp32 in lookup order, starting from +0 (0 + s*x, then
 //    acc + s*x; each product rounded, no fused multiply-add), s = 1, the per-sample weight, or for MEAN
 //    the fp32 reciprocal 1/count of the bag's valid lookups;

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "common/numerics.h"
+#include "core/numerics.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "reference_fp8.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "common/numerics.h"
+#include "core/numerics.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "embscale/tbe_generator.h"

@@ -1,4 +1,4 @@
-// The CPU kernels' vector decoders (src/cpu/vec4.h) against the scalar conversions of common/numerics.h,
+// The CPU kernels' vector decoders (src/tbe/cpu/vec4.h) against the scalar conversions of core/numerics.h,
 // bit for bit, over every fp16 and bf16 pattern (zeros, subnormals, infinities and NaNs included), at
 // every lane position of the 4- and 8-wide loads and from unaligned addresses.
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "common/numerics.h"
-#include "cpu/vec4.h"
+#include "core/numerics.h"
+#include "tbe/cpu/vec4.h"
 
 namespace embscale {
 namespace cpu {

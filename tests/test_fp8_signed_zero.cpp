@@ -1,7 +1,7 @@
 // The sign of zero in the FP8 ops, compared bit for bit on every available backend (the oracle in
 // reference_fp8.h orders codes by value, so the other tests take +0 and -0 as equal):
 //  * ReLU: fp8.h defines relu(v) = max(v, 0) without naming the sign of a zero result. The library
-//    returns +0 for every v <= 0, -0 included (src/common/activation.h: "-0 mapped to +0"); pinned here
+//    returns +0 for every v <= 0, -0 included (src/fp8/activation.h: "-0 mapped to +0"); pinned here
 //    for every input and output dtype, with the amax of such an output +0.
 //  * GELU(tanh) and SiLU are v * sigmoid(z) (fp8.h): their sign is v's, so -0 gives -0, +0 gives +0, and
 //    a negative v whose result is below the output dtype's smallest subnormal gives -0, not +0.

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/numerics.h"
+#include "core/numerics.h"
 #include "tbe_backward_case.h"
 
 namespace embscale {

@@ -1,4 +1,4 @@
-// Parts of the TBE backward's contract (tbe.h, common/rounding.h) the other backward tests leave open,
+// Parts of the TBE backward's contract (tbe.h, tbe/rounding.h) the other backward tests leave open,
 // on every available backend:
 //  * stochastic rounding is a hash of (seed, step, element): the same seed and step reproduce the bits,
 //    another step or another seed changes them;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "api/tbe_tuning.h"
+#include "tbe/tbe_tuning.h"
 #include "tbe_case.h"
 
 namespace embscale {

@@ -29,7 +29,7 @@
 
 #include "bench_util.h"
 #include "cli_args.h"
-#include "common/numerics.h"
+#include "core/numerics.h"
 #include "embscale/fp8.h"
 #include "embscale/memory.h"
 #include "registry.h"

@@ -8,7 +8,7 @@
 //  * Optimizer state starts at zero and the weights are updated by every timed call (as in training);
 //    input sets rotate when one set would stay in the cache.
 //  * tbe-backward on CUDA also times the phases on their own (linearize, sort, encode + classify,
-//    gradient + update), each repeated on input set 0 after a full call (cuda/tbe_backward_phases.h).
+//    gradient + update), each repeated on input set 0 after a full call (tbe/cuda/backward/tbe_backward_phases.h).
 //  * --max-warp-segment above the default block limit (512) without --max-block-segment raises the
 //    block limit to the same value (every longer segment then goes to the multi-block path), so a
 //    warp-only limit can be tried on its own.
@@ -40,7 +40,7 @@
 #include "registry.h"
 #include "tbe_bench_common.h"
 #if EMBSCALE_WITH_CUDA
-#include "cuda/tbe_backward_phases.h"
+#include "tbe/cuda/backward/tbe_backward_phases.h"
 #endif
 
 namespace embscale {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "embscale/memory.h"
 
 namespace embscale {

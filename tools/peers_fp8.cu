@@ -17,7 +17,7 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "peers_fp8.h"
 
 namespace embscale {

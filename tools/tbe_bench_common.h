@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "api/tbe_tuning.h"
+#include "tbe/tbe_tuning.h"
 #include "bench_util.h"
 #include "cli_args.h"
 #include "embscale/memory.h"

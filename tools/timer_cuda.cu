@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "embscale/status.h"
 
 namespace embscale {

@@ -1,12 +1,12 @@
 // The device's fp32 -> fp16 rounding against its software form over every fp32 bit pattern: CUDA kernels
-// round with the hardware cvt (common/numerics.h), the CPU backend and the references in software, and
+// round with the hardware cvt (core/numerics.h), the CPU backend and the references in software, and
 // the two must give the same bits for all 2^32 inputs (NaN included).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
-#include "common/numerics.h"
+#include "core/numerics.h"
 
 namespace embscale {
 namespace {

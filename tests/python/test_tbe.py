@@ -142,7 +142,7 @@ def _magnitude_neighbours(a, dtype):
     return lo, hi
 
 
-# Resolution of the random bits of stochastic rounding (common/rounding.h): bf16 uses 16 of them, fp16
+# Resolution of the random bits of stochastic rounding (tbe/rounding.h): bf16 uses 16 of them, fp16
 # normals 13, so a rounding probability is off by at most 2^-k.
 _RANDOM_BITS = {torch.bfloat16: 16, torch.float16: 13}
 

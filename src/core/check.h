@@ -1,0 +1,89 @@
+// Host-side argument checks every op shares (FP8 in fp8/fp8.cpp, TBE in tbe/tbe_validate.h): the
+// context, a tensor's shape (ndim, extents, element and byte counts that fit in int64) and its data
+// pointer (present unless empty, aligned to the element size). Messages name the argument.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/cuda_runtime.h"
+#include "embscale/context.h"
+#include "embscale/status.h"
+#include "embscale/tensor.h"
+
+namespace embscale {
+namespace check {
+
+// The most OpenMP threads a CPU call may ask for: far above any machine's core count, low enough that
+// the OpenMP runtime can always create them (it aborts the process, or crashes, when it cannot).
+constexpr int kMaxCpuThreads = 1024;
+
+inline std::string shape_str(const TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim && i < kMaxDims; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+inline Status context(const Context& ctx) {
+  if (ctx.backend != Backend::kCpu && ctx.backend != Backend::kCuda)
+    return invalid_argument("ctx.backend: unknown backend value " + std::to_string(static_cast<int>(ctx.backend)));
+  if (ctx.backend == Backend::kCpu && (ctx.num_threads < 0 || ctx.num_threads > kMaxCpuThreads))
+    return invalid_argument("ctx.num_threads: " + std::to_string(ctx.num_threads) + " is outside [0, " +
+                            std::to_string(kMaxCpuThreads) + "] (0 = all hardware threads)");
+#if !EMBSCALE_WITH_CUDA
+  if (ctx.backend == Backend::kCuda) return unsupported("ctx.backend: this build of embscale has no CUDA backend");
+#endif
+  return Status::Ok();
+}
+
+// ndim in [min_ndim, kMaxDims], no negative extent, and numel() * element size representable, so
+// numel() and size_bytes() are meaningful afterwards.
+inline Status shape(const char* name, const TensorView& t, int min_ndim) {
+  if (t.ndim < min_ndim || t.ndim > kMaxDims)
+    return invalid_argument(std::string(name) + ": ndim " + std::to_string(t.ndim) + " is outside [" +
+                            std::to_string(min_ndim) + ", " + std::to_string(kMaxDims) + "]");
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] < 0) return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has a negative extent");
+    if (__builtin_mul_overflow(n, t.shape[i], &n))
+      return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has too many elements");
+  }
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(t.dtype)), &n))
+    return invalid_argument(std::string(name) + ": shape " + shape_str(t) + " has too many bytes");
+  return Status::Ok();
+}
+
+// Data pointer: required unless the tensor is empty; aligned to the element size. Call after shape().
+inline Status data(const char* name, const TensorView& t) {
+  if (t.numel() == 0) return Status::Ok();
+  if (t.data == nullptr)
+    return invalid_argument(std::string(name) + ": data is null for a tensor of shape " + shape_str(t));
+  const size_t esize = dtype_size(t.dtype);
+  if (reinterpret_cast<uintptr_t>(t.data) % esize != 0)
+    return invalid_argument(std::string(name) + ": data pointer is not aligned to its " + std::to_string(esize) +
+                            "-byte elements (" + dtype_name(t.dtype) + ")");
+  return Status::Ok();
+}
+
+// Memory the context's backend can use: on CUDA, device memory of the current device (or pinned,
+// mapped or managed memory), so a host pointer or another GPU's buffer is refused before a kernel
+// faults on it. Null pointers pass (presence is checked where it is required).
+inline Status memory(const Context& ctx, const char* name, const void* p) {
+#if EMBSCALE_WITH_CUDA
+  if (ctx.backend == Backend::kCuda && p != nullptr) return cuda::check_device_memory(name, p);
+#else
+  (void)ctx, (void)name, (void)p;
+#endif
+  return Status::Ok();
+}
+
+// Whether the byte ranges of two non-empty tensors overlap (an in-place output aliasing an input that
+// the op reads or writes separately).
+inline bool overlap(const TensorView& a, const TensorView& b) {
+  if (a.data == nullptr || b.data == nullptr || a.numel() == 0 || b.numel() == 0) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + static_cast<uintptr_t>(b.size_bytes()) && b0 < a0 + static_cast<uintptr_t>(a.size_bytes());
+}
+
+}  // namespace check
+}  // namespace embscale

@@ -1,0 +1,28 @@
+// The few CUDA runtime services the host-side code needs, behind plain C++ signatures so .cpp files
+// never include CUDA headers. Implemented in src/core/cuda/runtime_cuda.cu; only linked with CUDA.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "embscale/status.h"
+
+namespace embscale {
+namespace cuda {
+
+bool device_present();
+std::string device_name();
+Status device_malloc(size_t bytes, void** ptr);
+void device_free(void* ptr);
+Status memcpy_sync(void* dst, const void* src, size_t bytes, void* stream);  // cudaMemcpyDefault
+Status memset_async(void* dst, int value, size_t bytes, void* stream);
+Status stream_synchronize(void* stream);
+// Refuses a pointer the current device cannot use as device memory: host memory that is not mapped
+// for the device, or memory of another device (named in the message). Pinned, mapped and managed
+// memory pass.
+Status check_device_memory(const char* name, const void* ptr);
+// Turns the last launch error (if any) into a Status naming `what`.
+Status check_last_launch(const char* what);
+
+}  // namespace cuda
+}  // namespace embscale

@@ -1,0 +1,145 @@
+// Casts on CUDA: compute_scale, quantize, dequantize and quantize_current_scaling (one cluster launch for
+// small inputs, amax + quantize_from_amax otherwise; see fp8_cast.cuh). The runtime dtype -> template
+// dispatch of each op is here, over the closed set {fp32, fp16, bf16} x {e4m3, e5m2}.
+#include <algorithm>
+#include <string>
+
+#include "fp8/fp8_backend.h"
+#include "fp8/cuda/fp8_cast.cuh"
+#include "fp8/cuda/fp8_launch.cuh"
+
+namespace embscale {
+namespace cuda {
+
+namespace {
+
+float fp8_max_for(DType f8dt) { return f8dt == DType::kF8E5M2 ? kFp8E5M2Max : kFp8E4M3Max; }
+
+// Blocks per SM of the cast grids: kCastBlocksPerSm, or EMBSCALE_CAST_BLOCKS_PER_SM (1..16), read once.
+int cast_blocks_per_sm() {
+  static const int v = static_cast<int>(std::min<int64_t>(16, env_int64("EMBSCALE_CAST_BLOCKS_PER_SM",
+                                                                           kCastBlocksPerSm, 1)));
+  return v;
+}
+
+// Whether quantize_from_amax walks x in reverse: on unless EMBSCALE_QCS_REVERSE=0, read once.
+bool qcs_reverse() {
+  static const bool v = env_int64("EMBSCALE_QCS_REVERSE", 1, 0) != 0;
+  return v;
+}
+
+int cast_grid_blocks(const RangeSplit& s, int unroll) {
+  const int64_t work = s.nvec + ceil_div(s.num_scalar(), 4);
+  const int64_t cap = static_cast<int64_t>(sm_count()) * cast_blocks_per_sm();
+  const int64_t want = ceil_div(std::max<int64_t>(work, 1), static_cast<int64_t>(kCastThreads) * unroll);
+  return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
+}
+
+// Cluster size for the one-launch current-scaling path of Tin -> Tout, or 0 when it does not apply
+// (explicit amax algorithm, too large, or no cluster support). The workspace does not depend on it: the
+// fallback under kAuto is the atomic amax path, which needs none either.
+template <typename Tin, typename Tout>
+int qcs_cluster_size(int64_t n, AmaxAlgo algo) {
+  if (algo != AmaxAlgo::kAuto) return 0;
+  if (n * static_cast<int64_t>(sizeof(Tin)) > kQcsClusterMaxBytes) return 0;
+  const int c = cluster_size_for<quantize_current_scaling_cluster_kernel<Tin, Tout>>(kClusterThreads);
+  if (c == 0) return 0;
+  const int64_t capacity = static_cast<int64_t>(kQcsVecPerThread) * c * kClusterThreads * Vec16<Tin>::kN;
+  return n <= capacity ? c : 0;
+}
+
+}  // namespace
+
+// ---- backend entry points (fp8/fp8_backend.h) ---------------------------------------------------
+Status compute_scale(const Context& ctx, const float* amax, float fp8_max_value, const ScaleOptions& opts,
+                     float* scale, float* scale_inv, const float* noop_flag) {
+  const ScaleRule rule{fp8_max_value, opts.eps, opts.power_of_2};
+  return launch_kernel("compute_scale_kernel", compute_scale_kernel, dim3(1), dim3(Arch::kWarpSize), 0,
+                       static_cast<cudaStream_t>(ctx.stream), amax, rule, scale, scale_inv, noop_flag);
+}
+
+Status quantize(const Context& ctx, const TensorView& x, const float* scale, const TensorView& y,
+                const float* noop_flag) {
+  const int64_t n = x.numel();
+  if (n == 0) return Status::Ok();
+  return dispatch_float_fp8(x.dtype, y.dtype, "quantize", [&](auto tin, auto tout) -> Status {
+    using Tin = typename decltype(tin)::type;
+    using Tout = typename decltype(tout)::type;
+    CastParams p{};
+    p.x = x.data;
+    p.y = y.data;
+    p.split = make_split(x.data, sizeof(Tin), n, y.data, sizeof(Tout));
+    p.scale = scale;
+    p.noop_flag = noop_flag;
+    return launch_kernel("quantize_scaled_kernel", quantize_scaled_kernel<Tin, Tout>,
+                         dim3(cast_grid_blocks(p.split, kCastUnroll)), dim3(kCastThreads), 0,
+                         static_cast<cudaStream_t>(ctx.stream), p);
+  });
+}
+
+Status dequantize(const Context& ctx, const TensorView& y, const float* scale_inv, const TensorView& x,
+                  const float* noop_flag) {
+  const int64_t n = y.numel();
+  if (n == 0) return Status::Ok();
+  return dispatch_float_fp8(x.dtype, y.dtype, "dequantize", [&](auto tout, auto tin) -> Status {
+    using Tin = typename decltype(tin)::type;    // fp8
+    using Tout = typename decltype(tout)::type;  // fp32/fp16/bf16
+    CastParams p{};
+    p.x = y.data;
+    p.y = x.data;
+    p.split = make_split(y.data, sizeof(Tin), n, x.data, sizeof(Tout));
+    p.scale = scale_inv;
+    p.noop_flag = noop_flag;
+    return launch_kernel("dequantize_kernel", dequantize_kernel<Tin, Tout>,
+                         dim3(cast_grid_blocks(p.split, kDequantUnroll)), dim3(kCastThreads), 0,
+                         static_cast<cudaStream_t>(ctx.stream), p);
+  });
+}
+
+Status quantize_current_scaling_workspace_size(const TensorView& x, const CurrentScalingOptions& opts,
+                                               size_t* bytes) {
+  *bytes = launch_amax_workspace_bytes(x, opts.amax.algo);
+  return Status::Ok();
+}
+
+Status quantize_current_scaling(const Context& ctx, const TensorView& x, const TensorView& y, float* amax_out,
+                                float* scale, float* scale_inv, const CurrentScalingOptions& opts, void* ws,
+                                size_t ws_bytes) {
+  (void)ws_bytes;
+  const int64_t n = x.numel();
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  return dispatch_float_fp8(x.dtype, y.dtype, "quantize_current_scaling", [&](auto tin, auto tout) -> Status {
+    using Tin = typename decltype(tin)::type;
+    using Tout = typename decltype(tout)::type;
+    CastParams p{};
+    p.x = x.data;
+    p.y = y.data;
+    p.split = make_split(x.data, sizeof(Tin), n, y.data, sizeof(Tout));
+    p.amax = amax_out;
+    p.amax_out = amax_out;
+    p.nonfinite_flag = opts.amax.nonfinite_flag;
+    p.scale_out = scale;
+    p.scale_inv_out = scale_inv;
+    p.rule = ScaleRule{fp8_max_for(y.dtype), opts.scale.eps, opts.scale.power_of_2};
+    p.noop_flag = opts.amax.noop_flag;
+    p.reverse = qcs_reverse();
+    const int c = qcs_cluster_size<Tin, Tout>(n, opts.amax.algo);
+    if (c > 0) {
+      const Status st = launch_kernel("quantize_current_scaling_cluster_kernel",
+                                      quantize_current_scaling_cluster_kernel<Tin, Tout>, dim3(c),
+                                      dim3(kClusterThreads), c, stream, p);
+      if (st.ok()) return st;
+      // The cluster launch was refused (its error is cleared): fall back to amax + cast below.
+    }
+    // amax (any path; none needs a workspace under kAuto), then the cast, PDL-launched: it waits for the
+    // amax kernels to finish before reading *amax.
+    EMBSCALE_RETURN_IF_ERROR(
+        launch_amax(stream, x, amax_out, opts.amax.nonfinite_flag, opts.amax.noop_flag, opts.amax.algo, ws));
+    // With n == 0 the cast has nothing to do, but scale and scale_inv must still be written.
+    return launch_kernel("quantize_from_amax_kernel", quantize_from_amax_kernel<Tin, Tout>,
+                         dim3(cast_grid_blocks(p.split, kCastUnroll)), dim3(kCastThreads), 0, stream, p);
+  });
+}
+
+}  // namespace cuda
+}  // namespace embscale

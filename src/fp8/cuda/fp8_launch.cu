@@ -1,0 +1,102 @@
+// Cached device facts and the range split used by every FP8 launcher (fp8_launch.cuh).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "fp8/cuda/fp8_launch.cuh"
+
+namespace embscale {
+namespace cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// Caches one integer attribute per device; 0 means "not asked yet" (the attributes used are >= 1).
+int cached_attribute(std::atomic<int>* cache, cudaDeviceAttr attr) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    cudaGetLastError();
+    return 1;
+  }
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v > 0) return v;
+  if (cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess || v < 1) {
+    cudaGetLastError();
+    v = 1;
+  }
+  cache[dev].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+}  // namespace
+
+int sm_count() {
+  static std::atomic<int> cache[kMaxDevices];
+  return cached_attribute(cache, cudaDevAttrMultiProcessorCount);
+}
+
+int cc_major() {
+  static std::atomic<int> cache[kMaxDevices];
+  return cached_attribute(cache, cudaDevAttrComputeCapabilityMajor);
+}
+
+bool pdl_enabled() {
+  static const bool env_off = [] {
+    const char* v = std::getenv("EMBSCALE_CUDA_PDL");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return !env_off && cc_major() >= 9;
+}
+
+int max_threads_per_sm() {
+  static std::atomic<int> cache[kMaxDevices];
+  return cached_attribute(cache, cudaDevAttrMaxThreadsPerMultiProcessor);
+}
+
+int64_t env_int64(const char* name, int64_t def, int64_t min_value) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return def;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (end == e || *end != '\0' || v < min_value) return def;  // not a valid value: the default
+  return static_cast<int64_t>(v);
+}
+
+Status check_amax_slots(const void* ws, const char* op) {
+  if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 4 != 0) {
+    return invalid_argument(std::string(op) + ": workspace must be non-null and 4-byte aligned for two_stage");
+  }
+  return Status::Ok();
+}
+
+RangeSplit make_split(const void* in, size_t in_size, int64_t n, const void* out, size_t out_size) {
+  RangeSplit s;
+  s.n = n;
+  const auto in_addr = reinterpret_cast<uintptr_t>(in);
+  const auto out_addr = reinterpret_cast<uintptr_t>(out);
+  s.in_aligned = in_addr % in_size == 0;
+  s.out_aligned = out == nullptr || out_addr % out_size == 0;
+  s.head = n;
+  s.nvec = 0;
+  s.tail_begin = n;
+  if (!s.in_aligned || !s.out_aligned) return s;
+  const int64_t per_vec = static_cast<int64_t>(Arch::kVectorBytes / in_size);
+  const int64_t head =
+      std::min<int64_t>(n, static_cast<int64_t>((Arch::kVectorBytes - in_addr % Arch::kVectorBytes) %
+                                                Arch::kVectorBytes / in_size));
+  const int64_t nvec = (n - head) / per_vec;
+  if (nvec <= 0) return s;
+  if (out != nullptr) {
+    const size_t align = std::min<size_t>(Arch::kVectorBytes, static_cast<size_t>(per_vec) * out_size);
+    if ((out_addr + static_cast<uintptr_t>(head) * out_size) % align != 0) return s;
+  }
+  s.head = head;
+  s.nvec = nvec;
+  s.tail_begin = head + nvec * per_vec;
+  return s;
+}
+
+}  // namespace cuda
+}  // namespace embscale

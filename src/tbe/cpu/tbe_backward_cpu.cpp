@@ -1,0 +1,414 @@
+// CPU table-batched embedding backward fused with the optimizer (OpenMP, always deterministic).
+//
+// Steps, each a parallel loop except where noted:
+//  1. offsets checked in order (serial, as in the forward), in every bounds-check mode;
+//  2. per lookup i (parallel over bags): key = row_offset(table of its feature) + index, or a sentinel
+//     for a skipped lookup (out of range in kSkip mode, or before offsets[0]); its grad_output row
+//     offset; and its scale: 1 (SUM), per_sample_weights[i] (weighted), 1.0f / count (MEAN, count = the
+//     bag's valid lookups, the fp32 reciprocal rounded once). In kError mode the first bad index in
+//     (bag, position) order is reported here, before anything is written;
+//  3. grad_per_sample_weights[i] = dot(weight row before the update, grad_output row), fp32 in d order;
+//  4. (key, lookup) pairs sorted by key then lookup: a stable parallel LSD radix sort on the key's
+//     significant bits (pairs start in lookup order). The order is total, so the result does not depend
+//     on the thread count; it is the order the CUDA backend also sums in;
+//  5. run-length encode into unique rows (segments), serially;
+//  6. per unique row (parallel): g[d] = sum over its lookups, in sorted lookup order, of
+//     scale * grad_output[row][d] in fp32 (acc = acc + scale*x, no FMA on the baseline x86-64-v2 target),
+//     then the optimizer (tbe/optimizer.h; row sums as 8 interleaved partial sums, row_sum) and rounding to the weights' dtype
+//     (tbe/rounding.h), written exactly once. In dense mode (optimizer none) g is written instead:
+//     unique_grads row u holds its table's D columns and zeros in columns [D, max_dim()).
+// Scratch comes from the caller's workspace (tbe_backward_workspace_size): two pair arrays, the
+// per-lookup row offsets and scales, and the segment starts, each 256-byte aligned.
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tbe/tbe_backend.h"
+#include "core/numerics.h"
+#include "tbe/optimizer.h"
+#include "tbe/rounding.h"
+#include "tbe/cpu/prefetch.h"
+#include "tbe/cpu/tbe_checks.h"
+
+namespace embscale {
+namespace cpu {
+namespace {
+
+// The row loop prefetches the weights, state and first gradient rows of the unique row this far ahead.
+constexpr int64_t kRowPrefetchDistance = 2;
+constexpr int64_t kRowPrefetchGradRows = 2;
+
+// sum over d in [0, D) of term(d) as an OpenMP SIMD reduction: partial sums across vector lanes, a fixed
+// order for a given build, so the result is deterministic for any thread count (CUDA sums rows in its
+// own fixed order).
+template <typename F>
+inline float row_sum(int D, F term) {
+  float p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  int d = 0;
+  for (; d + 8 <= D; d += 8)
+    for (int k = 0; k < 8; ++k) p[k] += term(d + k);
+  for (int k = 0; d + k < D; ++k) p[k] += term(d + k);
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+struct KeyPos {
+  int64_t key;
+  int64_t pos;
+};
+
+inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+
+struct Layout {
+  size_t pairs = 0, tmp = 0, go_off = 0, scale = 0, seg = 0, bytes = 0;
+  explicit Layout(int64_t N) {
+    const size_t n = static_cast<size_t>(N);
+    if (n == 0) return;
+    pairs = 0;
+    tmp = align256(pairs + n * sizeof(KeyPos));
+    go_off = align256(tmp + n * sizeof(KeyPos));
+    scale = align256(go_off + n * sizeof(int64_t));
+    seg = align256(scale + n * sizeof(float));
+    bytes = align256(seg + (n + 1) * sizeof(int64_t));
+  }
+};
+
+using tbe_checks::BadIndex;
+
+struct Params {
+  const TableBatchedEmbedding* tbe;
+  const TbeBackwardArgs* args;
+  int64_t T, B, N;
+  int threads;
+  unsigned char* ws;
+};
+
+// Stable LSD radix sort of pairs[0, N) by key (every key < 2^key_bits), kDigitBits per pass, using
+// tmp[0, N) as the other buffer; returns the array holding the result. The pairs arrive in lookup
+// order, so ties keep it: the result is the (key, lookup) order, for any thread count. Each pass: per-
+// thread digit counts over a contiguous slice, one exclusive scan (digit-major, thread-minor), and a
+// scatter of each slice in order.
+KeyPos* sort_pairs(KeyPos* pairs, KeyPos* tmp, int64_t N, int key_bits, int threads) {
+  constexpr int kDigitBits = 11;
+  constexpr int64_t kBuckets = int64_t{1} << kDigitBits;
+  std::vector<int64_t> counts(static_cast<size_t>(std::max(threads, 1)) * kBuckets);
+  KeyPos* src = pairs;
+  KeyPos* dst = tmp;
+  for (int shift = 0; shift < key_bits; shift += kDigitBits) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t lo = N * t / nt, hi = N * (t + 1) / nt;
+      int64_t* c = counts.data() + t * kBuckets;
+      std::fill(c, c + kBuckets, int64_t{0});
+      for (int64_t i = lo; i < hi; ++i) ++c[(src[i].key >> shift) & (kBuckets - 1)];
+#pragma omp barrier
+#pragma omp single
+      {
+        int64_t running = 0;
+        for (int64_t d = 0; d < kBuckets; ++d)
+          for (int u = 0; u < nt; ++u) {
+            const int64_t n = counts[u * kBuckets + d];
+            counts[u * kBuckets + d] = running;
+            running += n;
+          }
+      }
+      for (int64_t i = lo; i < hi; ++i) dst[c[(src[i].key >> shift) & (kBuckets - 1)]++] = src[i];
+    }
+    std::swap(src, dst);
+  }
+  return src;
+}
+
+template <typename W, typename G, typename I>
+Status backward_impl(const Params& p) {
+  const TbeBackwardArgs& a = *p.args;
+  const TableBatchedEmbedding& tbe = *p.tbe;
+  W* __restrict weights = static_cast<W*>(a.weights.data);
+  const I* __restrict indices = static_cast<const I*>(a.indices.data);
+  const I* __restrict offsets = static_cast<const I*>(a.offsets.data);
+  const float* __restrict psw = static_cast<const float*>(a.per_sample_weights.data);
+  const G* __restrict grad = static_cast<const G*>(a.grad_output.data);
+  const int64_t T = p.T, B = p.B, N = p.N;
+  const BoundsCheckMode check = a.bounds_check;
+  const bool mean = a.pooling == PoolingMode::kMean;
+  const bool sequence = a.pooling == PoolingMode::kNone;
+  const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();  // host memory on the CPU
+  const int64_t go_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
+  const int threads = p.threads;
+
+  // 1. offsets
+  const int64_t TB = T * B;
+  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
+  if (N == 0) {
+    if (a.optimizer.type == OptimizerType::kNone) *a.num_unique = 0;
+    if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
+    return Status::Ok();
+  }
+
+  // A skipped lookup's key: total_rows() sorts after every real row and keeps keys within
+  // bit_width(total_rows()) bits for the radix sort.
+  const int64_t kSkippedKey = tbe.total_rows();
+  int key_bits = 0;
+  while ((kSkippedKey >> key_bits) != 0) ++key_bits;
+
+  const Layout L(N);
+  KeyPos* pairs = reinterpret_cast<KeyPos*>(p.ws + L.pairs);
+  KeyPos* tmp = reinterpret_cast<KeyPos*>(p.ws + L.tmp);
+  int64_t* go_off = reinterpret_cast<int64_t*>(p.ws + L.go_off);
+  float* scale = reinterpret_cast<float*>(p.ws + L.scale);
+  int64_t* seg = reinterpret_cast<int64_t*>(p.ws + L.seg);
+
+  // 2. keys, grad_output rows, scales. Lookups before offsets[0] belong to no bag.
+  const int64_t first = std::min<int64_t>(std::max<int64_t>(static_cast<int64_t>(offsets[0]), 0), N);
+  for (int64_t pos = 0; pos < first; ++pos) {
+    pairs[pos] = KeyPos{kSkippedKey, pos};
+    go_off[pos] = 0;
+    scale[pos] = 0.0f;
+  }
+  BadIndex bad;
+  int64_t skipped_total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : skipped_total)
+  {
+    BadIndex my_bad;
+#pragma omp for schedule(dynamic, 64)
+    for (int64_t item = 0; item < TB; ++item) {
+      const int f = static_cast<int>(item / B);
+      const int64_t b = item % B;
+      const int64_t E = meta.num_rows[f];
+      const int64_t start = static_cast<int64_t>(offsets[item]);
+      const int64_t end = static_cast<int64_t>(offsets[item + 1]);
+      int64_t count = 0;
+      for (int64_t pos = start; pos < end; ++pos) {
+        const int64_t idx = static_cast<int64_t>(indices[pos]);
+        const bool valid = idx >= 0 && idx < E;  // an invalid one is dropped in off mode too (unreported)
+        if (!valid) {
+          if (check == BoundsCheckMode::kSkip) {
+            ++skipped_total;
+          } else if (check == BoundsCheckMode::kError && item < my_bad.item) {
+            my_bad = BadIndex{item, pos, idx};
+          }
+        } else {
+          ++count;
+        }
+        pairs[pos] = KeyPos{valid ? meta.row_offsets[f] + idx : kSkippedKey, pos};
+        go_off[pos] = sequence ? pos * go_stride : b * go_stride + meta.output_offsets[f];
+      }
+      const float mean_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+      for (int64_t pos = start; pos < end; ++pos) scale[pos] = mean ? mean_scale : (psw ? psw[pos] : 1.0f);
+    }
+    if (my_bad.item != INT64_MAX) {
+#pragma omp critical(embscale_tbe_backward_bad_index)
+      {
+        tbe_checks::keep_first(my_bad, &bad);
+      }
+    }
+  }
+  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
+
+  // 3. gradient w.r.t. the per-sample weights, from the weights before any update.
+  if (a.grad_per_sample_weights.data != nullptr) {
+    float* __restrict gpsw = static_cast<float*>(a.grad_per_sample_weights.data);
+    for (int64_t pos = 0; pos < first; ++pos) gpsw[pos] = 0.0f;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+    for (int64_t item = 0; item < TB; ++item) {
+      const int f = static_cast<int>(item / B);
+      const int64_t D = meta.dims[f];
+      const int64_t start = static_cast<int64_t>(offsets[item]);
+      const int64_t end = static_cast<int64_t>(offsets[item + 1]);
+      for (int64_t pos = start; pos < end; ++pos) {
+        if (pairs[pos].key == kSkippedKey) {
+          gpsw[pos] = 0.0f;
+          continue;
+        }
+        const W* __restrict row = weights + meta.weight_offsets[f] + static_cast<int64_t>(indices[pos]) * D;
+        const G* __restrict go = grad + go_off[pos];
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; ++d) dot += to_float(row[d]) * to_float(go[d]);
+        gpsw[pos] = dot;
+      }
+    }
+  }
+
+  // 4. sort; 5. segments over the valid lookups (skipped ones sorted to the end).
+  const KeyPos* sorted = sort_pairs(pairs, tmp, N, key_bits, threads);
+  int64_t valid = N;
+  while (valid > 0 && sorted[valid - 1].key == kSkippedKey) --valid;
+  int64_t U = 0;
+  for (int64_t i = 0; i < valid; ++i)
+    if (i == 0 || sorted[i].key != sorted[i - 1].key) seg[U++] = i;
+  seg[U] = valid;
+
+  // Table of a linearised row: the last table whose first row is <= key.
+  const int num_tables = tbe.num_tables();
+  std::vector<int64_t> row_first(num_tables + 1);
+  for (int t = 0; t <= num_tables; ++t) row_first[t] = t < num_tables ? tbe.row_offset(t) : tbe.total_rows();
+  auto table_of = [&](int64_t key) {
+    return static_cast<int>(std::upper_bound(row_first.begin(), row_first.end(), key) - row_first.begin()) - 1;
+  };
+
+  const OptimizerParams op = a.optimizer;
+  const opt::AdamCorrections corr = opt::adam_corrections(op);
+  const uint64_t rkey = rounding_key(a.seed, op.step);
+  const int max_dim = tbe.max_dim();
+  float* __restrict m1 = static_cast<float*>(a.momentum1.data);
+  float* __restrict m2 = static_cast<float*>(a.momentum2.data);
+
+  // 6. one owner per unique row.
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> g_storage(static_cast<size_t>(max_dim) + 16), w_storage(static_cast<size_t>(max_dim) + 16);
+    float* __restrict gacc = g_storage.data();
+    float* __restrict wv = w_storage.data();
+    // Where unique row v's weights start, its table's D and its key.
+    auto locate = [&](int64_t v, int* D, int64_t* welem) {
+      const int64_t key = sorted[seg[v]].key;
+      const int t = table_of(key);
+      *D = tbe.config().tables[t].dim;
+      *welem = tbe.weight_offset(t) + (key - row_first[t]) * *D;
+      return key;
+    };
+#pragma omp for schedule(dynamic, 32)
+    for (int64_t u = 0; u < U; ++u) {
+      if (u + kRowPrefetchDistance < U) {
+        int Dp;
+        int64_t wp;
+        const int64_t v = u + kRowPrefetchDistance;
+        const int64_t kp = locate(v, &Dp, &wp);
+        for (int64_t j = seg[v]; j < std::min(seg[v + 1], seg[v] + kRowPrefetchGradRows); ++j)
+          prefetch_row(grad + go_off[sorted[j].pos], Dp);
+        if (op.type != OptimizerType::kNone) {
+          prefetch_row(weights + wp, Dp);
+          // optimizer state: one float per row (row-wise) or the row's D floats (element-wise)
+          if (m1 != nullptr) {
+            const bool rw = opt::momentum1_rowwise(op.type);
+            prefetch_row(m1 + (rw ? kp : wp), rw ? 1 : Dp);
+          }
+          if (m2 != nullptr) {
+            const bool rw = opt::momentum2_rowwise(op.type);
+            prefetch_row(m2 + (rw ? kp : wp), rw ? 1 : Dp);
+          }
+        }
+      }
+      int D;
+      int64_t welem;
+      const int64_t key = locate(u, &D, &welem);
+      float* __restrict g = op.type == OptimizerType::kNone ? static_cast<float*>(a.unique_grads.data) + u * max_dim : gacc;
+      // g = 0 + the row's lookups in sorted order (the explicit 0 + keeps -0 out, as on CUDA).
+      {
+        const int64_t pos = sorted[seg[u]].pos;
+        const G* __restrict go = grad + go_off[pos];
+        const float s = scale[pos];
+        for (int d = 0; d < D; ++d) g[d] = 0.0f + s * to_float(go[d]);
+      }
+      for (int64_t j = seg[u] + 1; j < seg[u + 1]; ++j) {
+        const int64_t pos = sorted[j].pos;
+        const G* __restrict go = grad + go_off[pos];
+        const float s = scale[pos];
+        for (int d = 0; d < D; ++d) g[d] += s * to_float(go[d]);
+      }
+      if (op.type == OptimizerType::kNone) {
+        for (int d = D; d < max_dim; ++d) g[d] = 0.0f;
+        static_cast<int64_t*>(a.unique_rows.data)[u] = key;
+        continue;
+      }
+      W* __restrict w = weights + welem;
+      if (op.gradient_clipping > 0.0f)
+        for (int d = 0; d < D; ++d) g[d] = opt::clip_grad(g[d], op);
+      // SGD and row-wise Adagrad without max-norm read, update and write each weight in one pass; the
+      // other rules go through wv, the row's new fp32 values.
+      switch (op.type) {
+        case OptimizerType::kSgd:
+          for (int d = 0; d < D; ++d)
+            w[d] = round_weight<W>(opt::sgd_apply(to_float(w[d]), g[d], op), a.rounding, rkey, welem + d);
+          continue;
+        case OptimizerType::kRowwiseAdagrad: {
+          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
+          const float mult = opt::rowwise_adagrad_multiplier(m1 + key, sum_sq, D, op);
+          const float c = opt::rowwise_adagrad_correction(mult, op);
+          if (op.max_norm <= 0.0f) {
+            for (int d = 0; d < D; ++d)
+              w[d] = round_weight<W>(opt::rowwise_adagrad_apply(to_float(w[d]), g[d], mult, c), a.rounding, rkey,
+                                     welem + d);
+            continue;
+          }
+          for (int d = 0; d < D; ++d) wv[d] = opt::rowwise_adagrad_apply(to_float(w[d]), g[d], mult, c);
+          const float sum_w = row_sum(D, [&](int d) { return wv[d] * wv[d]; });
+          const float factor = opt::max_norm_factor(sum_w, op);
+          for (int d = 0; d < D; ++d) wv[d] *= factor;
+          break;
+        }
+        case OptimizerType::kAdam:
+          for (int d = 0; d < D; ++d)
+            wv[d] = opt::adam_apply(to_float(w[d]), g[d], m1 + welem + d, m2 + welem + d, op, corr);
+          break;
+        case OptimizerType::kPartialRowwiseAdam: {
+          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
+          const float denom = opt::partial_rowwise_adam_denominator(m2 + key, sum_sq, D, op, corr);
+          for (int d = 0; d < D; ++d)
+            wv[d] = opt::partial_rowwise_adam_apply(to_float(w[d]), g[d], m1 + welem + d, denom, op, corr);
+          break;
+        }
+        default: break;
+      }
+      for (int d = 0; d < D; ++d) w[d] = round_weight<W>(wv[d], a.rounding, rkey, welem + d);
+    }
+  }
+
+  if (op.type == OptimizerType::kNone) *a.num_unique = U;
+  if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = skipped_total;
+  return Status::Ok();
+}
+
+template <typename W, typename G>
+Status dispatch_index(const Params& p) {
+  return p.args->indices.dtype == DType::kI32 ? backward_impl<W, G, int32_t>(p) : backward_impl<W, G, int64_t>(p);
+}
+
+template <typename W>
+Status dispatch_grad(const Params& p) {
+  switch (p.args->grad_output.dtype) {
+    case DType::kF32: return dispatch_index<W, float>(p);
+    case DType::kF16: return dispatch_index<W, fp16_t>(p);
+    case DType::kBF16: return dispatch_index<W, bf16_t>(p);
+    default: break;
+  }
+  return invalid_argument(std::string("grad_output: dtype ") + dtype_name(p.args->grad_output.dtype) +
+                          " is not supported");
+}
+
+}  // namespace
+
+Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes) {
+  (void)tbe;
+  *bytes = Layout(args.indices.numel()).bytes;
+  return Status::Ok();
+}
+
+Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, void* ws,
+                    size_t ws_bytes) {
+  Params p;
+  p.tbe = &tbe;
+  p.args = &args;
+  p.T = tbe.num_features();
+  p.B = args.batch_size;
+  p.N = args.indices.numel();
+  p.threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
+  p.ws = static_cast<unsigned char*>(ws);
+  if (ws_bytes < Layout(p.N).bytes)
+    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " +
+                                                      std::to_string(Layout(p.N).bytes) + " are needed");
+  switch (args.weights.dtype) {
+    case DType::kF32: return dispatch_grad<float>(p);
+    case DType::kF16: return dispatch_grad<fp16_t>(p);
+    case DType::kBF16: return dispatch_grad<bf16_t>(p);
+    default: break;
+  }
+  return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) + " is not supported");
+}
+
+}  // namespace cpu
+}  // namespace embscale

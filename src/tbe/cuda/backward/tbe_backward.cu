@@ -1,0 +1,528 @@
+// CUDA table-batched embedding backward fused with the optimizer: workspace layout, the CUB calls,
+// the launch order and the bounds-check protocol around the kernels of tbe_backward_kernels.cuh.
+//
+// Enqueued on ctx.stream, in order (no allocation, no host readback except in error mode):
+//   linearize   keys/values (+ checks); error and skip modes then run the forward's finalize kernel,
+//               which turns the records into a report (or *num_skipped) and clears them.
+//               Error mode: the report is copied back and the stream synchronised HERE, before any
+//               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
+//   sort        CUB's onesweep radix sort of pairs (stable) on bits [0, bit_width(total_rows)), 8 or 9
+//               bits a pass (sort_pairs), or, with tuning.short_key_sort, on fewer low bits when that
+//               saves a pass (sort_end_bit).
+//   encode      counters cleared, cub::DeviceSelect::UniqueByKey (each run's key and start), then the
+//               classify kernels (run lengths, the work lists in key order, hot-row slots).
+//   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp over the warp
+//               list), block-path (block rows and hot-row parts) and hot-combine kernels; all
+//               persistent grids (resident blocks per SM x SMs), each reading its list length on the
+//               device and taking its work from a counter (the combine zeroes the counters again).
+//               From the place kernel on, kernels are launched with programmatic stream
+//               serialization (launch_kernel, core/cuda/pdl.cuh): each may be scheduled while its
+//               predecessor finishes.
+// Skip mode: broken offsets set the report on the device and the row kernels then write nothing;
+// outside a graph capture the report is read back at the end (the op synchronises, as the forward
+// does) and becomes an error Status; inside a capture *num_skipped is -1 instead.
+//
+// Keys are uint32 when total_rows + 1 fits (half the sort traffic of uint64), else uint64; values are
+// uint32 (lookup ids or bag items), so N and T*B must be below 2^31 and 2^32 - 1.
+#include <cuda_runtime.h>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/dispatch/dispatch_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "tbe/tbe_backend.h"
+#include "tbe/optimizer.h"
+#include "tbe/rounding.h"
+#include "core/cuda/check.cuh"
+#include "tbe/cuda/backward/tbe_backward_launch.cuh"
+#include "tbe/cuda/backward/tbe_backward_phases.h"
+#include "tbe/cuda/tbe_report.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace {
+
+using tbe_bwd::BwdParams;
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+int bit_width(uint64_t v) {
+  int b = 0;
+  while (v != 0) {
+    ++b;
+    v >>= 1;
+  }
+  return b;
+}
+
+struct Tuning {
+  int max_warp = tbe_bwd::kDefaultMaxWarpSegment;
+  int max_block = tbe_bwd::kDefaultMaxBlockSegment;
+  int block_threads = tbe_bwd::kDefaultBlockThreads;
+};
+
+// The caller's tuning with its zeros replaced by the defaults for this TBE's widest row.
+Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
+  Tuning r;
+  if (max_dim <= tbe_bwd::kLaneGroupCols) r.max_warp = tbe_bwd::kDefaultMaxWarpSegmentLaneGroupCols;
+  if (t.max_warp_segment != 0) r.max_warp = t.max_warp_segment;
+  if (t.max_block_segment != 0) r.max_block = t.max_block_segment;
+  if (t.block_threads != 0) r.block_threads = t.block_threads;
+  if (r.max_warp < 1) return invalid_argument("tuning.max_warp_segment: " + std::to_string(r.max_warp) + "; expected >= 1");
+  if (r.max_block < r.max_warp)
+    return invalid_argument("tuning.max_block_segment: " + std::to_string(r.max_block) +
+                            " is less than max_warp_segment " + std::to_string(r.max_warp));
+  if (r.block_threads < ArchTraits::kWarpSize || r.block_threads > tbe_bwd::kMaxBlockThreads ||
+      r.block_threads % ArchTraits::kWarpSize != 0)
+    return invalid_argument("tuning.block_threads: " + std::to_string(r.block_threads) +
+                            "; the CUDA backend takes a multiple of 32 in 32.." +
+                            std::to_string(tbe_bwd::kMaxBlockThreads));
+  *out = r;
+  return Status::Ok();
+}
+
+// Sub-buffer offsets of the workspace (bytes from its first 256-byte aligned address).
+struct Layout {
+  size_t keys_in = 0, keys_sorted = 0, vals_in = 0, vals_sorted = 0, bag_of = 0, bag_count = 0, unique_keys = 0,
+         run_lengths = 0, run_starts = 0, work_list = 0, warp_list = 0, hot_list = 0, hot_base = 0, slot_row = 0,
+         slot_super = 0, partials = 0, counters = 0, classify_tally = 0, cub_temp = 0, cub_bytes = 0, total = 0;
+  int64_t max_block_rows = 0, max_warp_rows = 0, max_hot = 0, max_slots = 0;
+  bool key64 = false;
+  int end_bit = 0;
+};
+
+// Radix-sort passes. CUB's onesweep sort takes 8 key bits per pass; for 32-bit keys of 17..18 or
+// 25..27 significant bits, 9-bit digits take one pass fewer (2 or 3 instead of 3 or 4).
+constexpr int kRadixDigitBits = 8;  // CUB's onesweep digit
+constexpr int kWideDigitBits = 9;   // NineBitDigits below
+
+int ceil_div_int(int a, int b) { return (a + b - 1) / b; }
+
+bool wide_digits(int end_bit, bool key64) {
+  return !key64 && ceil_div_int(end_bit, kWideDigitBits) < ceil_div_int(end_bit, kRadixDigitBits);
+}
+
+int sort_passes(int end_bit, bool key64) {
+  return ceil_div_int(end_bit, wide_digits(end_bit, key64) ? kWideDigitBits : kRadixDigitBits);
+}
+
+// Radix-sort key bits. A stable LSD sort on the low s bits orders lookups by (key mod 2^s, lookup
+// position). Two different keys with equal low bits differ by at least 2^s, so when every table has at
+// most 2^s rows they lie in different tables, and when the features' tables are in row order (row
+// offsets non-decreasing over features, which are table-major in the lookups) every lookup of the
+// smaller key comes first: each key's lookups stay one run, in lookup order, as after the full sort.
+// The sums and updates are then bit-identical; unique rows of 2^(full - s) row ranges interleave
+// (capped at kMaxInterleaveBits). Opt-in (tuning.short_key_sort), taken only when it saves a pass: on
+// the H200 the interleaved order slowed the uniform row phase by more than the pass saved. Never used
+// where the full order is visible or not guaranteed: dense mode (unique rows are returned ascending)
+// and skip mode (the sentinel key of a skipped lookup may sit between a row's lookups).
+constexpr int kMaxInterleaveBits = 2;  // at most 4 row ranges interleaved
+
+int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) {
+  const int full = std::max(1, bit_width(static_cast<uint64_t>(tbe.total_rows())));
+  const bool key64 = static_cast<uint64_t>(tbe.total_rows()) >= UINT32_MAX;
+  int s = full - 1;
+  while (s > 0 && sort_passes(s, key64) >= sort_passes(full, key64)) --s;
+  if (!args.tuning.short_key_sort || args.optimizer.type == OptimizerType::kNone ||
+      args.bounds_check == BoundsCheckMode::kSkip || s == 0 || full - s > kMaxInterleaveBits)
+    return full;
+  int64_t max_rows = 0, prev = 0;
+  for (int t = 0; t < tbe.num_tables(); ++t) max_rows = std::max(max_rows, tbe.config().tables[t].num_rows);
+  if (max_rows > (int64_t{1} << s)) return full;
+  for (int f = 0; f < tbe.num_features(); ++f) {
+    const int64_t r = tbe.row_offset(tbe.feature_table(f));
+    if (r < prev) return full;
+    prev = r;
+  }
+  return s;
+}
+
+// The 9-bit digits (wide_digits): CUB's own sm_90 policy for (uint32 key, uint32 value) with the digit
+// width changed (the histogram and the digits' exclusive sum follow it). Same stable LSD order, so the
+// same sorted output. The histogram pass (one read of the keys for all passes' digit counts) keeps 4
+// private histograms per block instead of 1: repeated keys (Zipf lookups) hit the same bins, and the
+// shared-memory atomics on them serialise (H200, Zipf: histogram 23 -> 17 us, sort 202 -> 197 us;
+// uniform 213 -> 208).
+struct NineBitDigits {
+  using Tuned = cub::detail::radix::policy_hub<uint32_t, uint32_t, uint32_t>::Policy900;
+  static constexpr int kBits = kWideDigitBits;
+  static constexpr int kHistogramParts = 4;
+  struct Policy : cub::ChainedPolicy<900, Policy, Policy> {
+    static constexpr bool ONESWEEP = true;
+    static constexpr int ONESWEEP_RADIX_BITS = kBits;
+    using HistogramPolicy = cub::AgentRadixSortHistogramPolicy<128, 16, kHistogramParts, uint32_t, kBits>;
+    using ExclusiveSumPolicy = cub::AgentRadixSortExclusiveSumPolicy<256, kBits>;
+    using OnesweepPolicy =
+        cub::AgentRadixSortOnesweepPolicy<Tuned::OnesweepPolicy::BLOCK_THREADS, Tuned::OnesweepPolicy::ITEMS_PER_THREAD,
+                                          uint32_t, Tuned::OnesweepPolicy::RANK_NUM_PARTS,
+                                          Tuned::OnesweepPolicy::RANK_ALGORITHM, Tuned::OnesweepPolicy::SCAN_ALGORITHM,
+                                          Tuned::OnesweepPolicy::STORE_ALGORITHM, kBits>;
+    // Paths onesweep does not take on sm_90, kept as CUB has them.
+    using ScanPolicy = Tuned::ScanPolicy;
+    using DownsweepPolicy = Tuned::DownsweepPolicy;
+    using AltDownsweepPolicy = Tuned::AltDownsweepPolicy;
+    using UpsweepPolicy = Tuned::UpsweepPolicy;
+    using AltUpsweepPolicy = Tuned::AltUpsweepPolicy;
+    using SingleTilePolicy = Tuned::SingleTilePolicy;
+    using SegmentedPolicy = Tuned::SegmentedPolicy;
+    using AltSegmentedPolicy = Tuned::AltSegmentedPolicy;
+  };
+  using MaxPolicy = Policy;
+};
+
+// Stable sort of n (key, value) pairs on key bits [0, end_bit); temp == nullptr: size query.
+template <typename K>
+cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out, const uint32_t* vals_in,
+                       uint32_t* vals_out, int n, int end_bit, cudaStream_t s) {
+  if constexpr (sizeof(K) == 4) {
+    if (wide_digits(end_bit, false)) {
+      cub::DoubleBuffer<uint32_t> keys(const_cast<uint32_t*>(keys_in), keys_out);
+      cub::DoubleBuffer<uint32_t> vals(const_cast<uint32_t*>(vals_in), vals_out);
+      return cub::DispatchRadixSort<cub::SortOrder::Ascending, uint32_t, uint32_t, uint32_t,
+                                    cub::detail::identity_decomposer_t, NineBitDigits>::Dispatch(temp, bytes, keys, vals,
+                                                                                               static_cast<uint32_t>(n), 0,
+                                                                                               end_bit, false, s);
+    }
+  }
+  return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys_out, vals_in, vals_out, n, 0, end_bit, s);
+}
+
+// The runs of equal sorted keys: each run's key and first position (its start), and their count, in
+// one CUB pass (unique-by-key over the positions). The classify tally kernel derives the run lengths
+// from consecutive starts. (A run-length encode and an exclusive scan over all n positions for the
+// starts took ~23 us more under Zipf lookups on the H200.) temp == nullptr: size query.
+template <typename K>
+cudaError_t select_runs(void* temp, size_t& bytes, const K* keys, K* unique_keys, uint32_t* starts, uint32_t* count,
+                        int n, cudaStream_t s) {
+  return cub::DeviceSelect::UniqueByKey(temp, bytes, keys, thrust::counting_iterator<uint32_t>(0), unique_keys, starts,
+                                        count, n, s);
+}
+
+struct CallShape {
+  int64_t N = 0, B = 0, items = 0, total_rows = 0;
+  bool sequence = false, mean = false, vals_are_items = true;
+};
+
+CallShape call_shape(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) {
+  CallShape c;
+  c.N = args.indices.numel();
+  c.B = args.batch_size;
+  c.items = static_cast<int64_t>(tbe.num_features()) * c.B;
+  c.total_rows = tbe.total_rows();
+  c.sequence = args.pooling == PoolingMode::kNone;
+  c.mean = args.pooling == PoolingMode::kMean;
+  c.vals_are_items = !c.sequence && args.per_sample_weights.data == nullptr && args.grad_per_sample_weights.data == nullptr;
+  return c;
+}
+
+template <typename K>
+Status cub_bytes(int64_t N, int end_bit, cudaStream_t s, size_t* out) {
+  const int n = static_cast<int>(N);
+  size_t sort = 0, select = 0;
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(sort_pairs<K>(nullptr, sort, nullptr, nullptr, nullptr, nullptr, n, end_bit, s),
+                                       "cub::DeviceRadixSort::SortPairs (size)"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(select_runs<K>(nullptr, select, nullptr, nullptr, nullptr, nullptr, n, s),
+                                       "cub::DeviceSelect::UniqueByKey (size)"));
+  *out = std::max(sort, select);
+  return Status::Ok();
+}
+
+Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, const Tuning& t, cudaStream_t s,
+                   Layout* out) {
+  const CallShape c = call_shape(tbe, args);
+  if (c.N > INT32_MAX)
+    return unsupported("indices: " + std::to_string(c.N) + " lookups; the CUDA backward supports up to 2^31 - 1");
+  if (c.items >= static_cast<int64_t>(UINT32_MAX))
+    return unsupported("batch_size: T*B = " + std::to_string(c.items) + " bags; the CUDA backward supports fewer than 2^32 - 1");
+  Layout L;
+  L.key64 = static_cast<uint64_t>(c.total_rows) >= UINT32_MAX;  // the sentinel total_rows must fit the key
+  L.end_bit = sort_end_bit(tbe, args);
+  const size_t N = static_cast<size_t>(c.N);
+  const size_t kb = L.key64 ? 8 : 4;
+  L.max_block_rows = c.N / (static_cast<int64_t>(t.max_warp) + 1) + 1;
+  L.max_warp_rows = c.N / (tbe_bwd::kGroupMaxLookups + 1) + 1;
+  L.max_hot = c.N / (static_cast<int64_t>(t.max_block) + 1) + 1;
+  L.max_slots = c.N / tbe_bwd::kSuperChunk + L.max_hot + 1;
+  size_t at = 0;
+  const auto take = [&](size_t bytes) {
+    const size_t o = at;
+    at = align_up(at + bytes);
+    return o;
+  };
+  L.keys_in = take(N * kb);
+  L.keys_sorted = take(N * kb);
+  L.vals_in = take(N * 4);
+  L.vals_sorted = take(N * 4);
+  L.bag_of = take(c.vals_are_items ? 0 : N * 4);
+  L.bag_count = take(c.mean ? static_cast<size_t>(c.items) * 4 : 0);
+  L.unique_keys = take(N * kb);
+  L.run_lengths = take(N * 4);
+  L.run_starts = take(N * 4);
+  L.work_list = take(static_cast<size_t>(L.max_block_rows + L.max_slots) * 4);
+  L.warp_list = take(static_cast<size_t>(L.max_warp_rows) * 4);
+  L.hot_list = take(static_cast<size_t>(L.max_hot) * 4);
+  L.hot_base = take(static_cast<size_t>(L.max_hot) * 4);
+  L.slot_row = take(static_cast<size_t>(L.max_slots) * 4);
+  L.slot_super = take(static_cast<size_t>(L.max_slots) * 4);
+  L.partials = take(static_cast<size_t>(L.max_slots) * static_cast<size_t>(tbe.max_dim()) * 4);
+  L.counters = take(tbe_bwd::kNumCounters * 4);
+  L.classify_tally = take(tbe_bwd::kClassifyBlocks * sizeof(tbe_bwd::ClassTally));
+  if (c.N > 0) {
+    EMBSCALE_RETURN_IF_ERROR(L.key64 ? cub_bytes<uint64_t>(c.N, L.end_bit, s, &L.cub_bytes)
+                                     : cub_bytes<uint32_t>(c.N, L.end_bit, s, &L.cub_bytes));
+  }
+  L.cub_temp = take(L.cub_bytes);
+  L.total = at + kAlign;  // slack: the caller's buffer need not be 256-byte aligned
+  *out = L;
+  return Status::Ok();
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;
+  return std::max(1, sms);
+}
+
+template <typename K, typename I>
+Status launch_linearize(const BwdParams& p, cudaStream_t s) {
+  const int64_t blocks = std::max<int64_t>(1, (p.num_items + tbe_bwd::kLinearizeItems - 1) / tbe_bwd::kLinearizeItems);
+  tbe_bwd::tbe_backward_linearize_kernel<K, I><<<static_cast<unsigned>(blocks), tbe_bwd::kLinearizeItems, 0, s>>>(p);
+  EMBSCALE_CHECK_LAUNCH("tbe_backward_linearize_kernel");
+  return Status::Ok();
+}
+
+template <typename I>
+Status launch_finalize(const BwdParams& p, int64_t* num_skipped, cudaStream_t s) {
+  tbe_fwd::tbe_forward_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+                                                          static_cast<const I*>(p.indices), p.num_items,
+                                                          p.num_indices, p.check, p.scratch, num_skipped);
+  EMBSCALE_CHECK_LAUNCH("tbe_forward_finalize_kernel (backward)");
+  return Status::Ok();
+}
+
+template <typename K>
+Status run_sort(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
+  size_t bytes = L.cub_bytes;
+  return cuda_status(sort_pairs<K>(temp, bytes, static_cast<const K*>(p.keys_in), static_cast<K*>(p.keys_sorted),
+                                   p.vals_in, p.vals_sorted, static_cast<int>(p.num_indices), L.end_bit, s),
+                     "cub::DeviceRadixSort::SortPairs");
+}
+
+template <typename K>
+Status run_encode(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
+  size_t bytes = L.cub_bytes;
+  return cuda_status(select_runs<K>(temp, bytes, static_cast<const K*>(p.keys_sorted), static_cast<K*>(p.unique_keys),
+                                    p.run_starts, p.counters + tbe_bwd::kNumRuns, static_cast<int>(p.num_indices), s),
+                     "cub::DeviceSelect::UniqueByKey (runs)");
+}
+
+bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+}  // namespace
+
+Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes) {
+  Tuning t;
+  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, tbe.max_dim(), &t));
+  Layout L;
+  EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, nullptr, &L));
+  *bytes = L.total;
+  return Status::Ok();
+}
+
+Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, void* ws,
+                    size_t ws_bytes) {
+  return tbe_backward_phases(ctx, tbe, args, ws, ws_bytes, kTbeBwdAll);
+}
+
+Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args,
+                           void* ws, size_t ws_bytes, unsigned phases) {
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
+  Tuning t;
+  EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, tbe.max_dim(), &t));
+  Layout L;
+  EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, stream, &L));
+  if (ws_bytes < L.total)
+    return invalid_argument("workspace: " + std::to_string(ws_bytes) + " bytes; this call needs " +
+                            std::to_string(L.total) + " (tbe_backward_workspace_size)");
+  if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(L.total) + " bytes are needed");
+  const CallShape c = call_shape(tbe, args);
+  const bool dense = args.optimizer.type == OptimizerType::kNone;
+
+  bool capturing = false;
+  if (args.bounds_check != BoundsCheckMode::kOff) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
+    capturing = capture != cudaStreamCaptureStatusNone;
+  }
+  if (args.bounds_check == BoundsCheckMode::kError && capturing && (phases & kTbeBwdLinearize))
+    return invalid_argument(
+        "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
+        "inside a CUDA graph capture; use skip or off");
+
+  char* base = reinterpret_cast<char*>(align_up(reinterpret_cast<uintptr_t>(ws)));
+  const auto at = [&](size_t off) { return static_cast<void*>(base + off); };
+  BwdParams p{};
+  p.weights = args.weights.data;
+  p.grad_output = args.grad_output.data;
+  p.indices = args.indices.data;
+  p.offsets = args.offsets.data;
+  p.psw = static_cast<const float*>(args.per_sample_weights.data);
+  p.weight_offsets = meta.weight_offsets;
+  p.num_rows = meta.num_rows;
+  p.dims = meta.dims;
+  p.output_offsets = meta.output_offsets;
+  p.row_offsets = meta.row_offsets;
+  p.scratch = meta.scratch;
+  p.momentum1 = static_cast<float*>(args.momentum1.data);
+  p.momentum2 = static_cast<float*>(args.momentum2.data);
+  p.grad_psw = static_cast<float*>(args.grad_per_sample_weights.data);
+  p.unique_rows_out = static_cast<int64_t*>(args.unique_rows.data);
+  p.num_unique_out = args.num_unique;
+  p.unique_grads = static_cast<float*>(args.unique_grads.data);
+  p.keys_in = at(L.keys_in);
+  p.keys_sorted = at(L.keys_sorted);
+  p.vals_in = static_cast<uint32_t*>(at(L.vals_in));
+  p.vals_sorted = static_cast<uint32_t*>(at(L.vals_sorted));
+  p.bag_of = static_cast<uint32_t*>(at(L.bag_of));
+  p.bag_count = static_cast<int32_t*>(at(L.bag_count));
+  p.unique_keys = at(L.unique_keys);
+  p.run_lengths = static_cast<uint32_t*>(at(L.run_lengths));
+  p.run_starts = static_cast<uint32_t*>(at(L.run_starts));
+  p.work_list = static_cast<uint32_t*>(at(L.work_list));
+  p.warp_list = static_cast<uint32_t*>(at(L.warp_list));
+  p.hot_list = static_cast<uint32_t*>(at(L.hot_list));
+  p.hot_base = static_cast<uint32_t*>(at(L.hot_base));
+  p.slot_row = static_cast<uint32_t*>(at(L.slot_row));
+  p.slot_super = static_cast<uint32_t*>(at(L.slot_super));
+  p.partials = static_cast<float*>(at(L.partials));
+  p.counters = static_cast<uint32_t*>(at(L.counters));
+  p.batch_size = c.B;
+  p.num_indices = c.N;
+  p.num_items = c.items;
+  p.total_rows = c.total_rows;
+  const int T = tbe.num_features();
+  p.grad_stride = c.sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
+  p.max_hot = L.max_hot;
+  p.max_slots = L.max_slots;
+  p.num_features = T;
+  p.max_dim = tbe.max_dim();
+  p.key64 = L.key64 ? 1 : 0;
+  p.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
+            : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
+                                                          : tbe_fwd::kCheckOff;
+  p.check_report = args.bounds_check == BoundsCheckMode::kSkip ? 1 : 0;
+  p.sequence = c.sequence ? 1 : 0;
+  p.vals_are_items = c.vals_are_items ? 1 : 0;
+  p.need_bag_of = c.vals_are_items ? 0 : 1;
+  p.mean = c.mean ? 1 : 0;
+  p.contrib = c.mean ? tbe_bwd::kContribMean
+                     : (args.per_sample_weights.data != nullptr ? tbe_bwd::kContribWeighted : tbe_bwd::kContribPlain);
+  // Vector access: every row of every table (and every gradient row) starts at a multiple of kVec
+  // elements of a suitably aligned base.
+  const size_t wes = dtype_size(args.weights.dtype), ges = dtype_size(args.grad_output.dtype);
+  bool w_vec = aligned(args.weights.data, wes * tbe_bwd::kVec), g_vec = aligned(args.grad_output.data, ges * tbe_bwd::kVec);
+  for (int f = 0; f < T; ++f) {
+    w_vec = w_vec && tbe.feature_dim(f) % tbe_bwd::kVec == 0 && tbe.weight_offset(tbe.feature_table(f)) % tbe_bwd::kVec == 0;
+    g_vec = g_vec && p.grad_stride % tbe_bwd::kVec == 0 && (c.sequence || tbe.output_offset(f) % tbe_bwd::kVec == 0);
+  }
+  p.w_vec = w_vec ? 1 : 0;
+  p.g_vec = g_vec ? 1 : 0;
+  p.ug_vec = (dense && aligned(args.unique_grads.data, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
+  p.max_warp_segment = t.max_warp;
+  p.max_block_segment = t.max_block;
+  p.opt = args.optimizer;
+  p.corrections = opt::adam_corrections(args.optimizer);
+  p.rounding = args.rounding;
+  p.rounding_key = rounding_key(args.seed, args.optimizer.step);
+  p.list_warp_rows = tbe_bwd::group_rows(p) != 0 ? 1 : 0;
+  void* cub_temp = at(L.cub_temp);
+  const bool i64 = args.indices.dtype == DType::kI64;
+
+  // 1. linearize and check
+  if (phases & kTbeBwdLinearize) {
+    if (c.N > 0 || args.bounds_check != BoundsCheckMode::kOff) {
+      if (L.key64) {
+        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint64_t, int64_t>(p, stream)
+                                      : launch_linearize<uint64_t, int32_t>(p, stream)));
+      } else {
+        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint32_t, int64_t>(p, stream)
+                                      : launch_linearize<uint32_t, int32_t>(p, stream)));
+      }
+    }
+    if (args.bounds_check != BoundsCheckMode::kOff) {
+      EMBSCALE_RETURN_IF_ERROR(i64 ? launch_finalize<int64_t>(p, args.num_skipped, stream)
+                                   : launch_finalize<int32_t>(p, args.num_skipped, stream));
+    }
+    if (args.bounds_check == BoundsCheckMode::kError)
+      EMBSCALE_RETURN_IF_ERROR(tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward"));
+  }
+  if (c.N == 0) {
+    if (dense && (phases & kTbeBwdEncode))
+      EMBSCALE_RETURN_IF_ERROR(
+          cuda_status(cudaMemsetAsync(args.num_unique, 0, sizeof(int64_t), stream), "cudaMemsetAsync (num_unique)"));
+  } else {
+    // 2. sort
+    if (phases & kTbeBwdSort) {
+      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_sort<uint64_t>(p, L, cub_temp, stream)
+                                       : run_sort<uint32_t>(p, L, cub_temp, stream));
+    }
+    // 3. encode and classify
+    if (phases & kTbeBwdEncode) {
+      EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(p.counters, 0, tbe_bwd::kNumCounters * 4, stream),
+                                           "cudaMemsetAsync (counters)"));
+      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_encode<uint64_t>(p, L, cub_temp, stream)
+                                       : run_encode<uint32_t>(p, L, cub_temp, stream));
+      // Both passes on one grid: the same split of the unique rows into ranges.
+      const unsigned blocks = static_cast<unsigned>(
+          std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, tbe_bwd::kClassifyBlocks));
+      auto* tally = static_cast<tbe_bwd::ClassTally*>(at(L.classify_tally));
+      const auto place = L.key64 ? tbe_bwd::tbe_backward_classify_place_kernel<uint64_t>
+                                 : tbe_bwd::tbe_backward_classify_place_kernel<uint32_t>;
+      if (L.key64) {
+        tbe_bwd::tbe_backward_classify_tally_kernel<uint64_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
+      } else {
+        tbe_bwd::tbe_backward_classify_tally_kernel<uint32_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
+      }
+      EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
+      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_classify_place_kernel", place, dim3(blocks),
+                                             dim3(tbe_bwd::kRowThreads), 0, stream, p,
+                                             static_cast<const tbe_bwd::ClassTally*>(tally)));
+    }
+    // 4. gradient sums and updates
+    if (phases & kTbeBwdRows) {
+      tbe_bwd::RowGrids g;
+      g.sms = sm_count();
+      g.block_threads = t.block_threads;
+      switch (args.weights.dtype) {
+        case DType::kF32:
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<float>(p, args.grad_output.dtype, g, stream)));
+          break;
+        case DType::kF16:
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<fp16_t>(p, args.grad_output.dtype, g, stream)));
+          break;
+        case DType::kBF16:
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<bf16_t>(p, args.grad_output.dtype, g, stream)));
+          break;
+        default:
+          return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) +
+                                  " is not supported; expected fp32, fp16 or bf16");
+      }
+    }
+  }
+  // Skip mode outside a capture: broken offsets become an error Status (nothing was updated).
+  if (args.bounds_check == BoundsCheckMode::kSkip && !capturing && (phases & kTbeBwdLinearize))
+    return tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward");
+  return Status::Ok();
+}
+
+}  // namespace cuda
+}  // namespace embscale

@@ -1,0 +1,108 @@
+// Definition of launch_tbe_backward_rows, included only by the per-weights-dtype instantiation files.
+#pragma once
+
+#include <string>
+
+#include "core/cuda/check.cuh"
+#include "tbe/cuda/backward/tbe_backward_launch.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_bwd {
+
+// Resident blocks per SM of kernel fn at `threads` threads (1 if the calculator fails).
+inline int resident_blocks(const void* fn, int threads) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, 0) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return n;
+}
+
+using RowsKernel = void (*)(BwdParams);
+
+template <typename W, typename G, int kRows>
+RowsKernel group_kernel(int opt) {
+  return opt == kGroupAdagrad ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupAdagrad>
+         : opt == kGroupSgd   ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupSgd>
+                              : tbe_backward_warp_rows_kernel<W, G, kRows, kGroupDense>;
+}
+
+template <typename W, typename G>
+RowsKernel warp_rows_kernel(int rows, int opt) {  // rows: 4, 2 or 1
+  return rows == 4 ? group_kernel<W, G, 4>(opt) : rows == 2 ? group_kernel<W, G, 2>(opt) : group_kernel<W, G, 1>(opt);
+}
+
+template <typename W, typename G>
+Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) {
+  const auto grid = [&](const void* fn, int threads) { return g.sms * resident_blocks(fn, threads); };
+  if (p.grad_psw != nullptr) {
+    const auto k = tbe_backward_grad_psw_kernel<W, G>;
+    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_backward_grad_psw_kernel");
+  }
+  {
+    // Lane groups: 4 rows per warp up to 128 columns, 2 up to 256, 1 (all passes in registers) up to 512;
+    // one kernel per optimizer of the path (SGD, row-wise Adagrad, dense). Then the whole-warp kernel
+    // for the warp-path rows the lane groups do not take (all of them when the path is off).
+    const int rows = group_rows(p);
+    // The first row kernel waits for what classify (or grad_psw) wrote before it reads anything; the
+    // later ones work on other rows and only wait for their predecessor before they complete.
+    BwdParams first = p;
+    first.wait_at_start = 1;
+    BwdParams q = rows != 0 ? p : first;
+    q.warp_min_len = 0;
+    if (rows != 0) {
+      const auto k = warp_rows_kernel<W, G>(rows, group_opt(p));
+      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
+                                             dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
+                                             dim3(kRowThreads), 0, s, first));
+      q.warp_min_len = kGroupMaxLookups;
+    }
+    const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
+    if (warp_kernel) {
+      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0>;
+      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel", k,
+                                             dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
+                                             dim3(kRowThreads), 0, s, q));
+    }
+    // the block-path kernel is the first row kernel when neither warp kernel runs
+    const auto k = tbe_backward_block_work_kernel<W, G>;
+    EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_block_work_kernel", k,
+                                           dim3(grid(reinterpret_cast<const void*>(k), g.block_threads)),
+                                           dim3(g.block_threads), 0, s, rows != 0 || warp_kernel ? p : first));
+  }
+  {
+    const auto k = tbe_backward_hot_combine_kernel<W>;
+    EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_hot_combine_kernel", k,
+                                           dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
+                                           dim3(kRowThreads), 0, s, p));
+  }
+  return Status::Ok();
+}
+
+template <typename W>
+Status launch_tbe_backward_rows(const BwdParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t s) {
+  switch (grad_dtype) {
+    case DType::kF32: return launch_rows_typed<W, float>(p, g, s);
+    case DType::kF16: return launch_rows_typed<W, fp16_t>(p, g, s);
+    case DType::kBF16: return launch_rows_typed<W, bf16_t>(p, g, s);
+    default: break;
+  }
+  return invalid_argument(std::string("grad_output: dtype ") + dtype_name(grad_dtype) +
+                          " is not supported; expected fp32, fp16 or bf16");
+}
+
+}  // namespace tbe_bwd
+}  // namespace cuda
+}  // namespace embscale
+
+#define EMBSCALE_TBE_BACKWARD_INSTANTIATE(W)                                                                 \
+  namespace embscale {                                                                                       \
+  namespace cuda {                                                                                           \
+  namespace tbe_bwd {                                                                                        \
+  template Status launch_tbe_backward_rows<W>(const BwdParams&, DType, const RowGrids&, cudaStream_t);       \
+  }                                                                                                          \
+  }                                                                                                          \
+  }

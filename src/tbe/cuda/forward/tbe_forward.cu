@@ -1,0 +1,295 @@
+// CUDA table-batched embedding forward: grid sizing, the one runtime -> compile-time dtype dispatch,
+// and the bounds-check protocol around the bags kernel (tbe_forward_kernels.cuh).
+//
+// Enqueued on ctx.stream, in order:
+//   1. tbe_forward_bags_kernel: grid (bag tiles, features), sized from each feature's row plan so the
+//      feature needing the most blocks gets exactly enough; blocks of other features past their last
+//      bag exit at once.
+//   2. (error and skip modes) tbe_forward_finalize_kernel, one thread: first/last offset checks, the
+//      report or the skip count, and the scratch records cleared for the next call.
+//   3. the 5-word report is copied to the host and the stream synchronised; a report becomes a
+//      kOutOfRange Status naming what was wrong:
+//      * error mode: always (the documented synchronising mode), so it is refused during capture;
+//      * skip mode: only when the stream is not being captured, so that broken offsets are an error
+//        Status as on the CPU backend. Inside a capture skip mode never synchronises: broken bags are
+//        skipped (nothing is read out of bounds) and *num_skipped is set to -1 instead of the count.
+// Off mode only launches the bags kernel. No mode allocates.
+//
+// Tuning (tbe/tbe_tuning.h): the kernel shape for pooled fp32 -> fp32 with int64 indices
+// (tbe_forward_variants.cu), the grid order and the bags per lane group, from the environment at the
+// first call or set by a test or benchmark.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "tbe/tbe_backend.h"
+#include "tbe/tbe_tuning.h"
+#include "core/cuda/check.cuh"
+#include "tbe/cuda/forward/tbe_forward_launch.cuh"
+#include "tbe/cuda/tbe_report.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace {
+
+using tbe_fwd::TbeForwardParams;
+
+constexpr int64_t kMaxGridX = INT_MAX;
+constexpr int kMaxGridY = 65535;
+
+template <typename W, typename O>
+Status dispatch_index(const TbeForwardParams& p, DType index_dtype, dim3 grid, cudaStream_t s) {
+  if (index_dtype == DType::kI32) return tbe_fwd::launch_tbe_forward<W, O, int32_t>(p, grid, s);
+  return tbe_fwd::launch_tbe_forward<W, O, int64_t>(p, grid, s);
+}
+
+template <typename W>
+Status dispatch_output(const TbeForwardParams& p, DType out_dtype, DType index_dtype, dim3 grid, cudaStream_t s) {
+  switch (out_dtype) {
+    case DType::kF32: return dispatch_index<W, float>(p, index_dtype, grid, s);
+    case DType::kF16: return dispatch_index<W, fp16_t>(p, index_dtype, grid, s);
+    case DType::kBF16: return dispatch_index<W, bf16_t>(p, index_dtype, grid, s);
+    default: break;
+  }
+  return invalid_argument(std::string("output: dtype ") + dtype_name(out_dtype) +
+                          " is not supported; expected fp32, fp16 or bf16");
+}
+
+Status launch_bags(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DType index_dtype, dim3 grid,
+                   cudaStream_t s) {
+  switch (w_dtype) {
+    case DType::kF32: return dispatch_output<float>(p, out_dtype, index_dtype, grid, s);
+    case DType::kF16: return dispatch_output<fp16_t>(p, out_dtype, index_dtype, grid, s);
+    case DType::kBF16: return dispatch_output<bf16_t>(p, out_dtype, index_dtype, grid, s);
+    default: break;
+  }
+  return invalid_argument(std::string("weights: dtype ") + dtype_name(w_dtype) +
+                          " is not supported; expected fp32, fp16 or bf16");
+}
+
+// ---- tuning ----
+
+struct TuningState {
+  std::mutex mu;
+  bool loaded = false;
+  std::string env_error;  // a bad environment value's message; empty when none
+  TbeForwardTuning t;
+  int variant_index = 0;
+};
+
+TuningState& tuning_state() {
+  static TuningState s;
+  return s;
+}
+
+int find_variant(const std::string& name) {
+  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i)
+    if (name == tbe_fwd::fwd_variant(i).name) return i;
+  return -1;
+}
+
+std::string variant_list() {
+  std::string s;
+  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i) s += (i ? ", " : "") + std::string(tbe_fwd::fwd_variant(i).name);
+  return s;
+}
+
+Status check_tuning(const TbeForwardTuning& t, const char* variant_src, const char* bags_src, int* index) {
+  const int i = find_variant(t.variant);
+  if (i < 0)
+    return invalid_argument(std::string(variant_src) + ": unknown variant '" + t.variant + "'; expected one of " +
+                            variant_list());
+  if (t.bags_per_group < 0 || t.bags_per_group > 64)
+    return invalid_argument(std::string(bags_src) + ": " + std::to_string(t.bags_per_group) +
+                            "; expected 0 (automatic) or 1..64");
+  *index = i;
+  return Status::Ok();
+}
+
+// Loads the environment once (caller holds the lock).
+void load_env(TuningState& s) {
+  if (s.loaded) return;
+  s.loaded = true;
+  TbeForwardTuning t;
+  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_VARIANT"); v != nullptr && *v != 0) t.variant = v;
+  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_ORDER"); v != nullptr && *v != 0) {
+    const std::string o = v;
+    if (o == "feature") {
+      t.feature_inner = true;
+    } else if (o != "tile") {
+      s.env_error = "EMBSCALE_TBE_FWD_ORDER: '" + o + "'; expected tile or feature";
+      return;
+    }
+  }
+  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_BAGS"); v != nullptr && *v != 0) {
+    char* e = nullptr;
+    const long n = std::strtol(v, &e, 10);
+    t.bags_per_group = (e != nullptr && *e == 0 && n >= 0 && n <= 64) ? static_cast<int>(n) : -1;
+  }
+  int index = 0;
+  const Status st = check_tuning(t, "EMBSCALE_TBE_FWD_VARIANT", "EMBSCALE_TBE_FWD_BAGS", &index);
+  if (!st.ok()) {
+    s.env_error = st.message();
+  } else {
+    s.t = t;
+    s.variant_index = index;
+  }
+}
+
+Status current_tuning(TbeForwardTuning* t, int* index) {
+  TuningState& s = tuning_state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  load_env(s);
+  if (!s.env_error.empty()) return invalid_argument(s.env_error);
+  *t = s.t;
+  *index = s.variant_index;
+  return Status::Ok();
+}
+
+Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, cudaStream_t s) {
+  const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
+  if (index_dtype == DType::kI32) {
+    tbe_fwd::tbe_forward_finalize_kernel<int32_t><<<1, 32, 0, s>>>(
+        static_cast<const int32_t*>(p.offsets), static_cast<const int32_t*>(p.indices), items, p.num_indices, p.check,
+        p.scratch, num_skipped);
+  } else {
+    tbe_fwd::tbe_forward_finalize_kernel<int64_t><<<1, 32, 0, s>>>(
+        static_cast<const int64_t*>(p.offsets), static_cast<const int64_t*>(p.indices), items, p.num_indices, p.check,
+        p.scratch, num_skipped);
+  }
+  EMBSCALE_CHECK_LAUNCH("tbe_forward_finalize_kernel");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<std::string> tbe_forward_variant_names() {
+  std::vector<std::string> names;
+  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i) names.emplace_back(tbe_fwd::fwd_variant(i).name);
+  return names;
+}
+
+Status tbe_forward_tuning(TbeForwardTuning* out) {
+  int index = 0;
+  return current_tuning(out, &index);
+}
+
+Status set_l2_fetch_granularity(int bytes) {
+  if (bytes < 0 || bytes > 128)
+    return invalid_argument("l2 fetch granularity: " + std::to_string(bytes) + " bytes; expected 0..128");
+  return cuda_status(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, static_cast<size_t>(bytes)),
+                     "cudaDeviceSetLimit (cudaLimitMaxL2FetchGranularity)");
+}
+
+Status set_tbe_forward_tuning(const TbeForwardTuning& t) {
+  int index = 0;
+  EMBSCALE_RETURN_IF_ERROR(check_tuning(t, "variant", "bags_per_group", &index));
+  TuningState& s = tuning_state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.loaded = true;  // an explicit setting replaces the environment's
+  s.env_error.clear();
+  s.t = t;
+  s.variant_index = index;
+  return Status::Ok();
+}
+
+Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
+  const int T = tbe.num_features();
+  const int64_t B = args.batch_size;
+  const int64_t N = args.indices.numel();
+  const bool sequence = args.pooling == PoolingMode::kNone;
+
+  bool capturing = false;
+  if (args.bounds_check != BoundsCheckMode::kOff) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
+    capturing = capture != cudaStreamCaptureStatusNone;
+  }
+  if (args.bounds_check == BoundsCheckMode::kError && capturing)
+    return invalid_argument(
+        "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
+        "inside a CUDA graph capture; use skip or off");
+
+  TbeForwardParams p;
+  p.weights = args.weights.data;
+  p.indices = args.indices.data;
+  p.offsets = args.offsets.data;
+  p.per_sample_weights = static_cast<const float*>(args.per_sample_weights.data);
+  p.output = args.output.data;
+  p.weight_offsets = meta.weight_offsets;
+  p.num_rows = meta.num_rows;
+  p.dims = meta.dims;
+  p.output_offsets = meta.output_offsets;
+  p.scratch = meta.scratch;
+  p.batch_size = B;
+  p.num_indices = N;
+  p.out_row_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
+  p.num_features = T;
+  p.pooling = args.pooling == PoolingMode::kSum ? tbe_fwd::kPoolSum
+              : args.pooling == PoolingMode::kMean ? tbe_fwd::kPoolMean
+                                                   : tbe_fwd::kPoolNone;
+  p.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
+            : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
+                                                          : tbe_fwd::kCheckOff;
+
+  TbeForwardTuning tuning;
+  int variant_index = 0;
+  EMBSCALE_RETURN_IF_ERROR(current_tuning(&tuning, &variant_index));
+  p.feature_inner = tuning.feature_inner ? 1 : 0;
+  // The variants cover pooled fp32 -> fp32 with int64 indices; everything else runs the default.
+  const bool use_variant = variant_index != 0 && !sequence && args.weights.dtype == DType::kF32 &&
+                           args.output.dtype == DType::kF32 && args.indices.dtype == DType::kI64;
+  const tbe_fwd::FwdVariant& variant = tbe_fwd::fwd_variant(use_variant ? variant_index : 0);
+
+  // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
+  // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
+  // the tile and y the feature (folded if T > 65535), or the other way round in feature-inner order
+  // (tiles folded past 65535: the kernel loops over the bags of its tiles).
+  if (T > 0 && B > 0) {
+    const int es = static_cast<int>(dtype_size(args.weights.dtype));
+    const auto base = reinterpret_cast<uintptr_t>(args.weights.data);
+    // Automatic bags per group: 2 when the widest group is a whole warp. H200, default shape (µs, one
+    // bag vs two): D=128 Zipf 1.15 281 -> 249, mixed D 746 -> 731 (Zipf 346 -> 310), D=68 449 -> 435,
+    // D=128 uniform 640 -> 643, D=256 1281 -> 1288; narrower groups lose (D=8 143 -> 152, D=32 176 -> 181),
+    // and with a whole-warp group sizing the grid they walk one bag each anyway.
+    int max_group = 1;
+    for (int f = 0; f < T; ++f) {
+      const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
+      max_group = std::max(max_group, tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, variant.vecs).group);
+    }
+    const int bags_per_group =
+        tuning.bags_per_group > 0 ? tuning.bags_per_group : (max_group == ArchTraits::kWarpSize ? 2 : 1);
+    int64_t tiles = 1;
+    for (int f = 0; f < T; ++f) {
+      const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
+      const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, variant.vecs);
+      const int64_t bags_per_block = static_cast<int64_t>(variant.block / plan.group) * bags_per_group;
+      tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
+    }
+    const dim3 grid = tuning.feature_inner
+                          ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))
+                          : dim3(static_cast<unsigned>(std::min(tiles, kMaxGridX)),
+                                 static_cast<unsigned>(std::min(T, kMaxGridY)));
+    if (use_variant) {
+      EMBSCALE_RETURN_IF_ERROR(variant.launch(p, grid, stream));
+    } else {
+      EMBSCALE_RETURN_IF_ERROR(launch_bags(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
+    }
+  }
+  if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
+
+  EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, stream));
+  if (args.bounds_check == BoundsCheckMode::kSkip && capturing) return Status::Ok();
+
+  return tbe_report::read_report(tbe, B, N, stream, "tbe forward");
+}
+
+}  // namespace cuda
+}  // namespace embscale

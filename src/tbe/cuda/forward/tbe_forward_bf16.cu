@@ -1,0 +1,4 @@
+// Explicit instantiations of the TBE forward launchers for bf16 weights (see tbe_forward_launch.cuh).
+#include "tbe/cuda/forward/tbe_forward_instances.cuh"
+
+EMBSCALE_TBE_FORWARD_INSTANTIATE(bf16_t)

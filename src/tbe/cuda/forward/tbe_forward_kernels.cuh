@@ -1,0 +1,580 @@
+// CUDA table-batched embedding forward: the kernels (launch and dtype dispatch live in tbe_forward.cu).
+//
+// Work mapping. The grid is 2-D: blockIdx.y is the feature, blockIdx.x a tile of that feature's bags,
+// so every thread of a block sees the same D and takes the same code path (no divergence on D, and
+// mixed-D launches need no schedule in memory). A bag is owned by a group of G lanes (G a power of
+// two, 1..32): a row of D elements is cut into `units` vectors of kBytes (16, 8, 4 or one element),
+// G = min(32, next_pow2(units)), and each lane owns one vector column of the row. So D=128 fp32 is a
+// warp per bag (32 x 16 B), D=32 fp32 four bags per warp, D=1 fp32 32 bags per warp. Rows wider than
+// 32 vectors are covered in passes of 32 vectors, each pass walking the bag's lookups again (the
+// indices are re-read from L1/L2; they are 1-2% of the bytes of such rows).
+//
+// Memory-level parallelism. Each lane walks its bag kUnroll lookups at a time: it loads the kUnroll
+// indices (the group's lanes read the same address, one transaction), then issues kUnroll independent
+// row loads, then accumulates. kUnroll 16-byte loads per lane keep 4 KB per warp in flight, which at
+// 16+ resident warps per SM covers HBM latency at full bandwidth.
+//
+// Vector paths. The widest of 16/8/4 bytes that divides the row's bytes and the table's base address
+// (so every row of the table is aligned) is used; otherwise one element per lane. The choice is made
+// at runtime per feature (kernel_plan, shared with the host for the grid size), so the instantiated set
+// stays weights x output x index dtypes.
+//
+// Numerics and determinism. Every output element is accumulated in fp32 by one lane, in the order of
+// the bag's indices: acc = acc + w * x with separate correctly rounded multiply and add (no FMA
+// contraction; unweighted lookups use w = 1, which is exact), MEAN divides by the count of valid
+// lookups with a correctly rounded division, and the result is rounded once to the output dtype. No
+// atomics touch the output, so results are bit-identical across runs and equal to a sequential fp32
+// loop over the bag.
+//
+// Bounds checks (tbe.h). Every bag is clamped to an in-bounds range ([0, N], empty when its offsets
+// decrease) in every mode, so no bag reads outside the indices. Off mode trusts the indices (see
+// docs/tbe_forward_cuda.md for what a per-lookup clamp costs). In error and skip modes a decrease is also
+// recorded, and an index outside [0, E) contributes nothing. Skip mode adds the bag's skipped count to a
+// scratch counter with one atomic per bag that has any; error mode keeps the smallest invalid position with an atomic max
+// of ~position. tbe_forward_finalize_kernel then checks offsets[0] and the last offset, turns the
+// records into a report (or the skip count into *num_skipped) and clears the records for the next call.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/numerics.h"
+#include "core/cuda/arch_traits.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_fwd {
+
+// Compile-time shape of the bags kernel. The default is used for every dtype combination; a few
+// other shapes are compiled for fp32 weights and output with int64 indices, pooled, so that they can
+// be compared on one build (tbe_forward_variants.cu, selected by EMBSCALE_TBE_FWD_VARIANT):
+//  kBlock, kMinBlocks: block size and the occupancy floor given to the register allocator;
+//  kUnroll:            lookups per step (row loads in flight per lane per vector);
+//  kVecs:              vectors per lane per pass (2: D=128 fp32 is 16 lanes per bag, two bags a warp);
+//  kNoAlloc:           row loads bypass L1 (ld.global.nc.L1::no_allocate; rows are rarely reused).
+template <int kBlock_, int kMinBlocks_, int kUnroll_, int kVecs_, bool kNoAlloc_>
+struct FwdConfig {
+  static constexpr int kBlock = kBlock_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  // Sequence kernels keep more values live (a store per lookup): two thirds of the pooled floor.
+  static constexpr int kMinBlocksSequence = kMinBlocks_ * 2 / 3 > 0 ? kMinBlocks_ * 2 / 3 : 1;
+  static constexpr int kUnroll = kUnroll_;
+  static constexpr int kVecs = kVecs_;
+  static constexpr bool kNoAlloc = kNoAlloc_;
+};
+
+// Default, chosen by the H200 sweep (docs/tbe_forward_cuda.md): 128 threads, 8 blocks per SM, unroll 4
+// — more resident warps with fewer loads each beat fewer warps with deeper unrolling (T=32, D=128,
+// B=8192, L=20 fp32: 656 us uniform vs 779 us for 256 threads x 3 blocks x unroll 8; Zipf 1.15: 369 vs
+// 512 us). Sequence kernels keep two thirds of the pooled occupancy floor.
+using DefaultFwdConfig = FwdConfig<128, 8, 4, 1, false>;
+constexpr int kBlockThreads = DefaultFwdConfig::kBlock;
+
+enum PoolKind : int { kPoolSum = 0, kPoolMean = 1, kPoolNone = 2 };
+enum CheckKind : int { kCheckError = 0, kCheckSkip = 1, kCheckOff = 2 };
+
+// Scratch words (TableBatchedEmbedding::kScratchWords = 8, zero between calls).
+enum ScratchWord : int {
+  kSkipCount = 0,    // skip mode: invalid indices seen
+  kBadIndexKey = 1,  // error mode: ~(smallest invalid position), 0 = none
+  kBadOffsetKey = 2, // ~(smallest i with offsets[i] < offsets[i-1]), 0 = none
+  kReport = 3,       // [3..7] written by the finalize kernel: kind, a, b, c, d
+};
+
+// Report kinds (scratch[kReport]) and the meaning of a, b, c, d.
+enum ReportKind : int64_t {
+  kReportNone = 0,
+  kReportNegativeFirst = 1,  // a = offsets[0]
+  kReportDecreasing = 2,     // a = i, b = offsets[i], c = offsets[i-1]
+  kReportLastMismatch = 3,   // a = offsets[T*B]
+  kReportBadIndex = 4,       // a = bag item (f*B+b), b = position in indices, c = index, d = bag start
+};
+
+// Plain parameters of one forward call (pointers are device memory).
+struct TbeForwardParams {
+  const void* weights;            // [num_weights] of W
+  const void* indices;            // [N] of I
+  const void* offsets;            // [T*B+1] of I
+  const float* per_sample_weights;  // [N] or null
+  void* output;                   // pooled [B, total_dim] or sequence [N, D], of O
+  const int64_t* weight_offsets;  // [T] element offset of each feature's table
+  const int64_t* num_rows;        // [T]
+  const int32_t* dims;            // [T]
+  const int32_t* output_offsets;  // [T+1]
+  int64_t* scratch;               // [8]
+  int64_t batch_size;             // B
+  int64_t num_indices;            // N
+  int64_t out_row_stride;         // total_dim (pooled) or D (sequence), elements
+  int num_features;               // T
+  int pooling;                    // PoolKind
+  int check;                      // CheckKind
+  int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
+};
+
+// How one feature's rows are read: vector bytes per lane, vectors per row, lanes per bag.
+struct RowPlan {
+  int vec_bytes;
+  int units;
+  int group;
+  int vecs = 1;  // vectors per lane (kernel_plan)
+};
+
+// vecs: vectors per lane per pass (FwdConfig::kVecs); the group is the power of two of lanes that
+// covers the row with vecs vectors each, at most a warp.
+__host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t table_addr, int vecs = 1) {
+  const int64_t row_bytes = static_cast<int64_t>(dim) * elem_bytes;
+  int vb = elem_bytes;
+  for (int cand = ArchTraits::kVectorBytes; cand > elem_bytes; cand /= 2) {
+    if (row_bytes % cand == 0 && table_addr % cand == 0) {
+      vb = cand;
+      break;
+    }
+  }
+  RowPlan plan;
+  plan.vec_bytes = vb;
+  plan.units = static_cast<int>(row_bytes / vb);
+  const int lanes = (plan.units + vecs - 1) / vecs;
+  int g = 1;
+  while (g < lanes && g < ArchTraits::kWarpSize) g *= 2;
+  plan.group = g;
+  return plan;
+}
+
+// Rows of 33..63 16-byte vectors (fp32 D = 132..252) take two vectors per lane at half the unroll (as
+// many loads in flight), one walk over the bag. In passes of 32 vectors the second pass re-walks the bag
+// for what is left of the row, as little as one vector, a separate far access per lookup: D=132 ran at
+// 73% of the byte floor, 83% now (D=160 90 -> 97%). Measured and not taken: the same for 9..31 vectors
+// on half as many lanes (fp32 D = 68, 96, 100, 40: 4-10% slower, mixed D 756 -> 782 us).
+__host__ __device__ inline bool wide_row(int units) {
+  return units > ArchTraits::kWarpSize && units < 2 * ArchTraits::kWarpSize;
+}
+
+// The plan the bags kernel runs for a row of a kernel shape with `vecs` vectors per lane: plan_row, or
+// for a wide_row under a one-vector shape, two vectors per lane (vecs = 2 in the result). The host sizes
+// the grid with it.
+__host__ __device__ inline RowPlan kernel_plan(int dim, int elem_bytes, uintptr_t table_addr, int vecs) {
+  RowPlan plan = plan_row(dim, elem_bytes, table_addr, vecs);
+  plan.vecs = vecs;
+  if (vecs == 1 && plan.vec_bytes == 16 && wide_row(plan.units)) {
+    plan = plan_row(dim, elem_bytes, table_addr, 2);
+    plan.vecs = 2;
+  }
+  return plan;
+}
+
+// ---- raw vector loads and stores ----
+
+template <int kBytes>
+struct Words {
+  uint32_t w[kBytes >= 4 ? kBytes / 4 : 1];
+};
+
+// Weights are read-only for the kernel's lifetime: the non-coherent path (LDG.E.*.CONSTANT). With
+// kNoAlloc the line is not kept in L1 (rows of a uniform lookup are rarely reused; L2 still caches).
+template <int kBytes, bool kNoAlloc = false>
+__device__ __forceinline__ Words<kBytes> load_words(const void* p) {
+  Words<kBytes> r;
+  if constexpr (kNoAlloc && kBytes == 16) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3])
+        : "l"(p));
+  } else if constexpr (kNoAlloc && kBytes == 8) {
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p));
+  } else if constexpr (kNoAlloc && kBytes == 4) {
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.w[0]) : "l"(p));
+  } else if constexpr (kBytes == 16) {
+    const uint4 v = __ldg(static_cast<const uint4*>(p));
+    r.w[0] = v.x; r.w[1] = v.y; r.w[2] = v.z; r.w[3] = v.w;
+  } else if constexpr (kBytes == 8) {
+    const uint2 v = __ldg(static_cast<const uint2*>(p));
+    r.w[0] = v.x; r.w[1] = v.y;
+  } else if constexpr (kBytes == 4) {
+    r.w[0] = __ldg(static_cast<const unsigned int*>(p));
+  } else {
+    r.w[0] = __ldg(static_cast<const unsigned short*>(p));
+  }
+  return r;
+}
+
+template <int kBytes>
+__device__ __forceinline__ Words<kBytes> zero_words() {
+  Words<kBytes> r;
+#pragma unroll
+  for (int i = 0; i < (kBytes >= 4 ? kBytes / 4 : 1); ++i) r.w[i] = 0u;
+  return r;
+}
+
+// Decoding to fp32 is exact for every weights dtype, so the hardware conversions used here give the
+// same values as the host-side software conversions in core/numerics.h.
+template <typename W>
+__device__ __forceinline__ void word_to_floats(uint32_t w, float* x);
+template <>
+__device__ __forceinline__ void word_to_floats<float>(uint32_t w, float* x) { x[0] = __uint_as_float(w); }
+template <>
+__device__ __forceinline__ void word_to_floats<fp16_t>(uint32_t w, float* x) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));  // .x is the low half
+  x[0] = f.x;
+  x[1] = f.y;
+}
+template <>
+__device__ __forceinline__ void word_to_floats<bf16_t>(uint32_t w, float* x) {
+  x[0] = __uint_as_float(w << 16);
+  x[1] = __uint_as_float(w & 0xffff0000u);
+}
+
+template <typename W>
+__device__ __forceinline__ float half_word_to_float(uint32_t h);
+template <>
+__device__ __forceinline__ float half_word_to_float<fp16_t>(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+template <>
+__device__ __forceinline__ float half_word_to_float<bf16_t>(uint32_t h) { return __uint_as_float(h << 16); }
+
+template <typename W, int kBytes>
+__device__ __forceinline__ void unpack(const Words<kBytes>& r, float* x) {
+  if constexpr (kBytes < 4) {
+    x[0] = half_word_to_float<W>(r.w[0]);
+  } else {
+    constexpr int kPerWord = 4 / static_cast<int>(sizeof(W));
+#pragma unroll
+    for (int i = 0; i < kBytes / 4; ++i) word_to_floats<W>(r.w[i], x + i * kPerWord);
+  }
+}
+
+// Output bits of one value: fp32 as is; fp16/bf16 rounded to nearest even by the shared routines.
+template <typename O>
+__device__ __forceinline__ uint32_t out_bits(float v);
+template <>
+__device__ __forceinline__ uint32_t out_bits<float>(float v) { return __float_as_uint(v); }
+template <>
+__device__ __forceinline__ uint32_t out_bits<fp16_t>(float v) { return float_to_fp16(v); }
+template <>
+__device__ __forceinline__ uint32_t out_bits<bf16_t>(float v) { return float_to_bf16(v); }
+
+// Stores V values at dst. Output is written once and never re-read by the kernel: streaming stores
+// (evict-first) keep L2 for the rows that are looked up again.
+template <typename O, int V>
+__device__ __forceinline__ void store_out(O* dst, const float* v) {
+  constexpr int kBytes = V * static_cast<int>(sizeof(O));
+  constexpr int kChunk = kBytes >= 16 ? 16 : kBytes;
+  if constexpr (kChunk >= 4) {
+    if ((reinterpret_cast<uintptr_t>(dst) & (kChunk - 1)) == 0) {
+      uint32_t w[kBytes / 4];
+#pragma unroll
+      for (int i = 0; i < kBytes / 4; ++i) {
+        if constexpr (sizeof(O) == 4) {
+          w[i] = out_bits<O>(v[i]);
+        } else {
+          w[i] = out_bits<O>(v[2 * i]) | (out_bits<O>(v[2 * i + 1]) << 16);
+        }
+      }
+      char* d = reinterpret_cast<char*>(dst);
+#pragma unroll
+      for (int c = 0; c < kBytes / kChunk; ++c) {
+        const uint32_t* s = w + c * (kChunk / 4);
+        if constexpr (kChunk == 16) {
+          __stcs(reinterpret_cast<uint4*>(d + 16 * c), make_uint4(s[0], s[1], s[2], s[3]));
+        } else if constexpr (kChunk == 8) {
+          __stcs(reinterpret_cast<uint2*>(d + 8 * c), make_uint2(s[0], s[1]));
+        } else {
+          __stcs(reinterpret_cast<unsigned int*>(d + 4 * c), s[0]);
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    if constexpr (sizeof(O) == 4) {
+      __stcs(reinterpret_cast<unsigned int*>(dst + i), out_bits<O>(v[i]));
+    } else {
+      __stcs(reinterpret_cast<unsigned short*>(dst + i), static_cast<unsigned short>(out_bits<O>(v[i])));
+    }
+  }
+}
+
+template <typename I>
+__device__ __forceinline__ int64_t load_index(const I* p) {
+  if constexpr (sizeof(I) == 8) {
+    return static_cast<int64_t>(__ldg(reinterpret_cast<const long long*>(p)));
+  } else {
+    return static_cast<int64_t>(__ldg(reinterpret_cast<const int*>(p)));
+  }
+}
+
+__device__ __forceinline__ void record_min_position(int64_t* word, int64_t position) {
+  atomicMax(reinterpret_cast<unsigned long long*>(word), ~static_cast<unsigned long long>(position));
+}
+
+// ---- one feature's bags, for one vector width and pooled or sequence output ----
+
+// kPlain: no bounds checks, no per-sample weights and a table of at most 2^32 rows (the caller tested
+// all three), so every lookup of a full step is present, its row's byte offset is a 32 x 32-bit
+// product, and it adds its row as is (w = 1 is exact: the same bits, without the multiply and the
+// per-lookup predicate arithmetic). Under Zipf, where most rows come from L1/L2, the kernel is bound by
+// issued instructions (ncu on the H200: issue slots 69% busy, 45 instructions per warp and lookup).
+template <typename W, typename O, typename I, int kBytes, bool kPooled, typename C, bool kPlain>
+__device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, int f, const W* table,
+                                                    const RowPlan plan, int64_t tile0, int64_t tiles) {
+  constexpr int V = kBytes / static_cast<int>(sizeof(W));  // elements per lane per vector
+  constexpr int kU = C::kUnroll;
+  constexpr int kC = C::kVecs;
+  static_assert((kU & (kU - 1)) == 0 && kU <= 32, "kUnroll: a power of two up to 32 (a chunk of a group is whole steps)");
+  const I* indices = static_cast<const I*>(p.indices);
+  const I* offsets = static_cast<const I*>(p.offsets);
+  const float* psw = kPlain ? nullptr : p.per_sample_weights;
+  O* out = static_cast<O*>(p.output);
+  const int64_t B = p.batch_size;
+  const int64_t N = p.num_indices;
+  const int64_t D = p.dims[f];
+  const int64_t E = p.num_rows[f];
+  const bool check = !kPlain && p.check != kCheckOff;
+  const uint32_t row_bytes = static_cast<uint32_t>(D) * static_cast<uint32_t>(sizeof(W));
+  const int group = plan.group;
+  const int pass = group * kC;  // vectors covered by one pass over the bag's lookups
+  const int gi = static_cast<int>(threadIdx.x) / group;
+  const int rank = static_cast<int>(threadIdx.x) - gi * group;
+  const int bags_per_block = C::kBlock / group;
+  const int64_t out_col = kPooled ? p.output_offsets[f] : 0;
+
+  for (int64_t b = tile0 * bags_per_block + gi; b < B; b += tiles * bags_per_block) {
+    const int64_t item = static_cast<int64_t>(f) * B + b;
+    int64_t start = static_cast<int64_t>(offsets[item]);
+    int64_t end = static_cast<int64_t>(offsets[item + 1]);
+    if (check && end < start && rank == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
+    // Clamped in every mode, so broken offsets never make a bag read outside the indices (off mode
+    // included); in error and skip modes the finalize kernel reports them.
+    start = start < 0 ? 0 : (start > N ? N : start);
+    end = end < start ? start : (end > N ? N : end);
+    if (!kPooled && item == 0) {
+      // Sequence rows before the first bag belong to no bag: zeros.
+      const float zero[V] = {};
+      for (int64_t q = 0; q < start; ++q)
+        for (int u = rank; u < plan.units; u += group) store_out<O, V>(out + q * p.out_row_stride + u * V, zero);
+    }
+
+    int64_t valid = 0;
+    for (int u0 = 0; u0 < plan.units; u0 += pass) {
+      // Lane rank owns vectors u0 + rank + c * group, c < kC. Inactive ones (u >= units) read a column
+      // of row 0 that exists, so loads need no predicate.
+      int u[kC];
+      bool active[kC];
+      const W* col[kC];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        u[c] = u0 + rank + c * group;
+        active[c] = u[c] < plan.units;
+        col[c] = table + static_cast<int64_t>(active[c] ? u[c] : 0) * V;
+      }
+      const bool first_pass = u0 == 0;
+      float acc[kC][V];
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[c][k] = 0.0f;
+      valid = 0;
+
+      int64_t idx[kU];  // the step's indices, filled before each step
+      // One step of kU lookups from s with their indices idx. The checks, then all row loads, then
+      // the adds in index order: kU x kC rows in flight per lane. Full steps carry no predicates at all
+      // (ptxas then issues every row load before the first add); only the bag's last, partial step
+      // tests s + j < end. An invalid index loads a column of row 0 (always present) and is dropped,
+      // so no load depends on a predicate computed from the indices.
+      const auto step = [&](int64_t s, auto full) {
+        constexpr bool kFull = decltype(full)::value;
+        unsigned present = 0;  // bit j: lookup s+j exists and its index is valid
+        unsigned invalid = 0;  // bit j: lookup s+j exists and its index is outside [0, E)
+#pragma unroll
+        for (int j = 0; j < kU; ++j) {
+          const bool in = kFull || s + j < end;
+          const bool ok = !check || (idx[j] >= 0 && idx[j] < E);
+          present |= static_cast<unsigned>(in && ok) << j;
+          invalid |= static_cast<unsigned>(in && !ok) << j;
+        }
+        if (!kPlain && invalid != 0 && p.check == kCheckError && first_pass && rank == 0)
+          record_min_position(p.scratch + kBadIndexKey, s + __ffs(invalid) - 1);
+        Words<kBytes> raw[kU][kC];
+#pragma unroll
+        for (int j = 0; j < kU; ++j) {
+          if constexpr (kPlain) {
+            // Valid indices below 2^32 (the caller's condition): a 32 x 32 -> 64-bit byte offset, one
+            // multiply-add per row instead of a 64-bit multiply and a scaled add.
+            const uint64_t off = (kFull || s + j < end)
+                                     ? static_cast<uint64_t>(static_cast<uint32_t>(idx[j])) * row_bytes
+                                     : 0;
+#pragma unroll
+            for (int c = 0; c < kC; ++c)
+              raw[j][c] = load_words<kBytes, C::kNoAlloc>(reinterpret_cast<const char*>(col[c]) + off);
+          } else {
+            const int64_t row = (present >> j & 1u) ? idx[j] * D : 0;
+#pragma unroll
+            for (int c = 0; c < kC; ++c)
+              raw[j][c] = (kFull || s + j < end) ? load_words<kBytes, C::kNoAlloc>(col[c] + row) : zero_words<kBytes>();
+          }
+        }
+        float sw[kU];
+#pragma unroll
+        for (int j = 0; j < kU; ++j)
+          sw[j] = (!kPlain && psw != nullptr && (kFull || s + j < end)) ? __ldg(psw + s + j) : 1.0f;
+        valid += __popc(present);
+#pragma unroll
+        for (int j = 0; j < kU; ++j) {
+          const bool ok = (present >> j & 1u) != 0;
+#pragma unroll
+          for (int c = 0; c < kC; ++c) {
+            float x[V];
+            unpack<W, kBytes>(raw[j][c], x);
+            if constexpr (kPooled) {
+              if (ok) {
+#pragma unroll
+                for (int k = 0; k < V; ++k)
+                  acc[c][k] = __fadd_rn(acc[c][k], kPlain ? x[k] : __fmul_rn(sw[j], x[k]));
+              }
+            } else {
+              // Sequence: row q is the (weighted) looked-up row, zeros for an invalid index.
+              const int64_t q = s + j;
+              if ((kFull || q < end) && active[c]) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) x[k] = ok ? (kPlain ? x[k] : __fmul_rn(sw[j], x[k])) : 0.0f;
+                store_out<O, V>(out + q * p.out_row_stride + static_cast<int64_t>(u[c]) * V, x);
+              }
+            }
+          }
+        }
+      };
+
+      int64_t s = start;
+      for (; s + kU <= end; s += kU) {
+        // The group's lanes read the same address: one transaction per index.
+#pragma unroll
+        for (int j = 0; j < kU; ++j) idx[j] = load_index(indices + s + j);
+        step(s, std::true_type{});
+      }
+      if (s < end) {
+#pragma unroll
+        for (int j = 0; j < kU; ++j) idx[j] = s + j < end ? load_index(indices + s + j) : 0;
+        step(s, std::false_type{});
+      }
+
+      if constexpr (kPooled) {
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          if (active[c]) {
+            if (p.pooling == kPoolMean && valid > 0) {
+              const float n = static_cast<float>(valid);
+#pragma unroll
+              for (int k = 0; k < V; ++k) acc[c][k] = __fdiv_rn(acc[c][k], n);
+            }
+            store_out<O, V>(out + b * p.out_row_stride + out_col + static_cast<int64_t>(u[c]) * V, acc[c]);
+          }
+        }
+      }
+    }
+    if (p.check == kCheckSkip && rank == 0 && end > start + valid) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(p.scratch + kSkipCount),
+                static_cast<unsigned long long>(end - start - valid));
+    }
+  }
+}
+
+// grid = (bag tiles, features), or (features, bag tiles) when p.feature_inner; block = C::kBlock.
+// Pooled and sequence outputs are separate kernels: the sequence loop keeps more values live (a store
+// per lookup) and would otherwise set the register budget, and so the occupancy, of the pooled kernel.
+template <typename W, typename O, typename I, bool kPooled, typename C = DefaultFwdConfig>
+__global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBlocksSequence)
+    tbe_forward_bags_kernel(const TbeForwardParams p) {
+  const bool fi = p.feature_inner != 0;
+  const int f0 = static_cast<int>(fi ? blockIdx.x : blockIdx.y);
+  const int f_stride = static_cast<int>(fi ? gridDim.x : gridDim.y);
+  const int64_t tile0 = fi ? blockIdx.y : blockIdx.x;
+  const int64_t tiles = fi ? gridDim.y : gridDim.x;
+  for (int f = f0; f < p.num_features; f += f_stride) {
+    const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
+    const RowPlan plan =
+        kernel_plan(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs);
+    // The plain form (no checks, no per-sample weights) for the vector paths; the narrow paths
+    // (rows not a multiple of 8 bytes) keep one general form.
+    const bool plain = p.check == kCheckOff && p.per_sample_weights == nullptr &&
+                       p.num_rows[f] <= (int64_t{1} << 32);
+    switch (plan.vec_bytes) {
+      case 16:
+        if (C::kVecs == 1 && plan.vecs == 2) {
+          using Wide = FwdConfig<C::kBlock, C::kMinBlocks, (C::kUnroll > 1 ? C::kUnroll / 2 : 1), 2, C::kNoAlloc>;
+          if (plain) tbe_forward_feature<W, O, I, 16, kPooled, Wide, true>(p, f, table, plan, tile0, tiles);
+          else tbe_forward_feature<W, O, I, 16, kPooled, Wide, false>(p, f, table, plan, tile0, tiles);
+        } else if (plain) {
+          tbe_forward_feature<W, O, I, 16, kPooled, C, true>(p, f, table, plan, tile0, tiles);
+        } else {
+          tbe_forward_feature<W, O, I, 16, kPooled, C, false>(p, f, table, plan, tile0, tiles);
+        }
+        break;
+      case 8:
+        if (plain) tbe_forward_feature<W, O, I, 8, kPooled, C, true>(p, f, table, plan, tile0, tiles);
+        else tbe_forward_feature<W, O, I, 8, kPooled, C, false>(p, f, table, plan, tile0, tiles);
+        break;
+      case 4:
+        if constexpr (sizeof(W) < 4) {
+          tbe_forward_feature<W, O, I, 4, kPooled, C, false>(p, f, table, plan, tile0, tiles);
+          break;
+        }
+        [[fallthrough]];
+      default:
+        tbe_forward_feature<W, O, I, static_cast<int>(sizeof(W)), kPooled, C, false>(p, f, table, plan, tile0, tiles);
+        break;
+    }
+  }
+}
+
+// One thread: the checks on offsets[0] and the last offset, then the report (error mode) or the skip
+// count (skip mode), then the records are cleared so the next call starts from zero. Stream order puts
+// it after the bags kernel, so no host synchronisation is needed (capturable).
+template <typename I>
+__global__ void tbe_forward_finalize_kernel(const I* offsets, const I* indices, int64_t num_items, int64_t num_indices,
+                                            int check, int64_t* scratch, int64_t* num_skipped) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const int64_t first = static_cast<int64_t>(offsets[0]);
+  const int64_t last = static_cast<int64_t>(offsets[num_items]);
+  const unsigned long long bad_offset = static_cast<unsigned long long>(scratch[kBadOffsetKey]);
+  const unsigned long long bad_index = static_cast<unsigned long long>(scratch[kBadIndexKey]);
+  int64_t report[5] = {kReportNone, 0, 0, 0, 0};
+  if (first < 0) {
+    report[0] = kReportNegativeFirst;
+    report[1] = first;
+  } else if (bad_offset != 0) {
+    const int64_t i = static_cast<int64_t>(~bad_offset);
+    report[0] = kReportDecreasing;
+    report[1] = i;
+    report[2] = static_cast<int64_t>(offsets[i]);
+    report[3] = static_cast<int64_t>(offsets[i - 1]);
+  } else if (last != num_indices) {
+    report[0] = kReportLastMismatch;
+    report[1] = last;
+  } else if (bad_index != 0) {
+    // Offsets are valid here, so the bag holding position q is the last item whose start is <= q.
+    const int64_t q = static_cast<int64_t>(~bad_index);
+    int64_t lo = 0, hi = num_items;  // invariant: offsets[lo] <= q < offsets[hi]
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (static_cast<int64_t>(offsets[mid]) <= q) lo = mid; else hi = mid;
+    }
+    report[0] = kReportBadIndex;
+    report[1] = lo;
+    report[2] = q;
+    report[3] = static_cast<int64_t>(indices[q]);
+    report[4] = static_cast<int64_t>(offsets[lo]);
+  }
+  if (check == kCheckSkip && num_skipped != nullptr) *num_skipped = report[0] != kReportNone ? -1 : scratch[kSkipCount];
+  scratch[kSkipCount] = 0;
+  scratch[kBadIndexKey] = 0;
+  scratch[kBadOffsetKey] = 0;
+  for (int k = 0; k < 5; ++k) scratch[kReport + k] = report[k];
+}
+
+}  // namespace tbe_fwd
+}  // namespace cuda
+}  // namespace embscale

@@ -1,0 +1,165 @@
+// The TBE backward's optimizer rules, written once for the CPU and CUDA backends (EMBSCALE_HD).
+//
+// Shape: a backend first sums each unique row's gradient g[0..D) in fp32 (in sorted lookup order),
+// clips it (clip_grad), then
+//   * computes the row-level reductions it needs its own way (a serial loop on the CPU, a warp or
+//     block reduction on CUDA): the sum over d of row_sq_term(g, w) for row-wise Adagrad and partial
+//     row-wise Adam, and, for max_norm, the sum of squares of the updated row;
+//   * turns them into per-row scalars with rowwise_adagrad_multiplier / partial_rowwise_adam_denominator,
+//     which also update the row-wise state in place;
+//   * applies the per-element rule (*_apply) to every element of the row, in fp32.
+// The reduction order of a row sum is each backend's own fixed order, so each backend is deterministic;
+// CPU and CUDA may differ in the last bits of those sums (and by FMA contraction), not in the rules.
+//
+// Rules (w: fp32 value of the weight before the update; g: summed, clipped gradient; wd: weight decay):
+//   clip:            g = clamp(g, -c, c) when gradient_clipping c > 0 (before anything else)
+//   SGD:             w -= lr * g                                     (weight decay is not applied)
+//   row-wise Adagrad g' = g + wd*w in L2 mode, else g;  m += mean_d(g'^2);  mult = lr / (sqrt(m) + eps)
+//                    w = corr*w - mult*g,  corr = 1 - mult*wd (L2), 1 - lr*wd (decoupled), else 1;
+//                    then if max_norm > 0 and ||w||_2 > max_norm: w *= max_norm / ||w||_2
+//   Adam:            g' = g + wd*w in L2 mode;  m1 = b1*m1 + (1-b1)*g';  m2 = b2*m2 + (1-b2)*g'^2
+//                    w -= lr * (m1/(1-b1^step) / (sqrt(m2/(1-b2^step)) + eps) [+ wd*w if decoupled])
+//   partial row-wise Adam: as Adam with the element-wise m2 replaced by a row-wise
+//                    v = b2*v + (1-b2)*mean_d(g'^2).
+// mean_d(x) is computed as sum_d(x) / D (a correctly rounded fp32 division of the fp32 sum).
+// The bias corrections 1 - beta^step are computed once per call on the host in double and rounded
+// to fp32 (adam_corrections), so both backends use the same two floats.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/hd.h"
+#include "embscale/tbe.h"
+
+namespace embscale {
+namespace opt {
+
+// ---- shared pieces ---------------------------------------------------------------------------------
+
+// Clamp one summed gradient element to [-c, c] when c > 0 (a NaN gradient stays NaN).
+EMBSCALE_HD float clip_grad(float g, const OptimizerParams& p) {
+  const float c = p.gradient_clipping;
+  if (c > 0.0f) {
+    if (g > c) return c;
+    if (g < -c) return -c;
+  }
+  return g;
+}
+
+// The gradient the moments see: g + wd*w in L2 mode, g otherwise.
+EMBSCALE_HD float l2_grad(float g, float w, const OptimizerParams& p) {
+  return p.weight_decay_mode == WeightDecayMode::kL2 ? g + p.weight_decay * w : g;
+}
+
+// One term of a row's second-moment sum (row-wise Adagrad, partial row-wise Adam): g'^2.
+EMBSCALE_HD float row_sq_term(float g, float w, const OptimizerParams& p) {
+  const float gp = l2_grad(g, w, p);
+  return gp * gp;
+}
+
+// Whether the optimizer keeps momentum1 / momentum2, and whether each is row-wise ([total_rows()])
+// or element-wise ([num_weights()]).
+EMBSCALE_HD bool uses_momentum1(OptimizerType t) {
+  return t == OptimizerType::kRowwiseAdagrad || t == OptimizerType::kAdam || t == OptimizerType::kPartialRowwiseAdam;
+}
+EMBSCALE_HD bool uses_momentum2(OptimizerType t) {
+  return t == OptimizerType::kAdam || t == OptimizerType::kPartialRowwiseAdam;
+}
+EMBSCALE_HD bool momentum1_rowwise(OptimizerType t) { return t == OptimizerType::kRowwiseAdagrad; }
+EMBSCALE_HD bool momentum2_rowwise(OptimizerType t) { return t == OptimizerType::kPartialRowwiseAdam; }
+// Whether the optimizer needs sum_d row_sq_term over the row before its per-element updates.
+EMBSCALE_HD bool needs_row_sq_sum(OptimizerType t) {
+  return t == OptimizerType::kRowwiseAdagrad || t == OptimizerType::kPartialRowwiseAdam;
+}
+
+// Bias corrections of Adam and partial row-wise Adam: 1 - beta1^step and 1 - beta2^step.
+struct AdamCorrections {
+  float bc1 = 1.0f;
+  float bc2 = 1.0f;
+};
+
+// Host only: call once per backward, pass the result (a plain struct) to kernels by value.
+inline AdamCorrections adam_corrections(const OptimizerParams& p) {
+  AdamCorrections c;
+  const double s = static_cast<double>(p.step);
+  c.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), s));
+  c.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), s));
+  return c;
+}
+
+// ---- SGD -------------------------------------------------------------------------------------------
+EMBSCALE_HD float sgd_apply(float w, float g, const OptimizerParams& p) { return w - p.learning_rate * g; }
+
+// ---- row-wise Adagrad ------------------------------------------------------------------------------
+
+// m += sum_sq / D (sum_sq = sum over the row of row_sq_term); returns mult = lr / (sqrt(m) + eps).
+EMBSCALE_HD float rowwise_adagrad_multiplier(float* m, float sum_sq, int D, const OptimizerParams& p) {
+  const float mnew = *m + sum_sq / static_cast<float>(D);
+  *m = mnew;
+  return p.learning_rate / (sqrtf(mnew) + p.eps);
+}
+
+// corr of w = corr*w - mult*g.
+EMBSCALE_HD float rowwise_adagrad_correction(float mult, const OptimizerParams& p) {
+  switch (p.weight_decay_mode) {
+    case WeightDecayMode::kL2: return 1.0f - mult * p.weight_decay;
+    case WeightDecayMode::kDecoupled: return 1.0f - p.learning_rate * p.weight_decay;
+    default: return 1.0f;
+  }
+}
+
+// g is the clipped gradient without the L2 term (the L2 term enters through corr).
+EMBSCALE_HD float rowwise_adagrad_apply(float w, float g, float mult, float corr) { return corr * w - mult * g; }
+
+// max_norm: the factor applied to the updated row, from the sum of squares of its updated fp32 values
+// (1.0f when max_norm <= 0 or the norm is within it, so the row is then left bit-identical).
+EMBSCALE_HD float max_norm_factor(float sum_sq_w, const OptimizerParams& p) {
+  if (p.max_norm > 0.0f) {
+    const float norm = sqrtf(sum_sq_w);
+    if (norm > p.max_norm) return p.max_norm / norm;
+  }
+  return 1.0f;
+}
+
+// ---- Adam ------------------------------------------------------------------------------------------
+
+// One element: updates m1, m2 in place and returns the new weight.
+EMBSCALE_HD float adam_apply(float w, float g, float* m1, float* m2, const OptimizerParams& p,
+                             const AdamCorrections& c) {
+  const float gp = l2_grad(g, w, p);
+  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * gp;
+  const float b = p.beta2 * *m2 + (1.0f - p.beta2) * (gp * gp);
+  *m1 = a;
+  *m2 = b;
+  const float m1h = a / c.bc1;
+  const float m2h = b / c.bc2;
+  float upd = m1h / (sqrtf(m2h) + p.eps);
+  if (p.weight_decay_mode == WeightDecayMode::kDecoupled) upd += p.weight_decay * w;
+  return w - p.learning_rate * upd;
+}
+
+// ---- partial row-wise Adam -------------------------------------------------------------------------
+
+// v = b2*v + (1-b2) * sum_sq / D (sum_sq = sum over the row of row_sq_term); returns the per-row
+// denominator sqrt(v / (1 - b2^step)) + eps.
+EMBSCALE_HD float partial_rowwise_adam_denominator(float* v, float sum_sq, int D, const OptimizerParams& p,
+                                                   const AdamCorrections& c) {
+  const float vnew = p.beta2 * *v + (1.0f - p.beta2) * (sum_sq / static_cast<float>(D));
+  *v = vnew;
+  return sqrtf(vnew / c.bc2) + p.eps;
+}
+
+// One element: updates m1 in place and returns the new weight.
+EMBSCALE_HD float partial_rowwise_adam_apply(float w, float g, float* m1, float denom, const OptimizerParams& p,
+                                             const AdamCorrections& c) {
+  const float gp = l2_grad(g, w, p);
+  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * gp;
+  *m1 = a;
+  float upd = (a / c.bc1) / denom;
+  if (p.weight_decay_mode == WeightDecayMode::kDecoupled) upd += p.weight_decay * w;
+  return w - p.learning_rate * upd;
+}
+
+}  // namespace opt
+}  // namespace embscale

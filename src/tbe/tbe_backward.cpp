@@ -1,0 +1,260 @@
+// Table-batched embeddings, API layer of the backward fused with the optimizer: optimizer names, and
+// backward_workspace_size()/backward()'s host-side checks before dispatching to a backend.
+//
+// Everything the host can see is checked here, before a backend runs, so a refused call writes
+// nothing: the lookup arguments as in the forward (tbe/tbe_validate.h), grad_output's shape and dtype
+// per pooling mode, the optimizer's hyper-parameters (finite, in range), which state and output
+// pointers are present (exactly those the optimizer uses), the tuning hints and the workspace.
+// Values in backend memory (offsets, indices) are checked by the backend per args.bounds_check, also
+// before it writes anything (tbe/tbe_backend.h).
+#include <cmath>
+#include <string>
+
+#include "tbe/tbe_backend.h"
+#include "tbe/tbe_validate.h"
+#include "tbe/optimizer.h"
+#include "embscale/tbe.h"
+
+namespace embscale {
+
+const char* optimizer_name(OptimizerType o) {
+  switch (o) {
+    case OptimizerType::kNone: return "none";
+    case OptimizerType::kSgd: return "sgd";
+    case OptimizerType::kRowwiseAdagrad: return "rowwise_adagrad";
+    case OptimizerType::kAdam: return "adam";
+    case OptimizerType::kPartialRowwiseAdam: return "partial_rowwise_adam";
+  }
+  return "unknown";
+}
+
+bool parse_optimizer(const std::string& name, OptimizerType* out) {
+  static const struct { const char* name; OptimizerType o; } kNames[] = {
+      {"none", OptimizerType::kNone},
+      {"dense", OptimizerType::kNone},
+      {"sgd", OptimizerType::kSgd},
+      {"exact_sgd", OptimizerType::kSgd},
+      {"rowwise_adagrad", OptimizerType::kRowwiseAdagrad},
+      {"exact_rowwise_adagrad", OptimizerType::kRowwiseAdagrad},
+      {"adam", OptimizerType::kAdam},
+      {"partial_rowwise_adam", OptimizerType::kPartialRowwiseAdam},
+  };
+  for (const auto& e : kNames) {
+    if (name == e.name) {
+      if (out) *out = e.o;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+std::string fstr(float v) { return std::to_string(v); }
+
+Status check_optimizer(const TbeBackwardArgs& a) {
+  const OptimizerParams& p = a.optimizer;
+  const OptimizerType t = p.type;
+  if (t != OptimizerType::kNone && t != OptimizerType::kSgd && t != OptimizerType::kRowwiseAdagrad &&
+      t != OptimizerType::kAdam && t != OptimizerType::kPartialRowwiseAdam)
+    return invalid_argument("optimizer.type: unknown optimizer " + std::to_string(static_cast<int>(t)));
+  const std::string name = optimizer_name(t);
+  if (!(std::isfinite(p.learning_rate) && p.learning_rate >= 0.0f))
+    return invalid_argument("optimizer.learning_rate: " + fstr(p.learning_rate) + "; expected a finite value >= 0");
+  if (p.step < 1) return invalid_argument("optimizer.step: " + std::to_string(p.step) + "; steps count from 1");
+  const bool adagrad = t == OptimizerType::kRowwiseAdagrad;
+  const bool adam = t == OptimizerType::kAdam || t == OptimizerType::kPartialRowwiseAdam;
+  if ((adagrad || adam) && !(std::isfinite(p.eps) && p.eps > 0.0f))
+    return invalid_argument("optimizer.eps: " + fstr(p.eps) + "; " + name + " needs a finite eps > 0");
+  if (adam) {
+    if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f))
+      return invalid_argument("optimizer.beta1: " + fstr(p.beta1) + " is outside [0, 1)");
+    if (!(p.beta2 >= 0.0f && p.beta2 < 1.0f))
+      return invalid_argument("optimizer.beta2: " + fstr(p.beta2) + " is outside [0, 1)");
+  }
+  const WeightDecayMode wm = p.weight_decay_mode;
+  if (wm != WeightDecayMode::kNone && wm != WeightDecayMode::kL2 && wm != WeightDecayMode::kDecoupled)
+    return invalid_argument("optimizer.weight_decay_mode: unknown mode " + std::to_string(static_cast<int>(wm)));
+  if (!std::isfinite(p.weight_decay))
+    return invalid_argument("optimizer.weight_decay: " + fstr(p.weight_decay) + " is not finite");
+  if (!adagrad && !adam && wm != WeightDecayMode::kNone && p.weight_decay != 0.0f)
+    return invalid_argument("optimizer.weight_decay: " + name + " applies no weight decay; set it to 0 or the mode to none");
+  if (!(std::isfinite(p.max_norm) && p.max_norm >= 0.0f))
+    return invalid_argument("optimizer.max_norm: " + fstr(p.max_norm) + "; expected a finite value >= 0");
+  if (p.max_norm > 0.0f && !adagrad)
+    return invalid_argument("optimizer.max_norm: only rowwise_adagrad supports it, not " + name);
+  if (!(std::isfinite(p.gradient_clipping) && p.gradient_clipping >= 0.0f))
+    return invalid_argument("optimizer.gradient_clipping: " + fstr(p.gradient_clipping) +
+                            "; expected a finite value >= 0");
+  if (t == OptimizerType::kNone && p.gradient_clipping > 0.0f)
+    return invalid_argument("optimizer.gradient_clipping: dense-gradient mode (none) returns the unclipped gradient; "
+                            "set it to 0");
+
+  return Status::Ok();
+}
+
+// State and dense-gradient outputs: present exactly when the optimizer uses them, fp32 (int64 for the
+// unique rows) and of the length the layout gives.
+Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a) {
+  using tbe_validate::check_view;
+  const OptimizerType t = a.optimizer.type;
+  const std::string name = optimizer_name(t);
+  const int64_t N = a.indices.numel();
+  const struct { const char* name; const TensorView* v; bool used, rowwise; const char* what; } state[] = {
+      {"momentum1", &a.momentum1, opt::uses_momentum1(t), opt::momentum1_rowwise(t), "first moment"},
+      {"momentum2", &a.momentum2, opt::uses_momentum2(t), opt::momentum2_rowwise(t), "second moment"}};
+  for (const auto& m : state) {
+    const bool given = m.v->data != nullptr;
+    if (m.used && !given) return invalid_argument(std::string(m.name) + ": absent, but " + name + " keeps a " + m.what);
+    if (!m.used && given) return invalid_argument(std::string(m.name) + ": given, but " + name + " keeps no " + m.what);
+    if (m.used)
+      EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32(
+          m.name, *m.v, m.rowwise ? tbe.total_rows() : tbe.num_weights(),
+          m.rowwise ? "total_rows() (row-wise state)" : "num_weights() (element-wise state)"));
+  }
+
+  // Dense-gradient outputs: exactly in kNone mode. [N]-sized ones may be absent when there are no
+  // lookups, as an empty tensor's data may be null.
+  const bool dense = t == OptimizerType::kNone;
+  const struct { const char* name; bool given; } outs[] = {{"unique_rows", a.unique_rows.data != nullptr},
+                                                           {"num_unique", a.num_unique != nullptr},
+                                                           {"unique_grads", a.unique_grads.data != nullptr}};
+  for (const auto& o : outs) {
+    const bool may_be_absent = N == 0 && std::string(o.name) != "num_unique";
+    if (dense && !o.given && !may_be_absent)
+      return invalid_argument(std::string(o.name) + ": absent, but dense-gradient mode (optimizer none) writes it");
+    if (!dense && o.given)
+      return invalid_argument(std::string(o.name) + ": given, but only dense-gradient mode (optimizer none) writes it; " +
+                              name + " updates the weights instead");
+  }
+  if (a.unique_rows.data != nullptr) {
+    EMBSCALE_RETURN_IF_ERROR(check_view("unique_rows", a.unique_rows));
+    if (a.unique_rows.dtype != DType::kI64 || a.unique_rows.numel() != N)
+      return invalid_argument(std::string("unique_rows: ") + dtype_name(a.unique_rows.dtype) + " with " +
+                              std::to_string(a.unique_rows.numel()) + " elements; expected int64 [N] = [" +
+                              std::to_string(N) + "]");
+  }
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32("unique_grads", a.unique_grads, N * tbe.max_dim(),
+                                                            "N * max_dim()"));
+  if (a.grad_per_sample_weights.data != nullptr && a.per_sample_weights.data == nullptr)
+    return invalid_argument("grad_per_sample_weights: given without per_sample_weights (the lookups are unweighted)");
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32("grad_per_sample_weights", a.grad_per_sample_weights, N,
+                                                            "N (the number of indices)"));
+
+  // What the backward writes must not share memory with anything else it reads or writes.
+  const struct { const char* name; const TensorView* v; } all[] = {
+      {"weights", &a.weights},     {"momentum1", &a.momentum1},
+      {"momentum2", &a.momentum2}, {"grad_per_sample_weights", &a.grad_per_sample_weights},
+      {"unique_rows", &a.unique_rows}, {"unique_grads", &a.unique_grads},
+      {"indices", &a.indices},     {"offsets", &a.offsets},
+      {"per_sample_weights", &a.per_sample_weights}, {"grad_output", &a.grad_output}};
+  constexpr int kWritten = 6;  // the first six entries are written
+  for (int i = 0; i < kWritten; ++i)
+    for (int j = i + 1; j < static_cast<int>(sizeof(all) / sizeof(all[0])); ++j)
+      if (check::overlap(*all[i].v, *all[j].v))
+        return invalid_argument(std::string(all[i].name) + ": overlaps " + all[j].name +
+                                "; buffers the backward writes must be separate");
+  return Status::Ok();
+}
+
+// Every buffer in memory the backend can use (on CUDA: the current device's).
+Status check_memory(const Context& ctx, const TbeBackwardArgs& a) {
+  const struct { const char* name; const void* p; } all[] = {
+      {"weights", a.weights.data},
+      {"indices", a.indices.data},
+      {"offsets", a.offsets.data},
+      {"per_sample_weights", a.per_sample_weights.data},
+      {"grad_output", a.grad_output.data},
+      {"momentum1", a.momentum1.data},
+      {"momentum2", a.momentum2.data},
+      {"grad_per_sample_weights", a.grad_per_sample_weights.data},
+      {"unique_rows", a.unique_rows.data},
+      {"num_unique", a.num_unique},
+      {"unique_grads", a.unique_grads.data},
+      {"num_skipped", a.num_skipped}};
+  for (const auto& b : all) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, b.name, b.p));
+  return Status::Ok();
+}
+
+// Everything but the workspace.
+Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, const TbeBackwardArgs& a) {
+  using tbe_validate::check_view;
+  using tbe_validate::shape_str;
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_lookup_args(
+      tbe, ctx,
+      {&a.weights, &a.indices, &a.offsets, &a.per_sample_weights, a.batch_size, a.pooling, a.bounds_check}));
+  const int64_t B = a.batch_size;
+  const int64_t N = a.indices.numel();
+
+  EMBSCALE_RETURN_IF_ERROR(check_view("grad_output", a.grad_output));
+  if (!is_float_dtype(a.grad_output.dtype))
+    return invalid_argument(std::string("grad_output: dtype ") + dtype_name(a.grad_output.dtype) +
+                            " is not supported; expected fp32, fp16 or bf16");
+  if (a.pooling == PoolingMode::kNone) {
+    int64_t D = 0;
+    EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_sequence_dims(tbe, &D));
+    if (a.grad_output.ndim != 2 || a.grad_output.shape[0] != N || a.grad_output.shape[1] != D)
+      return invalid_argument("grad_output: shape " + shape_str(a.grad_output) + "; sequence mode expects [N, D] = [" +
+                              std::to_string(N) + ", " + std::to_string(D) + "]");
+  } else {
+    if (a.grad_output.ndim != 2 || a.grad_output.shape[0] != B || a.grad_output.shape[1] != tbe.total_dim())
+      return invalid_argument("grad_output: shape " + shape_str(a.grad_output) + "; expected [B, total_dim()] = [" +
+                              std::to_string(B) + ", " + std::to_string(tbe.total_dim()) + "]");
+  }
+
+  EMBSCALE_RETURN_IF_ERROR(check_optimizer(a));
+  EMBSCALE_RETURN_IF_ERROR(check_buffers(tbe, a));
+  EMBSCALE_RETURN_IF_ERROR(check_memory(ctx, a));
+  if (a.rounding != WeightRounding::kNearest && a.rounding != WeightRounding::kStochastic)
+    return invalid_argument("rounding: unknown mode " + std::to_string(static_cast<int>(a.rounding)));
+  if (a.tuning.max_warp_segment < 0)
+    return invalid_argument("tuning.max_warp_segment: " + std::to_string(a.tuning.max_warp_segment) + " is negative");
+  if (a.tuning.max_block_segment < 0)
+    return invalid_argument("tuning.max_block_segment: " + std::to_string(a.tuning.max_block_segment) + " is negative");
+  if (a.tuning.block_threads < 0)
+    return invalid_argument("tuning.block_threads: " + std::to_string(a.tuning.block_threads) + " is negative");
+  return Status::Ok();
+}
+
+Status dispatch_workspace_size(const TableBatchedEmbedding& tbe, const Context& ctx, const TbeBackwardArgs& a,
+                               size_t* bytes) {
+  if (ctx.backend == Backend::kCpu) return cpu::tbe_backward_workspace_size(tbe, a, bytes);
+#if EMBSCALE_WITH_CUDA
+  return cuda::tbe_backward_workspace_size(tbe, a, bytes);
+#else
+  return unsupported("ctx: this build of embscale has no CUDA backend");
+#endif
+}
+
+}  // namespace
+
+Status TableBatchedEmbedding::backward_workspace_size(const Context& ctx, const TbeBackwardArgs& args,
+                                                      size_t* bytes) const {
+  if (bytes == nullptr) return invalid_argument("bytes: must not be null");
+  *bytes = 0;
+  EMBSCALE_RETURN_IF_ERROR(check_backward(*this, ctx, args));
+  return dispatch_workspace_size(*this, ctx, args, bytes);
+}
+
+Status TableBatchedEmbedding::backward(const Context& ctx, const TbeBackwardArgs& args, void* workspace,
+                                       size_t workspace_bytes) const {
+  EMBSCALE_RETURN_IF_ERROR(check_backward(*this, ctx, args));
+  size_t need = 0;
+  EMBSCALE_RETURN_IF_ERROR(dispatch_workspace_size(*this, ctx, args, &need));
+  if (workspace_bytes < need)
+    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(workspace_bytes) +
+                                                      " bytes; backward_workspace_size() asks for " +
+                                                      std::to_string(need));
+  if (need > 0 && workspace == nullptr)
+    return invalid_argument("workspace: null, but " + std::to_string(need) + " bytes are needed");
+  if (need > 0) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "workspace", workspace));
+
+  if (ctx.backend == Backend::kCpu) return cpu::tbe_backward(ctx, *this, args, workspace, workspace_bytes);
+#if EMBSCALE_WITH_CUDA
+  return cuda::tbe_backward(ctx, *this, args, workspace, workspace_bytes);
+#else
+  return unsupported("ctx: this build of embscale has no CUDA backend");
+#endif
+}
+
+}  // namespace embscale
