@@ -15,7 +15,7 @@
 namespace embscale {
 namespace cuda {
 
-// On for sm_90+, off when EMBSCALE_CUDA_PDL=0 (read once); defined in fp8_launch.cu.
+// On for sm_90+ (core/cuda/device.cu).
 bool pdl_enabled();
 
 __device__ __forceinline__ void grid_dependency_wait() {

@@ -1,4 +1,4 @@
-// Cached device facts and the range split used by every FP8 launcher (fp8_launch.cuh).
+// The range split used by every FP8 launcher and the FP8 tuning reads (fp8_launch.cuh).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -8,52 +8,6 @@
 
 namespace embscale {
 namespace cuda {
-
-namespace {
-
-constexpr int kMaxDevices = 64;
-
-// Caches one integer attribute per device; 0 means "not asked yet" (the attributes used are >= 1).
-int cached_attribute(std::atomic<int>* cache, cudaDeviceAttr attr) {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    cudaGetLastError();
-    return 1;
-  }
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v > 0) return v;
-  if (cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess || v < 1) {
-    cudaGetLastError();
-    v = 1;
-  }
-  cache[dev].store(v, std::memory_order_relaxed);
-  return v;
-}
-
-}  // namespace
-
-int sm_count() {
-  static std::atomic<int> cache[kMaxDevices];
-  return cached_attribute(cache, cudaDevAttrMultiProcessorCount);
-}
-
-int cc_major() {
-  static std::atomic<int> cache[kMaxDevices];
-  return cached_attribute(cache, cudaDevAttrComputeCapabilityMajor);
-}
-
-bool pdl_enabled() {
-  static const bool env_off = [] {
-    const char* v = std::getenv("EMBSCALE_CUDA_PDL");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
-  return !env_off && cc_major() >= 9;
-}
-
-int max_threads_per_sm() {
-  static std::atomic<int> cache[kMaxDevices];
-  return cached_attribute(cache, cudaDevAttrMaxThreadsPerMultiProcessor);
-}
 
 int64_t env_int64(const char* name, int64_t def, int64_t min_value) {
   const char* e = std::getenv(name);

@@ -1,5 +1,5 @@
-// Host-side launch plumbing shared by the FP8 ops: cached device facts and the head/body/tail split of a
-// range (the launch function, with the thread-block-cluster and programmatic-dependent-launch
+// Host-side launch plumbing shared by the FP8 ops: the head/body/tail split of a range (cached device
+// facts are in core/cuda/device.cuh (the launch function, with the thread-block-cluster and programmatic-dependent-launch
 // attributes, is in core/cuda/pdl.cuh). Kernels live in the fp8_*.cuh headers; dispatch in fp8_*.cu.
 #pragma once
 
@@ -12,16 +12,12 @@
 #include <string>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/device.cuh"
 #include "fp8/cuda/fp8_common.cuh"
 #include "embscale/fp8.h"
 
 namespace embscale {
 namespace cuda {
-
-// Streaming multiprocessors of the current device (cudaDeviceGetAttribute once per device).
-int sm_count();
-// Compute capability major of the current device (cached); cluster launch and griddepcontrol need 9+.
-int cc_major();
 
 // Splits [0, n) of an input `in` of in_size-byte elements into scalar head, 16-byte vector body and
 // scalar tail. With an output `out` (out_size-byte elements, may be null), the body is used only when
@@ -29,78 +25,9 @@ int cc_major();
 // both sides can use wide accesses at the same element positions; otherwise everything is scalar.
 RangeSplit make_split(const void* in, size_t in_size, int64_t n, const void* out, size_t out_size);
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Threads one SM can hold (cached per device).
-int max_threads_per_sm();
-
 // Integer tuning override from the environment: the decimal value of `name` if it parses and is >=
 // min_value, else def. Callers read it once (function-local static).
 int64_t env_int64(const char* name, int64_t def, int64_t min_value);
-
-// Per-device cache of one integer per kernel instantiation: kKernel is a template argument, so every
-// instantiation (every dtype) gets its own cache. compute() runs once per device.
-template <auto kKernel, class Compute>
-int per_kernel_cached(Compute&& compute) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // 0: not asked yet; -1: "none"; else the value
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    cudaGetLastError();
-    return 0;
-  }
-  const int known = cache[dev].load(std::memory_order_relaxed);
-  if (known != 0) return known > 0 ? known : 0;
-  const int v = compute();
-  cache[dev].store(v > 0 ? v : -1, std::memory_order_relaxed);
-  return v > 0 ? v : 0;
-}
-
-// Largest cluster (16 non-portable, else the portable 8) with which kKernel at `threads` threads per
-// block can be resident, or 0 without cluster support. The non-portable attribute is set on this very
-// instantiation before its occupancy is queried (a size allowed for one instantiation says nothing
-// about another). Cached per device and kernel.
-template <auto kKernel>
-int cluster_size_for(int threads) {
-  return per_kernel_cached<kKernel>([threads]() -> int {
-    if (cc_major() < 9) return -1;
-    const bool nonportable = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-                             cudaSuccess;
-    cudaGetLastError();
-    for (int c : {16, 8}) {
-      if (c > 8 && !nonportable) continue;
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(c);
-      cfg.blockDim = dim3(threads);
-      cudaLaunchAttribute attr;
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = c;
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &cfg) == cudaSuccess && clusters >= 1) return c;
-      cudaGetLastError();
-    }
-    return -1;
-  });
-}
-
-// Blocks of kKernel (at `threads` threads, no dynamic shared memory) resident on the whole device at
-// once: SMs x blocks per SM from the occupancy API. Cached per device and kernel; at least 1.
-template <auto kKernel>
-int resident_wave_blocks(int threads) {
-  const int per_sm = per_kernel_cached<kKernel>([threads]() -> int {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, threads, 0) != cudaSuccess || b < 1) {
-      cudaGetLastError();
-      b = 1;
-    }
-    return b;
-  });
-  return std::max(1, per_sm) * sm_count();
-}
 
 // ---- amax launch shared by amax, quantize_current_scaling and activation_amax (fp8_amax.cuh) ----
 // No path keeps state between calls: kAtomic needs no workspace, kTwoStage one 32-bit slot per grid

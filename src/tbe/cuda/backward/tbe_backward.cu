@@ -40,6 +40,7 @@
 #include "tbe/optimizer.h"
 #include "tbe/rounding.h"
 #include "core/cuda/check.cuh"
+#include "core/cuda/device.cuh"
 #include "tbe/cuda/backward/tbe_backward_launch.cuh"
 #include "tbe/cuda/backward/tbe_backward_phases.h"
 #include "tbe/cuda/tbe_report.cuh"
@@ -282,13 +283,6 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   L.total = at + kAlign;  // slack: the caller's buffer need not be 256-byte aligned
   *out = L;
   return Status::Ok();
-}
-
-int sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 132;
-  return std::max(1, sms);
 }
 
 template <typename K, typename I>
