@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds (CPU backend, plus CUDA when nvcc is present and EMBSCALE_CUDA allows) and runs the test suite:
+# Builds (CPU backend, plus CUDA when nvcc and a GPU are present, or EMBSCALE_CUDA=ON) and runs the test suite:
 # the C++ tests and examples (ctest), then the Python package's tests (pytest, against the library just
 # built) when torch and pytest are installed. CUDA tests skip themselves when no GPU is present.
 # EMBSCALE_REQUIRE_PYTHON=1 makes missing torch/pytest an error instead of a skip.
