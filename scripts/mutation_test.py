@@ -667,7 +667,10 @@ class Runner:
     def python_tests(self):
         env = dict(self.env, EMBSCALE_LIBRARY=os.path.join(self.build, "libembscale_c.so"),
                    PYTHONPATH=os.path.join(self.tree, "python"))
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "tests/python"]
+        # The mutant list's own check fails by design once a snippet is replaced: it judges the script,
+        # not the library, so it never counts as catching a mutant.
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "tests/python",
+               "--ignore=tests/python/test_mutation_list.py"]
         ok, detail = self._procs_until_failure([(cmd, self.tree, env)], self.args.timeout)
         if ok:
             return True, ""
