@@ -1050,7 +1050,7 @@ const std::set<std::string> kTbeVocab = {
     "batch_size", "pooling", "bounds_check", "output", "num_skipped", "grad_output", "optimizer", "type",
     "learning_rate", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode", "max_norm",
     "gradient_clipping", "step", "momentum1", "momentum2", "grad_per_sample_weights", "unique_rows",
-    "num_unique", "unique_grads", "deterministic", "rounding", "seed", "tuning", "max_warp_segment",
+    "num_unique", "unique_grads", "rounding", "seed", "tuning", "max_warp_segment",
     "max_block_segment", "block_threads", "workspace", "workspace_bytes", "bytes"};
 
 // A small valid TableBatchedEmbedding made through the C API (destroyed with the case).
@@ -1572,7 +1572,6 @@ void case_tbe_backward(Case& c, bool cuda, int op) {
     a.num_unique = num_unique;
     a.unique_grads = ugrads.d;
   };
-  a.deterministic = c.rng.pick<int32_t>({1, 1, 0, 7});
   a.rounding = static_cast<int32_t>(c.rng.range(0, 1));
   a.seed = c.rng.next();
   if (c.rng.chance(0.3)) {
@@ -1594,7 +1593,7 @@ void case_tbe_backward(Case& c, bool cuda, int op) {
   bool tbe_null = false, args_null = false;
   const int nmut = c.rng.chance(0.7) ? static_cast<int>(c.rng.range(1, 2)) : 0;
   for (int m = 0; m < nmut; ++m) {
-    const uint64_t k = c.rng.below(20);
+    const uint64_t k = c.rng.below(19);
     if (k < 9) {
       mutate_lookup(c, o, &l, wrole, &tbe_null, &args_null, op == 1);
     } else if (k == 9) {
@@ -1665,9 +1664,6 @@ void case_tbe_backward(Case& c, bool cuda, int op) {
         *f = c.rng.pick<int32_t>({1, INT32_MAX, 3, 1 << 30});
         c.mut(fmt("tuning=%d", *f));
       }
-    } else if (k == 17) {
-      a.deterministic = c.rng.pick<int32_t>({0, -1, INT32_MIN});
-      c.mut(fmt("deterministic=%d", a.deterministic), Expect::kOk);
     } else {  // a written buffer aliasing another one
       std::vector<std::pair<Tensor*, const char*>> written = {{&mom1, "momentum1"}, {&mom2, "momentum2"},
                                                               {&gpsw, "grad_per_sample_weights"},
