@@ -142,7 +142,7 @@ Status backward_impl(const Params& p) {
 
   // 1. offsets
   const int64_t TB = T * B;
-  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
+  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(tbe, offsets, T, B, N));
   if (N == 0) {
     if (a.optimizer.type == OptimizerType::kNone) *a.num_unique = 0;
     if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
@@ -207,7 +207,7 @@ Status backward_impl(const Params& p) {
       }
     }
   }
-  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
+  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, N, bad);
 
   // 3. gradient w.r.t. the per-sample weights, from the weights before any update.
   if (a.grad_per_sample_weights.data != nullptr) {

@@ -119,7 +119,7 @@ Status forward_impl(const Params& p) {
   const int64_t out_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
 
   // Offsets: monotone, and the last equals N; the first violation in order is reported.
-  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
+  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(tbe, offsets, T, B, N));
 
   // Sequence mode: rows before offsets[0] belong to no bag and are written as zeros.
   if (sequence && N > 0) {
@@ -217,7 +217,7 @@ Status forward_impl(const Params& p) {
     }
   }
 
-  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
+  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, N, bad);
   if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = skipped_total;
   return Status::Ok();
 }
