@@ -4,7 +4,7 @@
 # then runs under the sanitizers
 #   1. the whole C++ test suite (ctest: every GoogleTest test, the examples, the CLI's refusal test and a
 #      short C API fuzz pass, fuzz.capi),
-#   2. a longer C API fuzz pass (tests/fuzz/fuzz_capi.cpp),
+#   2. a longer C API fuzz pass (tests/fuzz/),
 #   3. the CLI fuzzer against the sanitized embscale binary (tests/fuzz/fuzz_cli.py).
 # All three run even when one fails; the exit status is non-zero if any did. Any sanitizer report is fatal
 # (-fno-sanitize-recover=all), and the fuzzers run each case (or batch) in a process of its own, so a report

@@ -54,7 +54,6 @@ using tbe_bench::fail;
 struct BwdArgs {
   tbe_bench::Args common;
   std::string optimizer = "rowwise_adagrad";
-  bool deterministic = true;
   int max_warp_segment = 0;
   int max_block_segment = 0;
   int block_threads = 0;
@@ -247,7 +246,6 @@ int run(const BwdArgs& a, bool train) {
       b.num_unique = dense_count.as<int64_t>();
       b.unique_grads = TensorView::vec(dense_grads.data(), DType::kF32, n * tbe->max_dim());
     }
-    b.deterministic = a.deterministic;
     b.tuning = tuning;
     return b;
   };
@@ -378,7 +376,6 @@ int run(const BwdArgs& a, bool train) {
     tbe_bench::config_fields(p, &rec);
     rec["optimizer"] = optimizer_name(otype);
     rec["learning_rate"] = a.learning_rate;
-    rec["deterministic"] = a.deterministic;
     rec["max_warp_segment"] = tuning.max_warp_segment;
     rec["max_block_segment"] = tuning.max_block_segment;
     rec["block_threads"] = tuning.block_threads;
@@ -450,8 +447,6 @@ void add_command(CLI::App& bench, bool train) {
   tbe_bench::add_options(sub, &args->common);
   sub->add_option("--optimizer", args->optimizer, "sgd, rowwise_adagrad, adam, partial_rowwise_adam or none")
       ->capture_default_str();
-  sub->add_flag("--deterministic,!--no-deterministic", args->deterministic,
-                "bit-identical results across runs (default on)");
   add_integer_option(sub, "--max-warp-segment", &args->max_warp_segment, 0, INT_MAX,
                      "segments up to this many lookups: a warp per row (0: default)");
   add_integer_option(sub, "--max-block-segment", &args->max_block_segment, 0, INT_MAX,

@@ -147,7 +147,6 @@ typedef struct embscale_tbe_backward_args {
   embscale_tensor unique_rows;             /* int64 [N], dense-gradient mode */
   int64_t* num_unique;                     /* [1], dense-gradient mode */
   embscale_tensor unique_grads;            /* fp32 [N * max_dim], dense-gradient mode */
-  int32_t deterministic;
   int32_t rounding;
   uint64_t seed;
   int32_t max_warp_segment; /* tuning; 0 = per-device default */

@@ -8,10 +8,13 @@
 
 namespace embscale {
 
+// One code per kind of failure, the same in every capability (FP8, TBE) and backend. A dtype an op does
+// not take is kInvalidArgument everywhere (no backend takes it, so no other build or backend would
+// serve the call); kUnsupported is kept for valid requests that this build or backend cannot serve.
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // a null pointer, a bad size, a mismatched shape or dtype
-  kUnsupported,        // a valid request this build or backend cannot serve
+  kInvalidArgument,    // a null pointer, a bad size, a mismatched shape, a dtype the op does not take
+  kUnsupported,        // a valid request this build or backend cannot serve (no CUDA, a size limit)
   kOutOfRange,         // an index outside its table, offsets that are not monotone
   kWorkspaceTooSmall,  // the caller's workspace is smaller than the size query said
   kBackendError,       // the CUDA runtime reported an error
@@ -39,6 +42,7 @@ class [[nodiscard]] Status {
 inline Status invalid_argument(std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); }
 inline Status unsupported(std::string msg) { return Status(StatusCode::kUnsupported, std::move(msg)); }
 inline Status out_of_range(std::string msg) { return Status(StatusCode::kOutOfRange, std::move(msg)); }
+inline Status workspace_too_small(std::string msg) { return Status(StatusCode::kWorkspaceTooSmall, std::move(msg)); }
 
 }  // namespace embscale
 

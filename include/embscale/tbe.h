@@ -149,7 +149,6 @@ struct TbeBackwardArgs {
   TensorView unique_rows;                     // [N] int64
   int64_t* num_unique = nullptr;              // [1]
   TensorView unique_grads;                    // [N * max_dim()] fp32 (any shape of that many elements)
-  bool deterministic = true;                  // bit-identical results across runs and tunings
   WeightRounding rounding = WeightRounding::kStochastic;
   uint64_t seed = 0;                          // stochastic rounding: same seed and step -> same result
   TbeBackwardTuning tuning;

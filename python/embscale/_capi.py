@@ -84,6 +84,7 @@ class Optimizer(ctypes.Structure):
 
 
 class TbeBackwardArgs(ctypes.Structure):
+    __slots__ = ()  # a field the C struct lacks (such as the removed "deterministic") is an error, not a no-op
     _fields_ = _LOOKUP_FIELDS + [
         ("grad_output", Tensor),
         ("optimizer", Optimizer),
@@ -93,7 +94,6 @@ class TbeBackwardArgs(ctypes.Structure):
         ("unique_rows", Tensor),
         ("num_unique", ctypes.c_void_p),
         ("unique_grads", Tensor),
-        ("deterministic", ctypes.c_int32),
         ("rounding", ctypes.c_int32),
         ("seed", ctypes.c_uint64),
         ("max_warp_segment", ctypes.c_int32),

@@ -579,7 +579,6 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
     a.momentum2 = _optional_desc(momentum2 if momentum2.numel() > 0 else None)
     grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
     a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
-    a.deterministic = 1
     a.rounding = _capi.ROUNDING["stochastic" if stochastic_rounding else "nearest"]
     a.seed = seed
     o = a.optimizer

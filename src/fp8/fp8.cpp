@@ -163,8 +163,8 @@ Status resolve_algo(AmaxOptions* o) {
 
 Status check_workspace(const Context& ctx, const void* ws, size_t ws_bytes, size_t needed) {
   if (ws_bytes < needed)
-    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) +
-                                                      " bytes given; the size query asks for " + std::to_string(needed));
+    return workspace_too_small("workspace_bytes: " + std::to_string(ws_bytes) + " bytes given; the size query asks for " +
+                               std::to_string(needed));
   if (needed > 0 && ws == nullptr)
     return invalid_argument("workspace: null but " + std::to_string(needed) + " bytes are needed");
   return needed > 0 ? check::memory(ctx, "workspace", ws) : Status::Ok();

@@ -242,9 +242,8 @@ Status TableBatchedEmbedding::backward(const Context& ctx, const TbeBackwardArgs
   size_t need = 0;
   EMBSCALE_RETURN_IF_ERROR(dispatch_workspace_size(*this, ctx, args, &need));
   if (workspace_bytes < need)
-    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(workspace_bytes) +
-                                                      " bytes; backward_workspace_size() asks for " +
-                                                      std::to_string(need));
+    return workspace_too_small("workspace_bytes: " + std::to_string(workspace_bytes) +
+                               " bytes; backward_workspace_size() asks for " + std::to_string(need));
   if (need > 0 && workspace == nullptr)
     return invalid_argument("workspace: null, but " + std::to_string(need) + " bytes are needed");
   if (need > 0) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "workspace", workspace));

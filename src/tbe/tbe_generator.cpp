@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "core/dispatch.h"
 #include "core/numerics.h"
 
 namespace embscale {
@@ -223,18 +224,16 @@ Status init_uniform_weights(DType dtype, float a, uint64_t seed, int64_t first, 
   if (count > 0 && host_out == nullptr) return invalid_argument("host_out: null but count is " + std::to_string(count));
   const uint64_t key = splitmix64(seed ^ 0x5851f42d4c957f2dull);
   // Counter-based: element i's value is splitmix64(key + i) mapped to [-a, a], independent of chunking.
+  return dispatch_float(dtype, "dtype", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(host_out);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
-    const uint64_t h = splitmix64(key + static_cast<uint64_t>(first + i) * 0x9e3779b97f4a7c15ull);
-    const float u = static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53);  // [0, 1]
-    const float v = a * (2.0f * u - 1.0f);
-    switch (dtype) {
-      case DType::kF32: static_cast<float*>(host_out)[i] = v; break;
-      case DType::kF16: static_cast<uint16_t*>(host_out)[i] = float_to_fp16(v); break;
-      default: static_cast<uint16_t*>(host_out)[i] = float_to_bf16(v); break;
+    for (int64_t i = 0; i < count; ++i) {
+      const uint64_t h = splitmix64(key + static_cast<uint64_t>(first + i) * 0x9e3779b97f4a7c15ull);
+      const float u = static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53);  // [0, 1]
+      out[i] = from_float<T>(a * (2.0f * u - 1.0f));
     }
-  }
-  return Status::Ok();
+  });
 }
 
 }  // namespace embscale

@@ -86,7 +86,6 @@ TBE_BACKWARD = dict(TBE_COMMON, **{
     "--sweep-thresholds": (None, "thresholds"),
     "--learning-rate": (None, "real:0,0.1,1"),
     "--short-key-sort": (None, "flag"),
-    "--no-deterministic": (None, "flag"),
 })
 SUBCOMMANDS = {
     "info": (["info"], {}),

@@ -1,10 +1,13 @@
 """The C API's own contract (include/embscale/embscale_c.h), called through ctypes on the CPU backend:
 the per-thread last-error message (set by a failure, cleared by the next success), the non-finite flag
 of embscale_amax, and embscale_tbe_create's rule that without a feature_table_map num_features must
-equal num_tables."""
+equal num_tables, and that the ctypes mirrors of its structs match the header field for field."""
 import ctypes
 import math
+import re
+from pathlib import Path
 
+import pytest
 import torch
 
 from embscale import _capi
@@ -77,3 +80,25 @@ def test_create_without_map_needs_one_feature_per_table():
     assert _capi.lib.embscale_tbe_layout_get(handle, ctypes.byref(layout)) == _capi.OK
     assert (layout.num_weights, layout.total_rows, layout.total_dim, layout.max_dim) == (10 * 4 + 20 * 3, 30, 7, 4)
     _capi.lib.embscale_tbe_destroy(handle)
+
+
+def header_fields(struct):
+    """Field names of `typedef struct <struct> { ... }` in the C header, in order."""
+    header = (Path(__file__).resolve().parents[2] / "include" / "embscale" / "embscale_c.h").read_text()
+    body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (struct, struct), header, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    return [re.search(r"(\w+)\s*(\[\d+\])?$", decl.strip()).group(1) for decl in body.split(";")[:-1]]
+
+
+@pytest.mark.parametrize("struct, mirror", [
+    ("embscale_context", _capi.Context), ("embscale_tensor", _capi.Tensor), ("embscale_tbe_layout", _capi.TbeLayout),
+    ("embscale_tbe_forward_args", _capi.TbeForwardArgs), ("embscale_optimizer", _capi.Optimizer),
+    ("embscale_tbe_backward_args", _capi.TbeBackwardArgs)])
+def test_ctypes_structs_mirror_the_header(struct, mirror):
+    assert [name for name, _ in mirror._fields_] == header_fields(struct)
+
+
+def test_the_removed_deterministic_field_is_refused():
+    assert "deterministic" not in header_fields("embscale_tbe_backward_args")
+    with pytest.raises(AttributeError):
+        _capi.TbeBackwardArgs().deterministic = 0  # every backend is deterministic; there is no switch

@@ -350,3 +350,6 @@ def test_errors(device):
         make_module([(10, 4)], [0, 3], device)
     with pytest.raises(TypeError, match="weights_dtype"):
         make_module([(10, 4)], None, device, weights_dtype=torch.int8)
+    # Every backend is deterministic; the old switch is refused, not silently ignored.
+    with pytest.raises(TypeError, match="deterministic"):
+        make_module([(10, 4)], None, device, deterministic=False)

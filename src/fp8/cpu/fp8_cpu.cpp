@@ -17,6 +17,7 @@
 
 #include "fp8/fp8_backend.h"
 #include "fp8/activation.h"
+#include "core/dispatch.h"
 #include "core/numerics.h"
 #include "fp8/scaling.h"
 #include "fp8/cpu/fp8_cast_simd.h"
@@ -104,13 +105,11 @@ void amax_typed(const Context& ctx, const T* x, int64_t n, float* amax, int32_t*
   if (nonfinite_flag) *nonfinite_flag = r.any_max >= MagBits<T>::kInf ? 1 : 0;
 }
 
-void amax_any(const Context& ctx, const TensorView& x, float* amax, int32_t* nonfinite_flag) {
-  const int64_t n = x.numel();
-  switch (x.dtype) {
-    case DType::kF32: return amax_typed(ctx, static_cast<const float*>(x.data), n, amax, nonfinite_flag);
-    case DType::kF16: return amax_typed(ctx, static_cast<const fp16_t*>(x.data), n, amax, nonfinite_flag);
-    default: return amax_typed(ctx, static_cast<const bf16_t*>(x.data), n, amax, nonfinite_flag);
-  }
+Status amax_any(const Context& ctx, const TensorView& x, float* amax, int32_t* nonfinite_flag) {
+  return dispatch_float(x.dtype, "x", [&](auto tx) {
+    using Ti = typename decltype(tx)::type;
+    amax_typed(ctx, static_cast<const Ti*>(x.data), x.numel(), amax, nonfinite_flag);
+  });
 }
 
 // ---- input decoding ----
@@ -181,18 +180,14 @@ void quantize_typed(const Context& ctx, const Ti* x, float s, F8* y, int64_t n) 
   parallel_blocks(cast_thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) { encode_range(x + b, s, y + b, e - b); });
 }
 
-template <typename Ti>
-void quantize_from(const Context& ctx, const Ti* x, float s, const TensorView& y) {
-  if (y.dtype == DType::kF8E4M3) return quantize_typed(ctx, x, s, static_cast<fp8e4m3_t*>(y.data), y.numel());
-  return quantize_typed(ctx, x, s, static_cast<fp8e5m2_t*>(y.data), y.numel());
-}
-
-void quantize_any(const Context& ctx, const TensorView& x, float s, const TensorView& y) {
-  switch (x.dtype) {
-    case DType::kF32: return quantize_from(ctx, static_cast<const float*>(x.data), s, y);
-    case DType::kF16: return quantize_from(ctx, static_cast<const fp16_t*>(x.data), s, y);
-    default: return quantize_from(ctx, static_cast<const bf16_t*>(x.data), s, y);
-  }
+Status quantize_any(const Context& ctx, const TensorView& x, float s, const TensorView& y) {
+  return dispatch_float(x.dtype, "x", [&](auto tx) {
+    return dispatch_fp8(y.dtype, "y", [&](auto ty) {
+      using Ti = typename decltype(tx)::type;
+      using F8 = typename decltype(ty)::type;
+      quantize_typed(ctx, static_cast<const Ti*>(x.data), s, static_cast<F8*>(y.data), y.numel());
+    });
+  });
 }
 
 // An fp8 input has only 256 values: their fp32 values are tabulated once per format, and each call
@@ -244,12 +239,6 @@ void dequantize_typed(const Context& ctx, const uint8_t* codes, float s, To* x, 
   parallel_blocks(cast_thread_count(ctx, n), n, [&](int64_t b, int64_t e, int) { dequantize_range(codes + b, lut, x + b, e - b); });
 }
 
-template <typename To>
-void dequantize_to(const Context& ctx, const TensorView& y, float s, To* x) {
-  const uint8_t* codes = static_cast<const uint8_t*>(y.data);
-  if (y.dtype == DType::kF8E4M3) return dequantize_typed<fp8e4m3_t>(ctx, codes, s, x, y.numel());
-  return dequantize_typed<fp8e5m2_t>(ctx, codes, s, x, y.numel());
-}
 
 // ---- activation + amax ----
 template <Activation kAct, typename Ti, typename To>
@@ -280,23 +269,15 @@ void activation_amax_typed(const Context& ctx, const Ti* x, To* y, int64_t n, fl
   if (nonfinite_flag) *nonfinite_flag = nf;
 }
 
-template <Activation kAct, typename Ti>
-void activation_amax_from(const Context& ctx, const Ti* x, const TensorView& y, float* amax, int32_t* flag) {
-  const int64_t n = y.numel();
-  switch (y.dtype) {
-    case DType::kF32: return activation_amax_typed<kAct>(ctx, x, static_cast<float*>(y.data), n, amax, flag);
-    case DType::kF16: return activation_amax_typed<kAct>(ctx, x, static_cast<fp16_t*>(y.data), n, amax, flag);
-    default: return activation_amax_typed<kAct>(ctx, x, static_cast<bf16_t*>(y.data), n, amax, flag);
-  }
-}
-
 template <Activation kAct>
-void activation_amax_act(const Context& ctx, const TensorView& x, const TensorView& y, float* amax, int32_t* flag) {
-  switch (x.dtype) {
-    case DType::kF32: return activation_amax_from<kAct>(ctx, static_cast<const float*>(x.data), y, amax, flag);
-    case DType::kF16: return activation_amax_from<kAct>(ctx, static_cast<const fp16_t*>(x.data), y, amax, flag);
-    default: return activation_amax_from<kAct>(ctx, static_cast<const bf16_t*>(x.data), y, amax, flag);
-  }
+Status activation_amax_act(const Context& ctx, const TensorView& x, const TensorView& y, float* amax, int32_t* flag) {
+  return dispatch_float(x.dtype, "x", [&](auto tx) {
+    return dispatch_float(y.dtype, "y", [&](auto ty) {
+      using Ti = typename decltype(tx)::type;
+      using To = typename decltype(ty)::type;
+      activation_amax_typed<kAct>(ctx, static_cast<const Ti*>(x.data), static_cast<To*>(y.data), y.numel(), amax, flag);
+    });
+  });
 }
 
 // ---- cast + transpose ----
@@ -327,13 +308,6 @@ void cast_transpose_typed(const Context& ctx, const Ti* x, float s, F8* y, F8* y
   });
 }
 
-template <typename Ti>
-void cast_transpose_from(const Context& ctx, const Ti* x, float s, const TensorView& y, const TensorView& yt) {
-  const int64_t rows = y.shape[0], cols = y.shape[1];
-  if (y.dtype == DType::kF8E4M3)
-    return cast_transpose_typed(ctx, x, s, static_cast<fp8e4m3_t*>(y.data), static_cast<fp8e4m3_t*>(yt.data), rows, cols);
-  return cast_transpose_typed(ctx, x, s, static_cast<fp8e5m2_t*>(y.data), static_cast<fp8e5m2_t*>(yt.data), rows, cols);
-}
 
 }  // namespace
 
@@ -344,8 +318,7 @@ Status amax_workspace_size(const TensorView&, const AmaxOptions&, size_t* bytes)
 
 Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOptions& opts, void*, size_t) {
   if (skip(opts.noop_flag)) return Status::Ok();
-  amax_any(ctx, x, amax, opts.nonfinite_flag);
-  return Status::Ok();
+  return amax_any(ctx, x, amax, opts.nonfinite_flag);
 }
 
 Status compute_scale(const Context&, const float* amax, float fp8_max_value, const ScaleOptions& opts, float* scale,
@@ -360,20 +333,20 @@ Status compute_scale(const Context&, const float* amax, float fp8_max_value, con
 Status quantize(const Context& ctx, const TensorView& x, const float* scale, const TensorView& y,
                 const float* noop_flag) {
   if (skip(noop_flag)) return Status::Ok();
-  quantize_any(ctx, x, *scale, y);
-  return Status::Ok();
+  return quantize_any(ctx, x, *scale, y);
 }
 
 Status dequantize(const Context& ctx, const TensorView& y, const float* scale_inv, const TensorView& x,
                   const float* noop_flag) {
   if (skip(noop_flag)) return Status::Ok();
   const float s = *scale_inv;
-  switch (x.dtype) {
-    case DType::kF32: dequantize_to(ctx, y, s, static_cast<float*>(x.data)); break;
-    case DType::kF16: dequantize_to(ctx, y, s, static_cast<fp16_t*>(x.data)); break;
-    default: dequantize_to(ctx, y, s, static_cast<bf16_t*>(x.data)); break;
-  }
-  return Status::Ok();
+  return dispatch_fp8(y.dtype, "y", [&](auto ty) {
+    return dispatch_float(x.dtype, "x", [&](auto tx) {
+      using F8 = typename decltype(ty)::type;
+      using To = typename decltype(tx)::type;
+      dequantize_typed<F8>(ctx, static_cast<const uint8_t*>(y.data), s, static_cast<To*>(x.data), y.numel());
+    });
+  });
 }
 
 Status quantize_current_scaling_workspace_size(const TensorView&, const CurrentScalingOptions&, size_t* bytes) {
@@ -385,10 +358,10 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
                                 float* scale, float* scale_inv, const CurrentScalingOptions& opts, void*, size_t) {
   if (skip(opts.amax.noop_flag)) return Status::Ok();
   float a = 0.0f;
-  amax_any(ctx, x, &a, opts.amax.nonfinite_flag);
+  EMBSCALE_RETURN_IF_ERROR(amax_any(ctx, x, &a, opts.amax.nonfinite_flag));
   const float fp8_max_value = y.dtype == DType::kF8E4M3 ? kFp8E4M3Max : kFp8E5M2Max;
   const float s = scale_from_amax_rule(a, fp8_max_value, opts.scale.eps, opts.scale.power_of_2);
-  quantize_any(ctx, x, s, y);
+  EMBSCALE_RETURN_IF_ERROR(quantize_any(ctx, x, s, y));
   *amax = a;
   *scale = s;
   *scale_inv = scale_inv_from_scale(s);
@@ -404,23 +377,25 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
                        const AmaxOptions& opts, void*, size_t) {
   if (skip(opts.noop_flag)) return Status::Ok();
   switch (act) {
-    case Activation::kRelu: activation_amax_act<Activation::kRelu>(ctx, x, y, amax, opts.nonfinite_flag); break;
-    case Activation::kGeluTanh: activation_amax_act<Activation::kGeluTanh>(ctx, x, y, amax, opts.nonfinite_flag); break;
-    case Activation::kSilu: activation_amax_act<Activation::kSilu>(ctx, x, y, amax, opts.nonfinite_flag); break;
+    case Activation::kRelu: return activation_amax_act<Activation::kRelu>(ctx, x, y, amax, opts.nonfinite_flag);
+    case Activation::kGeluTanh: return activation_amax_act<Activation::kGeluTanh>(ctx, x, y, amax, opts.nonfinite_flag);
+    case Activation::kSilu: return activation_amax_act<Activation::kSilu>(ctx, x, y, amax, opts.nonfinite_flag);
   }
-  return Status::Ok();
+  return invalid_argument("act: unknown activation " + std::to_string(static_cast<int>(act)));
 }
 
 Status cast_transpose(const Context& ctx, const TensorView& x, const float* scale, const TensorView& y,
                       const TensorView& yt, const float* noop_flag) {
   if (skip(noop_flag)) return Status::Ok();
   const float s = *scale;
-  switch (x.dtype) {
-    case DType::kF32: cast_transpose_from(ctx, static_cast<const float*>(x.data), s, y, yt); break;
-    case DType::kF16: cast_transpose_from(ctx, static_cast<const fp16_t*>(x.data), s, y, yt); break;
-    default: cast_transpose_from(ctx, static_cast<const bf16_t*>(x.data), s, y, yt); break;
-  }
-  return Status::Ok();
+  return dispatch_float(x.dtype, "x", [&](auto tx) {
+    return dispatch_fp8(y.dtype, "y", [&](auto ty) {
+      using Ti = typename decltype(tx)::type;
+      using F8 = typename decltype(ty)::type;
+      cast_transpose_typed(ctx, static_cast<const Ti*>(x.data), s, static_cast<F8*>(y.data), static_cast<F8*>(yt.data),
+                           y.shape[0], y.shape[1]);
+    });
+  });
 }
 
 }  // namespace cpu

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tbe/tbe_backend.h"
+#include "core/dispatch.h"
 #include "core/numerics.h"
 #include "tbe/optimizer.h"
 #include "tbe/rounding.h"
@@ -142,7 +143,7 @@ Status backward_impl(const Params& p) {
 
   // 1. offsets
   const int64_t TB = T * B;
-  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
+  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(tbe, offsets, T, B, N));
   if (N == 0) {
     if (a.optimizer.type == OptimizerType::kNone) *a.num_unique = 0;
     if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
@@ -207,7 +208,7 @@ Status backward_impl(const Params& p) {
       }
     }
   }
-  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
+  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, N, bad);
 
   // 3. gradient w.r.t. the per-sample weights, from the weights before any update.
   if (a.grad_per_sample_weights.data != nullptr) {
@@ -363,23 +364,6 @@ Status backward_impl(const Params& p) {
   return Status::Ok();
 }
 
-template <typename W, typename G>
-Status dispatch_index(const Params& p) {
-  return p.args->indices.dtype == DType::kI32 ? backward_impl<W, G, int32_t>(p) : backward_impl<W, G, int64_t>(p);
-}
-
-template <typename W>
-Status dispatch_grad(const Params& p) {
-  switch (p.args->grad_output.dtype) {
-    case DType::kF32: return dispatch_index<W, float>(p);
-    case DType::kF16: return dispatch_index<W, fp16_t>(p);
-    case DType::kBF16: return dispatch_index<W, bf16_t>(p);
-    default: break;
-  }
-  return invalid_argument(std::string("grad_output: dtype ") + dtype_name(p.args->grad_output.dtype) +
-                          " is not supported");
-}
-
 }  // namespace
 
 Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes) {
@@ -399,15 +383,18 @@ Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const 
   p.threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
   p.ws = static_cast<unsigned char*>(ws);
   if (ws_bytes < Layout(p.N).bytes)
-    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " +
-                                                      std::to_string(Layout(p.N).bytes) + " are needed");
-  switch (args.weights.dtype) {
-    case DType::kF32: return dispatch_grad<float>(p);
-    case DType::kF16: return dispatch_grad<fp16_t>(p);
-    case DType::kBF16: return dispatch_grad<bf16_t>(p);
-    default: break;
-  }
-  return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) + " is not supported");
+    return workspace_too_small("workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " +
+                               std::to_string(Layout(p.N).bytes) + " are needed");
+  return dispatch_float(args.weights.dtype, "weights", [&](auto tw) {
+    return dispatch_float(args.grad_output.dtype, "grad_output", [&](auto tg) {
+      return dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
+        using W = typename decltype(tw)::type;
+        using G = typename decltype(tg)::type;
+        using I = typename decltype(ti)::type;
+        return backward_impl<W, G, I>(p);
+      });
+    });
+  });
 }
 
 }  // namespace cpu

@@ -1,12 +1,12 @@
 // Bounds checks shared by the CPU TBE forward and backward: the offsets check (in order, so the first
-// violation is reported) and the report of the first out-of-range index, with the same wording as the
-// CUDA backend's (tbe/cuda/tbe_report.cuh).
+// violation is reported) and the report of the first out-of-range index, both worded by
+// tbe/bounds_report.h like the CUDA backend's.
 #pragma once
 
 #include <climits>
 #include <cstdint>
-#include <string>
 
+#include "tbe/bounds_report.h"
 #include "tbe/tbe_backend.h"
 
 namespace embscale {
@@ -28,36 +28,44 @@ inline void keep_first(const BadIndex& mine, BadIndex* bad) {
 // Offsets: not negative at 0, monotone, and the last (offsets[T*B]) equals N. Checked serially (T*B+1
 // values, cheap next to the gathers) so the first violation in order is reported.
 template <typename I>
-Status check_offsets(const I* offsets, int64_t T, int64_t B, int64_t N) {
+Status check_offsets(const TableBatchedEmbedding& tbe, const I* offsets, int64_t T, int64_t B, int64_t N) {
+  using tbe_bounds::ViolationKind;
   const int64_t TB = T * B;
-  if (static_cast<int64_t>(offsets[0]) < 0)
-    return out_of_range("offsets: position 0 (feature 0, bag 0): value " + std::to_string(offsets[0]) +
-                        " is negative");
+  if (static_cast<int64_t>(offsets[0]) < 0) {
+    tbe_bounds::BoundsViolation v;
+    v.kind = ViolationKind::kNegativeFirstOffset;
+    v.value = offsets[0];
+    return tbe_bounds::violation_error(tbe, B, N, v);
+  }
   for (int64_t i = 1; i <= TB; ++i) {
     if (offsets[i] < offsets[i - 1]) {
-      const int64_t item = i - 1;  // offsets[i] ends bag item
-      return out_of_range("offsets: position " + std::to_string(i) + " (end of feature " +
-                          std::to_string(B > 0 ? item / B : 0) + ", bag " + std::to_string(B > 0 ? item % B : 0) +
-                          "): value " + std::to_string(offsets[i]) + " is less than the previous value " +
-                          std::to_string(offsets[i - 1]));
+      tbe_bounds::BoundsViolation v;
+      v.kind = ViolationKind::kDecreasingOffset;
+      v.position = i;
+      v.value = offsets[i];
+      v.previous = offsets[i - 1];
+      return tbe_bounds::violation_error(tbe, B, N, v);
     }
   }
-  if (static_cast<int64_t>(offsets[TB]) != N)
-    return out_of_range("offsets: the last value " + std::to_string(offsets[TB]) +
-                        " differs from the number of indices " + std::to_string(N));
+  if (static_cast<int64_t>(offsets[TB]) != N) {
+    tbe_bounds::BoundsViolation v;
+    v.kind = ViolationKind::kLastOffsetMismatch;
+    v.value = offsets[TB];
+    return tbe_bounds::violation_error(tbe, B, N, v);
+  }
   return Status::Ok();
 }
 
 // The error for the first bad index `bad` (bad.item != INT64_MAX).
 template <typename I>
-Status bad_index_error(const TableBatchedEmbedding& tbe, const I* offsets, int64_t B, const BadIndex& bad) {
-  const int f = static_cast<int>(bad.item / B);
-  const int t = tbe.feature_table(f);
-  const int64_t start = static_cast<int64_t>(offsets[bad.item]);
-  return out_of_range("indices: feature " + std::to_string(f) + ", bag " + std::to_string(bad.item % B) +
-                      ", position " + std::to_string(bad.pos - start) + " (indices[" + std::to_string(bad.pos) +
-                      "]): index " + std::to_string(bad.value) + " is outside table " + std::to_string(t) + " (" +
-                      std::to_string(tbe.config().tables[t].num_rows) + " rows)");
+Status bad_index_error(const TableBatchedEmbedding& tbe, const I* offsets, int64_t B, int64_t N, const BadIndex& bad) {
+  tbe_bounds::BoundsViolation v;
+  v.kind = tbe_bounds::ViolationKind::kBadIndex;
+  v.position = bad.pos;
+  v.value = bad.value;
+  v.item = bad.item;
+  v.bag_start = static_cast<int64_t>(offsets[bad.item]);
+  return tbe_bounds::violation_error(tbe, B, N, v);
 }
 
 }  // namespace tbe_checks

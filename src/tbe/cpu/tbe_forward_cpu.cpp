@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tbe/tbe_backend.h"
+#include "core/dispatch.h"
 #include "core/numerics.h"
 #include "tbe/cpu/prefetch.h"
 #include "tbe/cpu/tbe_checks.h"
@@ -119,7 +120,7 @@ Status forward_impl(const Params& p) {
   const int64_t out_stride = sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
 
   // Offsets: monotone, and the last equals N; the first violation in order is reported.
-  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(offsets, T, B, N));
+  EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(tbe, offsets, T, B, N));
 
   // Sequence mode: rows before offsets[0] belong to no bag and are written as zeros.
   if (sequence && N > 0) {
@@ -217,7 +218,7 @@ Status forward_impl(const Params& p) {
     }
   }
 
-  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, bad);
+  if (bad.item != INT64_MAX) return tbe_checks::bad_index_error(tbe, offsets, B, N, bad);
   if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = skipped_total;
   return Status::Ok();
 }
@@ -225,23 +226,6 @@ Status forward_impl(const Params& p) {
 template <typename W, typename O, typename I>
 Status dispatch_weighted(const Params& p) {
   return p.args->per_sample_weights.data ? forward_impl<W, O, I, true>(p) : forward_impl<W, O, I, false>(p);
-}
-
-template <typename W, typename O>
-Status dispatch_index(const Params& p) {
-  return p.args->indices.dtype == DType::kI32 ? dispatch_weighted<W, O, int32_t>(p)
-                                              : dispatch_weighted<W, O, int64_t>(p);
-}
-
-template <typename W>
-Status dispatch_output(const Params& p) {
-  switch (p.args->output.dtype) {
-    case DType::kF32: return dispatch_index<W, float>(p);
-    case DType::kF16: return dispatch_index<W, fp16_t>(p);
-    case DType::kBF16: return dispatch_index<W, bf16_t>(p);
-    default: break;
-  }
-  return invalid_argument(std::string("output: dtype ") + dtype_name(p.args->output.dtype) + " is not supported");
 }
 
 }  // namespace
@@ -254,13 +238,16 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   p.B = args.batch_size;
   p.N = args.indices.numel();
   p.threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
-  switch (args.weights.dtype) {
-    case DType::kF32: return dispatch_output<float>(p);
-    case DType::kF16: return dispatch_output<fp16_t>(p);
-    case DType::kBF16: return dispatch_output<bf16_t>(p);
-    default: break;
-  }
-  return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) + " is not supported");
+  return dispatch_float(args.weights.dtype, "weights", [&](auto tw) {
+    return dispatch_float(args.output.dtype, "output", [&](auto to) {
+      return dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
+        using W = typename decltype(tw)::type;
+        using O = typename decltype(to)::type;
+        using I = typename decltype(ti)::type;
+        return dispatch_weighted<W, O, I>(p);
+      });
+    });
+  });
 }
 
 }  // namespace cpu

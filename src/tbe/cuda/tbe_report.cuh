@@ -1,6 +1,6 @@
 // The bounds-check report of the CUDA TBE forward and backward: the finalize kernel's words
-// (scratch[kReport..kReport+4], tbe/cuda/forward/tbe_forward_kernels.cuh) read back and turned into a Status with
-// the same wording as the CPU backend's (tbe/cpu/tbe_checks.h).
+// (scratch[kReport..kReport+4], tbe/cuda/forward/tbe_forward_kernels.cuh) read back and turned into a Status
+// worded by tbe/bounds_report.h, like the CPU backend's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tbe/bounds_report.h"
 #include "tbe/tbe_backend.h"
 #include "core/cuda/check.cuh"
 #include "tbe/cuda/forward/tbe_forward_kernels.cuh"
@@ -19,30 +20,35 @@ namespace tbe_report {
 // The error-mode report r[0..4] as a Status naming what was wrong; `op` ("tbe forward", "tbe backward")
 // names the caller in the message for an unknown report kind.
 inline Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r, const char* op) {
-  const auto s = [](int64_t v) { return std::to_string(v); };
+  using tbe_bounds::ViolationKind;
+  tbe_bounds::BoundsViolation v;
   switch (r[0]) {
     case tbe_fwd::kReportNone: return Status::Ok();
     case tbe_fwd::kReportNegativeFirst:
-      return out_of_range("offsets: position 0 (feature 0, bag 0): value " + s(r[1]) + " is negative");
-    case tbe_fwd::kReportDecreasing: {
-      const int64_t item = r[1] - 1;  // offsets[i] ends bag i-1
-      return out_of_range("offsets: position " + s(r[1]) + " (end of feature " + s(B > 0 ? item / B : 0) + ", bag " +
-                          s(B > 0 ? item % B : 0) + "): value " + s(r[2]) + " is less than the previous value " +
-                          s(r[3]));
-    }
+      v.kind = ViolationKind::kNegativeFirstOffset;
+      v.value = r[1];
+      break;
+    case tbe_fwd::kReportDecreasing:
+      v.kind = ViolationKind::kDecreasingOffset;
+      v.position = r[1];
+      v.value = r[2];
+      v.previous = r[3];
+      break;
     case tbe_fwd::kReportLastMismatch:
-      return out_of_range("offsets: the last value " + s(r[1]) + " differs from the number of indices " + s(N));
-    case tbe_fwd::kReportBadIndex: {
-      const int64_t item = r[1];
-      const int f = static_cast<int>(item / B);
-      const int t = tbe.feature_table(f);
-      return out_of_range("indices: feature " + s(f) + ", bag " + s(item % B) + ", position " + s(r[2] - r[4]) +
-                          " (indices[" + s(r[2]) + "]): index " + s(r[3]) + " is outside table " + s(t) + " (" +
-                          s(tbe.config().tables[t].num_rows) + " rows)");
-    }
-    default: break;
+      v.kind = ViolationKind::kLastOffsetMismatch;
+      v.value = r[1];
+      break;
+    case tbe_fwd::kReportBadIndex:
+      v.kind = ViolationKind::kBadIndex;
+      v.item = r[1];
+      v.position = r[2];
+      v.value = r[3];
+      v.bag_start = r[4];
+      break;
+    default:
+      return Status(StatusCode::kBackendError, std::string(op) + ": unknown bounds-check report " + std::to_string(r[0]));
   }
-  return Status(StatusCode::kBackendError, std::string(op) + ": unknown bounds-check report " + s(r[0]));
+  return tbe_bounds::violation_error(tbe, B, N, v);
 }
 
 // Copies the report from the module's scratch, waits for the stream and returns report_status.
