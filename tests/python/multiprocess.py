@@ -1,0 +1,57 @@
+"""Runs a function in several processes joined by a gloo process group on this machine, for the tests of
+data-parallel and sharded training: every process calls worker(rank, world, *args) and its return value
+comes back (torch.save'd) to the caller. A process that raises makes run() raise with its traceback; a run
+that does not finish within `timeout` seconds is ended (no hang)."""
+import datetime
+import os
+import tempfile
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _entry(worker, rank, world, folder, timeout, args):
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout))
+        result = worker(rank, world, *args)
+        torch.save(result, os.path.join(folder, f"{rank}.pt"))
+        dist.destroy_process_group()
+    except BaseException:
+        with open(os.path.join(folder, f"{rank}.err"), "w") as f:
+            f.write(traceback.format_exc())
+        raise SystemExit(1)
+
+
+def run(worker, world, *args, timeout=180):
+    """[worker's result on rank r for r in range(world)]; RuntimeError with the first failing process's
+    traceback, TimeoutError when the processes have not all finished after `timeout` seconds."""
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as folder:
+        procs = [ctx.Process(target=_entry, args=(worker, r, world, folder, timeout, args)) for r in range(world)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for r in hung:
+            procs[r].kill()
+            procs[r].join()
+        errors = []
+        for r in range(world):
+            path = os.path.join(folder, f"{r}.err")
+            if os.path.exists(path):
+                with open(path) as f:
+                    errors.append(f"rank {r}:\n{f.read()}")
+        if errors:
+            raise RuntimeError("\n".join(errors))
+        if hung:
+            raise TimeoutError(f"ranks {hung} did not finish within {timeout} s")
+        for r, p in enumerate(procs):
+            if p.exitcode != 0:
+                raise RuntimeError(f"rank {r} exited with status {p.exitcode}")
+        return [torch.load(os.path.join(folder, f"{r}.pt"), weights_only=False) for r in range(world)]
