@@ -1,6 +1,7 @@
-"""Runs a function in several processes joined by a gloo process group on this machine, for the tests of
+"""Runs a function in several processes joined by a process group on this machine, for the tests of
 data-parallel and sharded training: every process calls worker(rank, world, *args) and its return value
-comes back (torch.save'd) to the caller. A process that raises makes run() raise with its traceback; a run
+comes back (torch.save'd, tensors moved to the CPU) to the caller. The group is gloo on the CPU, or NCCL
+with one GPU a process where EMBSCALE_TEST_DIST_DEVICE=cuda (``device()`` says which). A process that raises makes run() raise with its traceback; a run
 that does not finish within `timeout` seconds is ended (no hang)."""
 import datetime
 import os
@@ -13,12 +14,32 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
+def device(rank=0):
+    """The device the processes of run() compute on: cpu, or cuda:<rank> with EMBSCALE_TEST_DIST_DEVICE=cuda."""
+    if os.environ.get("EMBSCALE_TEST_DIST_DEVICE", "cpu") == "cuda":
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def _to_cpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_cpu(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_cpu(v) for k, v in x.items()}
+    return x
+
+
 def _entry(worker, rank, world, folder, timeout, args):
     try:
-        dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world,
+        dev = device(rank)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
         result = worker(rank, world, *args)
-        torch.save(result, os.path.join(folder, f"{rank}.pt"))
+        torch.save(_to_cpu(result), os.path.join(folder, f"{rank}.pt"))
         dist.destroy_process_group()
     except BaseException:
         with open(os.path.join(folder, f"{rank}.err"), "w") as f:

@@ -37,11 +37,12 @@ STEPS = 3
 
 def _train_replicas(rank, optimizer, pooling, batches):
     torch.manual_seed(100 + rank)  # different tables on each process: DDP's start-up broadcast makes them rank 0's
-    model = nn.parallel.DistributedDataParallel(_Model(_module(optimizer, pooling)))
+    dev = multiprocess.device(rank)
+    model = nn.parallel.DistributedDataParallel(_Model(_module(optimizer, pooling)).to(dev))
     outs = []
     for step in batches:
-        indices, offsets, psw, target = step[rank]
-        pooled, dense = model(indices, offsets, psw, torch.ones(pooled_rows(offsets), 3))
+        indices, offsets, psw, target = (None if t is None else t.to(dev) for t in step[rank])
+        pooled, dense = model(indices, offsets, psw, torch.ones(pooled_rows(offsets), 3, device=dev))
         ((pooled * target).sum() + dense.sum()).backward()
         outs.append(pooled.detach())
     tbe = model.module.tbe
@@ -68,8 +69,10 @@ def _worker(rank, world, batches_per_case):
     out = {"replicas": [_train_replicas(rank, optimizer, pooling, batches)
                         for (optimizer, pooling, _), batches in zip(CASES, batches_per_case)]}
     out["local"] = _train_local(rank)
-    mismatch = embscale.TableBatchedEmbeddingBags([(10 + rank, 4)])  # not replicas: different tables
-    out["mismatch"] = _error(lambda: mismatch(torch.tensor([1]), torch.tensor([0, 1])).sum().backward())
+    dev = multiprocess.device(rank)
+    mismatch = embscale.TableBatchedEmbeddingBags([(10 + rank, 4)], device=dev)  # not replicas: different tables
+    out["mismatch"] = _error(lambda: mismatch(torch.tensor([1], device=dev),
+                                              torch.tensor([0, 1], device=dev)).sum().backward())
     out["psw_grad"] = _error(lambda: embscale.TableBatchedEmbeddingBags([(10, 4)])(
         torch.tensor([1]), torch.tensor([0, 1]), torch.ones(1, requires_grad=True)))
     return out
@@ -122,10 +125,11 @@ def test_ddp_trains_like_one_process_on_the_global_batch(run, case):
     world, batches, results = run
     optimizer, pooling, _ = CASES[case]
     torch.manual_seed(100)  # rank 0's tables
-    ref = _module(optimizer, pooling, data_parallel_group=None)
+    dev = multiprocess.device()
+    ref = _module(optimizer, pooling, data_parallel_group=None).to(dev)
     for s, parts in enumerate(batches[case]):
-        indices, offsets, psw = _global_batch(parts)
-        out = ref(indices, offsets, psw)
+        indices, offsets, psw = (None if t is None else t.to(dev) for t in _global_batch(parts))
+        out = ref(indices, offsets, psw).cpu()
         start = 0
         for r, (_, o, _, target) in enumerate(parts):
             B = pooled_rows(o)
@@ -135,8 +139,8 @@ def test_ddp_trains_like_one_process_on_the_global_batch(run, case):
         out.backward(torch.cat([target for _, _, _, target in parts]) / world)
     for r in range(world):
         _, weights, state, step = results[r]["replicas"][case]
-        assert torch.equal(weights, ref.weights.detach()), f"rank {r}: tables"
-        assert torch.equal(state, ref.momentum1), f"rank {r}: optimizer state"
+        assert torch.equal(weights, ref.weights.detach().cpu()), f"rank {r}: tables"
+        assert torch.equal(state, ref.momentum1.cpu()), f"rank {r}: optimizer state"
         assert step == ref.step == STEPS + 1
 
 

@@ -32,9 +32,10 @@ def _configs():
     return [EmbeddingBagConfig(name=n, num_embeddings=e, embedding_dim=d, feature_names=fs) for n, e, d, fs in TABLES]
 
 
-def _collection(optimizer, **kw):
+def _collection(optimizer, device, **kw):
     torch.manual_seed(7)
-    return EmbeddingBagCollection(_configs(), optimizer=optimizer, **OPTIMIZERS[optimizer], **kw)
+    tables = EmbeddingBagCollection(_configs(), optimizer=optimizer, **OPTIMIZERS[optimizer], **kw)
+    return tables.to(device)  # drawn on the CPU: the same tables on every device
 
 
 class _Model(nn.Module):
@@ -69,19 +70,19 @@ def _worker(rank, world, cases, batches):
     out = []
     for (plan, optimizer), steps in zip(cases, batches):
         sharder = EmbeddingBagCollectionSharder()
-        model = _Model(_collection(optimizer))
+        dev = multiprocess.device(rank)
+        model = _Model(_collection(optimizer, dev))
         module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param(plan, world),
-                                                     local_size=world, world_size=world, device_type="cpu",
+                                                     local_size=world, world_size=world, device_type=dev.type,
                                                      sharder=sharder)
-        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
-                                       device=torch.device("cpu"), plan=ShardingPlan({"ebc": module_plan}),
-                                       sharders=[sharder])
+        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
+                                       plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
         outs = []
         for step in steps:
             lengths, values, target = step[rank]
-            kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths)
+            kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths).to(dev)
             pooled = dmp(kjt)
-            (pooled * target).sum().backward()
+            (pooled * target.to(dev)).sum().backward()
             outs.append(pooled.detach())
         shards = []
         for kernel in dmp.module.ebc._embscale_kernels():
@@ -150,7 +151,8 @@ def run(request):
 def test_sharded_training_matches_one_process(run, plan, optimizer):
     world, cases, batches, results = run
     case = cases.index((plan, optimizer))
-    full = _collection(optimizer, data_parallel_group=None)
+    dev = multiprocess.device()
+    full = _collection(optimizer, dev, data_parallel_group=None)
     pieces = _reference_pieces(plan, world)
     rows = {n: e for n, e, _, _ in TABLES}
     table_features = {n: fs for n, _, _, fs in TABLES}
@@ -159,13 +161,14 @@ def test_sharded_training_matches_one_process(run, plan, optimizer):
                     if f in table_features[n]]
     ref = embscale.TableBatchedEmbeddingBags([(rows[n], cols) for n, _, cols in pieces],
                                              feature_table_map=[i for _, i in ref_features], optimizer=optimizer,
-                                             data_parallel_group=None, **OPTIMIZERS[optimizer])
+                                             data_parallel_group=None, device=dev, **OPTIMIZERS[optimizer])
     tables = dict(zip([c.name for c in full.embedding_bag_configs()], full.tbe.split_embedding_weights()))
     with torch.no_grad():
         for w, (n, c0, cols) in zip(ref.split_embedding_weights(), pieces):
             w.copy_(tables[n][:, c0:c0 + cols])
     for s, parts in enumerate(batches[case]):
         indices, offsets = _global_batch(parts, [f for f, _ in ref_features])
+        indices, offsets = indices.to(dev), offsets.to(dev)
         out = ref(indices, offsets)
         if plan == "row_wise":
             # A bag's rows on different shards are pooled per shard and the partial sums added (TorchRec's
@@ -174,20 +177,21 @@ def test_sharded_training_matches_one_process(run, plan, optimizer):
             magnitude = copy.deepcopy(ref)
             with torch.no_grad():
                 magnitude.weights.abs_()
-            bound = 2 * (MAX_BAG - 1) * 2.0**-24 * magnitude(indices, offsets).detach()
+            bound = 2 * (MAX_BAG - 1) * 2.0**-24 * magnitude(indices, offsets).detach().cpu()
         for r in range(world):
-            got, want = results[r][case][0][s], out[r * BATCH:(r + 1) * BATCH].detach()
+            got, want = results[r][case][0][s], out[r * BATCH:(r + 1) * BATCH].detach().cpu()
             if plan == "row_wise":
                 assert ((got - want).abs() <= bound[r * BATCH:(r + 1) * BATCH]).all(), f"step {s}, rank {r}: forward"
             else:
                 assert torch.equal(got, want), f"step {s}, rank {r}: forward"
-        out.backward(torch.cat([t for _, _, t in parts]) / world)
-    ref_state = ref.optimizer_state()
+        out.backward(torch.cat([t for _, _, t in parts]).to(dev) / world)
+    ref_state = [{k: v.cpu() for k, v in s.items()} for s in ref.optimizer_state()]
+    ref_tables = [w.detach().cpu() for w in ref.split_embedding_weights()]
     covered = {}
     for r in range(world):
         for name, (r0, c0), w, state in results[r][case][1]:
             i = next(i for i, (n, pc0, cols) in enumerate(pieces) if n == name and pc0 <= c0 < pc0 + cols)
-            want = ref.split_embedding_weights()[i][r0:r0 + w.shape[0], c0 - pieces[i][1]:c0 - pieces[i][1] + w.shape[1]]
+            want = ref_tables[i][r0:r0 + w.shape[0], c0 - pieces[i][1]:c0 - pieces[i][1] + w.shape[1]]
             assert torch.equal(w, want), f"rank {r}: table {name} shard at {(r0, c0)}"
             for k, v in state.items():
                 assert torch.equal(v, ref_state[i][k][r0:r0 + v.shape[0]]), f"rank {r}: {name} {k} at {(r0, c0)}"
