@@ -299,7 +299,8 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
                                                 fused_params=fused, device=device,
                                                 qcomm_codecs_registry=self.qcomm_codecs_registry,
-                                                module_fqn=module_fqn)
+                                                module_fqn=module_fqn,
+                                                sharded_module_order_overwrite=self._sharded_module_order_overwrite)
         if module.device.type != "meta":
             full = {n: module.embedding_bags[n].weight.detach() for n in module.embedding_bags}
             for kernel in sharded._embscale_kernels():

@@ -21,6 +21,14 @@ def device(rank=0):
     return torch.device("cpu")
 
 
+def skip_unless_enough_devices(world):
+    """Skips the calling test where the processes need more GPUs than there are."""
+    import pytest
+
+    if device().type == "cuda" and torch.cuda.device_count() < world:
+        pytest.skip(f"{world} processes need {world} GPUs; {torch.cuda.device_count()} present")
+
+
 def _to_cpu(x):
     if isinstance(x, torch.Tensor):
         return x.cpu()

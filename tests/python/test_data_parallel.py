@@ -82,6 +82,7 @@ def _worker(rank, world, batches_per_case):
 def run(request):
     """(world size, the batches of each case, each rank's results)."""
     world = request.param
+    multiprocess.skip_unless_enough_devices(world)
     gen = torch.Generator().manual_seed(world)
     batches = [_batches(gen, world, STEPS, weighted) for _, _, weighted in CASES]
     return world, batches, multiprocess.run(_worker, world, batches)

@@ -139,6 +139,7 @@ def _reference_pieces(plan, world):
 @pytest.fixture(scope="module", params=[2, 3])
 def run(request):
     world = request.param
+    multiprocess.skip_unless_enough_devices(world)
     gen = torch.Generator().manual_seed(world)
     cases = [(plan, opt) for plan in PLANS for opt in OPTIMIZERS]
     batches = [_batches(gen, world) for _ in cases]
@@ -198,3 +199,36 @@ def test_sharded_training_matches_one_process(run, plan, optimizer):
             covered[name] = covered.get(name, 0) + w.numel()
     for n, e, d, _ in TABLES:
         assert covered[n] == e * d * (world if plan == "data_parallel" else 1), f"table {n}: shards cover it"
+
+
+def test_collection_is_torchrecs_module_on_one_tbe(gen):
+    ebc = _collection("rowwise_adagrad", torch.device("cpu"))
+    lengths, values, _ = _batches(gen, 1)[0][0]
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths)
+    pooled = ebc(kjt.permute(list(range(len(FEATURES)))[::-1]))  # keys in any order
+    assert pooled.keys() == FEATURES and pooled.length_per_key() == FEATURE_DIMS
+    want = ebc.tbe(kjt.values(), kjt.offsets(), None)
+    assert torch.equal(pooled.values(), want)
+    opt = ebc.fused_optimizer
+    assert list(opt.params) == [f"{n}.weight" for n, _, _, _ in TABLES]
+    assert torch.equal(opt.params["t1.weight"], ebc.tbe.split_embedding_weights()[1])
+    assert opt.state[opt.params["t2.weight"]]["sum"].shape == (50,)
+    opt.param_groups[0]["lr"] = 0.125
+    opt.step()
+    assert ebc.tbe.learning_rate == 0.125
+    assert {k for k in ebc.state_dict() if k.startswith("embedding_bags.")} == \
+        {f"embedding_bags.{n}.weight" for n, _, _, _ in TABLES}
+
+
+def test_collection_errors():
+    with pytest.raises(ValueError, match="tables: pooling"):
+        EmbeddingBagCollection([EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=4, feature_names=["x"],
+                                                   pooling=torchrec.PoolingType.MEAN),
+                                EmbeddingBagConfig(name="b", num_embeddings=4, embedding_dim=4, feature_names=["y"])])
+    with pytest.raises(ValueError, match="tables: names"):
+        EmbeddingBagCollection([EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=4, feature_names=["x"]),
+                                EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=4, feature_names=["y"])])
+    ebc = EmbeddingBagCollection(_configs())
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=["a"], values=torch.tensor([1]), lengths=torch.tensor([1]))
+    with pytest.raises(ValueError, match=r"features: keys \['a'\] lack \['b', 'c', 'd'\]"):
+        ebc(kjt)
