@@ -45,6 +45,9 @@ def parse_args():
     p.add_argument("--distributed", action="store_true", help="TorchRec's DistributedModelParallel (torchrun)")
     p.add_argument("--sharding", choices=["table_wise", "row_wise", "column_wise", "data_parallel"],
                    default="table_wise", help="how --distributed shards the tables")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="--distributed --device cuda: after training, profile this many steps and print the share "
+                        "of the step spent in NCCL kernels (the all-to-alls and reductions)")
     return p.parse_args()
 
 
@@ -218,28 +221,49 @@ def train_distributed(args):
     data = SyntheticClicks(args)
     B = args.batch_size // world
     mine = slice(rank * B, (rank + 1) * B)
-    losses, times = [], []
-    for _ in range(args.steps):
+    def step_inputs():
         indices, offsets, dense, labels = data.batch()  # the global batch; this process takes its share
         lengths = (offsets[1:] - offsets[:-1]).view(T, args.batch_size)
         starts = offsets[:-1].view(T, args.batch_size)
         values = torch.cat([indices[starts[t, mine.start]:starts[t, mine.start] + lengths[t, mine].sum()]
                             for t in range(T)])
         kjt = KeyedJaggedTensor.from_lengths_sync(keys=features, values=values, lengths=lengths[:, mine].reshape(-1))
-        kjt, dense, labels = kjt.to(device), dense[mine].to(device), labels[mine].to(device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        return kjt.to(device), dense[mine].to(device), labels[mine].to(device)
+
+    def train_step(kjt, dense, labels):
         opt.zero_grad()
         loss = nn.functional.binary_cross_entropy_with_logits(dmp((kjt,), dense), labels)
         loss.backward()  # the shards are updated here
         opt.step()
+        return loss
+
+    losses, times = [], []
+    for _ in range(args.steps):
+        kjt, dense, labels = step_inputs()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = train_step(kjt, dense, labels)
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss)
         losses.append(mean_loss.item() / world)
+    if args.profile_steps and device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        inputs = [step_inputs() for _ in range(args.profile_steps)]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for step in inputs:
+                train_step(*step)
+            torch.cuda.synchronize()
+        step_us = 1e6 * (time.perf_counter() - t0) / args.profile_steps
+        nccl_us = sum(e.device_time_total for e in prof.key_averages() if "nccl" in e.key.lower()) / args.profile_steps
+        print(f"rank {rank}: {step_us:.0f} us a step under the profiler, NCCL kernels {nccl_us:.0f} us "
+              f"({100 * nccl_us / step_us:.0f}%)")
     dist.destroy_process_group()
     return rank, world, losses, times
 
