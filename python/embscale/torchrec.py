@@ -22,7 +22,7 @@ TorchRec's kernels do. Data-parallel tables are replicas: each backward applies 
 Needs torchrec (with fbgemm_gpu): ``pip install .[torchrec]``.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 from torch import nn

@@ -1,8 +1,9 @@
 """Runs a function in several processes joined by a process group on this machine, for the tests of
 data-parallel and sharded training: every process calls worker(rank, world, *args) and its return value
 comes back (torch.save'd, tensors moved to the CPU) to the caller. The group is gloo on the CPU, or NCCL
-with one GPU a process where EMBSCALE_TEST_DIST_DEVICE=cuda (``device()`` says which). A process that raises makes run() raise with its traceback; a run
-that does not finish within `timeout` seconds is ended (no hang)."""
+with one GPU a process where EMBSCALE_TEST_DIST_DEVICE=cuda (``device()`` says which). A process that
+raises makes run() raise with its traceback; a run that does not finish within `timeout` seconds is
+ended (no hang)."""
 import datetime
 import os
 import tempfile
@@ -44,7 +45,8 @@ def _entry(worker, rank, world, folder, timeout, args):
         dev = device(rank)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world,
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"file://{folder}/store",
+                                rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
         result = worker(rank, world, *args)
         torch.save(_to_cpu(result), os.path.join(folder, f"{rank}.pt"))
