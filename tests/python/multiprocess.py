@@ -40,12 +40,12 @@ def _to_cpu(x):
     return x
 
 
-def _entry(worker, rank, world, folder, timeout, args):
+def _entry(worker, rank, world, folder, timeout, cuda_backend, args):
     try:
         dev = device(rank)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"file://{folder}/store",
+        dist.init_process_group(cuda_backend if dev.type == "cuda" else "gloo", init_method=f"file://{folder}/store",
                                 rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
         result = worker(rank, world, *args)
@@ -57,12 +57,14 @@ def _entry(worker, rank, world, folder, timeout, args):
         raise SystemExit(1)
 
 
-def run(worker, world, *args, timeout=180):
+def run(worker, world, *args, timeout=180, cuda_backend="nccl"):
     """[worker's result on rank r for r in range(world)]; RuntimeError with the first failing process's
-    traceback, TimeoutError when the processes have not all finished after `timeout` seconds."""
+    traceback, TimeoutError when the processes have not all finished after `timeout` seconds. On GPUs the
+    group's backend is `cuda_backend`."""
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as folder:
-        procs = [ctx.Process(target=_entry, args=(worker, r, world, folder, timeout, args)) for r in range(world)]
+        procs = [ctx.Process(target=_entry, args=(worker, r, world, folder, timeout, cuda_backend, args))
+                 for r in range(world)]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout

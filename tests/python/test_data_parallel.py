@@ -85,7 +85,9 @@ def run(request):
     multiprocess.skip_unless_enough_devices(world)
     gen = torch.Generator().manual_seed(world)
     batches = [_batches(gen, world, STEPS, weighted) for _, _, weighted in CASES]
-    return world, batches, multiprocess.run(_worker, world, batches)
+    # DDP broadcasts every buffer at its start, the module's hyper-parameters (a CPU buffer) too: on GPUs
+    # the group needs a CPU backend beside NCCL.
+    return world, batches, multiprocess.run(_worker, world, batches, cuda_backend="cpu:gloo,cuda:nccl")
 
 
 def pooled_rows(offsets):
