@@ -5,6 +5,12 @@ drawn into a PNG and each variant's step time is printed.
 
     python examples/train_dlrm.py                       # CPU, a couple of minutes
     python examples/train_dlrm.py --device cuda --steps 400
+    torchrun --nproc_per_node 2 examples/train_dlrm.py --distributed   # TorchRec, gloo on the CPU
+
+Distributed (--distributed, under torchrun): the tables are embscale.torchrec's EmbeddingBagCollection
+sharded by TorchRec's DistributedModelParallel (--sharding table_wise, row_wise, column_wise or
+data_parallel; gloo on the CPU, NCCL with --device cuda), each process training on its share of the same
+global batch; the loss drawn is the mean over all processes.
 
 Data: 13 dense features and one categorical feature per table (bags of 1-4 ids, Zipf-distributed ids).
 The label is Bernoulli(sigmoid(score)) with score = a dense linear term + a hidden per-row value of each
@@ -14,6 +20,7 @@ looked-up id, so the model can learn it and the loss falls from log(2) towards t
 import argparse
 import json
 import math
+import os
 import time
 
 import torch
@@ -35,6 +42,12 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="train_dlrm.png", help="plot of the loss curves (a .json with the data too)")
     p.add_argument("--replot", metavar="JSON", help="only draw --out from the JSON of an earlier run")
+    p.add_argument("--distributed", action="store_true", help="TorchRec's DistributedModelParallel (torchrun)")
+    p.add_argument("--sharding", choices=["table_wise", "row_wise", "column_wise", "data_parallel"],
+                   default="table_wise", help="how --distributed shards the tables")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="--distributed --device cuda: after training, profile this many steps and print the share "
+                        "of the step spent in NCCL kernels (the all-to-alls and reductions)")
     return p.parse_args()
 
 
@@ -77,9 +90,9 @@ class Dlrm(nn.Module):
         n = num_tables + 1
         self.top = nn.Sequential(nn.Linear(dim + n * (n - 1) // 2, 64), nn.ReLU(), nn.Linear(64, 1))
 
-    def forward(self, indices, offsets, dense):
+    def forward(self, sparse, dense):
         x = self.bottom(dense)
-        pooled = self.embeddings(indices, offsets)  # [B, T*D]
+        pooled = self.embeddings(*sparse)  # [B, T*D]
         feats = torch.cat([x.unsqueeze(1), pooled.view(-1, self.num_tables, self.dim)], 1)
         inter = feats @ feats.transpose(1, 2)
         i, j = torch.triu_indices(feats.shape[1], feats.shape[1], 1)
@@ -142,7 +155,7 @@ def train(variant, args, device):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = nn.functional.binary_cross_entropy_with_logits(model(indices, offsets, dense), labels)
+        loss = nn.functional.binary_cross_entropy_with_logits(model((indices, offsets), dense), labels)
         loss.backward()  # embscale: the tables are updated here
         opt.step()
         if variant == "baseline":
@@ -152,6 +165,107 @@ def train(variant, args, device):
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     return losses, times
+
+
+class KeyedPooled(nn.Module):
+    """embscale.torchrec's EmbeddingBagCollection seen as [B, T*D] (features in table order)."""
+
+    def __init__(self, ebc, features):
+        super().__init__()
+        self.ebc, self.features = ebc, features
+
+    def forward(self, kjt):
+        pooled = self.ebc(kjt).to_dict()
+        return torch.cat([pooled[f] for f in self.features], 1)
+
+
+def train_distributed(args):
+    """Each process trains on its share of every global batch, the tables sharded by TorchRec."""
+    import torch.distributed as dist
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed import sharding_plan
+    from torchrec.distributed.types import ShardingEnv, ShardingPlan
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.batch_size % world:
+        raise SystemExit(f"--batch-size: {args.batch_size} is not a multiple of the {world} processes")
+    T, E, D = args.num_tables, args.num_embeddings, args.embedding_dim
+    features = [f"f{t}" for t in range(T)]
+    tables = [EmbeddingBagConfig(name=f"t{t}", num_embeddings=E, embedding_dim=D, feature_names=[features[t]])
+              for t in range(T)]
+    torch.manual_seed(args.seed)  # the same tables on every process; the shards are cut from them
+    ebc = EmbeddingBagCollection(tables, optimizer=args.optimizer, learning_rate=args.lr, eps=1e-8, device=device)
+    torch.manual_seed(args.seed + 1)
+    model = Dlrm(KeyedPooled(ebc, features), T, D).to(device)
+    per_table = {"table_wise": lambda t: sharding_plan.table_wise(rank=t % world),
+                 "row_wise": lambda t: sharding_plan.row_wise(),
+                 "column_wise": lambda t: sharding_plan.column_wise(ranks=[(t + i) % world for i in range(2)]),
+                 "data_parallel": lambda t: sharding_plan.data_parallel()}[args.sharding]
+    sharder = EmbeddingBagCollectionSharder()
+    plan = sharding_plan.construct_module_sharding_plan(
+        ebc, per_param_sharding={f"t{t}": per_table(t) for t in range(T)}, local_size=world, world_size=world,
+        device_type=device.type, sharder=sharder)
+    dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=device,
+                                   plan=ShardingPlan({"embeddings.ebc": plan}), sharders=[sharder])
+    dense_params = [p for n, p in dmp.named_parameters() if ".ebc." not in n and p.requires_grad]
+    opt = torch.optim.Adam(dense_params, lr=1e-3)
+    data = SyntheticClicks(args)
+    B = args.batch_size // world
+    mine = slice(rank * B, (rank + 1) * B)
+    def step_inputs():
+        indices, offsets, dense, labels = data.batch()  # the global batch; this process takes its share
+        lengths = (offsets[1:] - offsets[:-1]).view(T, args.batch_size)
+        starts = offsets[:-1].view(T, args.batch_size)
+        values = torch.cat([indices[starts[t, mine.start]:starts[t, mine.start] + lengths[t, mine].sum()]
+                            for t in range(T)])
+        kjt = KeyedJaggedTensor.from_lengths_sync(keys=features, values=values, lengths=lengths[:, mine].reshape(-1))
+        return kjt.to(device), dense[mine].to(device), labels[mine].to(device)
+
+    def train_step(kjt, dense, labels):
+        opt.zero_grad()
+        loss = nn.functional.binary_cross_entropy_with_logits(dmp((kjt,), dense), labels)
+        loss.backward()  # the shards are updated here
+        opt.step()
+        return loss
+
+    losses, times = [], []
+    for _ in range(args.steps):
+        kjt, dense, labels = step_inputs()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = train_step(kjt, dense, labels)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss)
+        losses.append(mean_loss.item() / world)
+    if args.profile_steps and device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        inputs = [step_inputs() for _ in range(args.profile_steps)]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for step in inputs:
+                train_step(*step)
+            torch.cuda.synchronize()
+        step_us = 1e6 * (time.perf_counter() - t0) / args.profile_steps
+        nccl_us = sum(e.device_time_total for e in prof.key_averages() if "nccl" in e.key.lower()) / args.profile_steps
+        print(f"rank {rank}: {step_us:.0f} us a step under the profiler, NCCL kernels {nccl_us:.0f} us "
+              f"({100 * nccl_us / step_us:.0f}%)")
+    dist.destroy_process_group()
+    return rank, world, losses, times
 
 
 def smooth(xs, k=20):
@@ -172,8 +286,11 @@ def plot(results, optimizer, device, out):
         print("matplotlib is not installed: the curves are in the JSON file only (draw them later with --replot)")
         return
     fig, ax = plt.subplots(figsize=(7, 4))
-    label = {"embscale": "embscale TableBatchedEmbeddingBags (fused)", "baseline": "nn.EmbeddingBag + sparse step"}
-    for variant, style in (("embscale", "-"), ("baseline", "--")):
+    label = {"embscale": "embscale TableBatchedEmbeddingBags (fused)", "baseline": "nn.EmbeddingBag + sparse step",
+             "distributed": "embscale under TorchRec DistributedModelParallel"}
+    for variant, style in (("embscale", "-"), ("baseline", "--"), ("distributed", "-")):
+        if variant not in results:
+            continue
         ms = results[variant]["step_ms_median"]
         ax.plot(smooth(results[variant]["loss"]), style, label=f"{label[variant]}, {ms:.2f} ms/step")
     ax.axhline(math.log(2), color="grey", lw=0.5)
@@ -192,6 +309,18 @@ def main():
         with open(args.replot) as f:
             saved = json.load(f)
         plot(saved["results"], saved["args"]["optimizer"], saved["args"]["device"], args.out)
+        return
+    if args.distributed:
+        rank, world, losses, times = train_distributed(args)
+        steady = sorted(times[len(times) // 5:])
+        results = {"distributed": {"loss": losses, "step_ms_median": 1e3 * steady[len(steady) // 2]}}
+        if rank == 0:
+            print(f"distributed ({world} processes, {args.sharding}): loss {sum(losses[:20]) / 20:.4f} -> "
+                  f"{sum(losses[-20:]) / 20:.4f}, median step {results['distributed']['step_ms_median']:.2f} ms "
+                  f"on rank 0 ({args.device})")
+            with open(args.out.rsplit(".", 1)[0] + ".json", "w") as f:
+                json.dump({"args": vars(args), "results": results}, f)
+            plot(results, args.optimizer, f"{args.device}, {world} processes ({args.sharding})", args.out)
         return
     device = torch.device(args.device)
     results = {}

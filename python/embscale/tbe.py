@@ -32,6 +32,13 @@ Copies and pickling: the module holds its C object through a handle it does not 
 pickle and torch.save(module) / torch.load give a module with a handle of its own, rebuilt for the
 device its tables load on.
 
+Several processes (DistributedDataParallel): when torch.distributed is initialized with more than one
+process, the tables are taken as replicas (``data_parallel_group="auto"``): each backward gathers every
+process's lookups and output gradients (divided by the world size, as DDP averages dense gradients) and
+applies the update of the global batch, so the replicas stay identical and train as one process would on
+the global batch (``_data_parallel.py``). Tables that are not replicas (each process its own, or shards
+under TorchRec, ``embscale.torchrec``) take ``data_parallel_group=None``.
+
 Meta device: a module built with ``device="meta"`` (or moved there with ``.to("meta")``) has no C object;
 its forward on meta inputs returns meta outputs (shapes only) and traces under torch.compile.
 ``.to_empty(device=...)`` then gives a working module on a real device, whose tables and state are
@@ -45,7 +52,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from . import _capi, ops
+from . import _capi, _data_parallel, ops
 
 _MOMENTUM_SHAPES = {  # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements"
     "sgd": ("none", "none"),
@@ -126,6 +133,11 @@ class TableBatchedEmbeddingBags(nn.Module):
         stochastic_rounding: fp16/bf16 weights are rounded stochastically after an update (seeded by
             ``seed`` and the step), else to nearest.
         device: where the tables live: cpu, cuda or meta (shapes only; see the module's notes).
+        data_parallel_group: the process group over which the tables are replicas (each backward applies
+            the update of all processes' batches together), None for tables of this process alone, or
+            "auto" (default): the default group when torch.distributed is initialized with more than one
+            process, else none. Copies and pickles keep "auto" or None; a group given explicitly becomes
+            "auto" in them (a group cannot be pickled).
 
     Tables are initialised uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator
     (``reset_parameters()`` does it again). ``.to()``, ``.cuda()``, ``.half()``, ``.bfloat16()`` move or cast
@@ -139,7 +151,8 @@ class TableBatchedEmbeddingBags(nn.Module):
                  beta1: float = 0.9, beta2: float = 0.999, weight_decay: float = 0.0, weight_decay_mode: str = "none",
                  max_norm: float = 0.0, gradient_clipping: float = 0.0, pooling: str = "sum",
                  weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
-                 bounds_check: str = "error", stochastic_rounding: bool = True, seed: int = 0, device=None):
+                 bounds_check: str = "error", stochastic_rounding: bool = True, seed: int = 0, device=None,
+                 data_parallel_group="auto"):
         super().__init__()
         specs = []
         for t, s in enumerate(embedding_specs):
@@ -171,6 +184,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         for name, dt in (("weights_dtype", weights_dtype), ("output_dtype", output_dtype)):
             if dt not in ops.FLOAT_DTYPES:
                 raise TypeError(f"{name}: {dt} is not supported; expected torch.float32, float16 or bfloat16")
+        _data_parallel.check_group_spec(data_parallel_group)
         dims = [d for _, d in specs]
         if pooling == "none" and len({dims[t] for t in fmap}) > 1:
             raise ValueError("pooling: 'none' (sequence) needs all features of one embedding_dim")
@@ -184,6 +198,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.bounds_check = bounds_check
         self.stochastic_rounding = bool(stochastic_rounding)
         self.seed = int(seed)
+        self.data_parallel_group = data_parallel_group
         self.feature_dims = [dims[t] for t in fmap]
         self.total_dim = sum(self.feature_dims)
         self._handles = {}
@@ -302,8 +317,17 @@ class TableBatchedEmbeddingBags(nn.Module):
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
         cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
                self.weight_decay_mode, self.stochastic_rounding, self.seed)
-        out, num_skipped = _Lookup.apply(self._grad_anchor, self.weights, self.momentum1, self.momentum2,
-                                         self.hparams, indices, offsets, per_sample_weights, cfg)
+        group = _data_parallel.resolve_group(self.data_parallel_group)
+        lookup_args = (self._grad_anchor, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
+                       offsets, per_sample_weights, cfg)
+        if group is None:
+            out, num_skipped = _Lookup.apply(*lookup_args)
+        else:
+            if per_sample_weights is not None and per_sample_weights.requires_grad:
+                raise NotImplementedError("per_sample_weights: their gradient is not computed for replicated "
+                                          "tables (data_parallel_group); pass weights that do not require grad, "
+                                          "or data_parallel_group=None for tables of this process alone")
+            out, num_skipped = _data_parallel.ReplicatedLookup.apply(*lookup_args, group)
         if self.bounds_check == "skip":
             self.num_skipped.copy_(num_skipped)
         return out
@@ -334,12 +358,15 @@ class TableBatchedEmbeddingBags(nn.Module):
         state = super().__getstate__()
         state.pop("_handles", None)
         state.pop("_handle_id", None)
+        if state.get("data_parallel_group") is not None:
+            state["data_parallel_group"] = "auto"
         return state
 
     def __setstate__(self, state):
         state = dict(state)
         for stale in ("_handles", "_handle_id", "_handle_ptr"):  # _handle_ptr: pickles of earlier versions
             state.pop(stale, None)
+        state.setdefault("data_parallel_group", "auto")  # pickles of earlier versions
         super().__setstate__(state)
         if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor
             self.hparams = self.hparams.cpu()

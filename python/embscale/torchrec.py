@@ -1,0 +1,324 @@
+"""embscale's kernels under TorchRec: an EmbeddingBagCollection trained by embscale's fused optimizer, and
+a sharder that plugs embscale in as TorchRec's customized compute kernel.
+
+    from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder
+    ebc = EmbeddingBagCollection(tables, optimizer="rowwise_adagrad", learning_rate=0.05)  # the one changed line
+    model = DistributedModelParallel(Dlrm(ebc), sharders=[EmbeddingBagCollectionSharder()], plan=plan)
+
+The module takes a KeyedJaggedTensor and returns a KeyedTensor like torchrec's EmbeddingBagCollection,
+from one TableBatchedEmbeddingBags over all its tables. Sharded (table-wise, row-wise, column-wise or
+data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
+TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
+name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
+tables: the sharder makes every table's kernel the customized one, embscale's.
+
+Training matches one process with the global batch (the processes' batches side by side in rank order):
+TorchRec lays each shard's lookups out in that order, so each row's gradient is summed as there; the
+output gradients come back divided by the world size (TorchRec's gradient division, as DDP averages the
+dense gradients). A column-wise shard keeps its own row-wise optimizer state (of its columns), as
+TorchRec's kernels do. Data-parallel tables are replicas: each backward applies the global batch's update
+(TableBatchedEmbeddingBags' data_parallel_group).
+
+Needs torchrec (with fbgemm_gpu): ``pip install .[torchrec]``.
+"""
+
+from typing import Any, Dict, List
+
+import torch
+from torch import nn
+from torchrec.distributed.embedding_lookup import GroupedPooledEmbeddingsLookup
+from torchrec.distributed.embedding_kernel import BaseEmbedding
+from torchrec.distributed.embedding_types import EmbeddingComputeKernel, GroupedEmbeddingConfig
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder as _TorchrecSharder
+from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection as _TorchrecShardedEBC
+from torchrec.distributed.sharding.cw_sharding import CwPooledEmbeddingSharding
+from torchrec.distributed.sharding.dp_sharding import DpPooledEmbeddingSharding
+from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
+from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
+from torchrec.distributed.types import ShardingType
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
+
+from . import tbe as _tbe
+
+_POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
+_FUSED_KEY = "embscale"  # the fused_params entry that carries the module's optimizer settings to its shards
+_SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.ROW_WISE.value, ShardingType.COLUMN_WISE.value,
+                   ShardingType.DATA_PARALLEL.value)
+
+
+def _pooling(configs):
+    modes = {c.pooling for c in configs}
+    if len(modes) != 1 or not modes <= set(_POOLING):
+        raise ValueError(f"tables: pooling {sorted(str(m) for m in modes)}; embscale needs one of SUM or MEAN for "
+                         "all tables of a collection")
+    return _POOLING[modes.pop()]
+
+
+class EmbscaleFusedOptimizer(FusedOptimizer):
+    """TorchRec's view of a TableBatchedEmbeddingBags' fused optimizer: per table ``<name>.weight`` the
+    weights and the optimizer state (views; updated in the backward). ``step()`` applies a learning rate set
+    in ``param_groups`` to the module (the update itself happens in the backward)."""
+
+    def __init__(self, tbe: _tbe.TableBatchedEmbeddingBags, names: List[str], params: List[torch.Tensor]):
+        self._tbe = tbe
+        keyed = {f"{n}.weight": p for n, p in zip(names, params)}
+        state = {p: dict(s) for p, s in zip(params, tbe.optimizer_state())}
+        group = {"params": list(keyed.values()), "lr": tbe.learning_rate, "optimizer": tbe.optimizer}
+        super().__init__(keyed, state, [group])
+
+    def step(self, closure: Any = None) -> None:
+        self._tbe.set_learning_rate(self.param_groups[0]["lr"])
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        pass
+
+
+def _table_params(tbe):
+    """Per table, a Parameter viewing its rows in the module's tables (writes through, no grad)."""
+    return [nn.Parameter(w, requires_grad=False) for w in tbe.split_embedding_weights()]
+
+
+class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
+    """torchrec's EmbeddingBagCollection on embscale's kernels: ``tables`` (EmbeddingBagConfig, all of one
+    pooling, SUM or MEAN), KeyedJaggedTensor in, KeyedTensor (the features' pooled rows side by side, in
+    the tables' order) out; the tables are trained in the backward by the fused optimizer (``optimizer``
+    and its hyper-parameters as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer.
+
+    ``state_dict()`` has ``embedding_bags.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
+    own entries (``tbe.*``: flat tables, optimizer state, hyper-parameters and step)."""
+
+    def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
+                 optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
+        super().__init__()
+        if not tables:
+            raise ValueError("tables: at least one EmbeddingBagConfig is needed")
+        names = [t.name for t in tables]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tables: names {names} are not unique")
+        self._embedding_bag_configs = list(tables)
+        self._is_weighted = bool(is_weighted)
+        self._feature_names = [f for t in tables for f in t.feature_names]
+        if len(set(self._feature_names)) != len(self._feature_names):
+            raise ValueError(f"tables: feature names {self._feature_names} are not unique")
+        self._optimizer_settings = {"optimizer": optimizer, **optimizer_kwargs}
+        fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
+        self.tbe = _tbe.TableBatchedEmbeddingBags([(t.num_embeddings, t.embedding_dim) for t in tables],
+                                                  feature_table_map=fmap, pooling=_pooling(tables), device=device,
+                                                  **self._optimizer_settings)
+        self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
+        self.embedding_bags = nn.ModuleDict({n: nn.Module() for n in names})
+        self._register_table_views()
+
+    def _register_table_views(self):
+        params = _table_params(self.tbe)
+        for name, p in zip(self.embedding_bags, params):
+            self.embedding_bags[name].weight = p
+        self._optim = EmbscaleFusedOptimizer(self.tbe, list(self.embedding_bags), params)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        self._register_table_views()  # the views follow the tables' new storage
+        return self
+
+    def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
+        return self._embedding_bag_configs
+
+    def is_weighted(self) -> bool:
+        return self._is_weighted
+
+    @property
+    def device(self) -> torch.device:
+        return self.tbe.weights.device
+
+    @property
+    def fused_optimizer(self) -> FusedOptimizer:
+        return self._optim
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        missing = [f for f in self._feature_names if f not in features.keys()]
+        if missing:
+            raise ValueError(f"features: keys {features.keys()} lack {missing}")
+        if features.keys() != self._feature_names:
+            features = features.permute([features.keys().index(f) for f in self._feature_names])
+        values = features.values()
+        weights = features.weights_or_none() if self._is_weighted else None
+        pooled = self.tbe(values, features.offsets().to(values.dtype), weights)
+        return KeyedTensor(keys=self._feature_names, length_per_key=self._lengths_per_key, values=pooled)
+
+
+class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
+    """One TableBatchedEmbeddingBags over a group of local shards: forward(KeyedJaggedTensor of the
+    group's features, feature-major) -> [batch, sum of the shards' columns]."""
+
+    def __init__(self, config: GroupedEmbeddingConfig, pg, device, sharding_type):
+        super().__init__()
+        self._config = config
+        tables = config.embedding_tables
+        settings = dict((config.fused_params or {}).get(_FUSED_KEY, ()))
+        if not settings:
+            raise ValueError("fused_params: no embscale optimizer settings; shard embscale.torchrec's "
+                             "EmbeddingBagCollection with embscale.torchrec.EmbeddingBagCollectionSharder")
+        fmap = [i for i, t in enumerate(tables) for _ in range(t.num_features())]
+        group = pg if sharding_type == ShardingType.DATA_PARALLEL else None
+        self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols) for t in tables],
+                                                  feature_table_map=fmap, pooling=_POOLING[config.pooling],
+                                                  device=device, data_parallel_group=group, **settings)
+        self._names = [t.name for t in tables]
+        self._params = _table_params(self.tbe)
+        self._optim = EmbscaleFusedOptimizer(self.tbe, self._names, self._params)
+
+    @property
+    def config(self) -> GroupedEmbeddingConfig:
+        return self._config
+
+    @property
+    def fused_optimizer(self) -> FusedOptimizer:
+        return self._optim
+
+    def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
+        values = features.values()
+        weights = features.weights_or_none() if self._config.is_weighted else None
+        return self.tbe(values, features.offsets().to(values.dtype), weights)
+
+    def copy_from_full_tables(self, full: Dict[str, torch.Tensor]):
+        """Fills each local shard from the whole table it is a part of (name -> [rows, dim])."""
+        with torch.no_grad():
+            for t, w in zip(self._config.embedding_tables, self.tbe.split_embedding_weights()):
+                md = t.local_metadata
+                r0, c0 = (md.shard_offsets[0], md.shard_offsets[1]) if md is not None else (0, 0)
+                w.copy_(full[t.name][r0:r0 + t.local_rows, c0:c0 + t.local_cols])
+
+    def named_parameters_by_table(self):
+        yield from zip(self._names, self._params)
+
+    def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
+        destination = {} if destination is None else destination
+        for name, p in zip(self._names, self._params):
+            destination[f"{prefix}{name}.weight"] = p if keep_vars else p.detach()
+        return destination
+
+    def named_split_embedding_weights(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        for name, p in zip(self._names, self._params):
+            yield f"{prefix}{name}.weight", p
+
+    def flush(self) -> None:
+        pass  # the tables are updated in place at every backward: nothing is held back
+
+    def purge(self) -> None:
+        pass  # no cache
+
+
+class _Lookup(GroupedPooledEmbeddingsLookup):
+    """TorchRec's grouped lookup with embscale's kernel for the customized compute kernel."""
+
+    def _create_embedding_kernel(self, config, device, pg, sharding_type, env):
+        if config.compute_kernel != EmbeddingComputeKernel.CUSTOMIZED_KERNEL:
+            return super()._create_embedding_kernel(config, device, pg, sharding_type, env)
+        return _ShardKernel(config, pg, device, sharding_type)
+
+
+class _TwSharding(TwPooledEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _Lookup(grouped_configs=self._grouped_embedding_configs, pg=self._pg,
+                       device=device if device is not None else self._device, feature_processor=feature_processor,
+                       sharding_type=ShardingType.TABLE_WISE, env=self._env)
+
+
+class _RwSharding(RwPooledEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _Lookup(grouped_configs=self._grouped_embedding_configs, pg=self._pg,
+                       device=device if device is not None else self._device, feature_processor=feature_processor,
+                       sharding_type=ShardingType.ROW_WISE, env=self._env)
+
+
+class _CwSharding(CwPooledEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _Lookup(grouped_configs=self._grouped_embedding_configs, pg=self._pg,
+                       device=device if device is not None else self._device, feature_processor=feature_processor,
+                       sharding_type=ShardingType.COLUMN_WISE, env=self._env)
+
+
+class _DpSharding(DpPooledEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _Lookup(grouped_configs=self._grouped_embedding_configs, pg=self._env.process_group,
+                       device=device if device is not None else self._device, feature_processor=feature_processor,
+                       scale_weight_gradients=False, sharding_type=ShardingType.DATA_PARALLEL, env=self._env)
+
+
+class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
+    """TorchRec's sharded EmbeddingBagCollection whose shards run embscale's kernels."""
+
+    @classmethod
+    def create_embedding_bag_sharding(cls, sharding_infos, env, device=None, permute_embeddings=False,
+                                      qcomm_codecs_registry=None):
+        sharding_type = sharding_infos[0].param_sharding.sharding_type
+        kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
+        if sharding_type == ShardingType.TABLE_WISE.value:
+            return _TwSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.ROW_WISE.value:
+            return _RwSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.COLUMN_WISE.value:
+            return _CwSharding(sharding_infos, env, device, permute_embeddings=permute_embeddings, **kw)
+        if sharding_type == ShardingType.DATA_PARALLEL.value:
+            return _DpSharding(sharding_infos, env, device)
+        raise ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
+                         f"{', '.join(_SHARDING_TYPES)}")
+
+    def reset_parameters(self):
+        """Each shard group's tables drawn again (TableBatchedEmbeddingBags.reset_parameters) and its
+        optimizer state zeroed; TorchRec's own reset reads tables a process may not hold a shard of."""
+        for kernel in self._embscale_kernels():
+            kernel.tbe.reset_parameters()
+
+    def _embscale_kernels(self):
+        for lookup in self._lookups:
+            while isinstance(lookup, nn.parallel.DistributedDataParallel):
+                lookup = lookup.module
+            for kernel in lookup._emb_modules:
+                if isinstance(kernel, _ShardKernel):
+                    yield kernel
+
+
+class EmbeddingBagCollectionSharder(_TorchrecSharder):
+    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
+    each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
+    module's tables (where they are not on the meta device)."""
+
+    def shard(self, module: EmbeddingBagCollection, params, env, device=None, module_fqn=None):
+        if not isinstance(module, EmbeddingBagCollection):
+            raise TypeError(f"module: {type(module).__name__} is not embscale.torchrec.EmbeddingBagCollection")
+        for name, ps in params.items():
+            if ps.sharding_type not in _SHARDING_TYPES:
+                raise ValueError(f"params[{name!r}]: sharding_type {ps.sharding_type} is not supported by embscale; "
+                                 f"expected one of {', '.join(_SHARDING_TYPES)}")
+            ps.compute_kernel = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
+        fused = dict(self.fused_params or {})
+        fused[_FUSED_KEY] = tuple(sorted(module._optimizer_settings.items()))
+        sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
+                                                fused_params=fused, device=device,
+                                                qcomm_codecs_registry=self.qcomm_codecs_registry,
+                                                module_fqn=module_fqn,
+                                                sharded_module_order_overwrite=self._sharded_module_order_overwrite)
+        if module.device.type != "meta":
+            full = {n: module.embedding_bags[n].weight.detach() for n in module.embedding_bags}
+            for kernel in sharded._embscale_kernels():
+                kernel.copy_from_full_tables({n: w.to(kernel.tbe.weights.device) for n, w in full.items()})
+        return sharded
+
+    def compute_kernels(self, sharding_type: str, compute_device_type: str) -> List[str]:
+        if sharding_type == ShardingType.DATA_PARALLEL.value:
+            return [EmbeddingComputeKernel.DENSE.value]
+        return [EmbeddingComputeKernel.FUSED.value]
+
+    def sharding_types(self, compute_device_type: str) -> List[str]:
+        return list(_SHARDING_TYPES)
+
+    @property
+    def module_type(self):
+        return EmbeddingBagCollection
+
+    @property
+    def sharded_module_type(self):
+        return ShardedEmbeddingBagCollection

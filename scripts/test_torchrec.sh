@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the tests of embscale under TorchRec (tests/python/test_torchrec.py: DistributedModelParallel on
+# gloo, 2 and 3 processes) and of replicated tables (tests/python/test_data_parallel.py) in a virtual
+# environment with the pinned CPU triple of scripts/torchrec-cpu-requirements.txt. The environment lives
+# in a cache folder outside the tree and is reused while its pins are unchanged (first run: a download of
+# about 3 GB, since torch's wheel brings its CUDA libraries). Uses the library of build/ (built by
+# scripts/test.sh), or EMBSCALE_LIBRARY.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TORCHREC=torchrec==1.9.2
+PINS=scripts/torchrec-cpu-requirements.txt
+KEY=$( (cat "$PINS"; echo "$TORCHREC") | sha256sum | cut -c1-12)
+VENV=${EMBSCALE_TORCHREC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/embscale/venv-torchrec-$KEY}
+if ! "$VENV/bin/python" -c "import torchrec" 2>/dev/null; then
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q -r "$PINS"
+  "$VENV/bin/pip" install -q --no-deps "$TORCHREC"
+fi
+LIB=${EMBSCALE_LIBRARY:-$ROOT/build/libembscale_c.so}
+if [ ! -f "$LIB" ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBSCALE_CUDA=OFF
+  cmake --build build -j "$(nproc)" --target embscale_c
+  LIB=$ROOT/build/libembscale_c.so
+fi
+EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  tests/python/test_torchrec.py tests/python/test_data_parallel.py

@@ -1,0 +1,90 @@
+"""Runs a function in several processes joined by a process group on this machine, for the tests of
+data-parallel and sharded training: every process calls worker(rank, world, *args) and its return value
+comes back (torch.save'd, tensors moved to the CPU) to the caller. The group is gloo on the CPU, or NCCL
+with one GPU a process where EMBSCALE_TEST_DIST_DEVICE=cuda (``device()`` says which). A process that
+raises makes run() raise with its traceback; a run that does not finish within `timeout` seconds is
+ended (no hang)."""
+import datetime
+import os
+import tempfile
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def device(rank=0):
+    """The device the processes of run() compute on: cpu, or cuda:<rank> with EMBSCALE_TEST_DIST_DEVICE=cuda."""
+    if os.environ.get("EMBSCALE_TEST_DIST_DEVICE", "cpu") == "cuda":
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def skip_unless_enough_devices(world):
+    """Skips the calling test where the processes need more GPUs than there are."""
+    import pytest
+
+    if device().type == "cuda" and torch.cuda.device_count() < world:
+        pytest.skip(f"{world} processes need {world} GPUs; {torch.cuda.device_count()} present")
+
+
+def _to_cpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_cpu(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_cpu(v) for k, v in x.items()}
+    return x
+
+
+def _entry(worker, rank, world, folder, timeout, cuda_backend, args):
+    try:
+        dev = device(rank)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group(cuda_backend if dev.type == "cuda" else "gloo", init_method=f"file://{folder}/store",
+                                rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout))
+        result = worker(rank, world, *args)
+        torch.save(_to_cpu(result), os.path.join(folder, f"{rank}.pt"))
+        dist.destroy_process_group()
+    except BaseException:
+        with open(os.path.join(folder, f"{rank}.err"), "w") as f:
+            f.write(traceback.format_exc())
+        raise SystemExit(1)
+
+
+def run(worker, world, *args, timeout=180, cuda_backend="nccl"):
+    """[worker's result on rank r for r in range(world)]; RuntimeError with the first failing process's
+    traceback, TimeoutError when the processes have not all finished after `timeout` seconds. On GPUs the
+    group's backend is `cuda_backend`."""
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as folder:
+        procs = [ctx.Process(target=_entry, args=(worker, r, world, folder, timeout, cuda_backend, args))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for r in hung:
+            procs[r].kill()
+            procs[r].join()
+        errors = []
+        for r in range(world):
+            path = os.path.join(folder, f"{r}.err")
+            if os.path.exists(path):
+                with open(path) as f:
+                    errors.append(f"rank {r}:\n{f.read()}")
+        if errors:
+            raise RuntimeError("\n".join(errors))
+        if hung:
+            raise TimeoutError(f"ranks {hung} did not finish within {timeout} s")
+        for r, p in enumerate(procs):
+            if p.exitcode != 0:
+                raise RuntimeError(f"rank {r} exited with status {p.exitcode}")
+        return [torch.load(os.path.join(folder, f"{r}.pt"), weights_only=False) for r in range(world)]

@@ -1,0 +1,234 @@
+"""embscale under TorchRec: DistributedModelParallel with embscale's kernels (gloo, 2 and 3 processes on
+this machine) trains like one process with the global batch, for table-wise, row-wise, column-wise and
+data-parallel plans, row-wise Adagrad and SGD: forward outputs, tables and optimizer state after several
+steps, bit for bit. Skipped where torchrec is not installed (scripts/test_torchrec.sh makes an environment
+that has it)."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (pip install .[torchrec]; "
+                                                  "scripts/test_torchrec.sh runs these tests)")
+
+import embscale  # noqa: E402
+import multiprocess  # noqa: E402
+from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder  # noqa: E402
+from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
+
+TABLES = [("t0", 40, 4, ["a", "b"]), ("t1", 30, 8, ["c"]), ("t2", 50, 16, ["d"])]
+FEATURES = [f for _, _, _, fs in TABLES for f in fs]
+FEATURE_DIMS = [d for _, _, d, fs in TABLES for _ in fs]
+BATCH = 4
+MAX_BAG = 3
+STEPS = 3
+PLANS = ["table_wise", "row_wise", "column_wise", "data_parallel"]
+OPTIMIZERS = {"rowwise_adagrad": {"learning_rate": 0.3, "eps": 0.1}, "sgd": {"learning_rate": 0.3}}
+
+
+def _configs():
+    return [EmbeddingBagConfig(name=n, num_embeddings=e, embedding_dim=d, feature_names=fs) for n, e, d, fs in TABLES]
+
+
+def _collection(optimizer, device, **kw):
+    torch.manual_seed(7)
+    tables = EmbeddingBagCollection(_configs(), optimizer=optimizer, **OPTIMIZERS[optimizer], **kw)
+    return tables.to(device)  # drawn on the CPU: the same tables on every device
+
+
+class _Model(nn.Module):
+    def __init__(self, ebc):
+        super().__init__()
+        self.ebc = ebc
+
+    def forward(self, kjt):
+        pooled = self.ebc(kjt).to_dict()  # the sharded module's keys come in the shards' order
+        return torch.cat([pooled[f] for f in FEATURES], 1)
+
+
+def _per_param(plan, world):
+    from torchrec.distributed import sharding_plan as sp
+
+    if plan == "table_wise":
+        return {n: sp.table_wise(rank=i % world) for i, (n, _, _, _) in enumerate(TABLES)}
+    if plan == "row_wise":
+        return {n: sp.row_wise() for n, _, _, _ in TABLES}
+    if plan == "column_wise":  # t1 (8 columns) and t2 (16) in two column shards each, on ranks 0 and 1; t0 table-wise
+        return {"t0": sp.table_wise(rank=world - 1), "t1": sp.column_wise(ranks=[0, 1]),
+                "t2": sp.column_wise(ranks=[0, 1])}
+    return {n: sp.data_parallel() for n, _, _, _ in TABLES}
+
+
+def _worker(rank, world, cases, batches):
+    import torch.distributed as dist
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
+    from torchrec.distributed.types import ShardingEnv, ShardingPlan
+
+    out = []
+    for (plan, optimizer), steps in zip(cases, batches):
+        sharder = EmbeddingBagCollectionSharder()
+        dev = multiprocess.device(rank)
+        model = _Model(_collection(optimizer, dev))
+        module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param(plan, world),
+                                                     local_size=world, world_size=world, device_type=dev.type,
+                                                     sharder=sharder)
+        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
+                                       plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
+        outs = []
+        for step in steps:
+            lengths, values, target = step[rank]
+            kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths).to(dev)
+            pooled = dmp(kjt)
+            (pooled * target.to(dev)).sum().backward()
+            outs.append(pooled.detach())
+        shards = []
+        for kernel in dmp.module.ebc._embscale_kernels():
+            state = kernel.tbe.optimizer_state()
+            for t, w, s in zip(kernel.config.embedding_tables, kernel.tbe.split_embedding_weights(), state):
+                md = t.local_metadata
+                offset = (0, 0) if md is None else tuple(md.shard_offsets)
+                shards.append((t.name, offset, w.detach().clone(), {k: v.clone() for k, v in s.items()}))
+        out.append((outs, shards))
+    return out
+
+
+def _batches(gen, world):
+    rows = {f: e for _, e, _, fs in TABLES for f in fs}
+    steps = []
+    for _ in range(STEPS):
+        per_rank = []
+        for _ in range(world):
+            lengths = torch.randint(0, MAX_BAG + 1, (len(FEATURES) * BATCH,), generator=gen)
+            per_feature = lengths.view(len(FEATURES), BATCH).sum(1).tolist()
+            values = torch.cat([torch.randint(0, rows[f], (n,), generator=gen) for f, n in zip(FEATURES, per_feature)])
+            per_rank.append((lengths, values, torch.randn(BATCH, sum(FEATURE_DIMS), generator=gen)))
+        steps.append(per_rank)
+    return steps
+
+
+def _global_batch(parts, features):
+    """The processes' batches side by side in rank order, feature-major, for the features numbered
+    `features` (a feature may come more than once): indices, offsets."""
+    F = len(FEATURES)
+    lengths = torch.cat([l.view(F, BATCH)[features] for l, _, _ in parts], 1)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.reshape(-1).cumsum(0)])
+    idx = []
+    for f in features:
+        for l, v, _ in parts:
+            o = torch.cat([torch.zeros(1, dtype=torch.int64), l.cumsum(0)])
+            idx.append(v[o[f * BATCH]:o[(f + 1) * BATCH]])
+    return torch.cat(idx), offsets
+
+
+def _reference_pieces(plan, world):
+    """The single process's tables: (name, first column, columns); a column-wise table is one table per
+    column shard (each keeps its own row-wise state, as TorchRec's column shards do)."""
+    pieces = []
+    for n, _, d, _ in TABLES:
+        if plan == "column_wise" and n != "t0":
+            half = d // 2
+            pieces += [(n, 0, half), (n, half, d - half)]
+        else:
+            pieces.append((n, 0, d))
+    return pieces
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def run(request):
+    world = request.param
+    multiprocess.skip_unless_enough_devices(world)
+    gen = torch.Generator().manual_seed(world)
+    cases = [(plan, opt) for plan in PLANS for opt in OPTIMIZERS]
+    batches = [_batches(gen, world) for _ in cases]
+    results = multiprocess.run(_worker, world, cases, batches, timeout=600)
+    return world, cases, batches, results
+
+
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_sharded_training_matches_one_process(run, plan, optimizer):
+    world, cases, batches, results = run
+    case = cases.index((plan, optimizer))
+    dev = multiprocess.device()
+    full = _collection(optimizer, dev, data_parallel_group=None)
+    pieces = _reference_pieces(plan, world)
+    rows = {n: e for n, e, _, _ in TABLES}
+    table_features = {n: fs for n, _, _, fs in TABLES}
+    # A feature of a column-wise table looks up each of its pieces; their columns come out side by side.
+    ref_features = [(FEATURES.index(f), i) for f in FEATURES for i, (n, _, _) in enumerate(pieces)
+                    if f in table_features[n]]
+    ref = embscale.TableBatchedEmbeddingBags([(rows[n], cols) for n, _, cols in pieces],
+                                             feature_table_map=[i for _, i in ref_features], optimizer=optimizer,
+                                             data_parallel_group=None, device=dev, **OPTIMIZERS[optimizer])
+    tables = dict(zip([c.name for c in full.embedding_bag_configs()], full.tbe.split_embedding_weights()))
+    with torch.no_grad():
+        for w, (n, c0, cols) in zip(ref.split_embedding_weights(), pieces):
+            w.copy_(tables[n][:, c0:c0 + cols])
+    for s, parts in enumerate(batches[case]):
+        indices, offsets = _global_batch(parts, [f for f, _ in ref_features])
+        indices, offsets = indices.to(dev), offsets.to(dev)
+        out = ref(indices, offsets)
+        if plan == "row_wise":
+            # A bag's rows on different shards are pooled per shard and the partial sums added (TorchRec's
+            # reduce-scatter): the order of the additions differs from one process's, so each output may
+            # differ by the rounding of its additions: at most 2 (L - 1) 2^-24 sum |row| for bags of L rows.
+            magnitude = copy.deepcopy(ref)
+            with torch.no_grad():
+                magnitude.weights.abs_()
+            bound = 2 * (MAX_BAG - 1) * 2.0**-24 * magnitude(indices, offsets).detach().cpu()
+        for r in range(world):
+            got, want = results[r][case][0][s], out[r * BATCH:(r + 1) * BATCH].detach().cpu()
+            if plan == "row_wise":
+                assert ((got - want).abs() <= bound[r * BATCH:(r + 1) * BATCH]).all(), f"step {s}, rank {r}: forward"
+            else:
+                assert torch.equal(got, want), f"step {s}, rank {r}: forward"
+        out.backward(torch.cat([t for _, _, t in parts]).to(dev) / world)
+    ref_state = [{k: v.cpu() for k, v in s.items()} for s in ref.optimizer_state()]
+    ref_tables = [w.detach().cpu() for w in ref.split_embedding_weights()]
+    covered = {}
+    for r in range(world):
+        for name, (r0, c0), w, state in results[r][case][1]:
+            i = next(i for i, (n, pc0, cols) in enumerate(pieces) if n == name and pc0 <= c0 < pc0 + cols)
+            want = ref_tables[i][r0:r0 + w.shape[0], c0 - pieces[i][1]:c0 - pieces[i][1] + w.shape[1]]
+            assert torch.equal(w, want), f"rank {r}: table {name} shard at {(r0, c0)}"
+            for k, v in state.items():
+                assert torch.equal(v, ref_state[i][k][r0:r0 + v.shape[0]]), f"rank {r}: {name} {k} at {(r0, c0)}"
+            covered[name] = covered.get(name, 0) + w.numel()
+    for n, e, d, _ in TABLES:
+        assert covered[n] == e * d * (world if plan == "data_parallel" else 1), f"table {n}: shards cover it"
+
+
+def test_collection_is_torchrecs_module_on_one_tbe(gen):
+    ebc = _collection("rowwise_adagrad", torch.device("cpu"))
+    lengths, values, _ = _batches(gen, 1)[0][0]
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths)
+    pooled = ebc(kjt.permute(list(range(len(FEATURES)))[::-1]))  # keys in any order
+    assert pooled.keys() == FEATURES and pooled.length_per_key() == FEATURE_DIMS
+    want = ebc.tbe(kjt.values(), kjt.offsets(), None)
+    assert torch.equal(pooled.values(), want)
+    opt = ebc.fused_optimizer
+    assert list(opt.params) == [f"{n}.weight" for n, _, _, _ in TABLES]
+    assert torch.equal(opt.params["t1.weight"], ebc.tbe.split_embedding_weights()[1])
+    assert opt.state[opt.params["t2.weight"]]["sum"].shape == (50,)
+    opt.param_groups[0]["lr"] = 0.125
+    opt.step()
+    assert ebc.tbe.learning_rate == 0.125
+    assert {k for k in ebc.state_dict() if k.startswith("embedding_bags.")} == \
+        {f"embedding_bags.{n}.weight" for n, _, _, _ in TABLES}
+
+
+def test_collection_errors():
+    with pytest.raises(ValueError, match="tables: pooling"):
+        EmbeddingBagCollection([EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=4, feature_names=["x"],
+                                                   pooling=torchrec.PoolingType.MEAN),
+                                EmbeddingBagConfig(name="b", num_embeddings=4, embedding_dim=4, feature_names=["y"])])
+    with pytest.raises(ValueError, match="tables: names"):
+        EmbeddingBagCollection([EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=4, feature_names=["x"]),
+                                EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=4, feature_names=["y"])])
+    ebc = EmbeddingBagCollection(_configs())
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=["a"], values=torch.tensor([1]), lengths=torch.tensor([1]))
+    with pytest.raises(ValueError, match=r"features: keys \['a'\] lack \['b', 'c', 'd'\]"):
+        ebc(kjt)
