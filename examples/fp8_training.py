@@ -93,7 +93,8 @@ def run(args):
         variants["torchao fp8"] = convert
     else:
         print(f"torchao fp8: skipped ({why_not})")
-    result = {"config": vars(args), "losses": {}, "skipped": {} if convert else {"torchao fp8": why_not}}
+    config = {k: v for k, v in vars(args).items() if k != "out"}  # the run, not where it was written
+    result = {"config": config, "losses": {}, "skipped": {} if convert else {"torchao fp8": why_not}}
     for name, conv in variants.items():
         print(f"{name}:")
         model = conv(copy.deepcopy(initial))
