@@ -30,7 +30,6 @@ import math
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 
 from . import ops  # noqa: F401  (registers torch.ops.embscale.*)
 

@@ -13,8 +13,6 @@ import torch
 import embscale
 from embscale.fp8 import Float8Linear, convert_to_float8_training, sync_float8_weight_amax
 
-from conftest import DEVICES
-
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "fp8_training.py"
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 
