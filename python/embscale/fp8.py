@@ -23,9 +23,19 @@ def _all_reduce_max(amax, group):
     return amax
 
 
-def amax(x: torch.Tensor, group=None, algo: str = "auto") -> torch.Tensor:
-    """max |x| as a 0-dim fp32 tensor (NaN skipped; empty -> 0), all-reduced over ``group`` when given."""
-    return _all_reduce_max(torch.ops.embscale.amax(x, algo), group)
+def amax(x: torch.Tensor, group=None, algo: str = "auto", return_nonfinite: bool = False):
+    """max |x| as a 0-dim fp32 tensor (NaN skipped; empty -> 0), all-reduced over ``group`` when given.
+
+    With return_nonfinite: (amax, nonfinite), nonfinite a 0-dim int32 that is 1 when x (on any rank of
+    ``group``) holds an inf or a NaN, else 0 — the signal that amax([1, nan]) = 1 alone does not give.
+    """
+    if not return_nonfinite:
+        return _all_reduce_max(torch.ops.embscale.amax(x, algo), group)
+    a, nonfinite = torch.ops.embscale.amax_nonfinite(x, algo)
+    if group is not None:  # one collective for both: the flag (0 or 1) is exact in fp32
+        both = _all_reduce_max(torch.stack([a, nonfinite.to(torch.float32)]), group)
+        a, nonfinite = both[0], both[1].to(torch.int32)
+    return a, nonfinite
 
 
 def compute_scale(amax: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, eps: float = 0.0,
@@ -45,18 +55,23 @@ def dequantize(y: torch.Tensor, scale_inv: torch.Tensor, out_dtype: torch.dtype 
 
 
 def quantize_current_scaling(x: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, eps: float = 0.0,
-                             power_of_2: bool = False, group=None, return_amax: bool = False):
-    """Current scaling: returns (y, scale_inv), or (y, scale_inv, amax) with return_amax.
+                             power_of_2: bool = False, group=None, return_amax: bool = False,
+                             return_nonfinite: bool = False):
+    """Current scaling: returns (y, scale_inv), then amax with return_amax, then the non-finite flag (as
+    ``amax``'s) with return_nonfinite.
 
     scale_inv is the dequantisation factor torch._scaled_mm expects as scale_a / scale_b.
     """
-    if group is None:
+    nonfinite = None
+    if group is None and not return_nonfinite:
         y, a, _, scale_inv = torch.ops.embscale.quantize_current_scaling(x, fp8_dtype, eps, power_of_2)
     else:
-        a = amax(x, group)
+        a = amax(x, group, return_nonfinite=return_nonfinite)
+        if return_nonfinite:
+            a, nonfinite = a
         scale, scale_inv = compute_scale(a, fp8_dtype, eps, power_of_2)
         y = quantize(x, scale, fp8_dtype)
-    return (y, scale_inv, a) if return_amax else (y, scale_inv)
+    return (y, scale_inv) + ((a,) if return_amax else ()) + ((nonfinite,) if return_nonfinite else ())
 
 
 def activation_amax(x: torch.Tensor, activation: str, out_dtype: Optional[torch.dtype] = None, group=None):
@@ -70,5 +85,10 @@ def cast_transpose(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype 
     return torch.ops.embscale.cast_transpose(x, scale, fp8_dtype)
 
 
+# FP8 training of linear layers (imported last: it builds on the operators above).
+from .fp8_training import (Float8Linear, clear_float8_weight_amax, convert_to_float8_training,  # noqa: E402
+                           default_module_filter, float8_linears, sync_float8_weight_amax)
+
 __all__ = ["amax", "compute_scale", "quantize", "dequantize", "quantize_current_scaling", "activation_amax",
-           "cast_transpose", "ops"]
+           "cast_transpose", "ops", "Float8Linear", "convert_to_float8_training", "default_module_filter",
+           "float8_linears", "sync_float8_weight_amax", "clear_float8_weight_amax"]

@@ -357,6 +357,27 @@ def _(x, scale, fp8_dtype):
     return torch.empty_like(x, dtype=fp8_dtype), x.new_empty((x.shape[1], x.shape[0]), dtype=fp8_dtype)
 
 
+@torch.library.custom_op("embscale::amax_nonfinite", mutates_args=())
+def amax_nonfinite(x: Tensor, algo: str = "auto") -> tuple[Tensor, Tensor]:
+    """(amax, nonfinite): amax as embscale::amax, and a 0-dim int32 that is 1 when x holds an inf or a NaN."""
+    code = _amax_checks(x, algo)
+    _check_backend(x.device)
+    x = x.contiguous()
+    ctx, xd = _context(x.device), _desc(x)
+    ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code)
+    out = _scalar(x.device)
+    flag = torch.empty((), dtype=torch.int32, device=x.device)
+    _run(x.device, _capi.lib.embscale_amax, ctypes.byref(ctx), ctypes.byref(xd), out.data_ptr(), code,
+         flag.data_ptr(), _ptr(ws), nbytes)
+    return out, flag
+
+
+@amax_nonfinite.register_fake
+def _(x, algo="auto"):
+    _amax_checks(x, algo)
+    return x.new_empty((), dtype=torch.float32), x.new_empty((), dtype=torch.int32)
+
+
 # ---- table-batched embeddings ---------------------------------------------------------------------------
 # Live handles by id. Weak references: a handle lives as long as its module holds it, and ids are never
 # reused, so a stale id finds nothing instead of another module's tables.
