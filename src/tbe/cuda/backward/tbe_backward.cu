@@ -2,7 +2,7 @@
 // the launch order and the bounds-check protocol around the kernels of tbe_backward_kernels.cuh.
 //
 // Enqueued on ctx.stream, in order (no allocation, no host readback except in error mode):
-//   linearize   keys/values (+ checks); error and skip modes then run the forward's finalize kernel,
+//   linearize   keys/values (+ checks); error and skip modes then run the finalize kernel (bounds_check.cuh),
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
 //               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
@@ -43,6 +43,7 @@
 #include "core/cuda/device.cuh"
 #include "tbe/cuda/backward/tbe_backward_launch.cuh"
 #include "tbe/cuda/backward/tbe_backward_phases.h"
+#include "tbe/cuda/bounds_check.cuh"
 #include "tbe/cuda/tbe_report.cuh"
 
 namespace embscale {
@@ -332,10 +333,10 @@ Status launch_linearize(const tbe_bwd::LinearizeParams& p, cudaStream_t s) {
 
 template <typename I>
 Status launch_finalize(const tbe_bwd::LinearizeParams& p, int64_t* num_skipped, cudaStream_t s) {
-  tbe_fwd::tbe_forward_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+  tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
                                                           static_cast<const I*>(p.indices), p.num_items,
                                                           p.num_indices, p.check, p.scratch, num_skipped);
-  EMBSCALE_CHECK_LAUNCH("tbe_forward_finalize_kernel (backward)");
+  EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel (backward)");
   return Status::Ok();
 }
 
@@ -401,7 +402,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
 
   const Buffers b = buffers(ws, L, c.N);
   const int T = tbe.num_features();
-  const int64_t* skip_report = args.bounds_check == BoundsCheckMode::kSkip ? meta.scratch + tbe_fwd::kReport : nullptr;
+  const int64_t* skip_report = args.bounds_check == BoundsCheckMode::kSkip ? meta.scratch + tbe_bounds::kReport : nullptr;
 
   tbe_bwd::LinearizeParams lp{};
   lp.indices = args.indices.data;
@@ -417,9 +418,9 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   lp.num_indices = c.N;
   lp.num_items = c.items;
   lp.total_rows = c.total_rows;
-  lp.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
-             : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
-                                                           : tbe_fwd::kCheckOff;
+  lp.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_bounds::kCheckError
+             : args.bounds_check == BoundsCheckMode::kSkip ? tbe_bounds::kCheckSkip
+                                                           : tbe_bounds::kCheckOff;
   lp.vals_are_items = c.vals_are_items ? 1 : 0;
   lp.mean = c.mean ? 1 : 0;
 

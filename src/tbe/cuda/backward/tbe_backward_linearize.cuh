@@ -7,6 +7,7 @@
 
 #include "core/cuda/arch_traits.cuh"
 #include "tbe/cuda/backward/tbe_backward_params.cuh"
+#include "tbe/cuda/bounds_check.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -15,10 +16,6 @@ namespace tbe_bwd {
 template <typename I>
 __device__ __forceinline__ int64_t load_index_bwd(const I* p) {
   return static_cast<int64_t>(__ldg(p));
-}
-
-__device__ __forceinline__ void record_min_position_bwd(int64_t* word, int64_t position) {
-  atomicMax(reinterpret_cast<unsigned long long*>(word), ~static_cast<unsigned long long>(position));
 }
 
 // grid = ceil(T*B / kLinearizeItems), block = kLinearizeItems. Block x owns bags [x*256, x*256+256) and
@@ -39,13 +36,13 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
   const int64_t B = p.batch_size;
   const int64_t item0 = static_cast<int64_t>(blockIdx.x) * kLinearizeItems;
   const int nitems = static_cast<int>(p.num_items - item0 < kLinearizeItems ? p.num_items - item0 : kLinearizeItems);
-  const bool check = p.check != tbe_fwd::kCheckOff;
+  const bool check = p.check != tbe_bounds::kCheckOff;
   const int tid = static_cast<int>(threadIdx.x);
   for (int k = tid; k <= nitems; k += blockDim.x) {
     int64_t o = static_cast<int64_t>(offsets[item0 + k]);
     if (check && k < nitems) {
       const int64_t next = static_cast<int64_t>(offsets[item0 + k + 1]);
-      if (next < o) record_min_position_bwd(p.scratch + tbe_fwd::kBadOffsetKey, item0 + k + 1);
+      if (next < o) tbe_bounds::record_min_position(p.scratch + tbe_bounds::kBadOffsetKey, item0 + k + 1);
     }
     off[k] = o < 0 ? 0 : (o > N ? N : o);  // clamped: nothing outside [0, N) is ever read
   }
@@ -92,8 +89,8 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
         // tables is ever updated (its values are unspecified, as the forward's).
         key = static_cast<K>(p.row_offsets[f] + (in_range ? idx : E - 1));
         if (p.mean) atomicAdd(&cnt[k], 1);
-      } else if (p.check == tbe_fwd::kCheckError) {
-        record_min_position_bwd(p.scratch + tbe_fwd::kBadIndexKey, i);
+      } else if (p.check == tbe_bounds::kCheckError) {
+        tbe_bounds::record_min_position(p.scratch + tbe_bounds::kBadIndexKey, i);
       } else {
         ++my_skipped;
       }
@@ -113,11 +110,11 @@ __global__ void __launch_bounds__(kLinearizeItems) tbe_backward_linearize_kernel
     for (int u = 0; u < kLinearizeLoads; ++u)
       if (i0 + u * step < hi) linearize_one(i0 + u * step, idx[u]);
   }
-  if (p.check == tbe_fwd::kCheckSkip && my_skipped != 0) atomicAdd(&skipped, static_cast<unsigned long long>(my_skipped));
+  if (p.check == tbe_bounds::kCheckSkip && my_skipped != 0) atomicAdd(&skipped, static_cast<unsigned long long>(my_skipped));
   __syncthreads();
   if (p.mean)
     for (int k = tid; k < nitems; k += blockDim.x) p.bag_count[item0 + k] = cnt[k];
-  if (tid == 0 && skipped != 0) atomicAdd(reinterpret_cast<unsigned long long*>(p.scratch + tbe_fwd::kSkipCount), skipped);
+  if (tid == 0 && skipped != 0) atomicAdd(reinterpret_cast<unsigned long long*>(p.scratch + tbe_bounds::kSkipCount), skipped);
 }
 
 }  // namespace tbe_bwd

@@ -8,7 +8,7 @@
 #include "embscale/tbe.h"
 #include "tbe/optimizer.h"
 #include "tbe/rounding.h"
-#include "tbe/cuda/forward/tbe_forward_kernels.cuh"  // bounds-check report kinds
+#include "tbe/cuda/bounds_check.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -180,7 +180,7 @@ struct RowParams {
 // Skip mode: broken offsets (reported by the finalize kernel before classify and the rows run) mean no
 // update; report is the report word in skip mode, null otherwise.
 __device__ __forceinline__ bool rows_disabled(const int64_t* report) {
-  return report != nullptr && *reinterpret_cast<volatile const int64_t*>(report) != tbe_fwd::kReportNone;
+  return report != nullptr && *reinterpret_cast<volatile const int64_t*>(report) != tbe_bounds::kReportNone;
 }
 
 __device__ __forceinline__ int64_t unique_key(const RowParams& p, int64_t u) {
