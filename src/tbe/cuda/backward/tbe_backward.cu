@@ -65,7 +65,7 @@ int bit_width(uint64_t v) {
 
 struct Tuning {
   int max_warp = tbe_bwd::kDefaultMaxWarpSegment;
-  int max_block = tbe_bwd::kDefaultMaxBlockSegment;
+  int max_block = TbeBackwardTuning::kDefaultMaxBlockSegment;
   int block_threads = tbe_bwd::kDefaultBlockThreads;
 };
 

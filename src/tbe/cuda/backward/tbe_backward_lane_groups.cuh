@@ -55,8 +55,6 @@ __host__ __device__ inline int group_rows(const RowParams& p) {
   return 0;
 }
 
-__host__ __device__ inline bool group_path_ok(const RowParams& p) { return group_rows(p) != 0; }
-
 // The lane-group path is compiled per optimizer (a template argument of its kernel), so its element
 // loops carry no test of the optimizer type.
 enum GroupOpt : int { kGroupDense = 0, kGroupSgd = 1, kGroupAdagrad = 2 };

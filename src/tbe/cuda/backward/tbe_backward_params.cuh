@@ -34,7 +34,6 @@ constexpr int kUnroll = 4;                          // gradient rows in flight p
 constexpr int kDefaultMaxWarpSegment = 32;
 constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
 constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
-constexpr int kDefaultMaxBlockSegment = 512;
 constexpr int kDefaultBlockThreads = 256;
 constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
 
