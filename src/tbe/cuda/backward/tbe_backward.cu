@@ -383,8 +383,9 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   Layout L;
   EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, stream, &L));
   if (ws_bytes < L.total)
-    return invalid_argument("workspace: " + std::to_string(ws_bytes) + " bytes; this call needs " +
-                            std::to_string(L.total) + " (tbe_backward_workspace_size)");
+    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) +
+                                                      " bytes; this call needs " + std::to_string(L.total) +
+                                                      " (tbe_backward_workspace_size)");
   if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(L.total) + " bytes are needed");
   const CallShape c = call_shape(tbe, args);
   const bool dense = args.optimizer.type == OptimizerType::kNone;
