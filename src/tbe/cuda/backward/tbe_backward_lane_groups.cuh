@@ -13,6 +13,7 @@
 #include "tbe/cuda/backward/tbe_backward_params.cuh"
 #include "tbe/cuda/backward/tbe_backward_update.cuh"
 #include "tbe/optimizer.h"
+#include "tbe/optimizer_table.h"
 #include "tbe/rounding.h"
 
 namespace embscale {
@@ -44,11 +45,9 @@ static_assert(kGroupVecs % kGroupRows == 0, "rows of one pass need kGroupRows sl
 static_assert(ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
 
 // Rows per warp of the lane-group path for this call (0: one row per warp, update_row). The closed set
-// {4, 2, 1} is what tbe_backward_warp_rows_kernel is instantiated for.
-__host__ __device__ inline int group_rows(const RowParams& p) {
-  const bool opt_ok = p.opt.type == OptimizerType::kSgd || p.opt.type == OptimizerType::kRowwiseAdagrad ||
-                      p.opt.type == OptimizerType::kNone;
-  if (!opt_ok) return 0;
+// {4, 2, 1} is what tbe_backward_warp_rows_kernel is instantiated for. Host only.
+inline int group_rows(const RowParams& p) {
+  if (opt::has_elementwise_state(p.opt.type)) return 0;
   if (p.max_dim <= (kGroupVecs / 4) * kPassCols) return 4;
   if (p.max_dim <= (kGroupVecs / 2) * kPassCols) return 2;
   if (p.max_dim <= kGroupMaxCols) return 1;
@@ -56,13 +55,19 @@ __host__ __device__ inline int group_rows(const RowParams& p) {
 }
 
 // The lane-group path is compiled per optimizer (a template argument of its kernel), so its element
-// loops carry no test of the optimizer type.
-enum GroupOpt : int { kGroupDense = 0, kGroupSgd = 1, kGroupAdagrad = 2 };
-__host__ __device__ inline int group_opt(const RowParams& p) {
-  return p.opt.type == OptimizerType::kRowwiseAdagrad ? kGroupAdagrad
-         : p.opt.type == OptimizerType::kSgd          ? kGroupSgd
-                                                      : kGroupDense;
+// loops carry no test of the optimizer type: the optimizers without element-wise state (the table,
+// tbe/optimizer_table.h) that group_update_row implements.
+constexpr bool lane_group_optimizer(OptimizerType t) {
+  return t == OptimizerType::kNone || t == OptimizerType::kSgd || t == OptimizerType::kRowwiseAdagrad;
 }
+constexpr bool lane_groups_cover_table() {
+  for (const opt::OptimizerSpec& s : opt::kOptimizerSpecs)
+    if (!opt::has_elementwise_state(s.type) && !lane_group_optimizer(s.type)) return false;
+  return true;
+}
+static_assert(lane_groups_cover_table(),
+              "an optimizer without element-wise state takes the lane groups (group_rows): implement it in "
+              "group_update_row and instantiate its kernel (tbe_backward_rows.cuh)");
 
 // Mask of lane group grp (of L lanes).
 template <int L>
@@ -101,7 +106,7 @@ __device__ __forceinline__ LookupMeta group_meta(const RowParams& p, int64_t sta
 // One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
 // one lane group of L = 32 / R lanes: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as
 // WarpGrad. Vector v = q*R + k is pass q, slot k.
-template <typename W, typename G, int R, int kOpt>
+template <typename W, typename G, int R, OptimizerType kOpt>
 __device__ __forceinline__ void group_update_row(const RowParams& p, const RowInfo& r, int64_t start, int64_t len,
                                                  const LookupMeta& first, int gl, unsigned gmask) {
   constexpr int L = ArchTraits::kWarpSize / R;
@@ -112,8 +117,9 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
   const G* grad = static_cast<const G*>(p.grad_output);
   const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
-  constexpr bool dense = kOpt == kGroupDense;
-  constexpr bool adagrad = kOpt == kGroupAdagrad;
+  static_assert(lane_group_optimizer(kOpt), "the lane groups implement dense mode, SGD and row-wise Adagrad");
+  constexpr bool dense = kOpt == OptimizerType::kNone;
+  constexpr bool adagrad = kOpt == OptimizerType::kRowwiseAdagrad;
   int col[V], ncols[V];
 #pragma unroll
   for (int q = 0; q < P; ++q)
@@ -263,7 +269,7 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
 
 // Issues L2 prefetches for what group_update_row will load first for row r (weights, row-wise state,
 // the first lookup's gradient row at grad_off): the same addresses, no registers held.
-template <typename W, typename G, int R, int kOpt>
+template <typename W, typename G, int R, OptimizerType kOpt>
 __device__ __forceinline__ void group_prefetch_row(const RowParams& p, const RowInfo& r, int64_t grad_off, int gl) {
   constexpr int L = ArchTraits::kWarpSize / R;
   constexpr int P = kGroupVecs / R;
@@ -275,11 +281,11 @@ __device__ __forceinline__ void group_prefetch_row(const RowParams& p, const Row
     for (int k = 0; k < R; ++k) {
       const int col = q * kPassCols + (gl + k * L) * kVec;
       if (col < r.D) {
-        if (kOpt != kGroupDense) prefetch_l2(wrow + col);
+        if (kOpt != OptimizerType::kNone) prefetch_l2(wrow + col);
         prefetch_l2(grad + col);
       }
     }
-  if (kOpt == kGroupAdagrad && gl == 0) prefetch_l2(p.momentum1 + r.key);
+  if (kOpt == OptimizerType::kRowwiseAdagrad && gl == 0) prefetch_l2(p.momentum1 + r.key);
 }
 
 // The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], then c[2],

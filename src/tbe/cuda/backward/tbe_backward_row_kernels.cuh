@@ -35,11 +35,11 @@ struct BatchRow {
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
 // kRows > 0 (host-chosen: group_rows, one of 4, 2, 1): the rows of at most kGroupMaxLookups lookups,
-// kRows at a time on the warp's lane groups (group_update_row for optimizer kOpt = group_opt); the
+// kRows at a time on the warp's lane groups (group_update_row for the call's optimizer kOpt); the
 // longer warp-path rows are left to a second launch with kRows = 0 and warp_min_len = kGroupMaxLookups
 // (two kernels rather than both paths in one: the whole-warp path's registers made the lane-group path
-// spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kOpt unused (0).
-template <typename W, typename G, int kRows, int kOpt>
+// spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kOpt unused (kNone).
+template <typename W, typename G, int kRows, OptimizerType kOpt>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const RowParams p) {
   // The next row kernel works on other rows: it may start as this one's blocks finish (launch_kernel);
