@@ -24,13 +24,10 @@ constexpr int kPassCols = ArchTraits::kWarpSize * kVec;  // columns per pass
 constexpr int kCachedPasses = 2;                    // passes whose gradient stays in registers
 constexpr int kUnroll = 4;                          // gradient rows in flight per lane
 
-// Per-device defaults of TbeBackwardTuning, chosen by the H200 sweeps over D in {64, 128, 160, 192,
-// 256, 320}, uniform and Zipf(1.15) lookups (bench/results/2026-11-30-nvidia-h200-bwd-sweep.md): uniform
-// inputs are insensitive to the thresholds (within 0.5%); under Zipf, warps for segments up to 128
-// lookups beat FBGEMM's 32 by 10-17% for rows the lane groups take (up to kGroupMaxCols = 512 columns);
-// wider rows keep 32. Blocks for segments up to 512 lookups (longer ones: superchunk slots + combine):
-// re-measured on the kernels with counter-fed work and programmatic launch, 512 beat 1024 under Zipf
-// at every D of the sweep (D=128 -8 us, 256 -15, 320 -80; 2048 slower; uniform unchanged).
+// Per-device defaults of TbeBackwardTuning (measured on the H200: docs/tbe_backward_cuda.md, History):
+// warps for segments up to 128 lookups when the lane groups take the rows (up to kGroupMaxCols = 512
+// columns), 32 for wider rows; blocks for segments up to TbeBackwardTuning::kDefaultMaxBlockSegment
+// lookups (longer ones: superchunk slots + combine).
 constexpr int kDefaultMaxWarpSegment = 32;
 constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
 constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
@@ -42,10 +39,9 @@ constexpr int kLinearizeSpan = 8192;  // lookups of a linearize block whose bags
 constexpr int kLinearizeLoads = 4;    // indices a linearize thread loads at once
 constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
 constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
-// The lane-group variant, per weights dtype (H200 A/B of 2, 3 and 4 blocks per SM, same inputs,
-// bench/results/2026-11-30-nvidia-h200-tuning.md): fp32 rows run best without spills (2 blocks, <= 128
-// registers; 3 spilled and were 23% slower), fp16/bf16 rows, whose stochastic rounding makes them
-// compute-bound, with more warps (4 blocks, <= 64 registers).
+// The lane-group variant, per weights dtype (see the doc's History): fp32 rows run best without spills (2 blocks,
+// <= 128 registers), fp16/bf16 rows, whose stochastic rounding makes them compute-bound, with more
+// warps (4 blocks, <= 64 registers).
 template <typename W>
 constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 4; }
 

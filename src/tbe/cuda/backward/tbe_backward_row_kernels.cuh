@@ -29,8 +29,8 @@ struct BatchRow {
 // warp list, see below), each warp taking its next batch from a counter (kGroupNext / kWarpNext; the
 // first batch by warp index), so the batches in flight stay a narrow window of consecutive rows in
 // key order whatever their lengths, and the window's gradient rows stay in L2 (with a fixed
-// grid-stride split, fast and slow warps drifted apart: Zipf rows 872 -> 748 us with the block list
-// below, uniform 1828 -> 1763). Lane j first loads row j's run, key, first lookup and table
+// grid-stride split, fast and slow warps drifted apart and the rows in flight spread over many tables).
+// Lane j first loads row j's run, key, first lookup and table
 // (coalesced, all chains of the batch in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
   uint32_t* const next_batch = p.counters + (kRows > 0 ? kGroupNext : kWarpNext);
   // Lane groups of several rows (kRows >= 2: rows of up to 256 columns) with fp32 weights: see below.
   // Measured there only: fp16/bf16 rows are compute-bound, and with the second loop compiled in, the
-  // one-row-per-warp lane groups (257..512 columns) ran D=320 uniform 13% slower.
+  // one-row-per-warp lane groups (257..512 columns) ran slower under uniform lookups.
   constexpr bool kRepeatPath = kRows >= 2 && sizeof(W) == sizeof(float);
   const bool repeats = kRepeatPath && runs * kRepeatLookups < p.num_indices;
   int64_t u0 = (static_cast<int64_t>(blockIdx.x) * (kRowThreads / ArchTraits::kWarpSize) +
