@@ -14,6 +14,7 @@
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "reference_tbe_backward.h"
+#include "tbe/tbe_backend.h"
 
 namespace embscale {
 namespace {
@@ -352,6 +353,33 @@ TEST_P(TbeBackwardErrors, BadArguments) {
     EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
     EXPECT_TRUE(p.untouched());
   }
+}
+
+// The backends' own entry points (which the API layer calls after its own workspace check, and the
+// benchmarks call directly) refuse a short workspace with the same code, naming workspace_bytes.
+TEST_P(TbeBackwardErrors, BackendRefusesShortWorkspace) {
+  Problem p(GetParam());
+  const TbeBackwardArgs a = p.args();
+  size_t bytes = 0;
+  Status st;
+  if (GetParam() == Backend::kCpu) {
+    ASSERT_TRUE(cpu::tbe_backward_workspace_size(*p.tbe, a, &bytes).ok());
+    ASSERT_GT(bytes, 0u);
+    Buffer ws(GetParam(), bytes);
+    st = cpu::tbe_backward(p.ctx, *p.tbe, a, ws.data(), bytes - 1);
+  } else {
+#if EMBSCALE_WITH_CUDA
+    ASSERT_TRUE(cuda::tbe_backward_workspace_size(*p.tbe, a, &bytes).ok());
+    ASSERT_GT(bytes, 0u);
+    Buffer ws(GetParam(), bytes);
+    st = cuda::tbe_backward(p.ctx, *p.tbe, a, ws.data(), bytes - 1);
+#else
+    GTEST_SKIP() << "no CUDA backend in this build";
+#endif
+  }
+  EXPECT_EQ(st.code(), StatusCode::kWorkspaceTooSmall) << st.to_string();
+  EXPECT_NE(st.message().find("workspace_bytes"), std::string::npos) << st.message();
+  EXPECT_TRUE(p.untouched());
 }
 
 TEST(TbeBackwardNames, Optimizers) {

@@ -9,9 +9,9 @@
 //    input sets rotate when one set would stay in the cache.
 //  * tbe-backward on CUDA also times the phases on their own (linearize, sort, encode + classify,
 //    gradient + update), each repeated on input set 0 after a full call (tbe/cuda/backward/tbe_backward_phases.h).
-//  * --max-warp-segment above the default block limit (512) without --max-block-segment raises the
-//    block limit to the same value (every longer segment then goes to the multi-block path), so a
-//    warp-only limit can be tried on its own.
+//  * --max-warp-segment above the default block limit (TbeBackwardTuning::kDefaultMaxBlockSegment)
+//    without --max-block-segment raises the block limit to the same value (every longer segment then
+//    goes to the multi-block path), so a warp-only limit can be tried on its own.
 //  * --sweep-thresholds W:B:T,... times each tuning in turn on the same inputs in one process (one
 //    record each; every item has exactly three fields, 0 = default; the first also runs the spot
 //    check); building the inputs dominates a run, so a threshold sweep should use it.
@@ -62,8 +62,6 @@ struct BwdArgs {
   std::string sweep_thresholds;  // "W:B:T,..." tunings timed in turn on the same inputs
 };
 
-// The backends' default max_block_segment (the CUDA backend's tbe_bwd::kDefaultMaxBlockSegment).
-constexpr int kDefaultBlockLimit = 512;
 // The CUDA block paths' threads per block: a multiple of the warp size up to their launch bound
 // (tbe_bwd::kMaxBlockThreads).
 constexpr int kWarpSize = 32;
@@ -73,7 +71,8 @@ constexpr int kMaxBlockThreads = 512;
 TbeBackwardTuning bench_tuning(int max_warp, int max_block, int threads) {
   TbeBackwardTuning t;
   t.max_warp_segment = max_warp;
-  t.max_block_segment = max_block == 0 && max_warp > kDefaultBlockLimit ? max_warp : max_block;
+  t.max_block_segment =
+      max_block == 0 && max_warp > TbeBackwardTuning::kDefaultMaxBlockSegment ? max_warp : max_block;
   t.block_threads = threads;
   return t;
 }

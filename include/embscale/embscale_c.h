@@ -131,6 +131,20 @@ typedef struct embscale_optimizer {
   int64_t step;
 } embscale_optimizer;
 
+/* The optimizers (embscale_optimizer.type: 0 .. embscale_num_optimizers() - 1) and the state buffers
+ * each keeps, momentum1 and momentum2 of embscale_tbe_backward_args: absent, row-wise (one float per
+ * row of all tables, total_rows) or element-wise (one per weight, num_weights). */
+#define EMBSCALE_STATE_ABSENT 0
+#define EMBSCALE_STATE_ROWWISE 1
+#define EMBSCALE_STATE_ELEMENTWISE 2
+typedef struct embscale_optimizer_info {
+  const char* name;           /* "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam" */
+  int32_t state_layouts[2];   /* momentum1, momentum2: EMBSCALE_STATE_* */
+  const char* state_names[2]; /* their names in the Python package ("sum", "exp_avg", ...); "" when absent */
+} embscale_optimizer_info;
+EMBSCALE_C_EXPORT int32_t embscale_num_optimizers(void);
+EMBSCALE_C_EXPORT int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out);
+
 typedef struct embscale_tbe_backward_args {
   embscale_tensor weights;
   embscale_tensor indices;

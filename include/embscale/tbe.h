@@ -117,6 +117,8 @@ enum class WeightRounding { kNearest = 0, kStochastic };
 
 // Tunables of the segment strategy (0 = the per-device default chosen by measurement).
 struct TbeBackwardTuning {
+  // The CUDA backend's default max_block_segment (H200 sweeps, docs/tbe_backward_cuda.md).
+  static constexpr int kDefaultMaxBlockSegment = 512;
   int max_warp_segment = 0;   // segments up to this many lookups: a warp per row
   int max_block_segment = 0;  // longer segments up to this: a thread block per row; beyond: split across blocks
   int block_threads = 0;      // threads per block of the block-per-row path

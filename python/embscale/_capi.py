@@ -18,7 +18,6 @@ AMAX_ALGO = {"auto": 0, "atomic": 1, "two_stage": 2}
 ACTIVATION = {"relu": 0, "gelu_tanh": 1, "silu": 2}
 POOLING = {"sum": 0, "mean": 1, "none": 2}
 BOUNDS_CHECK = {"error": 0, "skip": 1, "off": 2}
-OPTIMIZER = {"none": 0, "sgd": 1, "rowwise_adagrad": 2, "adam": 3, "partial_rowwise_adam": 4}
 WEIGHT_DECAY = {"none": 0, "l2": 1, "decoupled": 2}
 ROUNDING = {"nearest": 0, "stochastic": 1}
 
@@ -103,6 +102,14 @@ class TbeBackwardArgs(ctypes.Structure):
     ]
 
 
+class OptimizerInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("state_layouts", ctypes.c_int32 * 2),
+        ("state_names", ctypes.c_char_p * 2),
+    ]
+
+
 _P = ctypes.POINTER
 _VP = ctypes.c_void_p
 _SIGNATURES = {
@@ -127,6 +134,8 @@ _SIGNATURES = {
         [_P(Context), ctypes.c_int32, _P(Tensor), _P(Tensor), _VP, ctypes.c_int32, _VP, ctypes.c_size_t],
         ctypes.c_int),
     "embscale_cast_transpose": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _P(Tensor)], ctypes.c_int),
+    "embscale_num_optimizers": ([], ctypes.c_int32),
+    "embscale_optimizer_info_get": ([ctypes.c_int32, _P(OptimizerInfo)], ctypes.c_int),
     "embscale_tbe_create": (
         [_P(Context), ctypes.c_int32, _P(ctypes.c_int64), _P(ctypes.c_int32), ctypes.c_int32, _P(ctypes.c_int32),
          ctypes.c_int32, _P(_VP)], ctypes.c_int),
@@ -164,6 +173,28 @@ def _load():
 
 
 lib = _load()
+
+# The optimizers as the library describes them (embscale_optimizer_info_get): name -> C enum value, and
+# name -> its state buffers (momentum1, momentum2), each None when absent or (layout, Python name) with
+# layout "rows" (one float per row of all tables) or "elements" (one per weight).
+_STATE_LAYOUTS = {1: "rows", 2: "elements"}
+
+
+def _optimizers():
+    codes, states = {}, {}
+    for code in range(lib.embscale_num_optimizers()):
+        info = OptimizerInfo()
+        if lib.embscale_optimizer_info_get(code, ctypes.byref(info)) != OK:
+            raise ImportError("embscale: " + lib.embscale_last_error().decode("utf-8", "replace"))
+        name = info.name.decode()
+        codes[name] = code
+        states[name] = tuple(
+            (_STATE_LAYOUTS[info.state_layouts[k]], info.state_names[k].decode()) if info.state_layouts[k] else None
+            for k in range(2))
+    return codes, states
+
+
+OPTIMIZER, OPTIMIZER_STATES = _optimizers()
 
 
 def check(rc):

@@ -54,18 +54,12 @@ from torch import nn
 
 from . import _capi, _data_parallel, ops
 
-_MOMENTUM_SHAPES = {  # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements"
-    "sgd": ("none", "none"),
-    "rowwise_adagrad": ("rows", "none"),
-    "adam": ("elements", "elements"),
-    "partial_rowwise_adam": ("elements", "rows"),
-}
-_STATE_NAMES = {
-    "sgd": (),
-    "rowwise_adagrad": ("sum",),
-    "adam": ("exp_avg", "exp_avg_sq"),
-    "partial_rowwise_adam": ("exp_avg", "exp_avg_sq"),
-}
+# optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
+# from the library's optimizer table (dense-gradient mode "none" is not a training optimizer).
+_MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
+                    for name, states in _capi.OPTIMIZER_STATES.items() if name != "none"}
+_STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()
+                if name != "none"}
 
 
 # The handle now lives with the operators that look it up; modules pickled by earlier versions name it here.

@@ -58,17 +58,8 @@ EMBSCALE_HD float row_sq_term(float g, float w, const OptimizerParams& p) {
   return gp * gp;
 }
 
-// Whether the optimizer keeps momentum1 / momentum2, and whether each is row-wise ([total_rows()])
-// or element-wise ([num_weights()]).
-EMBSCALE_HD bool uses_momentum1(OptimizerType t) {
-  return t == OptimizerType::kRowwiseAdagrad || t == OptimizerType::kAdam || t == OptimizerType::kPartialRowwiseAdam;
-}
-EMBSCALE_HD bool uses_momentum2(OptimizerType t) {
-  return t == OptimizerType::kAdam || t == OptimizerType::kPartialRowwiseAdam;
-}
-EMBSCALE_HD bool momentum1_rowwise(OptimizerType t) { return t == OptimizerType::kRowwiseAdagrad; }
-EMBSCALE_HD bool momentum2_rowwise(OptimizerType t) { return t == OptimizerType::kPartialRowwiseAdam; }
-// Whether the optimizer needs sum_d row_sq_term over the row before its per-element updates.
+// Whether the optimizer needs sum_d row_sq_term over the row before its per-element updates. (Its state
+// buffers and hyper-parameters: optimizer_table.h.)
 EMBSCALE_HD bool needs_row_sq_sum(OptimizerType t) {
   return t == OptimizerType::kRowwiseAdagrad || t == OptimizerType::kPartialRowwiseAdam;
 }

@@ -12,20 +12,14 @@
 
 #include "tbe/tbe_backend.h"
 #include "tbe/tbe_validate.h"
-#include "tbe/optimizer.h"
+#include "tbe/optimizer_table.h"
 #include "embscale/tbe.h"
 
 namespace embscale {
 
 const char* optimizer_name(OptimizerType o) {
-  switch (o) {
-    case OptimizerType::kNone: return "none";
-    case OptimizerType::kSgd: return "sgd";
-    case OptimizerType::kRowwiseAdagrad: return "rowwise_adagrad";
-    case OptimizerType::kAdam: return "adam";
-    case OptimizerType::kPartialRowwiseAdam: return "partial_rowwise_adam";
-  }
-  return "unknown";
+  const opt::OptimizerSpec* s = opt::optimizer_spec(o);
+  return s != nullptr ? s->name : "unknown";
 }
 
 bool parse_optimizer(const std::string& name, OptimizerType* out) {
@@ -55,18 +49,16 @@ std::string fstr(float v) { return std::to_string(v); }
 Status check_optimizer(const TbeBackwardArgs& a) {
   const OptimizerParams& p = a.optimizer;
   const OptimizerType t = p.type;
-  if (t != OptimizerType::kNone && t != OptimizerType::kSgd && t != OptimizerType::kRowwiseAdagrad &&
-      t != OptimizerType::kAdam && t != OptimizerType::kPartialRowwiseAdam)
+  const opt::OptimizerSpec* spec = opt::optimizer_spec(t);
+  if (spec == nullptr)
     return invalid_argument("optimizer.type: unknown optimizer " + std::to_string(static_cast<int>(t)));
-  const std::string name = optimizer_name(t);
+  const std::string name = spec->name;
   if (!(std::isfinite(p.learning_rate) && p.learning_rate >= 0.0f))
     return invalid_argument("optimizer.learning_rate: " + fstr(p.learning_rate) + "; expected a finite value >= 0");
   if (p.step < 1) return invalid_argument("optimizer.step: " + std::to_string(p.step) + "; steps count from 1");
-  const bool adagrad = t == OptimizerType::kRowwiseAdagrad;
-  const bool adam = t == OptimizerType::kAdam || t == OptimizerType::kPartialRowwiseAdam;
-  if ((adagrad || adam) && !(std::isfinite(p.eps) && p.eps > 0.0f))
+  if (spec->eps && !(std::isfinite(p.eps) && p.eps > 0.0f))
     return invalid_argument("optimizer.eps: " + fstr(p.eps) + "; " + name + " needs a finite eps > 0");
-  if (adam) {
+  if (spec->betas) {
     if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f))
       return invalid_argument("optimizer.beta1: " + fstr(p.beta1) + " is outside [0, 1)");
     if (!(p.beta2 >= 0.0f && p.beta2 < 1.0f))
@@ -77,12 +69,12 @@ Status check_optimizer(const TbeBackwardArgs& a) {
     return invalid_argument("optimizer.weight_decay_mode: unknown mode " + std::to_string(static_cast<int>(wm)));
   if (!std::isfinite(p.weight_decay))
     return invalid_argument("optimizer.weight_decay: " + fstr(p.weight_decay) + " is not finite");
-  if (!adagrad && !adam && wm != WeightDecayMode::kNone && p.weight_decay != 0.0f)
+  if (!spec->weight_decay && wm != WeightDecayMode::kNone && p.weight_decay != 0.0f)
     return invalid_argument("optimizer.weight_decay: " + name + " applies no weight decay; set it to 0 or the mode to none");
   if (!(std::isfinite(p.max_norm) && p.max_norm >= 0.0f))
     return invalid_argument("optimizer.max_norm: " + fstr(p.max_norm) + "; expected a finite value >= 0");
-  if (p.max_norm > 0.0f && !adagrad)
-    return invalid_argument("optimizer.max_norm: only rowwise_adagrad supports it, not " + name);
+  if (p.max_norm > 0.0f && !spec->max_norm)
+    return invalid_argument("optimizer.max_norm: " + name + " does not support it");
   if (!(std::isfinite(p.gradient_clipping) && p.gradient_clipping >= 0.0f))
     return invalid_argument("optimizer.gradient_clipping: " + fstr(p.gradient_clipping) +
                             "; expected a finite value >= 0");
@@ -98,19 +90,21 @@ Status check_optimizer(const TbeBackwardArgs& a) {
 Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a) {
   using tbe_validate::check_view;
   const OptimizerType t = a.optimizer.type;
-  const std::string name = optimizer_name(t);
+  const opt::OptimizerSpec& spec = *opt::optimizer_spec(t);  // check_optimizer ran first
+  const std::string name = spec.name;
   const int64_t N = a.indices.numel();
-  const struct { const char* name; const TensorView* v; bool used, rowwise; const char* what; } state[] = {
-      {"momentum1", &a.momentum1, opt::uses_momentum1(t), opt::momentum1_rowwise(t), "first moment"},
-      {"momentum2", &a.momentum2, opt::uses_momentum2(t), opt::momentum2_rowwise(t), "second moment"}};
+  const struct { const char* name; const TensorView* v; opt::StateLayout layout; const char* what; } state[] = {
+      {"momentum1", &a.momentum1, spec.momentum1.layout, "first moment"},
+      {"momentum2", &a.momentum2, spec.momentum2.layout, "second moment"}};
   for (const auto& m : state) {
+    const bool used = m.layout != opt::StateLayout::kAbsent, rowwise = m.layout == opt::StateLayout::kRowwise;
     const bool given = m.v->data != nullptr;
-    if (m.used && !given) return invalid_argument(std::string(m.name) + ": absent, but " + name + " keeps a " + m.what);
-    if (!m.used && given) return invalid_argument(std::string(m.name) + ": given, but " + name + " keeps no " + m.what);
-    if (m.used)
+    if (used && !given) return invalid_argument(std::string(m.name) + ": absent, but " + name + " keeps a " + m.what);
+    if (!used && given) return invalid_argument(std::string(m.name) + ": given, but " + name + " keeps no " + m.what);
+    if (used)
       EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32(
-          m.name, *m.v, m.rowwise ? tbe.total_rows() : tbe.num_weights(),
-          m.rowwise ? "total_rows() (row-wise state)" : "num_weights() (element-wise state)"));
+          m.name, *m.v, rowwise ? tbe.total_rows() : tbe.num_weights(),
+          rowwise ? "total_rows() (row-wise state)" : "num_weights() (element-wise state)"));
   }
 
   // Dense-gradient outputs: exactly in kNone mode. [N]-sized ones may be absent when there are no

@@ -1,7 +1,9 @@
 """The C API's own contract (include/embscale/embscale_c.h), called through ctypes on the CPU backend:
 the per-thread last-error message (set by a failure, cleared by the next success), the non-finite flag
-of embscale_amax, and embscale_tbe_create's rule that without a feature_table_map num_features must
-equal num_tables, and that the ctypes mirrors of its structs match the header field for field."""
+of embscale_amax, embscale_tbe_create's rule that without a feature_table_map num_features must
+equal num_tables, that the ctypes mirrors of its structs match the header field for field, and the
+optimizer query (embscale_optimizer_info_get) against the state layouts that include/embscale/tbe.h
+documents."""
 import ctypes
 import math
 import re
@@ -93,7 +95,7 @@ def header_fields(struct):
 @pytest.mark.parametrize("struct, mirror", [
     ("embscale_context", _capi.Context), ("embscale_tensor", _capi.Tensor), ("embscale_tbe_layout", _capi.TbeLayout),
     ("embscale_tbe_forward_args", _capi.TbeForwardArgs), ("embscale_optimizer", _capi.Optimizer),
-    ("embscale_tbe_backward_args", _capi.TbeBackwardArgs)])
+    ("embscale_tbe_backward_args", _capi.TbeBackwardArgs), ("embscale_optimizer_info", _capi.OptimizerInfo)])
 def test_ctypes_structs_mirror_the_header(struct, mirror):
     assert [name for name, _ in mirror._fields_] == header_fields(struct)
 
@@ -102,3 +104,39 @@ def test_the_removed_deterministic_field_is_refused():
     assert "deterministic" not in header_fields("embscale_tbe_backward_args")
     with pytest.raises(AttributeError):
         _capi.TbeBackwardArgs().deterministic = 0  # every backend is deterministic; there is no switch
+
+
+# tbe.h: row-wise Adagrad keeps a row-wise momentum1; Adam element-wise momentum1 and momentum2; partial
+# row-wise Adam an element-wise momentum1 and a row-wise momentum2; SGD and dense mode none. The C enum
+# numbers OptimizerType's values in declaration order.
+DOCUMENTED_OPTIMIZERS = [
+    ("none", (None, None)),
+    ("sgd", (None, None)),
+    ("rowwise_adagrad", (("rows", "sum"), None)),
+    ("adam", (("elements", "exp_avg"), ("elements", "exp_avg_sq"))),
+    ("partial_rowwise_adam", (("elements", "exp_avg"), ("rows", "exp_avg_sq"))),
+]
+LAYOUT = {None: 0, "rows": 1, "elements": 2}
+
+
+def test_optimizer_query_matches_the_documented_state_layouts():
+    assert _capi.lib.embscale_num_optimizers() == len(DOCUMENTED_OPTIMIZERS)
+    for code, (name, states) in enumerate(DOCUMENTED_OPTIMIZERS):
+        info = _capi.OptimizerInfo()
+        assert _capi.lib.embscale_optimizer_info_get(code, ctypes.byref(info)) == _capi.OK, last_error()
+        assert info.name.decode() == name
+        for k, state in enumerate(states):
+            assert info.state_layouts[k] == LAYOUT[state[0] if state else None], (name, k)
+            assert info.state_names[k].decode() == (state[1] if state else ""), (name, k)
+    # The Python package's tables come from the query.
+    assert _capi.OPTIMIZER == {name: code for code, (name, _) in enumerate(DOCUMENTED_OPTIMIZERS)}
+    assert _capi.OPTIMIZER_STATES == dict(DOCUMENTED_OPTIMIZERS)
+
+
+def test_optimizer_query_refuses_bad_arguments():
+    info = _capi.OptimizerInfo()
+    for bad in (-1, len(DOCUMENTED_OPTIMIZERS), 1000):
+        assert _capi.lib.embscale_optimizer_info_get(bad, ctypes.byref(info)) == _capi.INVALID_ARGUMENT
+        assert last_error().startswith("optimizer: value"), last_error()
+    assert _capi.lib.embscale_optimizer_info_get(0, None) == _capi.INVALID_ARGUMENT
+    assert last_error().startswith("out"), last_error()

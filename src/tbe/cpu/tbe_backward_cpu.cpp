@@ -31,6 +31,7 @@
 #include "core/dispatch.h"
 #include "core/numerics.h"
 #include "tbe/optimizer.h"
+#include "tbe/optimizer_table.h"
 #include "tbe/rounding.h"
 #include "tbe/cpu/prefetch.h"
 #include "tbe/cpu/tbe_checks.h"
@@ -252,6 +253,7 @@ Status backward_impl(const Params& p) {
   };
 
   const OptimizerParams op = a.optimizer;
+  const opt::OptimizerSpec& spec = *opt::optimizer_spec(op.type);  // a valid type (checked by the API layer)
   const opt::AdamCorrections corr = opt::adam_corrections(op);
   const uint64_t rkey = rounding_key(a.seed, op.step);
   const int max_dim = tbe.max_dim();
@@ -285,11 +287,11 @@ Status backward_impl(const Params& p) {
           prefetch_row(weights + wp, Dp);
           // optimizer state: one float per row (row-wise) or the row's D floats (element-wise)
           if (m1 != nullptr) {
-            const bool rw = opt::momentum1_rowwise(op.type);
+            const bool rw = spec.momentum1.layout == opt::StateLayout::kRowwise;
             prefetch_row(m1 + (rw ? kp : wp), rw ? 1 : Dp);
           }
           if (m2 != nullptr) {
-            const bool rw = opt::momentum2_rowwise(op.type);
+            const bool rw = spec.momentum2.layout == opt::StateLayout::kRowwise;
             prefetch_row(m2 + (rw ? kp : wp), rw ? 1 : Dp);
           }
         }

@@ -1,5 +1,5 @@
 // The bounds-check report of the CUDA TBE forward and backward: the finalize kernel's words
-// (scratch[kReport..kReport+4], tbe/cuda/forward/tbe_forward_kernels.cuh) read back and turned into a Status
+// (scratch[kReport..kReport+4], tbe/cuda/bounds_check.cuh) read back and turned into a Status
 // worded by tbe/bounds_report.h, like the CPU backend's.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include "tbe/bounds_report.h"
 #include "tbe/tbe_backend.h"
 #include "core/cuda/check.cuh"
-#include "tbe/cuda/forward/tbe_forward_kernels.cuh"
+#include "tbe/cuda/bounds_check.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -20,25 +20,26 @@ namespace tbe_report {
 // The error-mode report r[0..4] as a Status naming what was wrong; `op` ("tbe forward", "tbe backward")
 // names the caller in the message for an unknown report kind.
 inline Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r, const char* op) {
-  using tbe_bounds::ViolationKind;
-  tbe_bounds::BoundsViolation v;
+  // The host-side wording (tbe/bounds_report.h), not the device-side words of cuda::tbe_bounds.
+  using ::embscale::tbe_bounds::ViolationKind;
+  ::embscale::tbe_bounds::BoundsViolation v;
   switch (r[0]) {
-    case tbe_fwd::kReportNone: return Status::Ok();
-    case tbe_fwd::kReportNegativeFirst:
+    case tbe_bounds::kReportNone: return Status::Ok();
+    case tbe_bounds::kReportNegativeFirst:
       v.kind = ViolationKind::kNegativeFirstOffset;
       v.value = r[1];
       break;
-    case tbe_fwd::kReportDecreasing:
+    case tbe_bounds::kReportDecreasing:
       v.kind = ViolationKind::kDecreasingOffset;
       v.position = r[1];
       v.value = r[2];
       v.previous = r[3];
       break;
-    case tbe_fwd::kReportLastMismatch:
+    case tbe_bounds::kReportLastMismatch:
       v.kind = ViolationKind::kLastOffsetMismatch;
       v.value = r[1];
       break;
-    case tbe_fwd::kReportBadIndex:
+    case tbe_bounds::kReportBadIndex:
       v.kind = ViolationKind::kBadIndex;
       v.item = r[1];
       v.position = r[2];
@@ -48,13 +49,13 @@ inline Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t
     default:
       return Status(StatusCode::kBackendError, std::string(op) + ": unknown bounds-check report " + std::to_string(r[0]));
   }
-  return tbe_bounds::violation_error(tbe, B, N, v);
+  return ::embscale::tbe_bounds::violation_error(tbe, B, N, v);
 }
 
 // Copies the report from the module's scratch, waits for the stream and returns report_status.
 inline Status read_report(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, cudaStream_t stream, const char* op) {
   int64_t report[5] = {0, 0, 0, 0, 0};
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, tbe.device_meta().scratch + tbe_fwd::kReport,
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, tbe.device_meta().scratch + tbe_bounds::kReport,
                                                        sizeof(report), cudaMemcpyDeviceToHost, stream),
                                        "cudaMemcpyAsync (bounds-check report)"));
   EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (bounds-check report)"));

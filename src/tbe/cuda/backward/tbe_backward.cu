@@ -2,7 +2,7 @@
 // the launch order and the bounds-check protocol around the kernels of tbe_backward_kernels.cuh.
 //
 // Enqueued on ctx.stream, in order (no allocation, no host readback except in error mode):
-//   linearize   keys/values (+ checks); error and skip modes then run the forward's finalize kernel,
+//   linearize   keys/values (+ checks); error and skip modes then run the finalize kernel (bounds_check.cuh),
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
 //               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
@@ -43,13 +43,13 @@
 #include "core/cuda/device.cuh"
 #include "tbe/cuda/backward/tbe_backward_launch.cuh"
 #include "tbe/cuda/backward/tbe_backward_phases.h"
+#include "tbe/cuda/bounds_check.cuh"
 #include "tbe/cuda/tbe_report.cuh"
 
 namespace embscale {
 namespace cuda {
 namespace {
 
-using tbe_bwd::BwdParams;
 
 constexpr size_t kAlign = 256;
 size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
@@ -65,7 +65,7 @@ int bit_width(uint64_t v) {
 
 struct Tuning {
   int max_warp = tbe_bwd::kDefaultMaxWarpSegment;
-  int max_block = tbe_bwd::kDefaultMaxBlockSegment;
+  int max_block = TbeBackwardTuning::kDefaultMaxBlockSegment;
   int block_threads = tbe_bwd::kDefaultBlockThreads;
 };
 
@@ -149,8 +149,7 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
 // width changed (the histogram and the digits' exclusive sum follow it). Same stable LSD order, so the
 // same sorted output. The histogram pass (one read of the keys for all passes' digit counts) keeps 4
 // private histograms per block instead of 1: repeated keys (Zipf lookups) hit the same bins, and the
-// shared-memory atomics on them serialise (H200, Zipf: histogram 23 -> 17 us, sort 202 -> 197 us;
-// uniform 213 -> 208).
+// shared-memory atomics on them serialise.
 struct NineBitDigits {
   using Tuned = cub::detail::radix::policy_hub<uint32_t, uint32_t, uint32_t>::Policy900;
   static constexpr int kBits = kWideDigitBits;
@@ -197,8 +196,8 @@ cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out,
 
 // The runs of equal sorted keys: each run's key and first position (its start), and their count, in
 // one CUB pass (unique-by-key over the positions). The classify tally kernel derives the run lengths
-// from consecutive starts. (A run-length encode and an exclusive scan over all n positions for the
-// starts took ~23 us more under Zipf lookups on the H200.) temp == nullptr: size query.
+// from consecutive starts (one pass over the keys instead of a run-length encode and a scan over all
+// n positions). temp == nullptr: size query.
 template <typename K>
 cudaError_t select_runs(void* temp, size_t& bytes, const K* keys, K* unique_keys, uint32_t* starts, uint32_t* count,
                         int n, cudaStream_t s) {
@@ -285,8 +284,46 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   return Status::Ok();
 }
 
+// The workspace's buffers (make_layout's offsets from its first 256-byte aligned address).
+struct Buffers {
+  void *keys_in, *keys_sorted, *unique_keys, *cub_temp;
+  uint32_t *vals_in, *vals_sorted, *bag_of, *run_lengths, *run_starts, *work_list, *warp_list, *hot_list, *hot_base,
+      *slot_row, *slot_super, *counters;
+  int32_t* bag_count;
+  float* partials;
+  tbe_bwd::ClassTally* tally;
+  int n;  // lookups
+};
+
+Buffers buffers(void* ws, const Layout& L, int64_t N) {
+  char* base = reinterpret_cast<char*>(align_up(reinterpret_cast<uintptr_t>(ws)));
+  const auto u32 = [&](size_t off) { return reinterpret_cast<uint32_t*>(base + off); };
+  Buffers b;
+  b.keys_in = base + L.keys_in;
+  b.keys_sorted = base + L.keys_sorted;
+  b.unique_keys = base + L.unique_keys;
+  b.cub_temp = base + L.cub_temp;
+  b.vals_in = u32(L.vals_in);
+  b.vals_sorted = u32(L.vals_sorted);
+  b.bag_of = u32(L.bag_of);
+  b.run_lengths = u32(L.run_lengths);
+  b.run_starts = u32(L.run_starts);
+  b.work_list = u32(L.work_list);
+  b.warp_list = u32(L.warp_list);
+  b.hot_list = u32(L.hot_list);
+  b.hot_base = u32(L.hot_base);
+  b.slot_row = u32(L.slot_row);
+  b.slot_super = u32(L.slot_super);
+  b.counters = u32(L.counters);
+  b.bag_count = reinterpret_cast<int32_t*>(base + L.bag_count);
+  b.partials = reinterpret_cast<float*>(base + L.partials);
+  b.tally = reinterpret_cast<tbe_bwd::ClassTally*>(base + L.classify_tally);
+  b.n = static_cast<int>(N);
+  return b;
+}
+
 template <typename K, typename I>
-Status launch_linearize(const BwdParams& p, cudaStream_t s) {
+Status launch_linearize(const tbe_bwd::LinearizeParams& p, cudaStream_t s) {
   const int64_t blocks = std::max<int64_t>(1, (p.num_items + tbe_bwd::kLinearizeItems - 1) / tbe_bwd::kLinearizeItems);
   tbe_bwd::tbe_backward_linearize_kernel<K, I><<<static_cast<unsigned>(blocks), tbe_bwd::kLinearizeItems, 0, s>>>(p);
   EMBSCALE_CHECK_LAUNCH("tbe_backward_linearize_kernel");
@@ -294,27 +331,27 @@ Status launch_linearize(const BwdParams& p, cudaStream_t s) {
 }
 
 template <typename I>
-Status launch_finalize(const BwdParams& p, int64_t* num_skipped, cudaStream_t s) {
-  tbe_fwd::tbe_forward_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+Status launch_finalize(const tbe_bwd::LinearizeParams& p, int64_t* num_skipped, cudaStream_t s) {
+  tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
                                                           static_cast<const I*>(p.indices), p.num_items,
                                                           p.num_indices, p.check, p.scratch, num_skipped);
-  EMBSCALE_CHECK_LAUNCH("tbe_forward_finalize_kernel (backward)");
+  EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel (backward)");
   return Status::Ok();
 }
 
 template <typename K>
-Status run_sort(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
+Status run_sort(const Buffers& b, const Layout& L, cudaStream_t s) {
   size_t bytes = L.cub_bytes;
-  return cuda_status(sort_pairs<K>(temp, bytes, static_cast<const K*>(p.keys_in), static_cast<K*>(p.keys_sorted),
-                                   p.vals_in, p.vals_sorted, static_cast<int>(p.num_indices), L.end_bit, s),
+  return cuda_status(sort_pairs<K>(b.cub_temp, bytes, static_cast<const K*>(b.keys_in), static_cast<K*>(b.keys_sorted),
+                                   b.vals_in, b.vals_sorted, b.n, L.end_bit, s),
                      "cub::DeviceRadixSort::SortPairs");
 }
 
 template <typename K>
-Status run_encode(const BwdParams& p, const Layout& L, void* temp, cudaStream_t s) {
+Status run_encode(const Buffers& b, const Layout& L, cudaStream_t s) {
   size_t bytes = L.cub_bytes;
-  return cuda_status(select_runs<K>(temp, bytes, static_cast<const K*>(p.keys_sorted), static_cast<K*>(p.unique_keys),
-                                    p.run_starts, p.counters + tbe_bwd::kNumRuns, static_cast<int>(p.num_indices), s),
+  return cuda_status(select_runs<K>(b.cub_temp, bytes, static_cast<const K*>(b.keys_sorted),
+                                    static_cast<K*>(b.unique_keys), b.run_starts, b.counters + tbe_bwd::kNumRuns, b.n, s),
                      "cub::DeviceSelect::UniqueByKey (runs)");
 }
 
@@ -345,8 +382,9 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   Layout L;
   EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, stream, &L));
   if (ws_bytes < L.total)
-    return invalid_argument("workspace: " + std::to_string(ws_bytes) + " bytes; this call needs " +
-                            std::to_string(L.total) + " (tbe_backward_workspace_size)");
+    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) +
+                                                      " bytes; this call needs " + std::to_string(L.total) +
+                                                      " (tbe_backward_workspace_size)");
   if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(L.total) + " bytes are needed");
   const CallShape c = call_shape(tbe, args);
   const bool dense = args.optimizer.type == OptimizerType::kNone;
@@ -362,99 +400,121 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
         "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
         "inside a CUDA graph capture; use skip or off");
 
-  char* base = reinterpret_cast<char*>(align_up(reinterpret_cast<uintptr_t>(ws)));
-  const auto at = [&](size_t off) { return static_cast<void*>(base + off); };
-  BwdParams p{};
-  p.weights = args.weights.data;
-  p.grad_output = args.grad_output.data;
-  p.indices = args.indices.data;
-  p.offsets = args.offsets.data;
-  p.psw = static_cast<const float*>(args.per_sample_weights.data);
-  p.weight_offsets = meta.weight_offsets;
-  p.num_rows = meta.num_rows;
-  p.dims = meta.dims;
-  p.output_offsets = meta.output_offsets;
-  p.row_offsets = meta.row_offsets;
-  p.scratch = meta.scratch;
-  p.momentum1 = static_cast<float*>(args.momentum1.data);
-  p.momentum2 = static_cast<float*>(args.momentum2.data);
-  p.grad_psw = static_cast<float*>(args.grad_per_sample_weights.data);
-  p.unique_rows_out = static_cast<int64_t*>(args.unique_rows.data);
-  p.num_unique_out = args.num_unique;
-  p.unique_grads = static_cast<float*>(args.unique_grads.data);
-  p.keys_in = at(L.keys_in);
-  p.keys_sorted = at(L.keys_sorted);
-  p.vals_in = static_cast<uint32_t*>(at(L.vals_in));
-  p.vals_sorted = static_cast<uint32_t*>(at(L.vals_sorted));
-  p.bag_of = static_cast<uint32_t*>(at(L.bag_of));
-  p.bag_count = static_cast<int32_t*>(at(L.bag_count));
-  p.unique_keys = at(L.unique_keys);
-  p.run_lengths = static_cast<uint32_t*>(at(L.run_lengths));
-  p.run_starts = static_cast<uint32_t*>(at(L.run_starts));
-  p.work_list = static_cast<uint32_t*>(at(L.work_list));
-  p.warp_list = static_cast<uint32_t*>(at(L.warp_list));
-  p.hot_list = static_cast<uint32_t*>(at(L.hot_list));
-  p.hot_base = static_cast<uint32_t*>(at(L.hot_base));
-  p.slot_row = static_cast<uint32_t*>(at(L.slot_row));
-  p.slot_super = static_cast<uint32_t*>(at(L.slot_super));
-  p.partials = static_cast<float*>(at(L.partials));
-  p.counters = static_cast<uint32_t*>(at(L.counters));
-  p.batch_size = c.B;
-  p.num_indices = c.N;
-  p.num_items = c.items;
-  p.total_rows = c.total_rows;
+  const Buffers b = buffers(ws, L, c.N);
   const int T = tbe.num_features();
-  p.grad_stride = c.sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
-  p.max_hot = L.max_hot;
-  p.max_slots = L.max_slots;
-  p.num_features = T;
-  p.max_dim = tbe.max_dim();
-  p.key64 = L.key64 ? 1 : 0;
-  p.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
-            : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
-                                                          : tbe_fwd::kCheckOff;
-  p.check_report = args.bounds_check == BoundsCheckMode::kSkip ? 1 : 0;
-  p.sequence = c.sequence ? 1 : 0;
-  p.vals_are_items = c.vals_are_items ? 1 : 0;
-  p.need_bag_of = c.vals_are_items ? 0 : 1;
-  p.mean = c.mean ? 1 : 0;
-  p.contrib = c.mean ? tbe_bwd::kContribMean
-                     : (args.per_sample_weights.data != nullptr ? tbe_bwd::kContribWeighted : tbe_bwd::kContribPlain);
+  const int64_t* skip_report = args.bounds_check == BoundsCheckMode::kSkip ? meta.scratch + tbe_bounds::kReport : nullptr;
+
+  tbe_bwd::LinearizeParams lp{};
+  lp.indices = args.indices.data;
+  lp.offsets = args.offsets.data;
+  lp.num_rows = meta.num_rows;
+  lp.row_offsets = meta.row_offsets;
+  lp.scratch = meta.scratch;
+  lp.keys_in = b.keys_in;
+  lp.vals_in = b.vals_in;
+  lp.bag_of = b.bag_of;
+  lp.bag_count = b.bag_count;
+  lp.batch_size = c.B;
+  lp.num_indices = c.N;
+  lp.num_items = c.items;
+  lp.total_rows = c.total_rows;
+  lp.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_bounds::kCheckError
+             : args.bounds_check == BoundsCheckMode::kSkip ? tbe_bounds::kCheckSkip
+                                                           : tbe_bounds::kCheckOff;
+  lp.vals_are_items = c.vals_are_items ? 1 : 0;
+  lp.mean = c.mean ? 1 : 0;
+
+  tbe_bwd::RowParams rp{};
+  rp.weights = args.weights.data;
+  rp.grad_output = args.grad_output.data;
+  rp.psw = static_cast<const float*>(args.per_sample_weights.data);
+  rp.weight_offsets = meta.weight_offsets;
+  rp.dims = meta.dims;
+  rp.output_offsets = meta.output_offsets;
+  rp.row_offsets = meta.row_offsets;
+  rp.momentum1 = static_cast<float*>(args.momentum1.data);
+  rp.momentum2 = static_cast<float*>(args.momentum2.data);
+  rp.grad_psw = static_cast<float*>(args.grad_per_sample_weights.data);
+  rp.unique_grads = static_cast<float*>(args.unique_grads.data);
+  rp.keys_in = b.keys_in;
+  rp.vals_sorted = b.vals_sorted;
+  rp.bag_of = b.bag_of;
+  rp.bag_count = b.bag_count;
+  rp.unique_keys = b.unique_keys;
+  rp.run_lengths = b.run_lengths;
+  rp.run_starts = b.run_starts;
+  rp.work_list = b.work_list;
+  rp.warp_list = b.warp_list;
+  rp.hot_list = b.hot_list;
+  rp.hot_base = b.hot_base;
+  rp.slot_row = b.slot_row;
+  rp.slot_super = b.slot_super;
+  rp.partials = b.partials;
+  rp.counters = b.counters;
+  rp.skip_report = skip_report;
+  rp.batch_size = c.B;
+  rp.num_indices = c.N;
+  rp.total_rows = c.total_rows;
+  rp.grad_stride = c.sequence ? (T > 0 ? tbe.feature_dim(0) : 0) : tbe.total_dim();
+  rp.max_dim = tbe.max_dim();
+  rp.key64 = L.key64 ? 1 : 0;
+  rp.sequence = c.sequence ? 1 : 0;
+  rp.vals_are_items = c.vals_are_items ? 1 : 0;
+  rp.contrib = c.mean ? tbe_bwd::kContribMean
+                      : (args.per_sample_weights.data != nullptr ? tbe_bwd::kContribWeighted : tbe_bwd::kContribPlain);
   // Vector access: every row of every table (and every gradient row) starts at a multiple of kVec
   // elements of a suitably aligned base.
   const size_t wes = dtype_size(args.weights.dtype), ges = dtype_size(args.grad_output.dtype);
   bool w_vec = aligned(args.weights.data, wes * tbe_bwd::kVec), g_vec = aligned(args.grad_output.data, ges * tbe_bwd::kVec);
   for (int f = 0; f < T; ++f) {
     w_vec = w_vec && tbe.feature_dim(f) % tbe_bwd::kVec == 0 && tbe.weight_offset(tbe.feature_table(f)) % tbe_bwd::kVec == 0;
-    g_vec = g_vec && p.grad_stride % tbe_bwd::kVec == 0 && (c.sequence || tbe.output_offset(f) % tbe_bwd::kVec == 0);
+    g_vec = g_vec && rp.grad_stride % tbe_bwd::kVec == 0 && (c.sequence || tbe.output_offset(f) % tbe_bwd::kVec == 0);
   }
-  p.w_vec = w_vec ? 1 : 0;
-  p.g_vec = g_vec ? 1 : 0;
-  p.ug_vec = (dense && aligned(args.unique_grads.data, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
-  p.max_warp_segment = t.max_warp;
-  p.max_block_segment = t.max_block;
-  p.opt = args.optimizer;
-  p.corrections = opt::adam_corrections(args.optimizer);
-  p.rounding = args.rounding;
-  p.rounding_key = rounding_key(args.seed, args.optimizer.step);
-  p.list_warp_rows = tbe_bwd::group_rows(p) != 0 ? 1 : 0;
-  void* cub_temp = at(L.cub_temp);
+  rp.w_vec = w_vec ? 1 : 0;
+  rp.g_vec = g_vec ? 1 : 0;
+  rp.ug_vec = (dense && aligned(args.unique_grads.data, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
+  rp.max_warp_segment = t.max_warp;
+  rp.opt = args.optimizer;
+  rp.corrections = opt::adam_corrections(args.optimizer);
+  rp.rounding = args.rounding;
+  rp.rounding_key = rounding_key(args.seed, args.optimizer.step);
+
+  tbe_bwd::ClassifyParams cp{};
+  cp.unique_keys = b.unique_keys;
+  cp.run_starts = b.run_starts;
+  cp.run_lengths = b.run_lengths;
+  cp.counters = b.counters;
+  cp.work_list = b.work_list;
+  cp.warp_list = b.warp_list;
+  cp.hot_list = b.hot_list;
+  cp.hot_base = b.hot_base;
+  cp.slot_row = b.slot_row;
+  cp.slot_super = b.slot_super;
+  cp.unique_rows_out = static_cast<int64_t*>(args.unique_rows.data);
+  cp.num_unique_out = args.num_unique;
+  cp.skip_report = skip_report;
+  cp.num_indices = c.N;
+  cp.total_rows = c.total_rows;
+  cp.dense = dense ? 1 : 0;
+  cp.max_warp_segment = t.max_warp;
+  cp.max_block_segment = t.max_block;
+  cp.list_warp_rows = tbe_bwd::group_rows(rp) != 0 ? 1 : 0;
   const bool i64 = args.indices.dtype == DType::kI64;
 
   // 1. linearize and check
   if (phases & kTbeBwdLinearize) {
     if (c.N > 0 || args.bounds_check != BoundsCheckMode::kOff) {
       if (L.key64) {
-        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint64_t, int64_t>(p, stream)
-                                      : launch_linearize<uint64_t, int32_t>(p, stream)));
+        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint64_t, int64_t>(lp, stream)
+                                      : launch_linearize<uint64_t, int32_t>(lp, stream)));
       } else {
-        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint32_t, int64_t>(p, stream)
-                                      : launch_linearize<uint32_t, int32_t>(p, stream)));
+        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint32_t, int64_t>(lp, stream)
+                                      : launch_linearize<uint32_t, int32_t>(lp, stream)));
       }
     }
     if (args.bounds_check != BoundsCheckMode::kOff) {
-      EMBSCALE_RETURN_IF_ERROR(i64 ? launch_finalize<int64_t>(p, args.num_skipped, stream)
-                                   : launch_finalize<int32_t>(p, args.num_skipped, stream));
+      EMBSCALE_RETURN_IF_ERROR(i64 ? launch_finalize<int64_t>(lp, args.num_skipped, stream)
+                                   : launch_finalize<int32_t>(lp, args.num_skipped, stream));
     }
     if (args.bounds_check == BoundsCheckMode::kError)
       EMBSCALE_RETURN_IF_ERROR(tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward"));
@@ -466,30 +526,29 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   } else {
     // 2. sort
     if (phases & kTbeBwdSort) {
-      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_sort<uint64_t>(p, L, cub_temp, stream)
-                                       : run_sort<uint32_t>(p, L, cub_temp, stream));
+      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_sort<uint64_t>(b, L, stream)
+                                       : run_sort<uint32_t>(b, L, stream));
     }
     // 3. encode and classify
     if (phases & kTbeBwdEncode) {
-      EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(p.counters, 0, tbe_bwd::kNumCounters * 4, stream),
+      EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(b.counters, 0, tbe_bwd::kNumCounters * 4, stream),
                                            "cudaMemsetAsync (counters)"));
-      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_encode<uint64_t>(p, L, cub_temp, stream)
-                                       : run_encode<uint32_t>(p, L, cub_temp, stream));
+      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_encode<uint64_t>(b, L, stream)
+                                       : run_encode<uint32_t>(b, L, stream));
       // Both passes on one grid: the same split of the unique rows into ranges.
       const unsigned blocks = static_cast<unsigned>(
           std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, tbe_bwd::kClassifyBlocks));
-      auto* tally = static_cast<tbe_bwd::ClassTally*>(at(L.classify_tally));
       const auto place = L.key64 ? tbe_bwd::tbe_backward_classify_place_kernel<uint64_t>
                                  : tbe_bwd::tbe_backward_classify_place_kernel<uint32_t>;
       if (L.key64) {
-        tbe_bwd::tbe_backward_classify_tally_kernel<uint64_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
+        tbe_bwd::tbe_backward_classify_tally_kernel<uint64_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(cp, b.tally);
       } else {
-        tbe_bwd::tbe_backward_classify_tally_kernel<uint32_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(p, tally);
+        tbe_bwd::tbe_backward_classify_tally_kernel<uint32_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(cp, b.tally);
       }
       EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_classify_place_kernel", place, dim3(blocks),
-                                             dim3(tbe_bwd::kRowThreads), 0, stream, p,
-                                             static_cast<const tbe_bwd::ClassTally*>(tally)));
+                                             dim3(tbe_bwd::kRowThreads), 0, stream, cp,
+                                             static_cast<const tbe_bwd::ClassTally*>(b.tally)));
     }
     // 4. gradient sums and updates
     if (phases & kTbeBwdRows) {
@@ -498,13 +557,13 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
       g.block_threads = t.block_threads;
       switch (args.weights.dtype) {
         case DType::kF32:
-          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<float>(p, args.grad_output.dtype, g, stream)));
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<float>(rp, args.grad_output.dtype, g, stream)));
           break;
         case DType::kF16:
-          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<fp16_t>(p, args.grad_output.dtype, g, stream)));
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<fp16_t>(rp, args.grad_output.dtype, g, stream)));
           break;
         case DType::kBF16:
-          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<bf16_t>(p, args.grad_output.dtype, g, stream)));
+          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<bf16_t>(rp, args.grad_output.dtype, g, stream)));
           break;
         default:
           return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) +

@@ -32,11 +32,11 @@ struct RowGrids {
 // Enqueues, in order: grad_psw (when p.grad_psw is set), the warp rows, the block rows, the hot-row
 // parts and the hot-row combine.
 template <typename W>
-Status launch_tbe_backward_rows(const BwdParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t stream);
+Status launch_tbe_backward_rows(const RowParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t stream);
 
-extern template Status launch_tbe_backward_rows<float>(const BwdParams&, DType, const RowGrids&, cudaStream_t);
-extern template Status launch_tbe_backward_rows<fp16_t>(const BwdParams&, DType, const RowGrids&, cudaStream_t);
-extern template Status launch_tbe_backward_rows<bf16_t>(const BwdParams&, DType, const RowGrids&, cudaStream_t);
+extern template Status launch_tbe_backward_rows<float>(const RowParams&, DType, const RowGrids&, cudaStream_t);
+extern template Status launch_tbe_backward_rows<fp16_t>(const RowParams&, DType, const RowGrids&, cudaStream_t);
+extern template Status launch_tbe_backward_rows<bf16_t>(const RowParams&, DType, const RowGrids&, cudaStream_t);
 
 }  // namespace tbe_bwd
 }  // namespace cuda

@@ -20,22 +20,25 @@ inline int resident_blocks(const void* fn, int threads) {
   return n;
 }
 
-using RowsKernel = void (*)(BwdParams);
+using RowsKernel = void (*)(RowParams);
 
+// The lane-group kernel of an optimizer that group_rows lets take them (lane_group_optimizer).
 template <typename W, typename G, int kRows>
-RowsKernel group_kernel(int opt) {
-  return opt == kGroupAdagrad ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupAdagrad>
-         : opt == kGroupSgd   ? tbe_backward_warp_rows_kernel<W, G, kRows, kGroupSgd>
-                              : tbe_backward_warp_rows_kernel<W, G, kRows, kGroupDense>;
+RowsKernel group_kernel(OptimizerType opt) {
+  switch (opt) {
+    case OptimizerType::kRowwiseAdagrad: return tbe_backward_warp_rows_kernel<W, G, kRows, OptimizerType::kRowwiseAdagrad>;
+    case OptimizerType::kSgd: return tbe_backward_warp_rows_kernel<W, G, kRows, OptimizerType::kSgd>;
+    default: return tbe_backward_warp_rows_kernel<W, G, kRows, OptimizerType::kNone>;
+  }
 }
 
 template <typename W, typename G>
-RowsKernel warp_rows_kernel(int rows, int opt) {  // rows: 4, 2 or 1
+RowsKernel warp_rows_kernel(int rows, OptimizerType opt) {  // rows: 4, 2 or 1
   return rows == 4 ? group_kernel<W, G, 4>(opt) : rows == 2 ? group_kernel<W, G, 2>(opt) : group_kernel<W, G, 1>(opt);
 }
 
 template <typename W, typename G>
-Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) {
+Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) {
   const auto grid = [&](const void* fn, int threads) { return g.sms * resident_blocks(fn, threads); };
   if (p.grad_psw != nullptr) {
     const auto k = tbe_backward_grad_psw_kernel<W, G>;
@@ -49,12 +52,12 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     const int rows = group_rows(p);
     // The first row kernel waits for what classify (or grad_psw) wrote before it reads anything; the
     // later ones work on other rows and only wait for their predecessor before they complete.
-    BwdParams first = p;
+    RowParams first = p;
     first.wait_at_start = 1;
-    BwdParams q = rows != 0 ? p : first;
+    RowParams q = rows != 0 ? p : first;
     q.warp_min_len = 0;
     if (rows != 0) {
-      const auto k = warp_rows_kernel<W, G>(rows, group_opt(p));
+      const auto k = warp_rows_kernel<W, G>(rows, p.opt.type);
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
                                              dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                              dim3(kRowThreads), 0, s, first));
@@ -62,7 +65,7 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
     }
     const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
     if (warp_kernel) {
-      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0>;
+      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, OptimizerType::kNone>;
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel", k,
                                              dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                              dim3(kRowThreads), 0, s, q));
@@ -83,7 +86,7 @@ Status launch_rows_typed(const BwdParams& p, const RowGrids& g, cudaStream_t s) 
 }
 
 template <typename W>
-Status launch_tbe_backward_rows(const BwdParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t s) {
+Status launch_tbe_backward_rows(const RowParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t s) {
   switch (grad_dtype) {
     case DType::kF32: return launch_rows_typed<W, float>(p, g, s);
     case DType::kF16: return launch_rows_typed<W, fp16_t>(p, g, s);
@@ -102,7 +105,7 @@ Status launch_tbe_backward_rows(const BwdParams& p, DType grad_dtype, const RowG
   namespace embscale {                                                                                       \
   namespace cuda {                                                                                           \
   namespace tbe_bwd {                                                                                        \
-  template Status launch_tbe_backward_rows<W>(const BwdParams&, DType, const RowGrids&, cudaStream_t);       \
+  template Status launch_tbe_backward_rows<W>(const RowParams&, DType, const RowGrids&, cudaStream_t);       \
   }                                                                                                          \
   }                                                                                                          \
   }

@@ -5,7 +5,7 @@
 //   1. tbe_forward_bags_kernel: grid (bag tiles, features), sized from each feature's row plan so the
 //      feature needing the most blocks gets exactly enough; blocks of other features past their last
 //      bag exit at once.
-//   2. (error and skip modes) tbe_forward_finalize_kernel, one thread: first/last offset checks, the
+//   2. (error and skip modes) tbe_bounds_finalize_kernel, one thread: first/last offset checks, the
 //      report or the skip count, and the scratch records cleared for the next call.
 //   3. the 5-word report is copied to the host and the stream synchronised; a report becomes a
 //      kOutOfRange Status naming what was wrong:
@@ -154,15 +154,15 @@ Status current_tuning(TbeForwardTuning* t, int* index) {
 Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, cudaStream_t s) {
   const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
   if (index_dtype == DType::kI32) {
-    tbe_fwd::tbe_forward_finalize_kernel<int32_t><<<1, 32, 0, s>>>(
+    tbe_bounds::tbe_bounds_finalize_kernel<int32_t><<<1, 32, 0, s>>>(
         static_cast<const int32_t*>(p.offsets), static_cast<const int32_t*>(p.indices), items, p.num_indices, p.check,
         p.scratch, num_skipped);
   } else {
-    tbe_fwd::tbe_forward_finalize_kernel<int64_t><<<1, 32, 0, s>>>(
+    tbe_bounds::tbe_bounds_finalize_kernel<int64_t><<<1, 32, 0, s>>>(
         static_cast<const int64_t*>(p.offsets), static_cast<const int64_t*>(p.indices), items, p.num_indices, p.check,
         p.scratch, num_skipped);
   }
-  EMBSCALE_CHECK_LAUNCH("tbe_forward_finalize_kernel");
+  EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel");
   return Status::Ok();
 }
 

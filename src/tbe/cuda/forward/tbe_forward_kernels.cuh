@@ -31,8 +31,8 @@
 // docs/tbe_forward_cuda.md for what a per-lookup clamp costs). In error and skip modes a decrease is also
 // recorded, and an index outside [0, E) contributes nothing. Skip mode adds the bag's skipped count to a
 // scratch counter with one atomic per bag that has any; error mode keeps the smallest invalid position with an atomic max
-// of ~position. tbe_forward_finalize_kernel then checks offsets[0] and the last offset, turns the
-// records into a report (or the skip count into *num_skipped) and clears the records for the next call.
+// of ~position. tbe_bounds_finalize_kernel (tbe/cuda/bounds_check.cuh) then checks offsets[0] and the
+// last offset, turns the records into a report (or the skip count into *num_skipped) and clears them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -44,10 +44,14 @@
 
 #include "core/numerics.h"
 #include "core/cuda/arch_traits.cuh"
+#include "tbe/cuda/bounds_check.cuh"
 
 namespace embscale {
 namespace cuda {
 namespace tbe_fwd {
+
+// The check modes, scratch words, report kinds and record_min_position (shared with the backward).
+using namespace tbe_bounds;
 
 // Compile-time shape of the bags kernel. The default is used for every dtype combination; a few
 // other shapes are compiled for fp32 weights and output with int64 indices, pooled, so that they can
@@ -75,25 +79,6 @@ using DefaultFwdConfig = FwdConfig<128, 8, 4, 1, false>;
 constexpr int kBlockThreads = DefaultFwdConfig::kBlock;
 
 enum PoolKind : int { kPoolSum = 0, kPoolMean = 1, kPoolNone = 2 };
-enum CheckKind : int { kCheckError = 0, kCheckSkip = 1, kCheckOff = 2 };
-
-// Scratch words (TableBatchedEmbedding::kScratchWords = 8, zero between calls).
-enum ScratchWord : int {
-  kSkipCount = 0,    // skip mode: invalid indices seen
-  kBadIndexKey = 1,  // error mode: ~(smallest invalid position), 0 = none
-  kBadOffsetKey = 2, // ~(smallest i with offsets[i] < offsets[i-1]), 0 = none
-  kReport = 3,       // [3..7] written by the finalize kernel: kind, a, b, c, d
-};
-
-// Report kinds (scratch[kReport]) and the meaning of a, b, c, d.
-enum ReportKind : int64_t {
-  kReportNone = 0,
-  kReportNegativeFirst = 1,  // a = offsets[0]
-  kReportDecreasing = 2,     // a = i, b = offsets[i], c = offsets[i-1]
-  kReportLastMismatch = 3,   // a = offsets[T*B]
-  kReportBadIndex = 4,       // a = bag item (f*B+b), b = position in indices, c = index, d = bag start
-};
-
 // Plain parameters of one forward call (pointers are device memory).
 struct TbeForwardParams {
   const void* weights;            // [num_weights] of W
@@ -305,10 +290,6 @@ __device__ __forceinline__ int64_t load_index(const I* p) {
   } else {
     return static_cast<int64_t>(__ldg(reinterpret_cast<const int*>(p)));
   }
-}
-
-__device__ __forceinline__ void record_min_position(int64_t* word, int64_t position) {
-  atomicMax(reinterpret_cast<unsigned long long*>(word), ~static_cast<unsigned long long>(position));
 }
 
 // ---- one feature's bags, for one vector width and pooled or sequence output ----
@@ -528,51 +509,6 @@ __global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBl
         break;
     }
   }
-}
-
-// One thread: the checks on offsets[0] and the last offset, then the report (error mode) or the skip
-// count (skip mode), then the records are cleared so the next call starts from zero. Stream order puts
-// it after the bags kernel, so no host synchronisation is needed (capturable).
-template <typename I>
-__global__ void tbe_forward_finalize_kernel(const I* offsets, const I* indices, int64_t num_items, int64_t num_indices,
-                                            int check, int64_t* scratch, int64_t* num_skipped) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  const int64_t first = static_cast<int64_t>(offsets[0]);
-  const int64_t last = static_cast<int64_t>(offsets[num_items]);
-  const unsigned long long bad_offset = static_cast<unsigned long long>(scratch[kBadOffsetKey]);
-  const unsigned long long bad_index = static_cast<unsigned long long>(scratch[kBadIndexKey]);
-  int64_t report[5] = {kReportNone, 0, 0, 0, 0};
-  if (first < 0) {
-    report[0] = kReportNegativeFirst;
-    report[1] = first;
-  } else if (bad_offset != 0) {
-    const int64_t i = static_cast<int64_t>(~bad_offset);
-    report[0] = kReportDecreasing;
-    report[1] = i;
-    report[2] = static_cast<int64_t>(offsets[i]);
-    report[3] = static_cast<int64_t>(offsets[i - 1]);
-  } else if (last != num_indices) {
-    report[0] = kReportLastMismatch;
-    report[1] = last;
-  } else if (bad_index != 0) {
-    // Offsets are valid here, so the bag holding position q is the last item whose start is <= q.
-    const int64_t q = static_cast<int64_t>(~bad_index);
-    int64_t lo = 0, hi = num_items;  // invariant: offsets[lo] <= q < offsets[hi]
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (static_cast<int64_t>(offsets[mid]) <= q) lo = mid; else hi = mid;
-    }
-    report[0] = kReportBadIndex;
-    report[1] = lo;
-    report[2] = q;
-    report[3] = static_cast<int64_t>(indices[q]);
-    report[4] = static_cast<int64_t>(offsets[lo]);
-  }
-  if (check == kCheckSkip && num_skipped != nullptr) *num_skipped = report[0] != kReportNone ? -1 : scratch[kSkipCount];
-  scratch[kSkipCount] = 0;
-  scratch[kBadIndexKey] = 0;
-  scratch[kBadOffsetKey] = 0;
-  for (int k = 0; k < 5; ++k) scratch[kReport + k] = report[k];
 }
 
 }  // namespace tbe_fwd

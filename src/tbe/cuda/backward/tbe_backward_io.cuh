@@ -1,0 +1,104 @@
+// CUDA TBE backward: element loads and stores of kVec columns (weights, gradient rows, partials) in
+// fp32 registers, dtype conversion, L2 prefetch and the warp sum in a fixed xor tree.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/numerics.h"
+#include "tbe/cuda/backward/tbe_backward_params.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_bwd {
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = ArchTraits::kWarpSize / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(ArchTraits::kFullMask, v, o));
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+// fp16: the hardware conversion (exact, one instruction), as the forward and FP8 kernels use; the
+// portable decode of core/numerics.h branches on inf/NaN/subnormal for every element.
+template <>
+__device__ __forceinline__ float to_float<fp16_t>(fp16_t v) { return __half2float(__ushort_as_half(v.bits)); }
+template <>
+__device__ __forceinline__ float to_float<bf16_t>(bf16_t v) { return bf16_to_float(v.bits); }
+
+// Asks L2 to fetch the line holding p (no register written, no fault reported).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// kVec elements from p (n valid of them; the rest read as 0). vec: p is kVec-element aligned and all
+// kVec exist, one 16-byte (fp32) or 8-byte (fp16/bf16) access. ro: the data is read-only for the
+// kernel's lifetime (grad_output), so the non-coherent path may be used. Otherwise (weights, partials)
+// the data is read once: a streaming load (evict-first), so it does not push grad_output rows, which
+// every lookup of a bag reads again, out of L2.
+template <typename T, bool kRo>
+__device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) {
+  if (vec && n == kVec) {
+    if constexpr (sizeof(T) == 4) {
+      const float4 v = kRo ? __ldg(reinterpret_cast<const float4*>(p)) : __ldcs(reinterpret_cast<const float4*>(p));
+      x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+    } else {
+      const uint2 v = kRo ? __ldg(reinterpret_cast<const uint2*>(p)) : __ldcs(reinterpret_cast<const uint2*>(p));
+      const uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        x[2 * k] = to_float<T>(T{static_cast<uint16_t>(w[k] & 0xffffu)});
+        x[2 * k + 1] = to_float<T>(T{static_cast<uint16_t>(w[k] >> 16)});
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    if (k < n) {
+      if constexpr (sizeof(T) == 4) {
+        x[k] = kRo ? __ldg(reinterpret_cast<const float*>(p) + k) : __ldcs(reinterpret_cast<const float*>(p) + k);
+      } else {
+        const uint16_t b = kRo ? __ldg(reinterpret_cast<const unsigned short*>(p) + k)
+                               : __ldcs(reinterpret_cast<const unsigned short*>(p) + k);
+        x[k] = to_float<T>(T{b});
+      }
+    } else {
+      x[k] = 0.0f;
+    }
+  }
+}
+
+// Updated weights are written once: streaming stores (evict-first), as load_vec's weight loads.
+template <typename W>
+__device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v) {
+  if (vec && n == kVec) {
+    if constexpr (sizeof(W) == 4) {
+      __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+    } else {
+      const uint32_t a = static_cast<uint32_t>(v[0].bits) | (static_cast<uint32_t>(v[1].bits) << 16);
+      const uint32_t b = static_cast<uint32_t>(v[2].bits) | (static_cast<uint32_t>(v[3].bits) << 16);
+      __stcs(reinterpret_cast<uint2*>(p), make_uint2(a, b));
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+    if (k < n) p[k] = v[k];
+}
+
+__device__ __forceinline__ void store_floats(float* p, bool vec, int n, const float* v) {
+  if (vec && n == kVec) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+    if (k < n) p[k] = v[k];
+}
+
+}  // namespace tbe_bwd
+}  // namespace cuda
+}  // namespace embscale

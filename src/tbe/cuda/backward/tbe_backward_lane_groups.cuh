@@ -1,0 +1,312 @@
+// CUDA TBE backward: the lane-group path, several short rows per warp (each on a group of lanes, with
+// all of a row's columns in registers), bit-identical to update_row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda/arch_traits.cuh"
+#include "embscale/tbe.h"
+#include "tbe/cuda/backward/tbe_backward_grad_sums.cuh"
+#include "tbe/cuda/backward/tbe_backward_io.cuh"
+#include "tbe/cuda/backward/tbe_backward_params.cuh"
+#include "tbe/cuda/backward/tbe_backward_update.cuh"
+#include "tbe/optimizer.h"
+#include "tbe/optimizer_table.h"
+#include "tbe/rounding.h"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_bwd {
+
+//
+// A warp updating one short row at a time has one row's loads in flight, so the warp path is bound by
+// latency, not bandwidth. When every row fits kGroupVecs passes (max_dim <= kGroupMaxCols) and the
+// optimizer has no element-wise state (SGD, row-wise Adagrad, dense mode), the warp is split into
+// R lane groups of L = 32 / R lanes, each updating its own row, with R chosen per call from the widest
+// row (group_rows): R = 4 up to one pass (128 columns at kVec = 4), 2 up to two passes, 1 up to four.
+// Every lane then holds kGroupVecs vectors of kVec columns (P = kGroupVecs / R passes x R slots) in
+// registers, whatever R: the loads of R rows (weights, row-wise state, first gradient row: all P passes)
+// are issued together, and the gradient is summed once (no recomputation across sweeps).
+//
+// Lane gl of a group holds, as vector (pass q, slot k), the kVec columns that lane gl + k*L holds in
+// pass q of update_row's mapping (columns q*kPassCols + (gl + k*L)*kVec ..). Every column is summed in
+// the canonical order; the per-lane row sums run over the passes in order, exactly as update_row's
+// per-lane sums, and are then reduced along warp_sum's xor tree (group_sum). So the results are
+// bit-identical to update_row's (and hence to the block and multi-block paths).
+
+constexpr int kGroupRows = 4;                                    // rows per warp for rows of one pass
+constexpr int kGroupVecs = 4;                                    // kVec-column vectors per lane and row
+constexpr int kGroupMaxCols = kGroupVecs * kPassCols;            // widest row of the lane-group path (R = 1)
+static_assert(kLaneGroupCols == kGroupMaxCols, "the default warp threshold follows the lane-group path");
+static_assert(kGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
+static_assert(kGroupVecs % kGroupRows == 0, "rows of one pass need kGroupRows slots per lane");
+static_assert(ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
+
+// Rows per warp of the lane-group path for this call (0: one row per warp, update_row). The closed set
+// {4, 2, 1} is what tbe_backward_warp_rows_kernel is instantiated for. Host only.
+inline int group_rows(const RowParams& p) {
+  if (opt::has_elementwise_state(p.opt.type)) return 0;
+  if (p.max_dim <= (kGroupVecs / 4) * kPassCols) return 4;
+  if (p.max_dim <= (kGroupVecs / 2) * kPassCols) return 2;
+  if (p.max_dim <= kGroupMaxCols) return 1;
+  return 0;
+}
+
+// The lane-group path is compiled per optimizer (a template argument of its kernel), so its element
+// loops carry no test of the optimizer type: the optimizers without element-wise state (the table,
+// tbe/optimizer_table.h) that group_update_row implements.
+constexpr bool lane_group_optimizer(OptimizerType t) {
+  return t == OptimizerType::kNone || t == OptimizerType::kSgd || t == OptimizerType::kRowwiseAdagrad;
+}
+constexpr bool lane_groups_cover_table() {
+  for (const opt::OptimizerSpec& s : opt::kOptimizerSpecs)
+    if (!opt::has_elementwise_state(s.type) && !lane_group_optimizer(s.type)) return false;
+  return true;
+}
+static_assert(lane_groups_cover_table(),
+              "an optimizer without element-wise state takes the lane groups (group_rows): implement it in "
+              "group_update_row and instantiate its kernel (tbe_backward_rows.cuh)");
+
+// Mask of lane group grp (of L lanes).
+template <int L>
+__device__ __forceinline__ unsigned group_mask(int grp) {
+  if constexpr (L >= ArchTraits::kWarpSize) {
+    return ArchTraits::kFullMask;
+  } else {
+    return ((1u << L) - 1u) << (grp * L);
+  }
+}
+
+// warp_sum over the 32 lanes of the one-warp mapping, s[k] being lane gl + k*L's partial: xor steps
+// 16 .. L pair slots of the same lane (done in registers, highest first), the remaining steps are
+// shuffles within the group.
+template <int R>
+__device__ __forceinline__ float group_sum(float (&s)[R], unsigned gmask) {
+  constexpr int L = ArchTraits::kWarpSize / R;
+#pragma unroll
+  for (int h = R / 2; h >= 1; h /= 2)
+#pragma unroll
+    for (int k = 0; k < h; ++k) s[k] = __fadd_rn(s[k], s[k + h]);
+  float v = s[0];
+#pragma unroll
+  for (int o = L / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(gmask, v, o, L));
+  return v;
+}
+
+// Lookup q's meta for lane gl, q = b0 + gl of a row's sorted segment (the caller's `first` for q = 0).
+__device__ __forceinline__ LookupMeta group_meta(const RowParams& p, int64_t start, int64_t q, int64_t end,
+                                                 const LookupMeta& first) {
+  LookupMeta m{0, 1.0f};
+  if (q < end) m = q == 0 ? first : lookup_meta(p, start + q);
+  return m;
+}
+
+// One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
+// one lane group of L = 32 / R lanes: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as
+// WarpGrad. Vector v = q*R + k is pass q, slot k.
+template <typename W, typename G, int R, OptimizerType kOpt>
+__device__ __forceinline__ void group_update_row(const RowParams& p, const RowInfo& r, int64_t start, int64_t len,
+                                                 const LookupMeta& first, int gl, unsigned gmask) {
+  constexpr int L = ArchTraits::kWarpSize / R;
+  constexpr int P = kGroupVecs / R;
+  constexpr int V = kGroupVecs;
+  const OptimizerParams& o = p.opt;
+  const int D = r.D;
+  W* wrow = static_cast<W*>(p.weights) + r.wbase;
+  const G* grad = static_cast<const G*>(p.grad_output);
+  const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
+  static_assert(lane_group_optimizer(kOpt), "the lane groups implement dense mode, SGD and row-wise Adagrad");
+  constexpr bool dense = kOpt == OptimizerType::kNone;
+  constexpr bool adagrad = kOpt == OptimizerType::kRowwiseAdagrad;
+  int col[V], ncols[V];
+#pragma unroll
+  for (int q = 0; q < P; ++q)
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int v = q * R + k;
+      col[v] = q * kPassCols + (gl + k * L) * kVec;
+      const int left = D - col[v];
+      ncols[v] = left <= 0 ? 0 : (left < kVec ? left : kVec);
+    }
+  // Loads first: the metas of lookups 1..L-1, the weights, the row-wise state and the first gradient
+  // row, all independent.
+  LookupMeta next{0, 1.0f};
+  if (gl > 0 && gl < len) next = lookup_meta(p, start + gl);
+  float w[V][kVec], g[V][kVec];
+  if (!dense) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) load_vec<W, false>(wrow + col[v], wvec, ncols[v], w[v]);
+  }
+  const float state = adagrad ? p.momentum1[r.key] : 0.0f;
+#pragma unroll
+  for (int v = 0; v < V; ++v) load_vec<G, true>(grad + first.grad_off + col[v], gvec, ncols[v], g[v]);
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fmul_rn(first.scale, g[v][e]));
+  for (int64_t b0 = 0; b0 < len; b0 += L) {
+    const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
+    const int nb = static_cast<int>(len - b0 < L ? len - b0 : L);
+    // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
+    for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
+      const bool two = j + 1 < nb;
+      const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, L);
+      const float sc0 = __shfl_sync(gmask, mine.scale, j, L);
+      const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, L);
+      const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, L);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float x0[kVec], x1[kVec];
+        load_vec<G, true>(grad + off0 + col[v], gvec, ncols[v], x0);
+        load_vec<G, true>(grad + off1 + col[v], gvec, ncols[v], x1);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc0, x0[e]));
+        if (two)
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc1, x1[e]));
+      }
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fadd_rn(0.0f, g[v][e]));
+
+  if (dense) {
+    float* dst = p.unique_grads + r.u * p.max_dim;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (ncols[v] > 0) store_floats(dst + col[v], p.ug_vec != 0, ncols[v], g[v]);
+    for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
+    return;
+  }
+  // The optimizer's modes are the same for every element of the row: each is tested once here, so the
+  // element loops below are straight-line code (the same opt:: functions, the same operations).
+  if (o.gradient_clipping > 0.0f) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) g[v][e] = opt::clip_grad(g[v][e], o);
+  }
+  float mult = 0.0f, corr = 1.0f;
+  if constexpr (adagrad) {
+    // Slot k's partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...
+    // Without L2 weight decay row_sq_term(g, w) is g*g.
+    const bool l2 = o.weight_decay_mode == WeightDecayMode::kL2;
+    float s[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      s[k] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < P; ++q)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const float gv = g[q * R + k][e];
+          const float t = l2 ? opt::row_sq_term(gv, w[q * R + k][e], o) : gv * gv;
+          if (e < ncols[q * R + k]) s[k] = __fadd_rn(s[k], t);
+        }
+    }
+    const float sum = group_sum<R>(s, gmask);
+    float m = state;
+    mult = opt::rowwise_adagrad_multiplier(&m, sum, D, o);
+    corr = opt::rowwise_adagrad_correction(mult, o);
+    if (gl == 0) p.momentum1[r.key] = m;
+  }
+  // New values in place of w (columns past D keep their zeros and are not stored).
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      w[v][e] = adagrad ? opt::rowwise_adagrad_apply(w[v][e], g[v][e], mult, corr) : opt::sgd_apply(w[v][e], g[v][e], o);
+  if (adagrad && o.max_norm > 0.0f) {
+    float sq[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      sq[k] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < P; ++q)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          if (e < ncols[q * R + k]) sq[k] = __fadd_rn(sq[k], __fmul_rn(w[q * R + k][e], w[q * R + k][e]));
+    }
+    const float factor = opt::max_norm_factor(group_sum<R>(sq, gmask), o);
+    if (factor != 1.0f) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) w[v][e] = w[v][e] * factor;
+    }
+  }
+  // Stochastic rounding: the random bits' first step (rounding_base) once per row when the row's element
+  // indices share their upper 32 bits (all rows but one every 2^32 elements), then one hash per element.
+  // Each case is its own loop, so the element loops stay straight-line.
+  const auto store_row = [&](auto round_one) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (ncols[v] <= 0) continue;
+      W out[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = round_one(w[v][e], r.wbase + col[v] + e);
+      store_weights<W>(wrow + col[v], wvec, ncols[v], out);
+    }
+  };
+  if constexpr (sizeof(W) == sizeof(float)) {
+    store_row([](float x, int64_t) { return x; });
+  } else if (p.rounding != WeightRounding::kStochastic) {
+    store_row([](float x, int64_t) { return round_weight<W>(x, WeightRounding::kNearest, 0, 0); });
+  } else if ((static_cast<uint64_t>(r.wbase) >> 32) == (static_cast<uint64_t>(r.wbase + D - 1) >> 32)) {
+    const uint32_t base = rounding_base(p.rounding_key, static_cast<uint32_t>(static_cast<uint64_t>(r.wbase) >> 32));
+    store_row([base](float x, int64_t elem) {
+      return stochastic_round<W>(x, rounding_bits_at(base, static_cast<uint32_t>(elem)));
+    });
+  } else {
+    const uint64_t key = p.rounding_key;
+    store_row([key](float x, int64_t elem) { return stochastic_round<W>(x, rounding_bits(key, elem)); });
+  }
+}
+
+// Issues L2 prefetches for what group_update_row will load first for row r (weights, row-wise state,
+// the first lookup's gradient row at grad_off): the same addresses, no registers held.
+template <typename W, typename G, int R, OptimizerType kOpt>
+__device__ __forceinline__ void group_prefetch_row(const RowParams& p, const RowInfo& r, int64_t grad_off, int gl) {
+  constexpr int L = ArchTraits::kWarpSize / R;
+  constexpr int P = kGroupVecs / R;
+  const W* wrow = static_cast<const W*>(p.weights) + r.wbase;
+  const G* grad = static_cast<const G*>(p.grad_output) + grad_off;
+#pragma unroll
+  for (int q = 0; q < P; ++q)
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int col = q * kPassCols + (gl + k * L) * kVec;
+      if (col < r.D) {
+        if (kOpt != OptimizerType::kNone) prefetch_l2(wrow + col);
+        prefetch_l2(grad + col);
+      }
+    }
+  if (kOpt == OptimizerType::kRowwiseAdagrad && gl == 0) prefetch_l2(p.momentum1 + r.key);
+}
+
+// The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], then c[2],
+// each in lane order.
+struct RowOrder {
+  unsigned c[3];
+  __device__ __forceinline__ bool empty() const { return (c[0] | c[1] | c[2]) == 0; }
+  __device__ __forceinline__ void pop() {
+    if (c[0] != 0) c[0] &= c[0] - 1;
+    else if (c[1] != 0) c[1] &= c[1] - 1;
+    else c[2] &= c[2] - 1;
+  }
+  // The n-th remaining row (lane index), -1 past the end.
+  __device__ __forceinline__ int nth(int n) const {
+    RowOrder o = *this;
+    for (int i = 0; i < n; ++i) o.pop();
+    const unsigned m = o.c[0] != 0 ? o.c[0] : o.c[1] != 0 ? o.c[1] : o.c[2];
+    return m != 0 ? __ffs(m) - 1 : -1;
+  }
+};
+
+}  // namespace tbe_bwd
+}  // namespace cuda
+}  // namespace embscale

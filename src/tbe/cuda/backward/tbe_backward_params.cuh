@@ -1,0 +1,188 @@
+// CUDA TBE backward: the constants of the kernels (canonical summation order, column mapping, block
+// sizes, per-device tuning defaults), the workspace counters and the kernel parameters of each phase.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda/arch_traits.cuh"
+#include "embscale/tbe.h"
+#include "tbe/optimizer.h"
+#include "tbe/rounding.h"
+#include "tbe/cuda/bounds_check.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_bwd {
+
+// ---- constants -------------------------------------------------------------------------------------
+
+constexpr int kChunk = 32;                          // lookups per chunk of the canonical order
+constexpr int kChunksPerSuper = 32;                 // chunks per superchunk
+constexpr int kSuperChunk = kChunk * kChunksPerSuper;  // lookups per superchunk (and per multi-block part)
+constexpr int kVec = 4;                             // columns per lane per pass
+constexpr int kPassCols = ArchTraits::kWarpSize * kVec;  // columns per pass
+constexpr int kCachedPasses = 2;                    // passes whose gradient stays in registers
+constexpr int kUnroll = 4;                          // gradient rows in flight per lane
+
+// Per-device defaults of TbeBackwardTuning (measured on the H200: docs/tbe_backward_cuda.md, History):
+// warps for segments up to 128 lookups when the lane groups take the rows (up to kGroupMaxCols = 512
+// columns), 32 for wider rows; blocks for segments up to TbeBackwardTuning::kDefaultMaxBlockSegment
+// lookups (longer ones: superchunk slots + combine).
+constexpr int kDefaultMaxWarpSegment = 32;
+constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
+constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
+constexpr int kDefaultBlockThreads = 256;
+constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
+
+constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)
+constexpr int kLinearizeSpan = 8192;  // lookups of a linearize block whose bags fit its shared table
+constexpr int kLinearizeLoads = 4;    // indices a linearize thread loads at once
+constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
+constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
+// The lane-group variant, per weights dtype (see the doc's History): fp32 rows run best without spills (2 blocks,
+// <= 128 registers), fp16/bf16 rows, whose stochastic rounding makes them compute-bound, with more
+// warps (4 blocks, <= 64 registers).
+template <typename W>
+constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 4; }
+
+// Counters in the workspace (zeroed at the start of every call).
+enum Counter : int {
+  kBlockCount = 0,  // block rows in the work list
+  kHotCount = 1,    // rows in the hot list (the combine's)
+  kSlotCount = 2,   // superchunk slots handed out to hot rows
+  kNumRuns = 3,     // number of runs of equal sorted keys (sentinel run included), from CUB
+  kWarpCount = 4,   // rows in the warp list (lane groups on: the warp rows they do not take)
+  // Work handed out by the row kernels (zeroed again by the combine kernel, the last of the rows
+  // phase, for the next one): the next batch of the lane groups' walk, of the whole-warp kernel's,
+  // and the next item of the block work list.
+  kGroupNext = 5,
+  kWarpNext = 6,
+  kBlockNext = 7,
+  kNumCounters = 8
+};
+constexpr int kFirstSchedCounter = kGroupNext;
+constexpr int kNumSchedCounters = 3;
+
+// Warp-path rows of up to this many lookups go to the lane groups (when that path is on); longer ones
+// take a whole warp (second launch of the warp-row kernel, over the warp list).
+constexpr int kGroupMaxLookups = 8;
+// The whole-warp kernel over the warp list hands out about this many batches per warp.
+constexpr int kWarpListGrabs = 4;
+// The lane-group path orders rows by length and prefetches when lookups per unique row exceed this.
+constexpr int kRepeatLookups = 2;
+
+constexpr uint32_t kNoBag = 0xffffffffu;  // bag_of of a dropped lookup
+constexpr uint32_t kWholeRow = 0x80000000u;  // work-list flag of a block row (unique indices are < 2^31)
+
+enum ContribKind : int { kContribPlain = 0, kContribWeighted = 1, kContribMean = 2 };
+
+// ---- kernel parameters: one struct per phase, each with what its kernels read -----------------------
+// (pointers are device memory)
+
+// The linearize kernel's.
+struct LinearizeParams {
+  const void* indices;          // [N] of I
+  const void* offsets;          // [T*B+1] of I
+  const int64_t* num_rows;      // [T]
+  const int64_t* row_offsets;   // [T]
+  int64_t* scratch;             // [8] bounds-check records (tbe_bounds::ScratchWord)
+  void* keys_in;                // [N] of K
+  uint32_t* vals_in;            // [N]
+  uint32_t* bag_of;             // [N] bag item of each lookup (written when values are lookup ids)
+  int32_t* bag_count;           // [T*B] valid lookups per bag (MEAN)
+  int64_t batch_size;           // B
+  int64_t num_indices;          // N
+  int64_t num_items;            // T*B
+  int64_t total_rows;           // sentinel key
+  int check;                    // tbe_bounds::CheckKind
+  int vals_are_items;           // values are bag items (else lookup ids, and bag_of is written)
+  int mean;                     // MEAN pooling: bag_count is written
+};
+
+// The classify kernels' (tally and place).
+struct ClassifyParams {
+  const void* unique_keys;      // [N] of K, each run's key (CUB)
+  const uint32_t* run_starts;   // [N] each run's first sorted position (CUB)
+  uint32_t* run_lengths;        // [N]
+  uint32_t* counters;           // [kNumCounters]
+  uint32_t* work_list;          // [max_block_rows + max_slots] block path: rows | kWholeRow, hot slots
+  uint32_t* warp_list;          // [max_warp_rows] warp rows the lane groups do not take
+  uint32_t* hot_list;           // [max_hot]
+  uint32_t* hot_base;           // [max_hot] first slot of each hot row
+  uint32_t* slot_row;           // [max_slots] unique index of the slot's row
+  uint32_t* slot_super;         // [max_slots] superchunk index within the row
+  int64_t* unique_rows_out;     // dense mode [N]
+  int64_t* num_unique_out;      // dense mode [1]
+  const int64_t* skip_report;   // skip mode: the bounds-check report word (see rows_disabled); else null
+  int64_t num_indices;          // N
+  int64_t total_rows;           // sentinel key
+  int dense;                    // optimizer kNone: the unique rows and their count are outputs
+  int max_warp_segment;
+  int max_block_segment;
+  int list_warp_rows;           // list the warp rows longer than kGroupMaxLookups (the lane groups are on)
+};
+
+// The row kernels' (warp rows, block work list, hot-row combine, grad_per_sample_weights).
+struct RowParams {
+  void* weights;                   // [num_weights] of W
+  const void* grad_output;         // pooled [B, total_dim] / sequence [N, D] of G
+  const float* psw;                // [N] or null
+  const int64_t* weight_offsets;   // [T]
+  const int32_t* dims;             // [T]
+  const int32_t* output_offsets;   // [T+1]
+  const int64_t* row_offsets;      // [T]
+  float* momentum1;
+  float* momentum2;
+  float* grad_psw;                 // [N] or null
+  float* unique_grads;             // dense mode [N * max_dim]
+  const void* keys_in;             // [N] of K, in lookup order (grad_psw)
+  const uint32_t* vals_sorted;     // [N]
+  const uint32_t* bag_of;          // [N] (when values are lookup ids)
+  const int32_t* bag_count;        // [T*B] (MEAN)
+  const void* unique_keys;         // [N] of K
+  const uint32_t* run_lengths;     // [N]
+  const uint32_t* run_starts;      // [N]
+  const uint32_t* work_list;       // classify's lists (ClassifyParams)
+  const uint32_t* warp_list;
+  const uint32_t* hot_list;
+  const uint32_t* hot_base;
+  const uint32_t* slot_row;
+  const uint32_t* slot_super;
+  float* partials;                 // [max_slots * max_dim]
+  uint32_t* counters;              // [kNumCounters]
+  const int64_t* skip_report;      // skip mode: the bounds-check report word (see rows_disabled); else null
+  int64_t batch_size;              // B
+  int64_t num_indices;             // N
+  int64_t total_rows;              // sentinel key
+  int64_t grad_stride;             // grad_output row stride (elements)
+  int max_dim;
+  int key64;                       // keys are uint64 (else uint32)
+  int sequence;                    // grad_output is [N, D]
+  int vals_are_items;              // sorted values are bag items (else lookup ids)
+  int contrib;                     // ContribKind
+  int w_vec;                       // weights rows allow kVec-element vector access
+  int g_vec;                       // grad_output rows allow kVec-element vector access
+  int ug_vec;                      // unique_grads rows allow kVec-element vector stores
+  int max_warp_segment;
+  int warp_min_len;                // the warp kernel without lane groups takes rows longer than this
+  int wait_at_start;               // the first row kernel of a call: griddepcontrol.wait before anything
+  OptimizerParams opt;
+  opt::AdamCorrections corrections;
+  WeightRounding rounding;
+  uint64_t rounding_key;
+};
+
+// Skip mode: broken offsets (reported by the finalize kernel before classify and the rows run) mean no
+// update; report is the report word in skip mode, null otherwise.
+__device__ __forceinline__ bool rows_disabled(const int64_t* report) {
+  return report != nullptr && *reinterpret_cast<volatile const int64_t*>(report) != tbe_bounds::kReportNone;
+}
+
+__device__ __forceinline__ int64_t unique_key(const RowParams& p, int64_t u) {
+  return p.key64 ? static_cast<int64_t>(static_cast<const uint64_t*>(p.unique_keys)[u])
+                 : static_cast<int64_t>(static_cast<const uint32_t*>(p.unique_keys)[u]);
+}
+
+}  // namespace tbe_bwd
+}  // namespace cuda
+}  // namespace embscale

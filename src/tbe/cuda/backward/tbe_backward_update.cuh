@@ -1,0 +1,219 @@
+// CUDA TBE backward: the optimizer update of one unique row by a warp (or every warp of a block), given
+// a gradient provider of tbe_backward_grad_sums.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda/arch_traits.cuh"
+#include "embscale/tbe.h"
+#include "tbe/cuda/backward/tbe_backward_grad_sums.cuh"
+#include "tbe/cuda/backward/tbe_backward_io.cuh"
+#include "tbe/cuda/backward/tbe_backward_params.cuh"
+#include "tbe/optimizer.h"
+#include "tbe/rounding.h"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_bwd {
+
+struct RowInfo {
+  int64_t u;      // unique index
+  int64_t key;    // linearised row = row-wise state index
+  int64_t wbase;  // element offset of the row in the weights
+  int D;
+};
+
+__device__ __forceinline__ RowInfo row_info(const RowParams& p, int64_t u) {
+  RowInfo r;
+  r.u = u;
+  r.key = unique_key(p, u);
+  const int64_t start = p.run_starts[u];
+  const uint32_t v = p.vals_sorted[start];
+  const uint32_t item = p.vals_are_items ? v : p.bag_of[v];
+  const int f = static_cast<int>(item / static_cast<uint32_t>(p.batch_size));
+  r.D = p.dims[f];
+  r.wbase = p.weight_offsets[f] + (r.key - p.row_offsets[f]) * r.D;
+  return r;
+}
+
+// Applies the optimizer to one row given its gradient provider. Called by whole warps; in the block
+// path by every warp of the block (the provider synchronises the block), with writer set on warp 0
+// only: the other warps compute the same values and discard them.
+template <typename W, typename Grad>
+__device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r, const Grad& grad_of, bool writer) {
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const OptimizerParams& o = p.opt;
+  const int D = r.D;
+  const int passes = (D + kPassCols - 1) / kPassCols;
+  W* wrow = static_cast<W*>(p.weights) + r.wbase;
+  const bool wvec = p.w_vec != 0;
+
+  // The gradient of a pass: the first kCachedPasses stay in registers after the first sweep.
+  float cache[kCachedPasses][kVec];
+  bool cached = false;
+  const auto grad = [&](int pass, float* g) {
+    if (cached && pass < kCachedPasses) {
+#pragma unroll
+      for (int c = 0; c < kCachedPasses; ++c)
+        if (c == pass)
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) g[k] = cache[c][k];
+      return;
+    }
+    grad_of(p, pass, g);
+#pragma unroll
+    for (int c = 0; c < kCachedPasses; ++c)
+      if (c == pass)
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) cache[c][k] = g[k];
+  };
+  const auto end_sweep = [&]() { cached = true; };
+
+  if (o.type == OptimizerType::kNone) {
+    // Dense mode: the unclipped sum; columns [D, max_dim) of the row are zeros.
+    float* dst = p.unique_grads + r.u * p.max_dim;
+    for (int pass = 0; pass < passes; ++pass) {
+      float g[kVec];
+      grad(pass, g);
+      int col, ncols;
+      lane_cols(pass, D, &col, &ncols);
+      if (writer && ncols > 0) store_floats(dst + col, p.ug_vec != 0, ncols, g);
+    }
+    if (writer)
+      for (int d = D + lane; d < p.max_dim; d += ArchTraits::kWarpSize) dst[d] = 0.0f;
+    return;
+  }
+
+  // The first pass's weights and the row-wise state are loaded before the gradient is summed, so
+  // their latency overlaps the gradient loads (a short row then costs one round trip).
+  float wpre[kVec];
+  {
+    int col, ncols;
+    lane_cols(0, D, &col, &ncols);
+    load_vec<W, false>(wrow + col, wvec, ncols, wpre);
+  }
+  float state_pre = 0.0f;
+  if (o.type == OptimizerType::kRowwiseAdagrad) state_pre = p.momentum1[r.key];
+  else if (o.type == OptimizerType::kPartialRowwiseAdam) state_pre = p.momentum2[r.key];
+  const auto load_w = [&](int pass, int col, int ncols, float* w) {
+    if (pass == 0) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) w[k] = wpre[k];
+    } else {
+      load_vec<W, false>(wrow + col, wvec, ncols, w);
+    }
+  };
+
+  // Row scalars.
+  float mult = 0.0f, corr = 1.0f, denom = 1.0f;
+  if (opt::needs_row_sq_sum(o.type)) {
+    float s = 0.0f;
+    for (int pass = 0; pass < passes; ++pass) {
+      float g[kVec], w[kVec];
+      grad(pass, g);
+      int col, ncols;
+      lane_cols(pass, D, &col, &ncols);
+      load_w(pass, col, ncols, w);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k)
+        if (k < ncols) s = __fadd_rn(s, opt::row_sq_term(opt::clip_grad(g[k], o), w[k], o));
+    }
+    end_sweep();
+    s = warp_sum(s);
+    if (o.type == OptimizerType::kRowwiseAdagrad) {
+      float m = state_pre;
+      mult = opt::rowwise_adagrad_multiplier(&m, s, D, o);
+      corr = opt::rowwise_adagrad_correction(mult, o);
+      if (writer && lane == 0) p.momentum1[r.key] = m;
+    } else {
+      float v = state_pre;
+      denom = opt::partial_rowwise_adam_denominator(&v, s, D, o, p.corrections);
+      if (writer && lane == 0) p.momentum2[r.key] = v;
+    }
+  }
+
+  // New fp32 value of the lane's columns of one pass (element-wise state updated in place by writer).
+  const auto new_values = [&](int pass, float* nv, bool write_state) {
+    float g[kVec], w[kVec];
+    grad(pass, g);
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+    load_w(pass, col, ncols, w);
+    const int64_t e0 = r.wbase + col;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float gk = opt::clip_grad(g[k], o);
+      float v = w[k];
+      if (k < ncols) {
+        switch (o.type) {
+          case OptimizerType::kSgd: v = opt::sgd_apply(w[k], gk, o); break;
+          case OptimizerType::kRowwiseAdagrad: v = opt::rowwise_adagrad_apply(w[k], gk, mult, corr); break;
+          case OptimizerType::kAdam: {
+            float m1 = p.momentum1[e0 + k], m2 = p.momentum2[e0 + k];
+            v = opt::adam_apply(w[k], gk, &m1, &m2, o, p.corrections);
+            if (write_state) {
+              p.momentum1[e0 + k] = m1;
+              p.momentum2[e0 + k] = m2;
+            }
+            break;
+          }
+          case OptimizerType::kPartialRowwiseAdam: {
+            float m1 = p.momentum1[e0 + k];
+            v = opt::partial_rowwise_adam_apply(w[k], gk, &m1, denom, o, p.corrections);
+            if (write_state) p.momentum1[e0 + k] = m1;
+            break;
+          }
+          default: break;
+        }
+      }
+      nv[k] = v;
+    }
+  };
+  const auto store = [&](int pass, const float* nv, float factor) {
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+    if (!writer || ncols <= 0) return;
+    W out[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float v = factor == 1.0f ? nv[k] : nv[k] * factor;
+      out[k] = round_weight<W>(v, p.rounding, p.rounding_key, r.wbase + col + k);
+    }
+    store_weights<W>(wrow + col, wvec, ncols, out);
+  };
+
+  const bool norm = o.type == OptimizerType::kRowwiseAdagrad && o.max_norm > 0.0f;
+  if (!norm) {
+    for (int pass = 0; pass < passes; ++pass) {
+      float nv[kVec];
+      new_values(pass, nv, writer);
+      store(pass, nv, 1.0f);
+    }
+    return;
+  }
+  // max_norm: the norm of the whole updated row first, then the scaled stores (row-wise Adagrad has
+  // no element-wise state, so computing the new values twice changes nothing).
+  float sq = 0.0f;
+  for (int pass = 0; pass < passes; ++pass) {
+    float nv[kVec];
+    new_values(pass, nv, false);
+    int col, ncols;
+    lane_cols(pass, D, &col, &ncols);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      if (k < ncols) sq = __fadd_rn(sq, __fmul_rn(nv[k], nv[k]));
+  }
+  end_sweep();
+  const float factor = opt::max_norm_factor(warp_sum(sq), o);
+  for (int pass = 0; pass < passes; ++pass) {
+    float nv[kVec];
+    new_values(pass, nv, false);
+    store(pass, nv, factor);
+  }
+}
+
+}  // namespace tbe_bwd
+}  // namespace cuda
+}  // namespace embscale

@@ -1,0 +1,71 @@
+// The optimizers' facts, one row per OptimizerType in enum order: the name, the state buffers it keeps
+// (layout, and the name the Python package gives each) and the hyper-parameters it reads. The host
+// checks (tbe_backward.cpp), the C API's optimizer range and its optimizer query (which the Python
+// package reads instead of copying these facts) all come from this table; the update rules themselves
+// are in optimizer.h. Adding an optimizer: its enum value (tbe.h, embscale_c.h), its row here, its
+// rules in optimizer.h and its case in the backends' updates.
+#pragma once
+
+#include "embscale/tbe.h"
+
+namespace embscale {
+namespace opt {
+
+// Where a state buffer's elements are (tbe.h): one float per row of the linearised tables
+// ([total_rows()]) or one per weight ([num_weights()]). The values are the C API's
+// EMBSCALE_STATE_* numbers.
+enum class StateLayout : int { kAbsent = 0, kRowwise = 1, kElementwise = 2 };
+
+struct StateSpec {
+  StateLayout layout;
+  const char* name;  // the Python package's name of the buffer ("sum", "exp_avg", "exp_avg_sq"), "" if absent
+};
+
+struct OptimizerSpec {
+  OptimizerType type;
+  const char* name;        // optimizer_name()
+  StateSpec momentum1;     // TbeBackwardArgs::momentum1
+  StateSpec momentum2;     // TbeBackwardArgs::momentum2
+  bool eps;                // reads eps (> 0)
+  bool betas;              // reads beta1, beta2 (in [0, 1))
+  bool weight_decay;       // applies weight decay (else weight_decay must be 0 or its mode none)
+  bool max_norm;           // supports max_norm
+};
+
+constexpr StateSpec kNoState{StateLayout::kAbsent, ""};
+
+inline constexpr OptimizerSpec kOptimizerSpecs[] = {
+    {OptimizerType::kNone, "none", kNoState, kNoState, false, false, false, false},
+    {OptimizerType::kSgd, "sgd", kNoState, kNoState, false, false, false, false},
+    {OptimizerType::kRowwiseAdagrad, "rowwise_adagrad", {StateLayout::kRowwise, "sum"}, kNoState, true, false, true,
+     true},
+    {OptimizerType::kAdam, "adam", {StateLayout::kElementwise, "exp_avg"}, {StateLayout::kElementwise, "exp_avg_sq"},
+     true, true, true, false},
+    {OptimizerType::kPartialRowwiseAdam, "partial_rowwise_adam", {StateLayout::kElementwise, "exp_avg"},
+     {StateLayout::kRowwise, "exp_avg_sq"}, true, true, true, false},
+};
+constexpr int kNumOptimizers = static_cast<int>(sizeof(kOptimizerSpecs) / sizeof(kOptimizerSpecs[0]));
+
+constexpr bool rows_in_enum_order() {
+  for (int i = 0; i < kNumOptimizers; ++i)
+    if (static_cast<int>(kOptimizerSpecs[i].type) != i) return false;
+  return true;
+}
+static_assert(rows_in_enum_order(), "kOptimizerSpecs: one row per OptimizerType, in enum order");
+
+// The row of t, or null for a value outside the enum.
+constexpr const OptimizerSpec* optimizer_spec(OptimizerType t) {
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < kNumOptimizers ? &kOptimizerSpecs[i] : nullptr;
+}
+
+// Whether t keeps a state buffer with one float per weight (such optimizers do not take the CUDA
+// backward's lane groups, which hold a row's columns in registers).
+constexpr bool has_elementwise_state(OptimizerType t) {
+  const OptimizerSpec* s = optimizer_spec(t);
+  return s != nullptr &&
+         (s->momentum1.layout == StateLayout::kElementwise || s->momentum2.layout == StateLayout::kElementwise);
+}
+
+}  // namespace opt
+}  // namespace embscale
