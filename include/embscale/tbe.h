@@ -97,6 +97,21 @@ enum class OptimizerType {
 const char* optimizer_name(OptimizerType o);  // "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam"
 bool parse_optimizer(const std::string& name, OptimizerType* out);
 
+// The state buffers an optimizer keeps (TbeBackwardArgs::momentum1/momentum2), for bindings that size
+// and name them: where each buffer's elements are, and the name the Python package gives it.
+enum class OptimizerStateLayout { kAbsent = 0, kRowwise = 1, kElementwise = 2 };  // [total_rows()] / [num_weights()]
+struct OptimizerStateInfo {
+  OptimizerStateLayout layout = OptimizerStateLayout::kAbsent;
+  const char* name = "";  // "sum", "exp_avg", "exp_avg_sq"; "" when absent
+};
+struct OptimizerInfo {
+  const char* name = "";  // optimizer_name()
+  OptimizerStateInfo momentum1, momentum2;
+};
+int num_optimizers();  // OptimizerType's values are 0 .. num_optimizers() - 1
+// invalid_argument naming `optimizer` for a value outside the enum.
+Status optimizer_info(OptimizerType optimizer, OptimizerInfo* out);
+
 enum class WeightDecayMode { kNone = 0, kL2, kDecoupled };
 
 struct OptimizerParams {

@@ -10,7 +10,6 @@
 
 #include "embscale/fp8.h"
 #include "embscale/tbe.h"
-#include "tbe/optimizer_table.h"
 
 struct embscale_tbe {
   std::unique_ptr<embscale::TableBatchedEmbedding> impl;
@@ -40,10 +39,10 @@ int guarded(F&& body) {
   }
 }
 
-static_assert(static_cast<int>(embscale::opt::StateLayout::kAbsent) == EMBSCALE_STATE_ABSENT &&
-                  static_cast<int>(embscale::opt::StateLayout::kRowwise) == EMBSCALE_STATE_ROWWISE &&
-                  static_cast<int>(embscale::opt::StateLayout::kElementwise) == EMBSCALE_STATE_ELEMENTWISE,
-              "the C API's state layouts are opt::StateLayout's values");
+static_assert(static_cast<int>(embscale::OptimizerStateLayout::kAbsent) == EMBSCALE_STATE_ABSENT &&
+                  static_cast<int>(embscale::OptimizerStateLayout::kRowwise) == EMBSCALE_STATE_ROWWISE &&
+                  static_cast<int>(embscale::OptimizerStateLayout::kElementwise) == EMBSCALE_STATE_ELEMENTWISE,
+              "the C API's state layouts are OptimizerStateLayout's values");
 
 Status enum_in_range(const char* name, int32_t value, int32_t last) {
   if (value < 0 || value > last) {
@@ -127,7 +126,7 @@ Status to_forward_args(const embscale_tbe_forward_args* a, embscale::TbeForwardA
 Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwardArgs* out) {
   EMBSCALE_RETURN_IF_ERROR(to_lookup_fields(a, out));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("grad_output", &a->grad_output, &out->grad_output));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.type", a->optimizer.type, embscale::opt::kNumOptimizers - 1));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.type", a->optimizer.type, embscale::num_optimizers() - 1));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.weight_decay_mode", a->optimizer.weight_decay_mode, 2));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("rounding", a->rounding, 1));
   embscale::OptimizerParams& o = out->optimizer;
@@ -177,18 +176,19 @@ int embscale_backend_compiled(int32_t backend) {
   return (backend == 0 || backend == 1) && embscale::backend_compiled(static_cast<embscale::Backend>(backend));
 }
 
-int32_t embscale_num_optimizers(void) { return embscale::opt::kNumOptimizers; }
+int32_t embscale_num_optimizers(void) { return embscale::num_optimizers(); }
 
 int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out) {
   return guarded([&]() -> Status {
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer", optimizer, embscale::opt::kNumOptimizers - 1));
+    EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer", optimizer, embscale::num_optimizers() - 1));
     if (out == nullptr) return embscale::invalid_argument("out: must not be null");
-    const embscale::opt::OptimizerSpec& s = embscale::opt::kOptimizerSpecs[optimizer];
-    out->name = s.name;
-    out->state_layouts[0] = static_cast<int32_t>(s.momentum1.layout);
-    out->state_layouts[1] = static_cast<int32_t>(s.momentum2.layout);
-    out->state_names[0] = s.momentum1.name;
-    out->state_names[1] = s.momentum2.name;
+    embscale::OptimizerInfo info;
+    EMBSCALE_RETURN_IF_ERROR(embscale::optimizer_info(static_cast<embscale::OptimizerType>(optimizer), &info));
+    out->name = info.name;
+    out->state_layouts[0] = static_cast<int32_t>(info.momentum1.layout);
+    out->state_layouts[1] = static_cast<int32_t>(info.momentum2.layout);
+    out->state_names[0] = info.momentum1.name;
+    out->state_names[1] = info.momentum2.name;
     return Status::Ok();
   });
 }

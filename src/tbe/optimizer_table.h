@@ -13,8 +13,11 @@ namespace opt {
 
 // Where a state buffer's elements are (tbe.h): one float per row of the linearised tables
 // ([total_rows()]) or one per weight ([num_weights()]). The values are the C API's
-// EMBSCALE_STATE_* numbers.
+// EMBSCALE_STATE_* numbers and those of the public OptimizerStateLayout.
 enum class StateLayout : int { kAbsent = 0, kRowwise = 1, kElementwise = 2 };
+static_assert(static_cast<int>(StateLayout::kRowwise) == static_cast<int>(OptimizerStateLayout::kRowwise) &&
+                  static_cast<int>(StateLayout::kElementwise) == static_cast<int>(OptimizerStateLayout::kElementwise),
+              "StateLayout and OptimizerStateLayout share their values");
 
 struct StateSpec {
   StateLayout layout;

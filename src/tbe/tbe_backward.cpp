@@ -22,6 +22,24 @@ const char* optimizer_name(OptimizerType o) {
   return s != nullptr ? s->name : "unknown";
 }
 
+int num_optimizers() { return opt::kNumOptimizers; }
+
+Status optimizer_info(OptimizerType optimizer, OptimizerInfo* out) {
+  const opt::OptimizerSpec* s = opt::optimizer_spec(optimizer);
+  if (s == nullptr) {
+    return invalid_argument("optimizer: value " + std::to_string(static_cast<int>(optimizer)) + " is not one of 0.." +
+                            std::to_string(opt::kNumOptimizers - 1));
+  }
+  if (out == nullptr) return invalid_argument("out: must not be null");
+  const auto state = [](const opt::StateSpec& st) {
+    return OptimizerStateInfo{static_cast<OptimizerStateLayout>(st.layout), st.name};
+  };
+  out->name = s->name;
+  out->momentum1 = state(s->momentum1);
+  out->momentum2 = state(s->momentum2);
+  return Status::Ok();
+}
+
 bool parse_optimizer(const std::string& name, OptimizerType* out) {
   static const struct { const char* name; OptimizerType o; } kNames[] = {
       {"none", OptimizerType::kNone},
