@@ -166,7 +166,7 @@ def gpu_tbe_by_dim(recs):
     wide = [r for r in recs if all(r.get(k) == v for k, v in dict(base, num_tables=4).items())
             and isinstance(r["embedding_dim"], int) and r["embedding_dim"] > 256]
     wide_text = ", ".join(f"D={r['embedding_dim']} {r['pct_of_floor']:.0f}%" for r in wide)
-    return ("By row size (T=32, uniform, fp32, build `" + GPU_SWEEP_BUILD + "`; the bare gather (`--gather-ceiling`) "
+    return ("By row size (T=32, uniform, fp32, build `" + GPU_SWEEP_BUILD + "`; the bare gather (`embscale-dev tbe-forward --gather-ceiling`) "
             "reads the same rows and does nothing else, so its share of the byte floor is what the memory system "
             "gives for rows of that size):\n\n" + table(["D"] + [str(r["embedding_dim"]) for r in sweep], rows) +
             f"\n\nWide rows (T=4), share of the byte floor: {wide_text}.")

@@ -30,6 +30,7 @@ TIME_BUDGET=${TIME_BUDGET:-470}
 SANITIZE_FILTER=${SANITIZE_FILTER:-"*/cuda:-*RealBufferBeyond2To31Elements*"}
 CLI="$ROOT/$BUILD_DIR/embscale"
 TESTS="$ROOT/$BUILD_DIR/embscale_tests"
+DEV_TESTS="$ROOT/$BUILD_DIR/embscale_dev_tests"  # dev/: the forward's kernel variants
 
 # Benchmarks, in order: "name|timeout_s|command". A command prints readable lines and/or JSON records
 # on stdout, and may also write JSON records to the file $JSONL; records from both end up in
@@ -109,14 +110,16 @@ stage_build() {
   fi
   run_step configure 120 "$OUT/configure.log" cmake "${args[@]}" || return 1
   run_step build 360 "$OUT/build.log" cmake --build "$BUILD_DIR" -j "$(nproc)" --target embscale_cli embscale_tests \
-    embscale_c
+    embscale_c embscale_dev embscale_dev_tests
 }
 
 stage_info() { run_step info 30 "$OUT/info.log" "$CLI" info && cat "$OUT/info.log"; }
 
 stage_test() {
   run_step test 150 "$OUT/test.log" "$TESTS" --gtest_output="xml:$OUT/tests.xml"
-  grep -E "^\[==========\] [0-9]+ tests? from .* ran|^\[  (PASSED|SKIPPED) +\] [0-9]+ tests?|^\[  FAILED  \]" "$OUT/test.log" | head -n 20
+  run_step "dev tests" 150 "$OUT/dev_test.log" "$DEV_TESTS" --gtest_output="xml:$OUT/dev_tests.xml"
+  grep -hE "^\[==========\] [0-9]+ tests? from .* ran|^\[  (PASSED|SKIPPED) +\] [0-9]+ tests?|^\[  FAILED  \]" "$OUT/test.log" "$OUT/dev_test.log" \
+    2>/dev/null | head -n 20
 }
 
 # pytest over tests/python (CPU and CUDA tensors) and the DLRM example on CUDA, against the build's

@@ -151,7 +151,6 @@ class Runner:
         self.tree = args.tree
         self.build = os.path.join(self.tree, "build-mut")
         self.env = dict(os.environ)
-        self.env.pop("EMBSCALE_AMAX_ALGO", None)
 
     def configure(self):
         run(["cmake", "-S", self.tree, "-B", self.build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -100,8 +101,12 @@ inline CaseOutcome fail(const TbeCase& c, const std::string& what) {
   return o;
 }
 
-// Runs one case on `backend`. Inputs are generated valid (bounds modes must then all agree).
-inline CaseOutcome run_tbe_case(Backend backend, const TbeCase& c) {
+// The forward call a case runs: TableBatchedEmbedding::forward, or another launch of it (dev/).
+using ForwardCall = std::function<Status(const Context&, const TableBatchedEmbedding&, const TbeForwardArgs&)>;
+
+// Runs one case on `backend` through `forward` (null: tbe.forward). Inputs are generated valid (bounds
+// modes must then all agree).
+inline CaseOutcome run_tbe_case(Backend backend, const TbeCase& c, const ForwardCall& forward = nullptr) {
   const Context ctx = backend == Backend::kCuda ? Context::cuda() : Context::cpu();
   TbeConfig cfg;
   for (size_t t = 0; t < c.num_rows.size(); ++t) cfg.tables.push_back(TableSpec{c.num_rows[t], c.dims[t]});
@@ -159,7 +164,7 @@ inline CaseOutcome run_tbe_case(Backend backend, const TbeCase& c) {
   args.pooling = c.pooling;
   args.bounds_check = c.bounds;
   args.output = TensorView::mat(d_out.data(), c.output_dtype, out_rows, out_cols);
-  st = tbe->forward(ctx, args);
+  st = forward ? forward(ctx, *tbe, args) : tbe->forward(ctx, args);
   if (st.ok()) st = synchronize(ctx);
   if (!st.ok()) return fail(c, "forward: " + st.to_string());
   std::vector<unsigned char> got(out_bytes);

@@ -1,12 +1,11 @@
 // amax and compute_scale against the oracle (tests/reference_fp8.h), on every available backend:
 // exact equality of amax for all input dtypes, edge sizes and misaligned pointers, both algorithms
-// bit-identical, the EMBSCALE_AMAX_ALGO override, -0/inf/NaN and the non-finite flag, the no-op flag,
+// bit-identical, an unknown algorithm refused by every amax-based op, -0/inf/NaN and the non-finite flag, the no-op flag,
 // and the scale rule on TransformerEngine's edge cases.
 #include <gtest/gtest.h>
 
 #include <cfloat>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "fp8_test_util.h"
@@ -190,62 +189,32 @@ TEST_P(Fp8Amax, NoopFlagLeavesOutputsUntouched) {
   }
 }
 
-// Sets an environment variable for one scope.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~EnvGuard() {
-    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
-TEST_P(Fp8Amax, EnvironmentOverridesAutoOnly) {
-  const uint64_t seed = fp8test::case_seed(901);
-  std::mt19937_64 rng(seed);
-  HostTensor x(DType::kBF16, 300001);
-  fp8test::fill_random(&x, rng);
-  const float want = ref::amax(x).amax;
-  DevTensor dx(backend(), x.dtype, x.numel());
-  ASSERT_TRUE(dx.upload(ctx(), x).ok());
-  AmaxOptions auto_opts, explicit_opts;
-  for (AmaxAlgo algo : {AmaxAlgo::kAtomic, AmaxAlgo::kTwoStage}) {
-    EnvGuard env("EMBSCALE_AMAX_ALGO", amax_algo_name(algo));
-    explicit_opts.algo = algo;
-    size_t ws_auto = 1, ws_explicit = 2;
-    ASSERT_TRUE(amax_workspace_size(ctx(), dx.vec(), auto_opts, &ws_auto).ok());
-    ASSERT_TRUE(amax_workspace_size(ctx(), dx.vec(), explicit_opts, &ws_explicit).ok());
-    // On CUDA the two algorithms are different kernels with their own workspaces: kAuto under the
-    // override must size the overriding one. (On the CPU they may share code and sizes, so there the
-    // result against the reference is what is checked.)
-    if (backend() == Backend::kCuda)
-      EXPECT_EQ(ws_auto, ws_explicit) << "kAuto under the override must size the overriding algorithm";
-    int32_t flag = -1;
-    EXPECT_EQ(float_bits_of(run_amax(x, AmaxAlgo::kAuto, 1, &flag)), float_bits_of(want)) << amax_algo_name(algo);
-    EXPECT_EQ(flag, 0);
-  }
-  {
-    EnvGuard env("EMBSCALE_AMAX_ALGO", "fastest");
-    size_t ws = 0;
-    const Status st = amax_workspace_size(ctx(), dx.vec(), auto_opts, &ws);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("EMBSCALE_AMAX_ALGO"), std::string::npos) << st.message();
-    DevScalar<float> out(backend());
-    const Status st2 = amax(ctx(), dx.vec(), out.ptr(), auto_opts, nullptr, 0);
-    EXPECT_EQ(st2.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st2.message().find("EMBSCALE_AMAX_ALGO"), std::string::npos) << st2.message();
-    // An explicit algorithm does not consult the variable.
-    EXPECT_EQ(run_amax(x, AmaxAlgo::kTwoStage, 0, nullptr), want);
-  }
+// The algorithm is an argument only (the library reads no environment variable for it): every op that
+// takes one refuses a value outside AmaxAlgo, naming the argument, in the size query and in the call,
+// and writes nothing.
+TEST_P(Fp8Amax, UnknownAlgorithmIsRefusedByEveryAmaxOp) {
+  const StatusCode kBad = StatusCode::kInvalidArgument;
+  DevTensor x(backend(), DType::kBF16, 1000), y(backend(), DType::kBF16, 1000), y8(backend(), DType::kF8E4M3, 1000);
+  DevScalar<float> out(backend()), s(backend()), si(backend());
+  out.poison(ctx());
+  AmaxOptions bad;
+  bad.algo = static_cast<AmaxAlgo>(3);
+  CurrentScalingOptions cs;
+  cs.amax = bad;
+  size_t bytes = 0;
+  const auto expect_refused = [&](const Status& st, const char* name) {
+    EXPECT_EQ(st.code(), kBad) << st.message();
+    EXPECT_NE(st.message().find(name), std::string::npos) << st.message();
+  };
+  expect_refused(amax_workspace_size(ctx(), x.vec(), bad, &bytes), "opts.algo: unknown value 3");
+  expect_refused(amax(ctx(), x.vec(), out.ptr(), bad, nullptr, 0), "opts.algo: unknown value 3");
+  expect_refused(quantize_current_scaling_workspace_size(ctx(), x.vec(), cs, &bytes), "opts.amax.algo: unknown value 3");
+  expect_refused(quantize_current_scaling(ctx(), x.vec(), y8.vec(), out.ptr(), s.ptr(), si.ptr(), cs, nullptr, 0),
+                 "opts.amax.algo: unknown value 3");
+  expect_refused(activation_amax_workspace_size(ctx(), x.vec(), bad, &bytes), "opts.algo: unknown value 3");
+  expect_refused(activation_amax(ctx(), Activation::kRelu, x.vec(), y.vec(), out.ptr(), bad, nullptr, 0),
+                 "opts.algo: unknown value 3");
+  EXPECT_EQ(float_bits_of(out.get(ctx())), 0xA5A5A5A5u) << "a refused call wrote its output";
 }
 
 EMBSCALE_FP8_INSTANTIATE(Fp8Amax);

@@ -13,26 +13,18 @@
 // --alpha 0 means uniform rows and any alpha > 0 Zipf(alpha) (FBGEMM's script treats alpha <= 1 as
 // uniform). --bounds-check defaults to off: the peers do not check, and on CUDA kError synchronises.
 // Flags, their validation, weights, input sets and record fields are shared with the backward and
-// training benchmarks (tools/tbe_bench_common.h); --sweep and the spot check are the forward's own.
+// training benchmarks (tools/tbe_bench_common.h); the measuring loop with its spot check is
+// bench_tbe_forward.cpp. Other launch shapes of the CUDA forward and the bare-gather ceiling are timed by
+// embscale-dev (dev/README.md), never by this tool.
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "tbe/tbe_tuning.h"
-#include "bench_util.h"
+#include "bench_tbe_forward.h"
 #include "cli_args.h"
-#include "embscale/memory.h"
 #include "embscale/tbe.h"
-#if EMBSCALE_WITH_CUDA
-#include "gather_ceiling.h"
-#endif
-#include "reference_tbe.h"
 #include "registry.h"
 #include "tbe_bench_common.h"
 
@@ -40,302 +32,38 @@ namespace embscale {
 namespace tools {
 namespace {
 
-using tbe_bench::InputSet;
-using tbe_bench::fail;
-
-// The shared flags (tools/tbe_bench_common.h) plus --sweep.
-struct TbeBenchArgs {
-  tbe_bench::Args common;
-  std::string sweep;  // CUDA: comma-separated forward variants ("all": every compiled one)
-  bool gather_ceiling = false;
-};
-
-struct Plan : tbe_bench::Plan {
-  std::vector<std::string> sweep;  // forward variants to time in turn on the same inputs
-  bool gather_ceiling = false;     // CUDA: also time a bare gather of set 0's rows (gather_ceiling.h)
-};
-
 // Mixed dimensions are rounded up to a multiple of 4 (so mixed-D figures compare with FBGEMM's);
 // --embedding-dim itself may be any D >= 1.
-std::string make_plan(const TbeBenchArgs& args, Plan* p) {
-  const std::string err = tbe_bench::make_plan(args.common, p, tbe_bench::MixedDims::kMultipleOf4);
+std::string forward_plan(const tbe_bench::Args& args, tbe_bench::Plan* p) {
+  const std::string err = tbe_bench::make_plan(args, p, tbe_bench::MixedDims::kMultipleOf4);
   if (!err.empty()) return err;
-  const std::string memory = tbe_bench::memory_refusal(args.common, *p, tbe_bench::Pass::kForward, 0);
-  if (!memory.empty()) return memory;
-  if (args.gather_ceiling) {
-    if (p->backend != Backend::kCuda) return "--gather-ceiling: needs the cuda backend";
-    for (int f = 0; f < p->T; ++f) {
-      const int64_t row_bytes = static_cast<int64_t>(p->dims[f]) * static_cast<int64_t>(dtype_size(p->w_dtype));
-      if (row_bytes % 4 != 0)
-        return "--gather-ceiling: needs rows of a multiple of 4 bytes (D * weight bytes = " + std::to_string(row_bytes) + ")";
-    }
-    p->gather_ceiling = true;
-  }
-  if (args.sweep.empty()) return err;
-#if EMBSCALE_WITH_CUDA
-  const std::string& sweep = args.sweep;
-  if (p->backend != Backend::kCuda) return "--sweep: the forward variants are CUDA kernels; use --backend cuda";
-  const std::vector<std::string> all = cuda::tbe_forward_variant_names();
-  if (sweep == "all") {
-    p->sweep = all;
-  } else {
-    size_t pos = 0;
-    while (pos <= sweep.size()) {
-      const size_t comma = std::min(sweep.find(',', pos), sweep.size());
-      const std::string name = sweep.substr(pos, comma - pos);
-      if (std::find(all.begin(), all.end(), name) == all.end()) {
-        std::string list;
-        for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
-        return "--sweep: unknown variant '" + name + "'; expected all or a list of " + list;
-      }
-      p->sweep.push_back(name);
-      pos = comma + 1;
-    }
-  }
-  return "";
-#else
-  return "--sweep: this build has no CUDA backend";
-#endif
+  return tbe_bench::memory_refusal(args, *p, tbe_bench::Pass::kForward, 0);
 }
 
-int run_plan(const Plan& p) {
-  const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
-  std::unique_ptr<TableBatchedEmbedding> tbe;
-  Status st = tbe_bench::create_tbe(ctx, p, &tbe);
-  if (!st.ok()) return fail("create", st);
-
-  // Copy ceiling first, while memory is quiet.
-  const size_t cache = last_level_cache_bytes(p.backend);
-  double copy_gbps = 0;
-  st = tbe_bench::copy_ceiling(ctx, p.backend, &copy_gbps);
-  if (!st.ok()) return fail("copy bandwidth", st);
-
-  const uint64_t w_seed = p.seed * 7 + 1;
-  Buffer weights(p.backend, static_cast<size_t>(tbe->num_weights()) * dtype_size(p.w_dtype));
-  if (!weights.valid())
-    return fail("weights", Status(StatusCode::kBackendError, "cannot allocate " +
-                                                                 std::to_string(tbe->num_weights() * dtype_size(p.w_dtype)) + " bytes"));
-  st = tbe_bench::init_values(ctx, p.w_dtype, tbe->num_weights(), 1.0f, w_seed, weights.data());
-  if (!st.ok()) return fail("weights", st);
-
-  // Lookups: one set, or more when one set would stay in the cache.
-  std::vector<InputSet> sets;
-  double bytes = 0;
-  st = tbe_bench::make_input_sets(ctx, p, *tbe, cache, &sets, &bytes, "allocation failed");
-  if (!st.ok()) return fail("inputs", st);
-  const int64_t N0 = sets[0].host.num_indices();
-  const bool sequence = p.pooling == PoolingMode::kNone;
-
-  // Outputs rotate with the inputs (sequence outputs differ in rows per set when bags vary).
-  std::vector<std::unique_ptr<Buffer>> outs;
-  for (const auto& in : sets) {
-    const int64_t rows = sequence ? in.host.num_indices() : p.B;
-    const int64_t cols = sequence ? p.D : tbe->total_dim();
-    outs.emplace_back(new Buffer(p.backend, static_cast<size_t>(rows * cols) * dtype_size(p.out_dtype)));
-    if (!outs.back()->valid()) return fail("output", Status(StatusCode::kBackendError, "allocation failed"));
-  }
-  auto make_args = [&](size_t s) {
-    const InputSet& in = sets[s];
-    TbeForwardArgs a;
-    a.weights = TensorView::vec(weights.data(), p.w_dtype, tbe->num_weights());
-    a.indices = TensorView::vec(in.idx->data(), p.idx_dtype, in.host.num_indices());
-    a.offsets = TensorView::vec(in.off->data(), p.idx_dtype, static_cast<int64_t>(in.host.offsets.size()));
-    if (p.weighted) a.per_sample_weights = TensorView::vec(in.psw->data(), DType::kF32, in.host.num_indices());
-    a.batch_size = p.B;
-    a.pooling = p.pooling;
-    a.bounds_check = p.bounds;
-    a.output = sequence ? TensorView::mat(outs[s]->data(), p.out_dtype, in.host.num_indices(), p.D)
-                        : TensorView::mat(outs[s]->data(), p.out_dtype, p.B, tbe->total_dim());
-    return a;
-  };
-
-  // With --sweep, each variant in turn: set it, spot check, time, one record.
-  const std::vector<std::string> variants = p.sweep.empty() ? std::vector<std::string>{""} : p.sweep;
-  double gather_us = -1;  // the bare-gather ceiling (--gather-ceiling), timed once
-  for (const std::string& variant : variants) {
-#if EMBSCALE_WITH_CUDA
-    if (!variant.empty()) {
-      cuda::TbeForwardTuning tu;
-      st = cuda::tbe_forward_tuning(&tu);
-      if (st.ok()) {
-        tu.variant = variant;
-        st = cuda::set_tbe_forward_tuning(tu);
-      }
-      if (!st.ok()) return fail("--sweep", st);
-    }
-#endif
-    // Spot check set 0 against the reference on a sample of output rows, rebuilding only the weight
-    // rows those bags read (the initialiser is counter-based).
-    st = tbe->forward(ctx, make_args(0));
-    if (st.ok()) st = synchronize(ctx);
-    if (!st.ok()) return fail("forward", st);
-    {
-      const TbeInputs& in = sets[0].host;
-      const int64_t out_rows = sequence ? in.num_indices() : p.B;
-      const int64_t cols = sequence ? p.D : tbe->total_dim();
-      std::vector<unsigned char> got(static_cast<size_t>(out_rows * cols) * dtype_size(p.out_dtype));
-      st = copy_to_host(ctx, got.data(), outs[0]->data(), got.size());
-      if (!st.ok()) return fail("download", st);
-      bool nonzero = false;
-      const int64_t step = std::max<int64_t>(1, out_rows / 64);
-      const size_t es = dtype_size(p.w_dtype);
-      std::vector<unsigned char> row(static_cast<size_t>(std::max(p.D, tbe->max_dim())) * es);
-      for (int64_t r = 0; r < out_rows; r += step) {
-        for (int g = 0; g < (sequence ? 1 : p.T); ++g) {
-          int f = g;
-          if (sequence)  // the feature whose bags hold position r
-            while (f + 1 < p.T && in.offsets[static_cast<size_t>(f + 1) * p.B] <= r) ++f;
-          const int64_t D = p.dims[f];
-          std::vector<double> want(static_cast<size_t>(D), 0.0), abs(static_cast<size_t>(D), 0.0);
-          int64_t begin, end, col0;
-          if (sequence) {
-            begin = r;
-            end = r + 1;
-            col0 = 0;
-          } else {
-            begin = in.offsets[f * p.B + r];
-            end = in.offsets[f * p.B + r + 1];
-            col0 = tbe->output_offset(f);
-          }
-          for (int64_t i = begin; i < end; ++i) {
-            (void)init_uniform_weights(p.w_dtype, 1.0f, w_seed, tbe->weight_offset(f) + in.indices[i] * D, D, row.data());
-            const double w = p.weighted ? in.per_sample_weights[i] : 1.0;
-            for (int64_t d = 0; d < D; ++d) {
-              const double v = w * ref::decode(row.data(), p.w_dtype, d);
-              want[d] += v;
-              abs[d] += std::fabs(v);
-            }
-          }
-          const int64_t n = end - begin;
-          const double div = (p.pooling == PoolingMode::kMean && n > 0) ? static_cast<double>(n) : 1.0;
-          for (int64_t d = 0; d < D; ++d) {
-            const double g = ref::decode(got.data(), p.out_dtype, r * cols + col0 + d);
-            const double tol = ref::tolerance(want[d] / div, abs[d] / div, n, p.out_dtype);
-            nonzero |= g != 0;
-            if (!(std::fabs(g - want[d] / div) <= tol)) {
-              std::fprintf(stderr, "error: forward output row %lld, feature %d, column %lld is %.9g; expected %.9g\n",
-                           static_cast<long long>(r), f, static_cast<long long>(d), g, want[d] / div);
-              return 1;
-            }
-          }
-        }
-      }
-      if (out_rows > 0 && cols > 0 && N0 > 0 && !nonzero) {
-        std::fprintf(stderr, "error: the sampled forward outputs are all zero\n");
-        return 1;
-      }
-    }
-
-    TimingConfig tc;
-    tc.warmup = p.warmup;
-    tc.repeats = p.iters;
-    Timing t;
-    st = time_op(ctx, tc, [&](int call) { return tbe->forward(ctx, make_args(static_cast<size_t>(call) % sets.size())); }, &t);
-    if (!st.ok()) return fail("forward", st);
-
-    const int64_t unique_rows = tbe_bench::unique_rows_of(p, sets[0].host);
-
-    // The bare gather of set 0's rows, once (the first variant's record carries it).
-    Timing gather;
-#if EMBSCALE_WITH_CUDA
-    if (p.gather_ceiling && gather_us < 0) {
-      const size_t es = dtype_size(p.w_dtype);
-      const TbeInputs& h = sets[0].host;
-      std::vector<int64_t> byte_offsets(static_cast<size_t>(N0));
-      std::vector<int32_t> row_bytes(p.mixed ? static_cast<size_t>(N0) : 1, static_cast<int32_t>(p.dims[0] * es));
-      for (int f = 0; f < p.T; ++f) {
-        const int64_t table = tbe->weight_offset(tbe->feature_table(f)) * static_cast<int64_t>(es);
-        const int64_t bytes_f = p.dims[f] * static_cast<int64_t>(es);
-        for (int64_t i = h.offsets[static_cast<size_t>(f) * p.B]; i < h.offsets[static_cast<size_t>(f + 1) * p.B]; ++i) {
-          byte_offsets[static_cast<size_t>(i)] = table + h.indices[static_cast<size_t>(i)] * bytes_f;
-          if (p.mixed) row_bytes[static_cast<size_t>(i)] = static_cast<int32_t>(bytes_f);
-        }
-      }
-      st = gather_ceiling(ctx, weights.data(), byte_offsets, row_bytes, tc, &gather);
-      if (!st.ok()) return fail("gather ceiling", st);
-      gather_us = gather.median_us;
-    }
-#endif
-
-    const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
-    const tbe_bench::Floor floor = tbe_bench::byte_floor(bytes, copy_gbps, t.median_us);
-    nlohmann::json rec = base_record(p.backend);
-    rec["op"] = "tbe_forward";
-    rec["impl"] = "embscale";
-    tbe_bench::config_fields(p, &rec);
-    rec["num_lookups"] = N0;
-    rec["unique_rows"] = unique_rows;
-    rec["input_sets"] = sets.size();
-    rec["bytes"] = bytes;
-    rec["median_us"] = t.median_us;
-    rec["min_us"] = t.min_us;
-    rec["GBps"] = gbps;
-    tbe_bench::floor_fields(copy_gbps, floor, &rec);
-    std::string gather_note;
-    if (gather_us > 0) {
-      rec["gather_ceiling_us"] = gather_us;
-      rec["pct_of_gather_ceiling"] = 100.0 * gather_us / t.median_us;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, ", %.0f%% of a bare gather of its rows (%.1f us)", 100.0 * gather_us / t.median_us,
-                    gather_us);
-      gather_note = buf;
-    }
-    // The CUDA forward's tuning (EMBSCALE_TBE_FWD_VARIANT / _ORDER / _BAGS), so sweep records name it.
-    std::string tuning_note;
-#if EMBSCALE_WITH_CUDA
-    if (p.backend == Backend::kCuda) {
-      cuda::TbeForwardTuning tu;
-      if (cuda::tbe_forward_tuning(&tu).ok()) {
-        rec["fwd_variant"] = tu.variant;
-        rec["fwd_order"] = tu.feature_inner ? "feature" : "tile";
-        rec["fwd_bags_per_group"] = tu.bags_per_group;
-        tuning_note = " [" + tu.variant + (tu.feature_inner ? ", feature order" : "") +
-                      (tu.bags_per_group > 1 ? ", " + std::to_string(tu.bags_per_group) + " bags/group" : "") + "]";
-      }
-    }
-#endif
-    char line[512];
-    std::snprintf(line, sizeof line,
-                  "tbe_forward %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s->%s idx=%s %s%s bounds=%s: %.1f us, "
-                  "%.1f GB/s, %.0f%% of the byte floor (%.1f us at copy %.1f GB/s)%s, %lld lookups, %lld unique rows%s",
-                  backend_name(p.backend), p.T, static_cast<long long>(p.B),
-                  p.mixed ? "mixed" : std::to_string(p.D).c_str(), p.L, p.variable ? "(var)" : "",
-                  static_cast<long long>(p.E), p.alpha, dtype_name(p.w_dtype), dtype_name(p.out_dtype),
-                  dtype_name(p.idx_dtype), pooling_mode_name(p.pooling), p.weighted ? " weighted" : "",
-                  bounds_check_mode_name(p.bounds), t.median_us, gbps, floor.pct, floor.us, copy_gbps,
-                  gather_note.c_str(), static_cast<long long>(N0), static_cast<long long>(unique_rows),
-                  tuning_note.c_str());
-    emit(rec, p.json, line);
-  }
-  return 0;
-}
-
-int run_from_args(const TbeBenchArgs& a) {
-  Plan p;
-  const std::string err = make_plan(a, &p);
+int run_from_args(const tbe_bench::Args& a) {
+  tbe_bench::Plan p;
+  const std::string err = forward_plan(a, &p);
   if (!err.empty()) return refuse(err);
-  return run_plan(p);
+  TimedForward library;
+  library.run = [](const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
+    return tbe.forward(ctx, args);
+  };
+  return run_tbe_forward(p, {library}, nullptr);
 }
 
 void add_tbe_bench(CLI::App& bench) {
-  auto args = std::make_shared<TbeBenchArgs>();
+  auto args = std::make_shared<tbe_bench::Args>();
   auto* sub = bench.add_subcommand("tbe-forward", "Table-batched embedding forward (FBGEMM benchmark flags)");
-  tbe_bench::add_options(sub, &args->common, tbe_bench::MixedDims::kMultipleOf4);
-  add_text_option(sub, "--sweep", &args->sweep,
-                  "cuda: time these forward variants in turn on the same inputs (comma-separated names, or all; "
-                  "see EMBSCALE_TBE_FWD_VARIANT)");
-  sub->add_flag("--gather-ceiling", args->gather_ceiling,
-                "cuda: also time a bare gather of the same rows (no bags, no output) and report the forward as a "
-                "share of it (rows a multiple of 4 bytes; mixed D allowed)");
+  tbe_bench::add_options(sub, args.get(), tbe_bench::MixedDims::kMultipleOf4);
   sub->callback([args] { std::exit(run_from_args(*args)); });
 }
 
 // Plain `embscale bench`: the default configuration; on CUDA uniform and Zipf(1.15) as in ANCHORS.md.
 int run_tbe_defaults(Backend backend) {
-  TbeBenchArgs a;
-  a.common.backend = backend_name(backend);
+  tbe_bench::Args a;
+  a.backend = backend_name(backend);
   int rc = run_from_args(a);
-  a.common.alpha = 1.15;
+  a.alpha = 1.15;
   rc |= run_from_args(a);
   return rc;
 }

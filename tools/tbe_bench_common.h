@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "tbe/tbe_tuning.h"
 #include "bench_util.h"
 #include "cli_args.h"
 #include "embscale/memory.h"
@@ -60,7 +59,6 @@ struct Args {
   std::string bounds_check = "off";
   bool variable_bag_size = false;
   uint64_t seed = 20261130;
-  int64_t l2_fetch_bytes = kUnset;
 };
 
 struct Plan {
@@ -77,7 +75,6 @@ struct Plan {
   int iters = 0, warmup = 0;
   bool json = false;
   uint64_t seed = 0;
-  int l2_fetch_bytes = -1;  // -1: leave the device's setting
 };
 
 // How --mixed-dim draws each table's D around --embedding-dim: any value in [D/2, 3D/2], or that value
@@ -114,9 +111,6 @@ inline void add_options(CLI::App* sub, Args* a, MixedDims mixed = MixedDims::kAn
   sub->add_option("--bounds-check", a->bounds_check, "error, skip or off")->capture_default_str();
   add_unsigned_option(sub, "--seed", &a->seed, "input seed (0..2^64-1)");
   sub->add_flag("--json", a->json, "print one JSON record instead of a text line");
-  add_integer_option(sub, "--l2-fetch-bytes", &a->l2_fetch_bytes, 0, 128,
-                     "cuda: set the device's L2 fetch granularity hint (0..128 bytes) first; a device-wide setting "
-                     "the library itself never changes (default: leave it)");
 }
 
 // Validates the flags into a plan; returns the first problem (naming its flag) or "".
@@ -181,12 +175,6 @@ inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims
   p->weighted = a.weighted;
   p->alpha = a.alpha;
   p->json = a.json;
-  if (a.l2_fetch_bytes != kUnset) {
-    if (!gpu) return "--l2-fetch-bytes: a CUDA device setting; this run is on the cpu backend";
-    if (a.l2_fetch_bytes < 0 || a.l2_fetch_bytes > 128)
-      return "--l2-fetch-bytes: " + std::to_string(a.l2_fetch_bytes) + "; expected 0..128";
-    p->l2_fetch_bytes = static_cast<int>(a.l2_fetch_bytes);
-  }
   p->seed = a.seed;
   // Mixed dimensions as FBGEMM's benchmark draws them, around D (in [D/2, 3D/2]), but any D >= 1;
   // with MixedDims::kMultipleOf4 rounded up to a multiple of 4 (so mixed-D figures compare with FBGEMM's).
@@ -293,9 +281,6 @@ inline int fail(const std::string& what, const Status& st) {
 
 // The module of a plan: T tables of E rows, table t of dims[t] columns, in the weights precision.
 inline Status create_tbe(const Context& ctx, const Plan& p, std::unique_ptr<TableBatchedEmbedding>* tbe) {
-#if EMBSCALE_WITH_CUDA
-  if (p.l2_fetch_bytes >= 0) EMBSCALE_RETURN_IF_ERROR(cuda::set_l2_fetch_granularity(p.l2_fetch_bytes));
-#endif
   TbeConfig cfg;
   for (int t = 0; t < p.T; ++t) cfg.tables.push_back(TableSpec{p.E, p.dims[t]});
   cfg.weights_dtype = p.w_dtype;
@@ -418,7 +403,6 @@ inline void config_fields(const Plan& p, nlohmann::json* rec) {
   r["weighted"] = p.weighted;
   r["indices_dtype"] = dtype_name(p.idx_dtype);
   r["bounds_check"] = bounds_check_mode_name(p.bounds);
-  if (p.l2_fetch_bytes >= 0) r["l2_fetch_bytes"] = p.l2_fetch_bytes;
 }
 
 }  // namespace tbe_bench

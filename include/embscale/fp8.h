@@ -37,7 +37,7 @@ float fp8_max(DType fp8_dtype);
 // ---- amax -----------------------------------------------------------------------------------------
 // kAtomic: one atomic max per block into a single value; kTwoStage: block maxima into the workspace,
 // then one final reduction. max is exact and order-independent, so both give bit-identical results.
-// kAuto picks by size; the environment variable EMBSCALE_AMAX_ALGO=atomic|two_stage overrides kAuto.
+// kAuto picks by size (docs/fp8_cuda.md); the library reads no environment variable to change it.
 enum class AmaxAlgo { kAuto = 0, kAtomic, kTwoStage };
 const char* amax_algo_name(AmaxAlgo a);  // "auto", "atomic", "two_stage"
 bool parse_amax_algo(const std::string& name, AmaxAlgo* out);

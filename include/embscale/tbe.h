@@ -139,10 +139,9 @@ struct TbeBackwardTuning {
   int block_threads = 0;      // threads per block of the block-per-row path
   // Radix-sort only the linearised row's low bits when that still leaves each row's lookups one run, in
   // lookup order (features' tables in row order, every table within 2^bits rows) and saves a pass: the
-  // same sums and updates, but unique rows of up to four tables interleave. Measured with 8-bit digits
-  // on the H200 (T=32, E=1M, D=128) it saved 40 us of sort and won 25 us under Zipf 1.15, but slowed
-  // the uniform row phase by 100 us, so it is off by default (with the 9-bit digits the CUDA backend now
-  // takes for such keys, it no longer saves a pass there). The CPU backend ignores it.
+  // same sums and updates, but unique rows of up to four tables interleave, which costs the uniform row
+  // phase more than the pass saves, so it is off by default (docs/tbe_backward_cuda.md has the figures).
+  // The CPU backend ignores it.
   bool short_key_sort = false;
 };
 

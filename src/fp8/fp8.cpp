@@ -3,10 +3,8 @@
 //
 // Everything a backend may assume is established here, once: pointers are non-null where data is
 // needed, dtypes are supported, element counts and 2-D shapes agree, data pointers are aligned to
-// their element size, the workspace is large enough, and AmaxAlgo::kAuto has been resolved against
-// the EMBSCALE_AMAX_ALGO environment override.
+// their element size, the workspace is large enough, and the amax algorithm is one of AmaxAlgo's.
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "core/check.h"
@@ -77,8 +75,6 @@ float scale_from_amax(float amax, float fp8_max_value, const ScaleOptions& opts)
 
 namespace {
 
-constexpr const char* kAmaxAlgoEnv = "EMBSCALE_AMAX_ALGO";
-
 using check::shape_str;
 
 Status check_context(const Context& ctx) { return check::context(ctx); }
@@ -146,19 +142,11 @@ Status check_amax_flags(const Context& ctx, const char* prefix, const AmaxOption
   return check::memory(ctx, (std::string(prefix) + "noop_flag").c_str(), o.noop_flag);
 }
 
-// kAuto + a valid EMBSCALE_AMAX_ALGO -> that algorithm; an explicit algo always wins.
-Status resolve_algo(AmaxOptions* o) {
-  if (o->algo != AmaxAlgo::kAuto && o->algo != AmaxAlgo::kAtomic && o->algo != AmaxAlgo::kTwoStage)
-    return invalid_argument("opts.algo: unknown value " + std::to_string(static_cast<int>(o->algo)) +
-                            "; expected auto, atomic or two_stage");
-  if (o->algo != AmaxAlgo::kAuto) return Status::Ok();
-  const char* env = std::getenv(kAmaxAlgoEnv);
-  if (env == nullptr || env[0] == '\0') return Status::Ok();
-  AmaxAlgo a;
-  if (!parse_amax_algo(env, &a))
-    return invalid_argument(std::string(kAmaxAlgoEnv) + ": '" + env + "' is not an amax algorithm; expected atomic or two_stage");
-  o->algo = a;
-  return Status::Ok();
+// The amax algorithm: one of AmaxAlgo's values (a C or Python caller may pass any integer).
+Status check_algo(const char* name, AmaxAlgo algo) {
+  if (algo == AmaxAlgo::kAuto || algo == AmaxAlgo::kAtomic || algo == AmaxAlgo::kTwoStage) return Status::Ok();
+  return invalid_argument(std::string(name) + ": unknown value " + std::to_string(static_cast<int>(algo)) +
+                          "; expected auto, atomic or two_stage");
 }
 
 Status check_workspace(const Context& ctx, const void* ws, size_t ws_bytes, size_t needed) {
@@ -186,9 +174,8 @@ Status amax_workspace_size(const Context& ctx, const TensorView& x, const AmaxOp
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_not_null("bytes", bytes));
   EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/false));
-  AmaxOptions o = opts;
-  EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
-  EMBSCALE_FP8_DISPATCH(ctx, amax_workspace_size, x, o, bytes);
+  EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
+  EMBSCALE_FP8_DISPATCH(ctx, amax_workspace_size, x, opts, bytes);
 }
 
 Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOptions& opts, void* workspace,
@@ -196,13 +183,12 @@ Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOpti
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/true));
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "amax", amax));
-  AmaxOptions o = opts;
-  EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
+  EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
   size_t needed = 0;
-  EMBSCALE_RETURN_IF_ERROR(amax_workspace_size(ctx, x, o, &needed));
+  EMBSCALE_RETURN_IF_ERROR(amax_workspace_size(ctx, x, opts, &needed));
   EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
-  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", o));
-  EMBSCALE_FP8_DISPATCH(ctx, amax, ctx, x, amax, o, workspace, workspace_bytes);
+  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
+  EMBSCALE_FP8_DISPATCH(ctx, amax, ctx, x, amax, opts, workspace, workspace_bytes);
 }
 
 // ---- scale ----------------------------------------------------------------------------------------
@@ -248,9 +234,8 @@ Status quantize_current_scaling_workspace_size(const Context& ctx, const TensorV
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_not_null("bytes", bytes));
   EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/false));
-  CurrentScalingOptions o = opts;
-  EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o.amax));
-  EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling_workspace_size, x, o, bytes);
+  EMBSCALE_RETURN_IF_ERROR(check_algo("opts.amax.algo", opts.amax.algo));
+  EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling_workspace_size, x, opts, bytes);
 }
 
 Status quantize_current_scaling(const Context& ctx, const TensorView& x, const TensorView& y, float* amax,
@@ -264,13 +249,12 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale_inv", scale_inv));
   EMBSCALE_RETURN_IF_ERROR(check_scale_options("opts.scale", opts.scale));
-  CurrentScalingOptions o = opts;
-  EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o.amax));
+  EMBSCALE_RETURN_IF_ERROR(check_algo("opts.amax.algo", opts.amax.algo));
   size_t needed = 0;
-  EMBSCALE_RETURN_IF_ERROR(quantize_current_scaling_workspace_size(ctx, x, o, &needed));
+  EMBSCALE_RETURN_IF_ERROR(quantize_current_scaling_workspace_size(ctx, x, opts, &needed));
   EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
-  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.amax.", o.amax));
-  EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling, ctx, x, y, amax, scale, scale_inv, o, workspace,
+  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.amax.", opts.amax));
+  EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling, ctx, x, y, amax, scale, scale_inv, opts, workspace,
                         workspace_bytes);
 }
 
@@ -281,9 +265,8 @@ Status activation_amax_workspace_size(const Context& ctx, const TensorView& x, c
   EMBSCALE_RETURN_IF_ERROR(check_context(ctx));
   EMBSCALE_RETURN_IF_ERROR(check_not_null("bytes", bytes));
   EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "x", x, /*need_data=*/false));
-  AmaxOptions o = opts;
-  EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
-  EMBSCALE_FP8_DISPATCH(ctx, activation_amax_workspace_size, x, o, bytes);
+  EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
+  EMBSCALE_FP8_DISPATCH(ctx, activation_amax_workspace_size, x, opts, bytes);
 }
 
 Status activation_amax(const Context& ctx, Activation act, const TensorView& x, const TensorView& y, float* amax,
@@ -294,13 +277,12 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
   EMBSCALE_RETURN_IF_ERROR(check_float_tensor(ctx, "y", y, /*need_data=*/true));
   EMBSCALE_RETURN_IF_ERROR(check_same_numel("x", x, "y", y));
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "amax", amax));
-  AmaxOptions o = opts;
-  EMBSCALE_RETURN_IF_ERROR(resolve_algo(&o));
+  EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
   size_t needed = 0;
-  EMBSCALE_RETURN_IF_ERROR(activation_amax_workspace_size(ctx, x, o, &needed));
+  EMBSCALE_RETURN_IF_ERROR(activation_amax_workspace_size(ctx, x, opts, &needed));
   EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
-  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", o));
-  EMBSCALE_FP8_DISPATCH(ctx, activation_amax, ctx, act, x, y, amax, o, workspace, workspace_bytes);
+  EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
+  EMBSCALE_FP8_DISPATCH(ctx, activation_amax, ctx, act, x, y, amax, opts, workspace, workspace_bytes);
 }
 
 Status cast_transpose(const Context& ctx, const TensorView& x, const float* scale, const TensorView& y,

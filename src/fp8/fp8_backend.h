@@ -1,9 +1,9 @@
 // What each backend implements for fp8.h. The public functions in fp8/fp8.cpp validate every
-// argument (null pointers, dtypes, sizes, workspace size), resolve AmaxAlgo::kAuto's environment
-// override, and only then call these, so backends may assume valid arguments:
+// argument (null pointers, dtypes, sizes, workspace size, the amax algorithm) and only then call these,
+// so backends may assume valid arguments:
 //   * x/y dtypes are the supported ones and element counts match; n may be 0;
 //   * scalar pointers (amax, scale, scale_inv) are non-null and live in the backend's memory;
-//   * opts.algo is kAuto only when neither the caller nor EMBSCALE_AMAX_ALGO chose one;
+//   * opts.algo is one of AmaxAlgo's values (kAuto: the backend chooses);
 //   * workspace_bytes >= the backend's own *_workspace_size for the same arguments.
 #pragma once
 

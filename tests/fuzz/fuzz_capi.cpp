@@ -91,7 +91,6 @@ std::vector<std::string> run_case(uint64_t seed, int64_t k, const std::function<
   c.announce = start;
   start(e.name);
   e.run(c, cuda);
-  finish_env();
   std::vector<std::string> out;
   for (const auto& f : c.failures) out.push_back(c.op + " [" + join(c.muts) + "]: " + f);
   return out;

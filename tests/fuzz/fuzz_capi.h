@@ -563,8 +563,6 @@ void case_quantize(Case& c, bool cuda, bool dequant);
 void case_quantize_current_scaling(Case& c, bool cuda);
 void case_activation_amax(Case& c, bool cuda);
 void case_cast_transpose(Case& c, bool cuda);
-// Unsets the environment a case may have set (EMBSCALE_AMAX_ALGO).
-void finish_env();
 // fuzz_tbe_create.cpp
 void case_tbe_create(Case& c, bool cuda);
 // fuzz_tbe_forward.cpp

@@ -72,7 +72,6 @@ TBE_COMMON = {
     "--indices-dtype": (None, "text:32,64"),
     "--bounds-check": (None, "text:error,skip,off"),
     "--seed": (None, "unsigned"),
-    "--l2-fetch-bytes": (None, "number:0,32,128"),
     "--mixed-dim": (None, "flag"),
     "--variable-bag-size": (None, "flag"),
     "--weighted": (None, "flag"),
@@ -113,7 +112,7 @@ SUBCOMMANDS = {
         "--no-peers": (None, "flag"),
         "--dry-run": (None, "flag"),
     }),
-    "bench tbe-forward": (["bench", "tbe-forward"], dict(TBE_COMMON, **{"--gather-ceiling": (None, "flag")})),
+    "bench tbe-forward": (["bench", "tbe-forward"], TBE_COMMON),
     "bench tbe-backward": (["bench", "tbe-backward"], TBE_BACKWARD),
     "bench tbe-train": (["bench", "tbe-train"], TBE_BACKWARD),
 }

@@ -8,7 +8,7 @@ namespace fuzz {
 const std::set<std::string> kFp8Vocab = {"ctx", "backend", "num_threads", "x", "y", "yt", "amax", "scale",
                                           "scale_inv", "algo", "opts", "eps", "fp8_dtype", "activation", "act",
                                           "workspace", "workspace_bytes", "bytes", "nonfinite_flag",
-                                          "EMBSCALE_AMAX_ALGO", "power_of_2"};
+                                          "power_of_2"};
 
 struct Scalar {
   float* p = nullptr;
@@ -38,23 +38,15 @@ float random_scale_value(Case& c) {
   }
 }
 
-// The amax algorithm (valid or not) and, sometimes, a hostile EMBSCALE_AMAX_ALGO.
+// The amax algorithm, valid or not.
 int32_t make_algo(Case& c) {
   int32_t algo = static_cast<int32_t>(c.rng.range(0, 2));
   if (c.rng.chance(0.04)) {
     algo = bad_enum(c, 3);
     c.mut(fmt("algo=%d", algo), Expect::kFail, kInvalidArgument);
   }
-  if (c.rng.chance(0.03)) {
-    const char* v = c.rng.pick<const char*>({"atomic", "two_stage", "bogus", "", "ATOMIC "});
-    setenv("EMBSCALE_AMAX_ALGO", v, 1);
-    const bool bad = algo == 0 && v[0] != '\0' && std::strcmp(v, "atomic") != 0 && std::strcmp(v, "two_stage") != 0;
-    c.mut(fmt("EMBSCALE_AMAX_ALGO=\"%s\"", v), bad ? Expect::kFail : Expect::kAny, kInvalidArgument);
-  }
   return algo;
 }
-
-void finish_env() { unsetenv("EMBSCALE_AMAX_ALGO"); }
 
 // x of a float dtype (an input) with a random valid shape.
 Tensor make_x(Case& c, int64_t max_numel, Role role = Role::kInput) {

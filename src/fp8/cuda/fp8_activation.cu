@@ -35,7 +35,8 @@ Status dispatch_act(Activation act, F&& f) {
 // (and its non-portable size enabled) on its own, and a refused cluster launch falls back to the atomic
 // path, which needs no workspace either.
 int activation_cluster_size() {
-  return cluster_size_for<activation_amax_cluster_kernel<bf16_t, bf16_t, Activation::kRelu>>(kClusterThreads);
+  return cluster_size_for<activation_amax_cluster_kernel<bf16_t, bf16_t, Activation::kRelu>>(
+      Fp8Policy::kClusterThreads);
 }
 
 AmaxPath activation_path(const TensorView& x, AmaxAlgo algo) {
@@ -69,11 +70,11 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
         p.out = AmaxOutputs{amax_out, opts.nonfinite_flag, static_cast<uint32_t*>(ws)};
         AmaxPath run_path = path;
         if (run_path == AmaxPath::kCluster) {
-          const int c = cluster_size_for<activation_amax_cluster_kernel<Tin, Tout, kAct>>(kClusterThreads);
+          const int c = cluster_size_for<activation_amax_cluster_kernel<Tin, Tout, kAct>>(Fp8Policy::kClusterThreads);
           if (c > 0) {
             const Status st = launch_kernel("activation_amax_cluster_kernel",
                                             activation_amax_cluster_kernel<Tin, Tout, kAct>, dim3(c),
-                                            dim3(kClusterThreads), c, stream, p);
+                                            dim3(Fp8Policy::kClusterThreads), c, stream, p);
             if (st.ok()) return st;
           }
           run_path = AmaxPath::kAtomic;  // refused: the grid path (its error was cleared)
@@ -88,10 +89,10 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
         }
         const int64_t work = p.split.nvec + ceil_div(p.split.num_scalar(), 4);
         const int grid = amax_grid_blocks(
-            work, resident_wave_blocks<activation_amax_grid_kernel<Tin, Tout, kAct>>(kAmaxGridThreads));
+            work, resident_wave_blocks<activation_amax_grid_kernel<Tin, Tout, kAct>>(Fp8Policy::kAmaxGridThreads));
         EMBSCALE_RETURN_IF_ERROR(launch_kernel("activation_amax_grid_kernel",
                                                activation_amax_grid_kernel<Tin, Tout, kAct>, dim3(grid),
-                                               dim3(kAmaxGridThreads), 0, stream, p, two_stage));
+                                               dim3(Fp8Policy::kAmaxGridThreads), 0, stream, p, two_stage));
         if (!two_stage) return Status::Ok();
         return launch_amax_reduce_slots(stream, p.out.slots, grid, amax_out, opts.nonfinite_flag, opts.noop_flag);
       });

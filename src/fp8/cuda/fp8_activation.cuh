@@ -47,7 +47,7 @@ __device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams
   MagAcc<Tout> acc;
   const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin));
   void* yb = static_cast<char*>(p.y) + p.split.head * static_cast<int64_t>(sizeof(Tout));
-  stream_vectors<Tin, kAmaxUnroll>(xb, p.split.nvec, start, stride, false, [&](int64_t i, const Vec16<Tin>& v) {
+  stream_vectors<Tin, Fp8Policy::kAmaxUnroll>(xb, p.split.nvec, start, stride, false, [&](int64_t i, const Vec16<Tin>& v) {
     OutPack<Tout, kN> o;
     if constexpr (sizeof(Tout) == 2) {
 #pragma unroll
@@ -73,7 +73,8 @@ __device__ __forceinline__ AmaxPartial activation_thread_partial(const ActParams
 
 // Grid path; two_stage selects the finish (uniform, so only the tail differs).
 template <typename Tin, typename Tout, Activation kAct>
-__global__ void __launch_bounds__(kAmaxGridThreads) activation_amax_grid_kernel(ActParams p, bool two_stage) {
+__global__ void __launch_bounds__(Fp8Policy::kAmaxGridThreads)
+    activation_amax_grid_kernel(ActParams p, bool two_stage) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(kAmaxGridThreads) activation_amax_grid_kernel(
 
 // Launched as exactly one cluster.
 template <typename Tin, typename Tout, Activation kAct>
-__global__ void __launch_bounds__(kClusterThreads, 1) activation_amax_cluster_kernel(ActParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) activation_amax_cluster_kernel(ActParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

@@ -2,8 +2,6 @@
 // init and final-reduce kernels of the grid paths, and the one dtype dispatch of the amax kernels (fp32,
 // fp16, bf16).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "fp8/fp8_backend.h"
@@ -23,8 +21,8 @@ __global__ void amax_init_kernel(AmaxOutputs o, const float* noop_flag) {
 }
 
 // One block: reduces nslots slots of the two-stage path and writes amax and flag.
-__global__ void __launch_bounds__(kAmaxReduceThreads) amax_reduce_slots_kernel(AmaxOutputs o, int nslots,
-                                                                              const float* noop_flag) {
+__global__ void __launch_bounds__(Fp8Policy::kAmaxReduceThreads)
+    amax_reduce_slots_kernel(AmaxOutputs o, int nslots, const float* noop_flag) {
   if (kernel_prologue_skip(noop_flag)) return;
   // Fixed traversal (thread t takes slots t, t + blockDim, ...), then the block reduction. The slots
   // were written by the previous grid: read them through L2.
@@ -41,36 +39,16 @@ __global__ void __launch_bounds__(kAmaxReduceThreads) amax_reduce_slots_kernel(A
   }
 }
 
-int64_t amax_cluster_max_bytes() {
-  static const int64_t v = env_int64("EMBSCALE_AMAX_CLUSTER_MAX_BYTES", kAmaxClusterMaxBytes, 0);
-  return v;
-}
-
-int amax_grid_vectors_per_thread() {
-  static const int v =
-      static_cast<int>(std::min<int64_t>(64, env_int64("EMBSCALE_AMAX_GRID_VPT", kAmaxGridVectorsPerThread, 1)));
-  return v;
-}
-
-bool amax_init_with_memset() {
-  static const bool v = [] {
-    const char* e = std::getenv("EMBSCALE_AMAX_INIT");
-    return e != nullptr && std::strcmp(e, "memset") == 0;
-  }();
-  return v;
-}
-
 AmaxPath choose_amax_path(AmaxAlgo algo, int64_t bytes, bool cluster_available) {
   if (algo == AmaxAlgo::kAtomic) return AmaxPath::kAtomic;
   if (algo == AmaxAlgo::kTwoStage) return AmaxPath::kTwoStage;
-  const int64_t max_bytes = amax_cluster_max_bytes();
-  return (cluster_available && max_bytes > 0 && bytes <= max_bytes) ? AmaxPath::kCluster : AmaxPath::kAtomic;
+  return (cluster_available && bytes <= Fp8Policy::kAmaxClusterMaxBytes) ? AmaxPath::kCluster : AmaxPath::kAtomic;
 }
 
 namespace {
 // Upper bound of any grid amax kernel's resident wave: SMs x (threads per SM / threads per block).
 int64_t max_amax_grid() {
-  return static_cast<int64_t>(sm_count()) * std::max(1, max_threads_per_sm() / kAmaxGridThreads);
+  return static_cast<int64_t>(sm_count()) * std::max(1, max_threads_per_sm() / Fp8Policy::kAmaxGridThreads);
 }
 }  // namespace
 
@@ -82,15 +60,16 @@ size_t amax_grid_workspace_bytes(AmaxPath path) {
 
 int amax_grid_blocks(int64_t work_vectors, int wave) {
   const int64_t cap = std::min<int64_t>(wave, max_amax_grid());
-  const bool mid = work_vectors * 16 <= kAmaxMidMaxBytes && std::getenv("EMBSCALE_AMAX_GRID_VPT") == nullptr;
-  const int vpt = mid ? 2 : amax_grid_vectors_per_thread();
-  const int64_t want = ceil_div(std::max<int64_t>(work_vectors, 1), static_cast<int64_t>(kAmaxGridThreads) * vpt);
+  const bool mid = work_vectors * 16 <= Fp8Policy::kAmaxMidMaxBytes;
+  const int vpt = mid ? Fp8Policy::kAmaxMidVectorsPerThread : Fp8Policy::kAmaxGridVectorsPerThread;
+  const int64_t want =
+      ceil_div(std::max<int64_t>(work_vectors, 1), static_cast<int64_t>(Fp8Policy::kAmaxGridThreads) * vpt);
   return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
 }
 
 Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag,
                         int64_t input_bytes) {
-  if (noop_flag == nullptr && (amax_init_with_memset() || input_bytes <= kAmaxMidMaxBytes)) {
+  if (noop_flag == nullptr && input_bytes <= Fp8Policy::kAmaxMidMaxBytes) {
     // Plain zero stores in stream order (0.0f and 0 are all-zero bytes); the next kernel's programmatic
     // dependency does not apply across a memset, so it starts after it as after any stream operation.
     cudaError_t err = cudaMemsetAsync(amax, 0, sizeof(float), stream);
@@ -109,15 +88,16 @@ Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_fla
 
 Status launch_amax_reduce_slots(cudaStream_t stream, const uint32_t* slots, int nslots, float* amax,
                                 int32_t* nonfinite_flag, const float* noop_flag) {
-  return launch_kernel("amax_reduce_slots_kernel", amax_reduce_slots_kernel, dim3(1), dim3(kAmaxReduceThreads), 0,
-                       stream, AmaxOutputs{amax, nonfinite_flag, const_cast<uint32_t*>(slots)}, nslots, noop_flag);
+  return launch_kernel("amax_reduce_slots_kernel", amax_reduce_slots_kernel, dim3(1),
+                       dim3(Fp8Policy::kAmaxReduceThreads), 0, stream,
+                       AmaxOutputs{amax, nonfinite_flag, const_cast<uint32_t*>(slots)}, nslots, noop_flag);
 }
 
 namespace {
 
 template <typename T>
 AmaxPath amax_path_for(int64_t n, AmaxAlgo algo) {
-  const bool cluster = cluster_size_for<amax_cluster_kernel<T>>(kClusterThreads) > 0;
+  const bool cluster = cluster_size_for<amax_cluster_kernel<T>>(Fp8Policy::kClusterThreads) > 0;
   return choose_amax_path(algo, n * static_cast<int64_t>(sizeof(T)), cluster);
 }
 
@@ -132,9 +112,9 @@ Status launch_amax_typed(cudaStream_t stream, const TensorView& x, float* amax, 
   p.out = AmaxOutputs{amax, nonfinite_flag, static_cast<uint32_t*>(ws)};
   AmaxPath path = amax_path_for<T>(n, algo);
   if (path == AmaxPath::kCluster) {
-    const int c = cluster_size_for<amax_cluster_kernel<T>>(kClusterThreads);
-    const Status st = launch_kernel("amax_cluster_kernel", amax_cluster_kernel<T>, dim3(c), dim3(kClusterThreads),
-                                    c, stream, p);
+    const int c = cluster_size_for<amax_cluster_kernel<T>>(Fp8Policy::kClusterThreads);
+    const Status st = launch_kernel("amax_cluster_kernel", amax_cluster_kernel<T>, dim3(c),
+                                    dim3(Fp8Policy::kClusterThreads), c, stream, p);
     if (st.ok()) return st;
     // The cluster launch was refused (its error is cleared): kAuto falls back to the atomic path, which
     // needs no workspace either.
@@ -144,14 +124,16 @@ Status launch_amax_typed(cudaStream_t stream, const TensorView& x, float* amax, 
   if (path == AmaxPath::kAtomic) {
     EMBSCALE_RETURN_IF_ERROR(launch_amax_init(stream, amax, nonfinite_flag, noop_flag, work * 16));
     if (n == 0) return Status::Ok();
-    const int grid = amax_grid_blocks(work, resident_wave_blocks<amax_atomic_kernel<T>>(kAmaxGridThreads));
-    return launch_kernel("amax_atomic_kernel", amax_atomic_kernel<T>, dim3(grid), dim3(kAmaxGridThreads), 0, stream,
-                         p);
+    const int grid =
+        amax_grid_blocks(work, resident_wave_blocks<amax_atomic_kernel<T>>(Fp8Policy::kAmaxGridThreads));
+    return launch_kernel("amax_atomic_kernel", amax_atomic_kernel<T>, dim3(grid), dim3(Fp8Policy::kAmaxGridThreads),
+                         0, stream, p);
   }
   EMBSCALE_RETURN_IF_ERROR(check_amax_slots(ws, "amax"));
-  const int grid = amax_grid_blocks(work, resident_wave_blocks<amax_two_stage_kernel<T>>(kAmaxGridThreads));
+  const int grid =
+      amax_grid_blocks(work, resident_wave_blocks<amax_two_stage_kernel<T>>(Fp8Policy::kAmaxGridThreads));
   EMBSCALE_RETURN_IF_ERROR(launch_kernel("amax_two_stage_kernel", amax_two_stage_kernel<T>, dim3(grid),
-                                         dim3(kAmaxGridThreads), 0, stream, p));
+                                         dim3(Fp8Policy::kAmaxGridThreads), 0, stream, p));
   return launch_amax_reduce_slots(stream, p.out.slots, grid, amax, nonfinite_flag, noop_flag);
 }
 

@@ -9,9 +9,8 @@
 //  * atomic    (grid): amax_init_kernel (one thread) writes *amax = 0 and *flag = 0; then a grid of one
 //                resident wave streams the input and each block does ONE native atomicMax of its maximum's
 //                bits on *amax (non-negative floats order like their bits as unsigned integers) and, only
-//                if it saw inf/NaN, one atomicOr on the flag. Two launches, no workspace. (Tuning
-//                option: EMBSCALE_AMAX_INIT=memset zeroes them with memsets instead, when there is no
-//                noop flag.)
+//                if it saw inf/NaN, one atomicOr on the flag. Two launches, no workspace. Mid-size
+//                inputs without a noop flag zero them with memsets instead (Fp8Policy).
 //  * two_stage (grid): each block stores its maximum (bits | nonfinite << 31) in its own workspace slot,
 //                then amax_reduce_slots_kernel (one block) reduces the slots in a fixed order and writes
 //                amax and flag. Two launches; workspace = the slots, any content on entry.
@@ -26,29 +25,12 @@
 #include <cooperative_groups.h>
 
 #include "fp8/cuda/fp8_common.cuh"
+#include "fp8/cuda/fp8_policy.cuh"
 
 namespace embscale {
 namespace cuda {
 
 namespace cg = cooperative_groups;
-
-// ---- tunables (set from H200 measurements: bench/results/*-tuning.md) -----------------------------------
-constexpr int kAmaxGridThreads = 512;     // threads per block of the grid paths
-constexpr int kAmaxUnroll = 4;            // 16-byte loads in flight per thread
-constexpr int kAmaxReduceThreads = 1024;  // threads of the two-stage final block
-// Grid sizing: about this many 16-byte vectors per thread (fewer blocks -> fewer atomics / slots), up
-// to one resident wave. EMBSCALE_AMAX_GRID_VPT overrides it (>= 1, at most 64).
-constexpr int kAmaxGridVectorsPerThread = 1;
-// Mid-size inputs (above the cluster limit, up to this many bytes) are launch-bound: there the atomic
-// path zeroes its outputs with memsets and gives each thread 2 vectors (fewer blocks, fewer atomics) —
-// TransformerEngine's shape, which the H200 A/B measured fastest at 1-4 MiB (bf16 2^20: 4.7 us against
-// 5.9 for the cluster; fp32 2^20: 5.2 against 6.0). Larger inputs keep the init kernel, whose
-// programmatic-dependent launch overlaps the main grid's start (fp32 2^22: 6.7 us against 8.3).
-constexpr int64_t kAmaxMidMaxBytes = int64_t(4) << 20;
-constexpr int kClusterThreads = 1024;     // threads per block of the cluster paths
-// kAuto uses the single-cluster path up to this many input bytes, the atomic grid path above.
-// EMBSCALE_AMAX_CLUSTER_MAX_BYTES overrides it (0 disables the cluster path).
-constexpr int64_t kAmaxClusterMaxBytes = int64_t(1) << 20;  // H200 A/B: the cluster wins up to 1 MiB
 
 struct AmaxOutputs {
   float* amax;              // [1]
@@ -137,27 +119,27 @@ __device__ __forceinline__ void amax_grid_body(const AmaxParams& p) {
   if (kernel_prologue_skip(p.noop_flag)) return;  // waits for the previous grid before reading x
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const AmaxPartial r = block_reduce_amax(amax_thread_partial<T, kAmaxUnroll>(p, start, stride));
+  const AmaxPartial r = block_reduce_amax(amax_thread_partial<T, Fp8Policy::kAmaxUnroll>(p, start, stride));
   finish_grid<kTwoStage>(r, p.out);
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kAmaxGridThreads) amax_atomic_kernel(AmaxParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kAmaxGridThreads) amax_atomic_kernel(AmaxParams p) {
   amax_grid_body<T, false>(p);
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kAmaxGridThreads) amax_two_stage_kernel(AmaxParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kAmaxGridThreads) amax_two_stage_kernel(AmaxParams p) {
   amax_grid_body<T, true>(p);
 }
 
 // Launched as exactly one cluster (gridDim.x == cluster size).
 template <typename T>
-__global__ void __launch_bounds__(kClusterThreads, 1) amax_cluster_kernel(AmaxParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) amax_cluster_kernel(AmaxParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const AmaxPartial r = block_reduce_amax(amax_thread_partial<T, kAmaxUnroll>(p, start, stride));
+  const AmaxPartial r = block_reduce_amax(amax_thread_partial<T, Fp8Policy::kAmaxUnroll>(p, start, stride));
   const AmaxPartial total = cluster_reduce_amax(r);
   cluster_done_reading();
   if (blockIdx.x == 0 && threadIdx.x == 0) {

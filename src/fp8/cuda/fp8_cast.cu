@@ -15,23 +15,11 @@ namespace {
 
 float fp8_max_for(DType f8dt) { return f8dt == DType::kF8E5M2 ? kFp8E5M2Max : kFp8E4M3Max; }
 
-// Blocks per SM of the cast grids: kCastBlocksPerSm, or EMBSCALE_CAST_BLOCKS_PER_SM (1..16), read once.
-int cast_blocks_per_sm() {
-  static const int v = static_cast<int>(std::min<int64_t>(16, env_int64("EMBSCALE_CAST_BLOCKS_PER_SM",
-                                                                           kCastBlocksPerSm, 1)));
-  return v;
-}
-
-// Whether quantize_from_amax walks x in reverse: on unless EMBSCALE_QCS_REVERSE=0, read once.
-bool qcs_reverse() {
-  static const bool v = env_int64("EMBSCALE_QCS_REVERSE", 1, 0) != 0;
-  return v;
-}
-
 int cast_grid_blocks(const RangeSplit& s, int unroll) {
   const int64_t work = s.nvec + ceil_div(s.num_scalar(), 4);
-  const int64_t cap = static_cast<int64_t>(sm_count()) * cast_blocks_per_sm();
-  const int64_t want = ceil_div(std::max<int64_t>(work, 1), static_cast<int64_t>(kCastThreads) * unroll);
+  const int64_t cap = static_cast<int64_t>(sm_count()) * Fp8Policy::kCastBlocksPerSm;
+  const int64_t want =
+      ceil_div(std::max<int64_t>(work, 1), static_cast<int64_t>(Fp8Policy::kCastThreads) * unroll);
   return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
 }
 
@@ -41,10 +29,11 @@ int cast_grid_blocks(const RangeSplit& s, int unroll) {
 template <typename Tin, typename Tout>
 int qcs_cluster_size(int64_t n, AmaxAlgo algo) {
   if (algo != AmaxAlgo::kAuto) return 0;
-  if (n * static_cast<int64_t>(sizeof(Tin)) > kQcsClusterMaxBytes) return 0;
-  const int c = cluster_size_for<quantize_current_scaling_cluster_kernel<Tin, Tout>>(kClusterThreads);
+  if (n * static_cast<int64_t>(sizeof(Tin)) > Fp8Policy::kQcsClusterMaxBytes) return 0;
+  const int c = cluster_size_for<quantize_current_scaling_cluster_kernel<Tin, Tout>>(Fp8Policy::kClusterThreads);
   if (c == 0) return 0;
-  const int64_t capacity = static_cast<int64_t>(kQcsVecPerThread) * c * kClusterThreads * Vec16<Tin>::kN;
+  const int64_t capacity =
+      static_cast<int64_t>(Fp8Policy::kQcsVecPerThread) * c * Fp8Policy::kClusterThreads * Vec16<Tin>::kN;
   return n <= capacity ? c : 0;
 }
 
@@ -72,7 +61,7 @@ Status quantize(const Context& ctx, const TensorView& x, const float* scale, con
     p.scale = scale;
     p.noop_flag = noop_flag;
     return launch_kernel("quantize_scaled_kernel", quantize_scaled_kernel<Tin, Tout>,
-                         dim3(cast_grid_blocks(p.split, kCastUnroll)), dim3(kCastThreads), 0,
+                         dim3(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll)), dim3(Fp8Policy::kCastThreads), 0,
                          static_cast<cudaStream_t>(ctx.stream), p);
   });
 }
@@ -91,7 +80,7 @@ Status dequantize(const Context& ctx, const TensorView& y, const float* scale_in
     p.scale = scale_inv;
     p.noop_flag = noop_flag;
     return launch_kernel("dequantize_kernel", dequantize_kernel<Tin, Tout>,
-                         dim3(cast_grid_blocks(p.split, kDequantUnroll)), dim3(kCastThreads), 0,
+                         dim3(cast_grid_blocks(p.split, Fp8Policy::kDequantUnroll)), dim3(Fp8Policy::kCastThreads), 0,
                          static_cast<cudaStream_t>(ctx.stream), p);
   });
 }
@@ -122,12 +111,12 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
     p.scale_inv_out = scale_inv;
     p.rule = ScaleRule{fp8_max_for(y.dtype), opts.scale.eps, opts.scale.power_of_2};
     p.noop_flag = opts.amax.noop_flag;
-    p.reverse = qcs_reverse();
+    p.reverse = Fp8Policy::kQcsReverse;
     const int c = qcs_cluster_size<Tin, Tout>(n, opts.amax.algo);
     if (c > 0) {
       const Status st = launch_kernel("quantize_current_scaling_cluster_kernel",
                                       quantize_current_scaling_cluster_kernel<Tin, Tout>, dim3(c),
-                                      dim3(kClusterThreads), c, stream, p);
+                                      dim3(Fp8Policy::kClusterThreads), c, stream, p);
       if (st.ok()) return st;
       // The cluster launch was refused (its error is cleared): fall back to amax + cast below.
     }
@@ -137,7 +126,8 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
         launch_amax(stream, x, amax_out, opts.amax.nonfinite_flag, opts.amax.noop_flag, opts.amax.algo, ws));
     // With n == 0 the cast has nothing to do, but scale and scale_inv must still be written.
     return launch_kernel("quantize_from_amax_kernel", quantize_from_amax_kernel<Tin, Tout>,
-                         dim3(cast_grid_blocks(p.split, kCastUnroll)), dim3(kCastThreads), 0, stream, p);
+                         dim3(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll)), dim3(Fp8Policy::kCastThreads), 0,
+                         stream, p);
   });
 }
 

@@ -6,27 +6,19 @@
 //    so amax -> scale -> cast runs with no host round trip (the cast is PDL-launched after the amax kernels). The cast walks the vectors in
 //    reverse so it starts on the part of x the amax pass read last, which may still sit in L2.
 //  * Small inputs: quantize_current_scaling_cluster_kernel does everything in one launch: one cluster
-//    loads x into registers (at most kQcsVecPerThread vectors per thread), reduces amax across the
-//    cluster through distributed shared memory, derives the scale and casts from registers, so x is read
-//    from memory once.
+//    loads x into registers (at most Fp8Policy::kQcsVecPerThread vectors per thread), reduces amax
+//    across the cluster through distributed shared memory, derives the scale and casts from registers,
+//    so x is read from memory once (up to Fp8Policy::kQcsClusterMaxBytes of input).
 // The multiply x * scale is one fp32 rounding, then the fp8 conversion rounds to nearest even and
 // saturates (numerics.h); a NaN input stays NaN.
 #pragma once
 
 #include "fp8/cuda/fp8_amax.cuh"
 #include "fp8/cuda/fp8_common.cuh"
+#include "fp8/cuda/fp8_policy.cuh"
 
 namespace embscale {
 namespace cuda {
-
-constexpr int kCastThreads = 512;
-constexpr int kCastBlocksPerSm = 4;  // H200 A/B: 4 beat 2 (qcs bf16 2^28 316 vs 351 us); env EMBSCALE_CAST_BLOCKS_PER_SM (1..16)
-constexpr int kCastUnroll = 4;
-constexpr int kDequantUnroll = 2;  // 16 outputs per vector already
-constexpr int kQcsVecPerThread = 4;
-// kAuto runs quantize_current_scaling as one cluster launch up to this many input bytes (and while x
-// fits kQcsVecPerThread vectors per thread of the cluster).
-constexpr int64_t kQcsClusterMaxBytes = int64_t(1) << 20;
 
 struct ScaleRule {
   float fp8_max;
@@ -69,32 +61,32 @@ __device__ __forceinline__ void cast_range(const CastParams& p, float s, int64_t
 
 // y = fp8(x * *scale)
 template <typename Tin, typename Tout>
-__global__ void __launch_bounds__(kCastThreads) quantize_scaled_kernel(CastParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_scaled_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const float s = *p.scale;
-  cast_range<Tin, Tout, kCastUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+  cast_range<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                                      static_cast<int64_t>(gridDim.x) * blockDim.x, false);
 }
 
 // scale = rule(*amax); block 0 stores scale and scale_inv; y = fp8(x * scale).
 template <typename Tin, typename Tout>
-__global__ void __launch_bounds__(kCastThreads) quantize_from_amax_kernel(CastParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const float s = scale_from_amax_rule(*p.amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     *p.scale_out = s;
     *p.scale_inv_out = scale_inv_from_scale(s);
   }
-  cast_range<Tin, Tout, kCastUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+  cast_range<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                                      static_cast<int64_t>(gridDim.x) * blockDim.x, p.reverse);
 }
 
 // x = float(y) * *scale_inv, rounded to x's dtype. Here p.x is the fp8 input and p.y the output.
 template <typename Tin, typename Tout>
-__global__ void __launch_bounds__(kCastThreads) dequantize_kernel(CastParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kCastThreads) dequantize_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const float s = *p.scale;
-  cast_range<Tin, Tout, kDequantUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+  cast_range<Tin, Tout, Fp8Policy::kDequantUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                                         static_cast<int64_t>(gridDim.x) * blockDim.x, false);
 }
 
@@ -110,9 +102,9 @@ __global__ void compute_scale_kernel(const float* amax, ScaleRule rule, float* s
 }
 
 // One cluster (gridDim.x == cluster size) holding x on chip; the host guarantees
-// nvec <= kQcsVecPerThread * gridDim.x * blockDim.x.
+// nvec <= Fp8Policy::kQcsVecPerThread * gridDim.x * blockDim.x.
 template <typename Tin, typename Tout>
-__global__ void __launch_bounds__(kClusterThreads, 1) quantize_current_scaling_cluster_kernel(CastParams p) {
+__global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) quantize_current_scaling_cluster_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   constexpr int kN = Vec16<Tin>::kN;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -120,15 +112,15 @@ __global__ void __launch_bounds__(kClusterThreads, 1) quantize_current_scaling_c
   const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin));
   void* yb = static_cast<char*>(p.y) + p.split.head * static_cast<int64_t>(sizeof(Tout));
 
-  Vec16<Tin> v[kQcsVecPerThread];
+  Vec16<Tin> v[Fp8Policy::kQcsVecPerThread];
   MagAcc<Tin> acc;
 #pragma unroll
-  for (int k = 0; k < kQcsVecPerThread; ++k) {
+  for (int k = 0; k < Fp8Policy::kQcsVecPerThread; ++k) {
     const int64_t i = start + k * stride;
     if (i < p.split.nvec) v[k] = load_vec<Tin>(xb, i);
   }
 #pragma unroll
-  for (int k = 0; k < kQcsVecPerThread; ++k) {
+  for (int k = 0; k < Fp8Policy::kQcsVecPerThread; ++k) {
     if (start + k * stride < p.split.nvec) acc.add_vec(v[k]);
   }
   stream_scalars(p.split, start, stride,
@@ -145,7 +137,7 @@ __global__ void __launch_bounds__(kClusterThreads, 1) quantize_current_scaling_c
     *p.scale_inv_out = scale_inv_from_scale(s);
   }
 #pragma unroll
-  for (int k = 0; k < kQcsVecPerThread; ++k) {
+  for (int k = 0; k < Fp8Policy::kQcsVecPerThread; ++k) {
     const int64_t i = start + k * stride;
     if (i < p.split.nvec) {
       OutPack<Tout, kN> o;

@@ -1,22 +1,11 @@
-// The range split used by every FP8 launcher and the FP8 tuning reads (fp8_launch.cuh).
+// The range split used by every FP8 launcher and the two-stage workspace check (fp8_launch.cuh).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "fp8/cuda/fp8_launch.cuh"
 
 namespace embscale {
 namespace cuda {
-
-int64_t env_int64(const char* name, int64_t def, int64_t min_value) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0') return def;
-  char* end = nullptr;
-  const long long v = std::strtoll(e, &end, 10);
-  if (end == e || *end != '\0' || v < min_value) return def;  // not a valid value: the default
-  return static_cast<int64_t>(v);
-}
 
 Status check_amax_slots(const void* ws, const char* op) {
   if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 4 != 0) {

@@ -14,6 +14,7 @@
 #include "core/cuda/check.cuh"
 #include "core/cuda/device.cuh"
 #include "fp8/cuda/fp8_common.cuh"
+#include "fp8/cuda/fp8_policy.cuh"
 #include "embscale/fp8.h"
 
 namespace embscale {
@@ -25,34 +26,23 @@ namespace cuda {
 // both sides can use wide accesses at the same element positions; otherwise everything is scalar.
 RangeSplit make_split(const void* in, size_t in_size, int64_t n, const void* out, size_t out_size);
 
-// Integer tuning override from the environment: the decimal value of `name` if it parses and is >=
-// min_value, else def. Callers read it once (function-local static).
-int64_t env_int64(const char* name, int64_t def, int64_t min_value);
-
 // ---- amax launch shared by amax, quantize_current_scaling and activation_amax (fp8_amax.cuh) ----
 // No path keeps state between calls: kAtomic needs no workspace, kTwoStage one 32-bit slot per grid
 // block whose content on entry does not matter.
 enum class AmaxPath { kCluster, kAtomic, kTwoStage };
-// kAuto: the single-cluster path up to amax_cluster_max_bytes() of input, else kAtomic.
+// kAuto: the single-cluster path up to Fp8Policy::kAmaxClusterMaxBytes of input, else kAtomic.
 AmaxPath choose_amax_path(AmaxAlgo algo, int64_t bytes, bool cluster_available);
-// kAmaxClusterMaxBytes, or EMBSCALE_AMAX_CLUSTER_MAX_BYTES (bytes; 0 disables the cluster path), read once.
-int64_t amax_cluster_max_bytes();
 // Workspace of a path: 0, except kTwoStage: one slot for each block the largest grid can have.
 size_t amax_grid_workspace_bytes(AmaxPath path);
-// Grid of a grid amax kernel: enough blocks to give each thread about amax_grid_vectors_per_thread()
-// 16-byte vectors, at most the resident wave `wave` and at most the slots amax_grid_workspace_bytes
-// provides.
+// Grid of a grid amax kernel: enough blocks to give each thread about Fp8Policy::kAmaxGridVectorsPerThread
+// 16-byte vectors (kAmaxMidVectorsPerThread up to kAmaxMidMaxBytes of work), at most the resident wave
+// `wave` and at most the slots amax_grid_workspace_bytes provides.
 int amax_grid_blocks(int64_t work_vectors, int wave);
-// kAmaxGridVectorsPerThread, or EMBSCALE_AMAX_GRID_VPT (>= 1), read once.
-int amax_grid_vectors_per_thread();
-// How the atomic path initialises *amax and the flag: false (default) the one-thread init kernel;
-// true (EMBSCALE_AMAX_INIT=memset, and only when there is no noop flag) cudaMemsetAsync.
-bool amax_init_with_memset();
 // The two-stage workspace holds 32-bit slots: non-null and 4-byte aligned.
 Status check_amax_slots(const void* ws, const char* op);
 // kAtomic's first launch: one thread zeroes *amax and *nonfinite_flag (after the grid-dependency wait).
-// Memsets instead of the kernel for inputs up to kAmaxMidMaxBytes (input_bytes) or with
-// EMBSCALE_AMAX_INIT=memset, when there is no noop flag.
+// Memsets instead of the kernel for inputs up to Fp8Policy::kAmaxMidMaxBytes (input_bytes) when there is
+// no noop flag (a memset cannot honour it).
 Status launch_amax_init(cudaStream_t stream, float* amax, int32_t* nonfinite_flag, const float* noop_flag,
                         int64_t input_bytes);
 // kTwoStage's last launch: one block reduces `nslots` slots in a fixed order and writes amax and flag.

@@ -15,7 +15,7 @@ namespace {
 template <typename Tin, typename Tout>
 Status launch_cast_transpose(cudaStream_t stream, const CastTransposeParams& p) {
   const int64_t ntiles = ceil_div(p.rows, kTileRows) * ceil_div(p.cols, kTileCols);
-  const int64_t cap = static_cast<int64_t>(sm_count()) * kTransposeMaxBlocksPerSm;
+  const int64_t cap = static_cast<int64_t>(sm_count()) * Fp8Policy::kTransposeMaxBlocksPerSm;
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min(ntiles, cap)));
   return launch_kernel("cast_transpose_tiled_kernel", cast_transpose_tiled_kernel<Tin, Tout>, dim3(grid),
                        dim3(kTransposeThreads), 0, stream, p);

@@ -1,7 +1,7 @@
 // cast_transpose: x [rows, cols] -> y = fp8(x * scale) as [rows, cols] and yt = y^T as [cols, rows], one
 // read of x. Tiles are 64 rows x 128 columns; the grid has one block per tile (grid-stride beyond
-// kTransposeMaxBlocksPerSm blocks per SM), so the scheduler overlaps one block's stores with the next
-// blocks' loads.
+// Fp8Policy::kTransposeMaxBlocksPerSm blocks per SM), so the scheduler overlaps one block's stores with
+// the next blocks' loads.
 //
 // Full, aligned tiles (fast path): 128 threads; thread (tr, tc) loads a 4-row x 16-column patch (two
 // 16-byte loads per row for 16-bit inputs, four for fp32, all issued before any is used), converts it,
@@ -17,6 +17,7 @@
 #pragma once
 
 #include "fp8/cuda/fp8_common.cuh"
+#include "fp8/cuda/fp8_policy.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -25,7 +26,6 @@ constexpr int kTileRows = 64;
 constexpr int kTileCols = 128;
 constexpr int kPatchCols = 16;  // columns per thread in the fast path (one 16-byte fp8 store per row)
 constexpr int kTransposeThreads = 128;
-constexpr int kTransposeMaxBlocksPerSm = 256;  // grid cap; above it blocks loop over tiles
 static_assert(kTransposeThreads == (kTileRows / 4) * (kTileCols / kPatchCols), "one 4 x 16 patch per thread");
 
 struct CastTransposeParams {

@@ -15,20 +15,16 @@
 //        skipped (nothing is read out of bounds) and *num_skipped is set to -1 instead of the count.
 // Off mode only launches the bags kernel. No mode allocates.
 //
-// Tuning (tbe/tbe_tuning.h): the kernel shape for pooled fp32 -> fp32 with int64 indices
-// (tbe_forward_variants.cu), the grid order and the bags per lane group, from the environment at the
-// first call or set by a test or benchmark.
+// Launch parameters: ForwardPolicy (forward_policy.cuh). tbe_forward_shaped takes them as an argument,
+// for dev/ to measure other shapes on the same path; nothing here is global or mutable.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include "tbe/tbe_backend.h"
-#include "tbe/tbe_tuning.h"
 #include "core/cuda/check.cuh"
 #include "tbe/cuda/forward/tbe_forward_launch.cuh"
 #include "tbe/cuda/tbe_report.cuh"
@@ -72,85 +68,6 @@ Status launch_bags(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DT
                           " is not supported; expected fp32, fp16 or bf16");
 }
 
-// ---- tuning ----
-
-struct TuningState {
-  std::mutex mu;
-  bool loaded = false;
-  std::string env_error;  // a bad environment value's message; empty when none
-  TbeForwardTuning t;
-  int variant_index = 0;
-};
-
-TuningState& tuning_state() {
-  static TuningState s;
-  return s;
-}
-
-int find_variant(const std::string& name) {
-  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i)
-    if (name == tbe_fwd::fwd_variant(i).name) return i;
-  return -1;
-}
-
-std::string variant_list() {
-  std::string s;
-  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i) s += (i ? ", " : "") + std::string(tbe_fwd::fwd_variant(i).name);
-  return s;
-}
-
-Status check_tuning(const TbeForwardTuning& t, const char* variant_src, const char* bags_src, int* index) {
-  const int i = find_variant(t.variant);
-  if (i < 0)
-    return invalid_argument(std::string(variant_src) + ": unknown variant '" + t.variant + "'; expected one of " +
-                            variant_list());
-  if (t.bags_per_group < 0 || t.bags_per_group > 64)
-    return invalid_argument(std::string(bags_src) + ": " + std::to_string(t.bags_per_group) +
-                            "; expected 0 (automatic) or 1..64");
-  *index = i;
-  return Status::Ok();
-}
-
-// Loads the environment once (caller holds the lock).
-void load_env(TuningState& s) {
-  if (s.loaded) return;
-  s.loaded = true;
-  TbeForwardTuning t;
-  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_VARIANT"); v != nullptr && *v != 0) t.variant = v;
-  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_ORDER"); v != nullptr && *v != 0) {
-    const std::string o = v;
-    if (o == "feature") {
-      t.feature_inner = true;
-    } else if (o != "tile") {
-      s.env_error = "EMBSCALE_TBE_FWD_ORDER: '" + o + "'; expected tile or feature";
-      return;
-    }
-  }
-  if (const char* v = std::getenv("EMBSCALE_TBE_FWD_BAGS"); v != nullptr && *v != 0) {
-    char* e = nullptr;
-    const long n = std::strtol(v, &e, 10);
-    t.bags_per_group = (e != nullptr && *e == 0 && n >= 0 && n <= 64) ? static_cast<int>(n) : -1;
-  }
-  int index = 0;
-  const Status st = check_tuning(t, "EMBSCALE_TBE_FWD_VARIANT", "EMBSCALE_TBE_FWD_BAGS", &index);
-  if (!st.ok()) {
-    s.env_error = st.message();
-  } else {
-    s.t = t;
-    s.variant_index = index;
-  }
-}
-
-Status current_tuning(TbeForwardTuning* t, int* index) {
-  TuningState& s = tuning_state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  load_env(s);
-  if (!s.env_error.empty()) return invalid_argument(s.env_error);
-  *t = s.t;
-  *index = s.variant_index;
-  return Status::Ok();
-}
-
 Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, cudaStream_t s) {
   const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
   if (index_dtype == DType::kI32) {
@@ -168,37 +85,17 @@ Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* nu
 
 }  // namespace
 
-std::vector<std::string> tbe_forward_variant_names() {
-  std::vector<std::string> names;
-  for (int i = 0; i < tbe_fwd::num_fwd_variants(); ++i) names.emplace_back(tbe_fwd::fwd_variant(i).name);
-  return names;
-}
-
-Status tbe_forward_tuning(TbeForwardTuning* out) {
-  int index = 0;
-  return current_tuning(out, &index);
-}
-
-Status set_l2_fetch_granularity(int bytes) {
-  if (bytes < 0 || bytes > 128)
-    return invalid_argument("l2 fetch granularity: " + std::to_string(bytes) + " bytes; expected 0..128");
-  return cuda_status(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, static_cast<size_t>(bytes)),
-                     "cudaDeviceSetLimit (cudaLimitMaxL2FetchGranularity)");
-}
-
-Status set_tbe_forward_tuning(const TbeForwardTuning& t) {
-  int index = 0;
-  EMBSCALE_RETURN_IF_ERROR(check_tuning(t, "variant", "bags_per_group", &index));
-  TuningState& s = tuning_state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.loaded = true;  // an explicit setting replaces the environment's
-  s.env_error.clear();
-  s.t = t;
-  s.variant_index = index;
-  return Status::Ok();
-}
-
 Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
+  using Policy = tbe_fwd::ForwardPolicy;
+  const tbe_fwd::ForwardShape shape{Policy::Bags::kBlock, Policy::Bags::kVecs, Policy::kFeatureInner, 0, nullptr};
+  return tbe_fwd::tbe_forward_shaped(ctx, tbe, args, shape);
+}
+
+Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
+                                   const ForwardShape& shape) {
+  if (shape.bags_per_group < 0 || shape.bags_per_group > 64)
+    return invalid_argument("bags_per_group: " + std::to_string(shape.bags_per_group) +
+                            "; expected 0 (the policy's rule) or 1..64");
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
   const int T = tbe.num_features();
@@ -238,15 +135,7 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   p.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
             : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
                                                           : tbe_fwd::kCheckOff;
-
-  TbeForwardTuning tuning;
-  int variant_index = 0;
-  EMBSCALE_RETURN_IF_ERROR(current_tuning(&tuning, &variant_index));
-  p.feature_inner = tuning.feature_inner ? 1 : 0;
-  // The variants cover pooled fp32 -> fp32 with int64 indices; everything else runs the default.
-  const bool use_variant = variant_index != 0 && !sequence && args.weights.dtype == DType::kF32 &&
-                           args.output.dtype == DType::kF32 && args.indices.dtype == DType::kI64;
-  const tbe_fwd::FwdVariant& variant = tbe_fwd::fwd_variant(use_variant ? variant_index : 0);
+  p.feature_inner = shape.feature_inner ? 1 : 0;
 
   // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
   // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
@@ -255,30 +144,29 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   if (T > 0 && B > 0) {
     const int es = static_cast<int>(dtype_size(args.weights.dtype));
     const auto base = reinterpret_cast<uintptr_t>(args.weights.data);
-    // Automatic bags per group: 2 when the widest group is a whole warp. H200, default shape (µs, one
-    // bag vs two): D=128 Zipf 1.15 281 -> 249, mixed D 746 -> 731 (Zipf 346 -> 310), D=68 449 -> 435,
-    // D=128 uniform 640 -> 643, D=256 1281 -> 1288; narrower groups lose (D=8 143 -> 152, D=32 176 -> 181),
-    // and with a whole-warp group sizing the grid they walk one bag each anyway.
+    // The policy's bags per group when the widest group is a whole warp, else one (with a whole-warp
+    // group sizing the grid, narrower groups walk one bag each anyway).
     int max_group = 1;
     for (int f = 0; f < T; ++f) {
       const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
-      max_group = std::max(max_group, tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, variant.vecs).group);
+      max_group = std::max(max_group, tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, shape.vecs).group);
     }
-    const int bags_per_group =
-        tuning.bags_per_group > 0 ? tuning.bags_per_group : (max_group == ArchTraits::kWarpSize ? 2 : 1);
+    const int bags_per_group = shape.bags_per_group > 0 ? shape.bags_per_group
+                               : max_group == ArchTraits::kWarpSize ? tbe_fwd::ForwardPolicy::kBagsPerWarpGroup
+                                                                    : 1;
     int64_t tiles = 1;
     for (int f = 0; f < T; ++f) {
       const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
-      const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, variant.vecs);
-      const int64_t bags_per_block = static_cast<int64_t>(variant.block / plan.group) * bags_per_group;
+      const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, shape.vecs);
+      const int64_t bags_per_block = static_cast<int64_t>(shape.block / plan.group) * bags_per_group;
       tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
     }
-    const dim3 grid = tuning.feature_inner
+    const dim3 grid = shape.feature_inner
                           ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))
                           : dim3(static_cast<unsigned>(std::min(tiles, kMaxGridX)),
                                  static_cast<unsigned>(std::min(T, kMaxGridY)));
-    if (use_variant) {
-      EMBSCALE_RETURN_IF_ERROR(variant.launch(p, grid, stream));
+    if (shape.launch != nullptr) {
+      EMBSCALE_RETURN_IF_ERROR(shape.launch(p, grid, stream));
     } else {
       EMBSCALE_RETURN_IF_ERROR(launch_bags(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
     }

@@ -10,7 +10,7 @@ namespace tbe_fwd {
 
 template <typename W, typename O, typename I>
 Status launch_tbe_forward(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
-  using C = DefaultFwdConfig;
+  using C = ForwardPolicy::Bags;
   if (p.pooling == kPoolNone) {
     tbe_forward_bags_kernel<W, O, I, false, C><<<grid, C::kBlock, 0, stream>>>(p);
   } else {

@@ -45,6 +45,7 @@
 #include "core/numerics.h"
 #include "core/cuda/arch_traits.cuh"
 #include "tbe/cuda/bounds_check.cuh"
+#include "tbe/cuda/forward/forward_policy.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -52,31 +53,6 @@ namespace tbe_fwd {
 
 // The check modes, scratch words, report kinds and record_min_position (shared with the backward).
 using namespace tbe_bounds;
-
-// Compile-time shape of the bags kernel. The default is used for every dtype combination; a few
-// other shapes are compiled for fp32 weights and output with int64 indices, pooled, so that they can
-// be compared on one build (tbe_forward_variants.cu, selected by EMBSCALE_TBE_FWD_VARIANT):
-//  kBlock, kMinBlocks: block size and the occupancy floor given to the register allocator;
-//  kUnroll:            lookups per step (row loads in flight per lane per vector);
-//  kVecs:              vectors per lane per pass (2: D=128 fp32 is 16 lanes per bag, two bags a warp);
-//  kNoAlloc:           row loads bypass L1 (ld.global.nc.L1::no_allocate; rows are rarely reused).
-template <int kBlock_, int kMinBlocks_, int kUnroll_, int kVecs_, bool kNoAlloc_>
-struct FwdConfig {
-  static constexpr int kBlock = kBlock_;
-  static constexpr int kMinBlocks = kMinBlocks_;
-  // Sequence kernels keep more values live (a store per lookup): two thirds of the pooled floor.
-  static constexpr int kMinBlocksSequence = kMinBlocks_ * 2 / 3 > 0 ? kMinBlocks_ * 2 / 3 : 1;
-  static constexpr int kUnroll = kUnroll_;
-  static constexpr int kVecs = kVecs_;
-  static constexpr bool kNoAlloc = kNoAlloc_;
-};
-
-// Default, chosen by the H200 sweep (docs/tbe_forward_cuda.md): 128 threads, 8 blocks per SM, unroll 4
-// — more resident warps with fewer loads each beat fewer warps with deeper unrolling (T=32, D=128,
-// B=8192, L=20 fp32: 656 us uniform vs 779 us for 256 threads x 3 blocks x unroll 8; Zipf 1.15: 369 vs
-// 512 us). Sequence kernels keep two thirds of the pooled occupancy floor.
-using DefaultFwdConfig = FwdConfig<128, 8, 4, 1, false>;
-constexpr int kBlockThreads = DefaultFwdConfig::kBlock;
 
 enum PoolKind : int { kPoolSum = 0, kPoolMean = 1, kPoolNone = 2 };
 // Plain parameters of one forward call (pointers are device memory).
@@ -130,10 +106,9 @@ __host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t t
 }
 
 // Rows of 33..63 16-byte vectors (fp32 D = 132..252) take two vectors per lane at half the unroll (as
-// many loads in flight), one walk over the bag. In passes of 32 vectors the second pass re-walks the bag
-// for what is left of the row, as little as one vector, a separate far access per lookup: D=132 ran at
-// 73% of the byte floor, 83% now (D=160 90 -> 97%). Measured and not taken: the same for 9..31 vectors
-// on half as many lanes (fp32 D = 68, 96, 100, 40: 4-10% slower, mixed D 756 -> 782 us).
+// many loads in flight), one walk over the bag. In passes of 32 vectors the second pass would re-walk
+// the bag for what is left of the row, as little as one vector, a separate far access per lookup. The
+// same for 9..31 vectors on half as many lanes was slower (docs/tbe_forward_cuda.md, History).
 __host__ __device__ inline bool wide_row(int units) {
   return units > ArchTraits::kWarpSize && units < 2 * ArchTraits::kWarpSize;
 }
@@ -298,7 +273,7 @@ __device__ __forceinline__ int64_t load_index(const I* p) {
 // all three), so every lookup of a full step is present, its row's byte offset is a 32 x 32-bit
 // product, and it adds its row as is (w = 1 is exact: the same bits, without the multiply and the
 // per-lookup predicate arithmetic). Under Zipf, where most rows come from L1/L2, the kernel is bound by
-// issued instructions (ncu on the H200: issue slots 69% busy, 45 instructions per warp and lookup).
+// issued instructions (docs/tbe_forward_cuda.md, History).
 template <typename W, typename O, typename I, int kBytes, bool kPooled, typename C, bool kPlain>
 __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, int f, const W* table,
                                                     const RowPlan plan, int64_t tile0, int64_t tiles) {
@@ -463,10 +438,11 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
   }
 }
 
-// grid = (bag tiles, features), or (features, bag tiles) when p.feature_inner; block = C::kBlock.
+// grid = (bag tiles, features), or (features, bag tiles) when p.feature_inner; block = C::kBlock (C: a
+// FwdConfig, forward_policy.cuh).
 // Pooled and sequence outputs are separate kernels: the sequence loop keeps more values live (a store
 // per lookup) and would otherwise set the register budget, and so the occupancy, of the pooled kernel.
-template <typename W, typename O, typename I, bool kPooled, typename C = DefaultFwdConfig>
+template <typename W, typename O, typename I, bool kPooled, typename C = ForwardPolicy::Bags>
 __global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBlocksSequence)
     tbe_forward_bags_kernel(const TbeForwardParams p) {
   const bool fi = p.feature_inner != 0;

@@ -1,13 +1,15 @@
 // CUDA table-batched embedding forward: the launchers of the bags kernel, one template over the closed
 // set weights {fp32, fp16, bf16} x output {fp32, fp16, bf16} x index {int32, int64}. The set is
 // explicitly instantiated in tbe_forward_{f32,f16,bf16}.cu (one file per weights dtype, so a 2-core
-// build compiles them in parallel); tbe_forward.cu sees only these declarations.
+// build compiles them in parallel); tbe_forward.cu sees only these declarations. Also the shaped
+// forward dev/ measures other launch shapes with.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "tbe/cuda/forward/tbe_forward_kernels.cuh"
 #include "embscale/status.h"
+#include "embscale/tbe.h"
 
 namespace embscale {
 namespace cuda {
@@ -28,17 +30,22 @@ EMBSCALE_TBE_FORWARD_EXTERN(fp16_t)
 EMBSCALE_TBE_FORWARD_EXTERN(bf16_t)
 #undef EMBSCALE_TBE_FORWARD_EXTERN
 
-// Compiled shapes of the pooled fp32 -> fp32, int64-index kernel (tbe_forward_variants.cu), to compare
-// on one build. Index 0 is DefaultFwdConfig (the launcher above); grid sizing needs block and vecs.
-struct FwdVariant {
-  const char* name;
-  const char* what;
-  int block;  // threads per block
-  int vecs;   // FwdConfig::kVecs
-  Status (*launch)(const TbeForwardParams& p, dim3 grid, cudaStream_t stream);  // pooled only
+// How the bags kernel is launched. The library runs ForwardPolicy (forward_policy.cuh) for every call;
+// dev/ passes other kernel shapes, grid orders and bags per lane group, so that they are measured on
+// the library's own grid sizing, bounds-check protocol and report.
+struct ForwardShape {
+  int block;            // threads per block of the bags kernel
+  int vecs;             // its FwdConfig::kVecs (the grid is sized with the kernel's own row plan)
+  bool feature_inner;   // grid (features, bag tiles) instead of (bag tiles, features)
+  int bags_per_group;   // bags each lane group walks, 1..64; 0: ForwardPolicy's rule
+  // Launches the bags kernel; null: the library's launchers (ForwardPolicy::Bags, every dtype).
+  Status (*launch)(const TbeForwardParams& p, dim3 grid, cudaStream_t stream);
 };
-int num_fwd_variants();
-const FwdVariant& fwd_variant(int i);
+
+// The forward of tbe_backend.h with an explicit shape (arguments already validated by tbe.cpp); an
+// out-of-range bags_per_group is an invalid_argument naming it.
+Status tbe_forward_shaped(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
+                          const ForwardShape& shape);
 
 }  // namespace tbe_fwd
 }  // namespace cuda

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Sweep of the CUDA TBE forward on one build: every compiled kernel variant (--sweep all, same inputs
-# in one process) for uniform and Zipf(1.15) lookups, the grid order and bags per lane group
-# (EMBSCALE_TBE_FWD_ORDER / EMBSCALE_TBE_FWD_BAGS, read once per process), then the default variant
-# over weights dtypes, dimensions and mixed dimensions. One JSON record per line to $OUT/tbe_fwd_sweep.jsonl,
-# a readable line per record to stdout.
+# Sweep of the CUDA TBE forward on one build (embscale-dev, dev/README.md): every compiled kernel variant
+# (--variants all, same inputs in one process) for uniform and Zipf(1.15) lookups, the grid order and bags
+# per lane group (--order, --bags), then the library's shape over weights dtypes, dimensions and mixed
+# dimensions. One JSON record per line to $OUT/tbe_fwd_sweep.jsonl, a readable line per record to stdout.
 #
 # Environment: BUILD_DIR (default build-gpu), OUT (default ./out), ITERS (default 50),
 # PARTS (default "variants order dims": which groups to run).
@@ -13,7 +12,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-$PWD/out}
 ITERS=${ITERS:-50}
 PARTS=${PARTS:-"variants order dims"}
-CLI="$PWD/$BUILD_DIR/embscale"
+DEV="$PWD/$BUILD_DIR/embscale-dev"
 mkdir -p "$OUT"
 JSONL="$OUT/tbe_fwd_sweep.jsonl"
 : >"$JSONL"
@@ -22,7 +21,7 @@ rc=0
 # bench ARGS...: one run; JSON records appended to $JSONL, a short line per record printed.
 bench() {
   local out
-  out=$("$CLI" bench tbe-forward --json --iters "$ITERS" "$@" 2>&1) || { echo "FAILED: $*"; echo "$out" | tail -n 5; rc=1; }
+  out=$("$DEV" tbe-forward --json --iters "$ITERS" "$@" 2>&1) || { echo "FAILED: $*"; echo "$out" | tail -n 5; rc=1; }
   echo "$out" | grep '^{' | tee -a "$JSONL" | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -35,13 +34,13 @@ for line in sys.stdin:
 for part in $PARTS; do
   case $part in
     variants)
-      bench --sweep all
-      bench --sweep all --alpha 1.15
+      bench --variants all
+      bench --variants all --alpha 1.15
       ;;
     order)
-      EMBSCALE_TBE_FWD_ORDER=feature bench --sweep default,b256u8,v2u4
-      EMBSCALE_TBE_FWD_BAGS=2 bench --sweep default,b256u8,v2u4
-      EMBSCALE_TBE_FWD_BAGS=4 bench --sweep default,b256u8,v2u4 --alpha 1.15
+      bench --order feature --variants default,b256u8,v2u4
+      bench --bags 1 --variants default,b256u8,v2u4
+      bench --bags 4 --variants default,b256u8,v2u4 --alpha 1.15
       ;;
     dims)
       bench --weights-precision fp16

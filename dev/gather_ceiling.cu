@@ -1,4 +1,4 @@
-// Bare gather of looked-up rows (gather_ceiling.h).
+// Bare gather of looked-up rows (gather_ceiling.h), a dev/ measurement: never part of the library or the CLI.
 #include "gather_ceiling.h"
 
 #include <cuda_runtime.h>
@@ -9,7 +9,7 @@
 #include "embscale/memory.h"
 
 namespace embscale {
-namespace tools {
+namespace dev {
 namespace {
 
 constexpr int kThreads = 256;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) gather_rows_kernel(const char* __res
 }  // namespace
 
 Status gather_ceiling(const Context& ctx, const void* weights, const std::vector<int64_t>& byte_offsets,
-                      const std::vector<int32_t>& row_bytes, const TimingConfig& cfg, Timing* t) {
+                      const std::vector<int32_t>& row_bytes, const tools::TimingConfig& cfg, tools::Timing* t) {
   using cuda::cuda_status;
   if (row_bytes.empty() || (row_bytes.size() != 1 && row_bytes.size() != byte_offsets.size()))
     return invalid_argument("gather ceiling: row_bytes must hold one size or one per row");
@@ -127,14 +127,14 @@ Status gather_ceiling(const Context& ctx, const void* weights, const std::vector
   const int blocks = sms * (per_sm > 0 ? per_sm : 1);
   const auto n = static_cast<int64_t>(byte_offsets.size());
   const int32_t* row_units = units.empty() ? nullptr : unit_buf.as<int32_t>();
-  return time_op(ctx, cfg,
-                 [&](int) {
-                   kernel<<<blocks, kThreads, 0, s>>>(static_cast<const char*>(weights), off.as<int64_t>(),
-                                                      row_units, n, lanes, max_units, passes, sink.as<float>());
-                   return cuda_status(cudaGetLastError(), "gather_rows_kernel");
-                 },
-                 t);
+  return tools::time_op(ctx, cfg,
+                        [&](int) {
+                          kernel<<<blocks, kThreads, 0, s>>>(static_cast<const char*>(weights), off.as<int64_t>(),
+                                                             row_units, n, lanes, max_units, passes, sink.as<float>());
+                          return cuda_status(cudaGetLastError(), "gather_rows_kernel");
+                        },
+                        t);
 }
 
-}  // namespace tools
+}  // namespace dev
 }  // namespace embscale

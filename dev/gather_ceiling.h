@@ -13,14 +13,14 @@
 #include "embscale/status.h"
 
 namespace embscale {
-namespace tools {
+namespace dev {
 
 // byte_offsets: [N] host, the byte offset in `weights` (device) of each looked-up row; row_bytes: one
 // size for every row, or one per row (mixed D), each a positive multiple of 4 (rows that are all
 // multiples of 16 bytes are read 16 bytes per lane, others 4). Times `cfg` calls of the gather kernel
 // into *t.
 Status gather_ceiling(const Context& ctx, const void* weights, const std::vector<int64_t>& byte_offsets,
-                      const std::vector<int32_t>& row_bytes, const TimingConfig& cfg, Timing* t);
+                      const std::vector<int32_t>& row_bytes, const tools::TimingConfig& cfg, tools::Timing* t);
 
-}  // namespace tools
+}  // namespace dev
 }  // namespace embscale

@@ -1,0 +1,66 @@
+// Launch parameters of the FP8 kernels, one policy struct per architecture. Each value carries the
+// reason it is what it is and the record under bench/results/ that chose it ("tuning" below is
+// bench/results/2026-11-30-nvidia-h200-tuning.md). The variants those records compared are built in
+// dev/, never in the library.
+//
+// Only sm_90 (H200) has been measured. Every other architecture runs the sm_90 values (Fp8Policy
+// below): no record says otherwise, and a port adds a struct here once it has one.
+#pragma once
+
+#include <cstdint>
+
+namespace embscale {
+namespace cuda {
+
+struct Fp8PolicySm90 {
+  // ---- amax (amax, quantize_current_scaling's amax pass, activation_amax) ----
+  // Values marked "not swept" are the ones the kernels were written with; no record compares others.
+  // Threads per block of the grid paths (not swept).
+  static constexpr int kAmaxGridThreads = 512;
+  // 16-byte loads in flight per thread of every amax kernel (not swept).
+  static constexpr int kAmaxUnroll = 4;
+  // Threads of the two-stage final block: one block reduces every slot of the largest grid.
+  static constexpr int kAmaxReduceThreads = 1024;
+  // Threads per block of the cluster paths (amax, activation_amax, quantize_current_scaling).
+  static constexpr int kClusterThreads = 1024;
+  // kAuto takes the single-cluster path up to this many input bytes, the atomic grid path above: the
+  // cluster wins up to 1 MiB (tuning, "amax: single-cluster path vs grid path by size", and the A/B
+  // column vpt2c1m).
+  static constexpr int64_t kAmaxClusterMaxBytes = int64_t(1) << 20;
+  // Above the cluster limit and up to this many bytes the grid amax is launch-bound: the atomic path
+  // zeroes its outputs with memsets and gives each thread kAmaxMidVectorsPerThread vectors (fewer
+  // blocks, fewer atomics), TransformerEngine's shape, fastest at 1-4 MiB (tuning, A/B columns te and
+  // vpt2c1m: bf16 2^20 4.7 us against 5.9 for the cluster).
+  static constexpr int64_t kAmaxMidMaxBytes = int64_t(4) << 20;
+  static constexpr int kAmaxMidVectorsPerThread = 2;
+  // Larger inputs: one 16-byte vector per thread (up to one resident wave) and the init kernel, whose
+  // programmatic-dependent launch overlaps the grid's start (tuning, A/B columns vpt2 and memset: fp32
+  // 2^22 6.7 us against 8.3).
+  static constexpr int kAmaxGridVectorsPerThread = 1;
+
+  // ---- casts (quantize, dequantize, quantize_current_scaling) ----
+  static constexpr int kCastThreads = 512;  // not swept
+  // Resident blocks per SM the cast grids are capped at: 4 beat 2 (tuning, A/B column cb4:
+  // quantize_current_scaling bf16 2^28 316 against 351 us).
+  static constexpr int kCastBlocksPerSm = 4;
+  static constexpr int kCastUnroll = 4;     // 16-byte loads in flight per thread (not swept)
+  static constexpr int kDequantUnroll = 2;  // 16 outputs per 16-byte fp8 vector already (not swept)
+  // quantize_current_scaling's one-launch cluster path holds x in registers: at most this many
+  // vectors per thread, and at most kQcsClusterMaxBytes of input (the amax cluster's limit).
+  static constexpr int kQcsVecPerThread = 4;  // not swept
+  static constexpr int64_t kQcsClusterMaxBytes = int64_t(1) << 20;
+  // The from-amax cast walks x last to first, starting on what the amax pass read last and may still
+  // sit in L2 (tuning, A/B column norev: bf16 2^28 351 against 365 us forwards).
+  static constexpr bool kQcsReverse = true;
+
+  // ---- cast_transpose ----
+  // Grid cap in blocks per SM; above it blocks loop over tiles (not swept; the tile geometry is the
+  // kernel's own, fp8_transpose.cuh).
+  static constexpr int kTransposeMaxBlocksPerSm = 256;
+};
+
+// The policy every architecture runs (only sm_90 is measured; see above).
+using Fp8Policy = Fp8PolicySm90;
+
+}  // namespace cuda
+}  // namespace embscale

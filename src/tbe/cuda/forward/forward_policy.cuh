@@ -1,0 +1,54 @@
+// Launch parameters of the CUDA TBE forward, one policy struct per architecture. Each value carries the
+// reason it is what it is and the record under bench/results/ that chose it ("tuning" below is
+// bench/results/2026-11-30-nvidia-h200-tuning.md). The other kernel shapes, grid orders and bags per
+// lane group those records compared are built in dev/, never in the library.
+//
+// Only sm_90 (H200) has been measured. Every other architecture runs the sm_90 values (ForwardPolicy
+// below): no record says otherwise, and a port adds a struct here once it has one.
+#pragma once
+
+namespace embscale {
+namespace cuda {
+namespace tbe_fwd {
+
+// Compile-time shape of the bags kernel (tbe_forward_kernels.cuh):
+//  kBlock, kMinBlocks: block size and the occupancy floor given to the register allocator;
+//  kUnroll:            lookups per step (row loads in flight per lane per vector);
+//  kVecs:              vectors per lane per pass (2: D=128 fp32 is 16 lanes per bag, two bags a warp);
+//  kNoAlloc:           row loads bypass L1 (ld.global.nc.L1::no_allocate; rows are rarely reused).
+template <int kBlock_, int kMinBlocks_, int kUnroll_, int kVecs_, bool kNoAlloc_>
+struct FwdConfig {
+  static constexpr int kBlock = kBlock_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  // Sequence kernels keep more values live (a store per lookup): two thirds of the pooled floor.
+  static constexpr int kMinBlocksSequence = kMinBlocks_ * 2 / 3 > 0 ? kMinBlocks_ * 2 / 3 : 1;
+  static constexpr int kUnroll = kUnroll_;
+  static constexpr int kVecs = kVecs_;
+  static constexpr bool kNoAlloc = kNoAlloc_;
+};
+
+struct ForwardPolicySm90 {
+  // The bags kernel of every dtype combination: 128 threads, 8 blocks per SM, unroll 4, one vector per
+  // lane, L1 allocating. More resident warps with fewer loads each beat fewer warps with deeper unrolling
+  // (tuning, "TBE forward: kernel shape": T=32 D=128 B=8192 L=20 fp32 655.8 us uniform against 779.1
+  // for 256 threads x 3 blocks x unroll 8, Zipf 1.15 368.6 against 511.9; and "Forward shapes for mixed
+  // D": fastest or within 1% of it for mixed D, D=40, 68, 100, 132).
+  using Bags = FwdConfig<128, 8, 4, 1, false>;
+  // Grid order: x the bag tile, y the feature (blocks of one feature are neighbours). Feature-inner
+  // order was slower (tuning, "Forward shapes for mixed D": mixed D 752.2 against 745.9 us, D=68 458.3
+  // against 449.2).
+  static constexpr bool kFeatureInner = false;
+  // Bags each lane group walks when the launch's widest lane group is a whole warp (rows of 17 or more
+  // 16-byte vectors); narrower groups walk one. Two bags won where a warp owns a bag (tuning, "Bags per
+  // lane group": D=128 Zipf 1.15 281.4 -> 248.8 us, mixed D 745.9 -> 731.5, D=68 449.0 -> 435.1; D=128
+  // uniform 639.7 -> 643.2 and D=256 1281.5 -> 1287.8 within noise) and lost on narrow rows (D=8
+  // 143.0 -> 152.4, D=32 176.1 -> 181.3).
+  static constexpr int kBagsPerWarpGroup = 2;
+};
+
+// The policy every architecture runs (only sm_90 is measured; see above).
+using ForwardPolicy = ForwardPolicySm90;
+
+}  // namespace tbe_fwd
+}  // namespace cuda
+}  // namespace embscale
