@@ -116,6 +116,10 @@ expect_refused("--seed" check --seed 18446744073709551616 amax)
 expect_refused("--seed" check --seed 0x10 amax)
 expect_refused("--seed" bench fp8 --backend cpu --seed -1)
 expect_refused("--seed" bench tbe-forward --backend cpu --seed 99999999999999999999)
+expect_refused("--threads" bench tbe-forward --backend cpu --threads 0)
+expect_refused("--threads" bench tbe-backward --backend cpu --threads 1025)
+expect_refused("--threads" bench tbe-train --backend cpu --threads -3)
+expect_refused("--threads" bench fp8 --backend cpu --threads two)
 
 # --sweep-thresholds: exactly W:B:T per item, each an integer >= 0 that fits.
 expect_refused("--sweep-thresholds" bench tbe-backward --backend cpu --sweep-thresholds 1:2)

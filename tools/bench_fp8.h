@@ -50,6 +50,7 @@ struct Fp8BenchArgs {
   bool no_peers = false;
   bool dry_run = false;
   uint64_t seed = 20261130;
+  int64_t threads = 0;  // Context::num_threads (0: OpenMP's default)
 };
 
 struct Plan {
@@ -65,6 +66,7 @@ struct Plan {
   bool json = false;
   bool peers = true;
   uint64_t seed = 0;
+  int threads = 0;  // Context::num_threads
 };
 
 // The ops' names, comma-separated (for help and messages).

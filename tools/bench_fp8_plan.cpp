@@ -224,6 +224,7 @@ Status make_plan(const Fp8BenchArgs& a, Plan* p) {
   p->json = a.json;
   p->peers = gpu && !a.no_peers;
   p->seed = a.seed;
+  p->threads = static_cast<int>(a.threads);
   return Status::Ok();
 }
 

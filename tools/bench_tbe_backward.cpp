@@ -184,7 +184,8 @@ int run(const BwdArgs& a, bool train) {
   if (!memory.empty()) return refuse(memory);
   for (TbeBackwardTuning& tu : tunings) tu.short_key_sort = a.short_key_sort;
   TbeBackwardTuning tuning = tunings[0];
-  const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
+  Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
+  ctx.num_threads = p.threads;
   std::unique_ptr<TableBatchedEmbedding> tbe;
   Status st = tbe_bench::create_tbe(ctx, p, &tbe);
   if (!st.ok()) return fail("create", st);
@@ -368,7 +369,7 @@ int run(const BwdArgs& a, bool train) {
                  &t);
     if (!st.ok()) return fail(train ? "train step" : "backward", st);
 
-    nlohmann::json rec = base_record(p.backend);
+    nlohmann::json rec = base_record(p.backend, p.threads);
     const std::string op = std::string(train ? "tbe_train_" : "tbe_backward_") + optimizer_name(otype);
     rec["op"] = op;
     rec["impl"] = "embscale";

@@ -21,7 +21,8 @@ using tbe_bench::fail;
 
 int run_tbe_forward(const tbe_bench::Plan& p, const std::vector<TimedForward>& forwards,
                     const GatherCeiling& gather_ceiling) {
-  const Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
+  Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
+  ctx.num_threads = p.threads;
   std::unique_ptr<TableBatchedEmbedding> tbe;
   Status st = tbe_bench::create_tbe(ctx, p, &tbe);
   if (!st.ok()) return fail("create", st);
@@ -168,7 +169,7 @@ int run_tbe_forward(const tbe_bench::Plan& p, const std::vector<TimedForward>& f
 
     const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
     const tbe_bench::Floor floor = tbe_bench::byte_floor(bytes, copy_gbps, t.median_us);
-    nlohmann::json rec = base_record(p.backend);
+    nlohmann::json rec = base_record(p.backend, p.threads);
     rec["op"] = "tbe_forward";
     rec["impl"] = "embscale";
     tbe_bench::config_fields(p, &rec);

@@ -12,6 +12,8 @@
 
 #include <unistd.h>
 
+#include <omp.h>
+
 #include "embscale/memory.h"
 
 namespace embscale {
@@ -58,6 +60,14 @@ Status time_op(const Context& ctx, const TimingConfig& cfg, const std::function<
   out->median_us = median(per_call_us);
   out->min_us = *std::min_element(per_call_us.begin(), per_call_us.end());
   out->max_us = *std::max_element(per_call_us.begin(), per_call_us.end());
+  if (cfg.warn_if_noisy && ctx.backend == Backend::kCpu && out->median_us > kNoisyMedianOverMin * out->min_us) {
+    // A typical repeat much slower than the best one: other work shares the cores, or more threads run
+    // than the machine gives this process. The figure is then the machine's load as much as the op's.
+    std::fprintf(stderr,
+                 "warning: repeated CPU timings differ by more than %.0f%% (best %.1f us, median %.1f us): the "
+                 "machine is busy or runs more threads than it has free cores; try --threads 1 or an idle machine\n",
+                 (kNoisyMedianOverMin - 1.0) * 100.0, out->min_us, out->median_us);
+  }
   return Status::Ok();
 }
 
@@ -171,11 +181,12 @@ std::string today() {
   return buf;
 }
 
-nlohmann::json base_record(Backend backend) {
+nlohmann::json base_record(Backend backend, int threads) {
   nlohmann::json r;
   r["date"] = today();
   r["device"] = device_name(backend);
   r["backend"] = backend_name(backend);
+  if (backend == Backend::kCpu) r["threads"] = threads > 0 ? threads : omp_get_max_threads();
   return r;
 }
 

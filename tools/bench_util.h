@@ -20,6 +20,7 @@ struct TimingConfig {
   int warmup = 10;          // untimed calls first
   int repeats = 30;         // timed batches; the median batch is reported
   int calls_per_batch = 1;  // back-to-back calls inside one timed batch (for microsecond ops)
+  bool warn_if_noisy = true;  // CPU: warn when the median is over kNoisyMedianOverMin x the best repeat
 };
 
 struct Timing {
@@ -27,6 +28,9 @@ struct Timing {
   double min_us = 0;
   double max_us = 0;
 };
+
+// A CPU timing whose median is more than this factor above its best repeat prints a warning (stderr).
+constexpr double kNoisyMedianOverMin = 1.10;
 
 // Times `op(call_index)` on ctx. For CUDA, each batch is bracketed by events on ctx.stream; op must
 // enqueue its work on that stream. call_index counts every call so op can rotate between input sets
@@ -52,8 +56,9 @@ size_t usable_memory_bytes(Backend backend);
 // Today's date as YYYY-MM-DD.
 std::string today();
 
-// A results record prefilled with date, device (as it names itself) and backend.
-nlohmann::json base_record(Backend backend);
+// A results record prefilled with date, device (as it names itself) and backend; on the CPU also the
+// thread count the op ran with (`threads`, Context::num_threads; 0 means OpenMP's default).
+nlohmann::json base_record(Backend backend, int threads = 0);
 
 // Prints a record: as one JSON line when json is true, else via the caller's text line.
 void emit(const nlohmann::json& record, bool json, const std::string& text_line);

@@ -59,6 +59,7 @@ struct Args {
   std::string bounds_check = "off";
   bool variable_bag_size = false;
   uint64_t seed = 20261130;
+  int64_t threads = 0;  // Context::num_threads (0: OpenMP's default)
 };
 
 struct Plan {
@@ -75,6 +76,7 @@ struct Plan {
   int iters = 0, warmup = 0;
   bool json = false;
   uint64_t seed = 0;
+  int threads = 0;  // Context::num_threads
 };
 
 // How --mixed-dim draws each table's D around --embedding-dim: any value in [D/2, 3D/2], or that value
@@ -110,6 +112,7 @@ inline void add_options(CLI::App* sub, Args* a, MixedDims mixed = MixedDims::kAn
   add_integer_option(sub, "--warmup", &a->warmup, 0, kMaxCalls, "untimed calls first (default: 10 on cuda, 2 on cpu)");
   sub->add_option("--bounds-check", a->bounds_check, "error, skip or off")->capture_default_str();
   add_unsigned_option(sub, "--seed", &a->seed, "input seed (0..2^64-1)");
+  add_integer_option(sub, "--threads", &a->threads, 1, 1024, "CPU threads for the op (1..1024; default: OpenMP's, all cores); ignored on cuda");
   sub->add_flag("--json", a->json, "print one JSON record instead of a text line");
 }
 
@@ -176,6 +179,7 @@ inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims
   p->alpha = a.alpha;
   p->json = a.json;
   p->seed = a.seed;
+  p->threads = static_cast<int>(a.threads);
   // Mixed dimensions as FBGEMM's benchmark draws them, around D (in [D/2, 3D/2]), but any D >= 1;
   // with MixedDims::kMultipleOf4 rounded up to a multiple of 4 (so mixed-D figures compare with FBGEMM's).
   p->dims.assign(T, p->D);
