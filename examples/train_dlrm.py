@@ -40,6 +40,7 @@ def parse_args():
     p.add_argument("--optimizer", choices=["rowwise_adagrad", "sgd"], default="rowwise_adagrad")
     p.add_argument("--lr", type=float, default=0.05, help="embedding learning rate")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=50, help="print the mean loss every N steps (a line per N)")
     p.add_argument("--out", default="train_dlrm.png", help="plot of the loss curves (a .json with the data too)")
     p.add_argument("--replot", metavar="JSON", help="only draw --out from the JSON of an earlier run")
     p.add_argument("--distributed", action="store_true", help="TorchRec's DistributedModelParallel (torchrun)")
@@ -48,7 +49,11 @@ def parse_args():
     p.add_argument("--profile-steps", type=int, default=0,
                    help="--distributed --device cuda: after training, profile this many steps and print the share "
                         "of the step spent in NCCL kernels (the all-to-alls and reductions)")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.log_every < 1:
+        p.error(f"--log-every: {args.log_every} is not a positive step count")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # --out may name a new folder
+    return args
 
 
 class SyntheticClicks:
@@ -164,6 +169,10 @@ def train(variant, args, device):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
+        if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
+            recent = losses[-args.log_every:]
+            print(f"{variant:9s} step {step + 1:5d}/{args.steps}: loss {sum(recent) / len(recent):.4f}, "
+                  f"{1e3 * sum(times) / len(times):.2f} ms a step", flush=True)
     return losses, times
 
 
