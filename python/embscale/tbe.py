@@ -47,7 +47,7 @@ torch (no data to copy).
 """
 
 import math
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -300,6 +300,47 @@ class TableBatchedEmbeddingBags(nn.Module):
     def step(self) -> int:
         """The optimizer's 1-based step counter (Adam's bias correction); advanced by each backward."""
         return int(self.hparams[ops.HPARAM["step"]])
+
+    # ---- FBGEMM's names (SplitTableBatchedEmbeddingBagsCodegen), for code moving over -----------------
+    # Hyper-parameters FBGEMM's update_hyper_parameters takes, and the hparams field each sets.
+    _FBGEMM_HYPER_PARAMETERS = {"lr": "learning_rate", "eps": "eps", "beta1": "beta1", "beta2": "beta2",
+                                "weight_decay": "weight_decay"}
+
+    def get_learning_rate(self) -> float:
+        """FBGEMM's name for ``learning_rate``."""
+        return self.learning_rate
+
+    def split_optimizer_states(self) -> List[List[torch.Tensor]]:
+        """Per table, its optimizer state tensors in FBGEMM's order (momentum1, then momentum2 where the
+        optimizer keeps one): row-wise Adagrad [sum [E_t]]; Adam [exp_avg [E_t, D_t], exp_avg_sq [E_t, D_t]];
+        partial row-wise Adam [exp_avg [E_t, D_t], exp_avg_sq [E_t]]; SGD and dense mode []. Views (writes go
+        through), as FBGEMM's."""
+        return [list(state.values()) for state in self.optimizer_state()]
+
+    def update_hyper_parameters(self, params_dict: dict):
+        """Sets hyper-parameters by FBGEMM's names: ``lr``, ``eps``, ``beta1``, ``beta2``, ``weight_decay``.
+        Each value must be a finite number; an unknown name is refused before anything is set. Takes effect
+        at the next backward."""
+        if not isinstance(params_dict, dict):
+            raise TypeError(f"params_dict: expected a dict of hyper-parameters, got {type(params_dict).__name__}")
+        values = {}
+        for name, value in params_dict.items():
+            field = self._FBGEMM_HYPER_PARAMETERS.get(name)
+            if field is None:
+                known = ", ".join(self._FBGEMM_HYPER_PARAMETERS)
+                raise ValueError(f"params_dict: {name!r} is not a hyper-parameter this module takes ({known})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"params_dict[{name!r}]: {value!r} is not a finite number")
+            values[field] = float(value)
+        for field, value in values.items():
+            self.hparams[ops.HPARAM[field]] = value
+
+    def set_optimizer_step(self, step: int):
+        """FBGEMM's step count: ``step`` optimizer steps have been taken, so the next backward is step
+        ``step + 1`` (Adam's bias correction uses it; ``self.step`` then reads ``step + 1``)."""
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**53:
+            raise ValueError(f"step: {step!r} is not a whole number of steps in [0, 2^53)")
+        self.hparams[ops.HPARAM["step"]] = step + 1
 
     # ---- forward -----------------------------------------------------------------------------------
     def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
