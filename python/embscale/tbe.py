@@ -5,7 +5,7 @@
     pooled = tbe(indices, offsets)      # [B, 128 + 64]
     loss(pooled).backward()             # the tables are updated here, in place
 
-Inputs follow FBGEMM's layout: ``indices`` [N] and ``offsets`` [T*B+1] (int32 or int64, same dtype),
+Inputs follow FBGEMM's layout: ``indices`` [N] and ``offsets`` [T*B+1] (int32 or int64; mixed, both run as int64),
 table-major: bag (f, b) is ``indices[offsets[f*B+b]:offsets[f*B+b+1]]``. The backward pass never
 materialises a dense gradient: it sorts the lookups, sums each touched row's gradient once in a fixed
 order and applies the optimizer to that row (``weights`` is a Parameter that does not require grad, so a
@@ -349,6 +349,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         if offsets.dim() != 1 or (offsets.shape[0] - 1) % T != 0 or offsets.shape[0] < 1:
             raise ValueError(f"offsets: shape {tuple(offsets.shape)}; expected [T*B+1] with T = {T} features")
         batch_size = (offsets.shape[0] - 1) // T
+        if (indices.dtype != offsets.dtype and indices.dtype in ops.INDEX_DTYPES
+                and offsets.dtype in ops.INDEX_DTYPES):
+            # As FBGEMM: int32 and int64 mixed (e.g. int64 indices with int32 offsets) run as int64.
+            indices, offsets = indices.long(), offsets.long()
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
         cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
                self.weight_decay_mode, self.stochastic_rounding, self.seed)

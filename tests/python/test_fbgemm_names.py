@@ -84,3 +84,17 @@ def test_set_optimizer_step_refuses_what_is_not_a_step_count(bad):
     with pytest.raises(ValueError, match="step"):
         m.set_optimizer_step(bad)
     assert m.step == 1
+
+
+@pytest.mark.parametrize("idx_dtype, off_dtype", [(torch.int64, torch.int32), (torch.int32, torch.int64)])
+def test_mixed_index_and_offset_dtypes_run_as_int64(idx_dtype, off_dtype):
+    # FBGEMM accepts int64 indices with int32 offsets (and the reverse): same output and same update as int64.
+    indices, offsets = torch.tensor([1, 2, 9, 0, 6, 6]), torch.tensor([0, 2, 3, 5, 6])
+    a, b = make("rowwise_adagrad"), make("rowwise_adagrad")
+    out_a = a(indices, offsets)
+    out_b = b(indices.to(idx_dtype), offsets.to(off_dtype))
+    assert torch.equal(out_a, out_b)
+    g = torch.randn(out_a.shape, generator=torch.Generator().manual_seed(SEED))
+    out_a.backward(g)
+    out_b.backward(g)
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.momentum1, b.momentum1)
