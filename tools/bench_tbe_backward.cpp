@@ -184,8 +184,7 @@ int run(const BwdArgs& a, bool train) {
   if (!memory.empty()) return refuse(memory);
   for (TbeBackwardTuning& tu : tunings) tu.short_key_sort = a.short_key_sort;
   TbeBackwardTuning tuning = tunings[0];
-  Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
-  ctx.num_threads = p.threads;
+  const Context ctx = tbe_bench::context_for(p);
   std::unique_ptr<TableBatchedEmbedding> tbe;
   Status st = tbe_bench::create_tbe(ctx, p, &tbe);
   if (!st.ok()) return fail("create", st);

@@ -21,8 +21,7 @@ using tbe_bench::fail;
 
 int run_tbe_forward(const tbe_bench::Plan& p, const std::vector<TimedForward>& forwards,
                     const GatherCeiling& gather_ceiling) {
-  Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
-  ctx.num_threads = p.threads;
+  const Context ctx = tbe_bench::context_for(p);
   std::unique_ptr<TableBatchedEmbedding> tbe;
   Status st = tbe_bench::create_tbe(ctx, p, &tbe);
   if (!st.ok()) return fail("create", st);

@@ -284,6 +284,13 @@ inline int fail(const std::string& what, const Status& st) {
 }
 
 // The module of a plan: T tables of E rows, table t of dims[t] columns, in the weights precision.
+// Where the plan's ops run: its backend, and on the CPU its thread count (--threads).
+inline Context context_for(const Plan& p) {
+  Context ctx = p.backend == Backend::kCuda ? Context::cuda() : Context::cpu();
+  ctx.num_threads = p.threads;
+  return ctx;
+}
+
 inline Status create_tbe(const Context& ctx, const Plan& p, std::unique_ptr<TableBatchedEmbedding>* tbe) {
   TbeConfig cfg;
   for (int t = 0; t < p.T; ++t) cfg.tables.push_back(TableSpec{p.E, p.dims[t]});
