@@ -17,15 +17,20 @@ TorchRec lays each shard's lookups out in that order, so each row's gradient is 
 output gradients come back divided by the world size (TorchRec's gradient division, as DDP averages the
 dense gradients). A column-wise shard keeps its own row-wise optimizer state (of its columns), as
 TorchRec's kernels do. Data-parallel tables are replicas: each backward applies the global batch's update
-(TableBatchedEmbeddingBags' data_parallel_group).
+(TableBatchedEmbeddingBags' data_parallel_group). Sharded tables and their optimizer state appear in
+``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors over the local shards, so
+torch.distributed.checkpoint saves them and loads them into another plan or world size.
 
 Needs torchrec (with fbgemm_gpu): ``pip install .[torchrec]``.
 """
 
-from typing import Any, Dict, List
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import nn
+from torch.distributed._shard.metadata import ShardMetadata
+from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardedTensorMetadata, TensorProperties
 from torchrec.distributed.embedding_lookup import GroupedPooledEmbeddingsLookup
 from torchrec.distributed.embedding_kernel import BaseEmbedding
 from torchrec.distributed.embedding_types import EmbeddingComputeKernel, GroupedEmbeddingConfig
@@ -36,6 +41,7 @@ from torchrec.distributed.sharding.dp_sharding import DpPooledEmbeddingSharding
 from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
 from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
+from torchrec.modules.embedding_configs import data_type_to_dtype
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
@@ -61,10 +67,12 @@ class EmbscaleFusedOptimizer(FusedOptimizer):
     weights and the optimizer state (views; updated in the backward). ``step()`` applies a learning rate set
     in ``param_groups`` to the module (the update itself happens in the backward)."""
 
-    def __init__(self, tbe: _tbe.TableBatchedEmbeddingBags, names: List[str], params: List[torch.Tensor]):
+    def __init__(self, tbe: _tbe.TableBatchedEmbeddingBags, names: List[str], params: List[torch.Tensor],
+                 states: Optional[List[Dict[str, torch.Tensor]]] = None):
         self._tbe = tbe
         keyed = {f"{n}.weight": p for n, p in zip(names, params)}
-        state = {p: dict(s) for p, s in zip(params, tbe.optimizer_state())}
+        states = tbe.optimizer_state() if states is None else states
+        state = {p: dict(s) for p, s in zip(params, states)}
         group = {"params": list(keyed.values()), "lr": tbe.learning_rate, "optimizer": tbe.optimizer}
         super().__init__(keyed, state, [group])
 
@@ -78,6 +86,39 @@ class EmbscaleFusedOptimizer(FusedOptimizer):
 def _table_params(tbe):
     """Per table, a Parameter viewing its rows in the module's tables (writes through, no grad)."""
     return [nn.Parameter(w, requires_grad=False) for w in tbe.split_embedding_weights()]
+
+
+def _sharded(local: torch.Tensor, shard: ShardMetadata, whole: ShardedTensorMetadata, pg) -> ShardedTensor:
+    """A ShardedTensor whose local shard is `local` (a view: reads and writes go to the module's buffers)."""
+    return ShardedTensor._init_from_local_shards_and_global_metadata(
+        local_shards=[Shard(tensor=local, metadata=shard)], sharded_tensor_metadata=whole, process_group=pg)
+
+
+def _sharded_state(values: torch.Tensor, table, pg) -> ShardedTensor:
+    """A shard's optimizer state buffer as a slice of the whole table's: element-wise state is laid out
+    as the table ([rows, columns], sharded as its weights); row-wise state is one value per row, [rows]
+    for table-wise and row-wise shards, and [rows, column shards] for column-wise ones, where each column
+    shard keeps its own row-wise state (column k: the k-th shard from the left)."""
+    whole, mine = table.global_metadata, table.local_metadata
+    props = TensorProperties(dtype=values.dtype)
+    if values.dim() == 2:
+        meta = ShardedTensorMetadata(shards_metadata=whole.shards_metadata, size=whole.size, tensor_properties=props)
+        return _sharded(values, mine, meta, pg)
+    column_starts = sorted({m.shard_offsets[1] for m in whole.shards_metadata})
+    rows = whole.size[0]
+    if len(column_starts) == 1:
+        shards = [ShardMetadata([m.shard_offsets[0]], [m.shard_sizes[0]], m.placement) for m in whole.shards_metadata]
+        meta = ShardedTensorMetadata(shards_metadata=shards, size=torch.Size([rows]), tensor_properties=props)
+        local = ShardMetadata([mine.shard_offsets[0]], [mine.shard_sizes[0]], mine.placement)
+        return _sharded(values, local, meta, pg)
+    col = {c: k for k, c in enumerate(column_starts)}
+    shards = [ShardMetadata([m.shard_offsets[0], col[m.shard_offsets[1]]], [m.shard_sizes[0], 1], m.placement)
+              for m in whole.shards_metadata]
+    meta = ShardedTensorMetadata(shards_metadata=shards, size=torch.Size([rows, len(column_starts)]),
+                                 tensor_properties=props)
+    local = ShardMetadata([mine.shard_offsets[0], col[mine.shard_offsets[1]]], [mine.shard_sizes[0], 1],
+                          mine.placement)
+    return _sharded(values.view(-1, 1), local, meta, pg)
 
 
 class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
@@ -161,17 +202,31 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
             raise ValueError("fused_params: no embscale optimizer settings; shard embscale.torchrec's "
                              "EmbeddingBagCollection with embscale.torchrec.EmbeddingBagCollectionSharder")
         fmap = [i for i, t in enumerate(tables) for _ in range(t.num_features())]
+        self._sharding_type = sharding_type
         group = pg if sharding_type == ShardingType.DATA_PARALLEL else None
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols) for t in tables],
                                                   feature_table_map=fmap, pooling=_POOLING[config.pooling],
                                                   device=device, data_parallel_group=group, **settings)
         self._names = [t.name for t in tables]
         self._params = _table_params(self.tbe)
-        self._optim = EmbscaleFusedOptimizer(self.tbe, self._names, self._params)
+        states = self.tbe.optimizer_state()
+        if sharding_type != ShardingType.DATA_PARALLEL and all(t.global_metadata is not None for t in tables):
+            # as slices of the whole tables' state, so that a checkpoint reshards (torch.distributed.checkpoint)
+            states = [{n: _sharded_state(v, t, pg) for n, v in s.items()} for s, t in zip(states, tables)]
+        self._optim = EmbscaleFusedOptimizer(self.tbe, self._names, self._params, states)
 
     @property
     def config(self) -> GroupedEmbeddingConfig:
         return self._config
+
+    @property
+    def sharding_type(self) -> ShardingType:
+        return self._sharding_type
+
+    @property
+    def params(self) -> List[nn.Parameter]:
+        """Per local shard, its rows in the module's tables (views)."""
+        return self._params
 
     @property
     def fused_optimizer(self) -> FusedOptimizer:
@@ -265,6 +320,35 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
             return _DpSharding(sharding_infos, env, device)
         raise ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
                          f"{', '.join(_SHARDING_TYPES)}")
+
+    def _initialize_torch_state(self, skip_registering: bool = False) -> None:
+        """TorchRec's module state, and for embscale's tables (which TorchRec leaves to the customized
+        kernel) each table's local shards as one ShardedTensor under ``embedding_bags.<table>.weight``, as
+        TorchRec's own kernels give them: ``state_dict()`` then holds every table whole, so
+        ``torch.distributed.checkpoint`` saves it and loads it into another plan or world size."""
+        super()._initialize_torch_state(skip_registering)
+        pg = self._env.process_group
+        local: Dict[str, List[Shard]] = {}
+        for kernel in self._embscale_kernels():
+            if kernel.sharding_type == ShardingType.DATA_PARALLEL:
+                continue
+            for t, p in zip(kernel.config.embedding_tables, kernel.params):
+                local.setdefault(t.name, []).append(Shard(tensor=p.detach(), metadata=t.local_metadata))
+        for name, ps in self.module_sharding_plan.items():
+            if ps.sharding_type == ShardingType.DATA_PARALLEL.value:
+                continue
+            rows, cols = self._name_to_table_size[name]
+            if not hasattr(self.embedding_bags[name], "weight"):  # no shard here: loads an empty tensor
+                self.embedding_bags[name].register_parameter("weight", nn.Parameter(torch.empty(0), requires_grad=False))
+            dtype = local[name][0].tensor.dtype if name in local else self._table_name_to_config[name].data_type
+            if not isinstance(dtype, torch.dtype):
+                dtype = data_type_to_dtype(dtype)
+            meta = ps.sharding_spec.build_metadata(tensor_sizes=[rows, cols],
+                                                   tensor_properties=TensorProperties(dtype=dtype))
+            self._model_parallel_name_to_local_shards[name] = local.get(name, [])
+            self._model_parallel_name_to_shards_wrapper[name] = OrderedDict(local_tensors=[], local_offsets=[])
+            self._model_parallel_name_to_sharded_tensor[name] = ShardedTensor._init_from_local_shards_and_global_metadata(
+                local_shards=local.get(name, []), sharded_tensor_metadata=meta, process_group=pg)
 
     def reset_parameters(self):
         """Each shard group's tables drawn again (TableBatchedEmbeddingBags.reset_parameters) and its

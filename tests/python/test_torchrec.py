@@ -61,37 +61,52 @@ def _per_param(plan, world):
     return {n: sp.data_parallel() for n, _, _, _ in TABLES}
 
 
-def _worker(rank, world, cases, batches):
+def _sharded_model(rank, world, plan, optimizer):
     import torch.distributed as dist
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan
     from torchrec.distributed.types import ShardingEnv, ShardingPlan
 
+    sharder = EmbeddingBagCollectionSharder()
+    dev = multiprocess.device(rank)
+    model = _Model(_collection(optimizer, dev))
+    module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param(plan, world),
+                                                 local_size=world, world_size=world, device_type=dev.type,
+                                                 sharder=sharder)
+    return DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
+                                    plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
+
+
+def _train(dmp, rank, steps):
+    dev = multiprocess.device(rank)
+    outs = []
+    for step in steps:
+        lengths, values, target = step[rank]
+        kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths).to(dev)
+        pooled = dmp(kjt)
+        (pooled * target.to(dev)).sum().backward()
+        outs.append(pooled.detach())
+    return outs
+
+
+def _local_shards(dmp):
+    """(table, (first row, first column), weights, optimizer state) of every local shard."""
+    shards = []
+    for kernel in dmp.module.ebc._embscale_kernels():
+        state = kernel.tbe.optimizer_state()
+        for t, w, s in zip(kernel.config.embedding_tables, kernel.tbe.split_embedding_weights(), state):
+            md = t.local_metadata
+            offset = (0, 0) if md is None else tuple(md.shard_offsets)
+            shards.append((t.name, offset, w.detach().clone(), {k: v.clone() for k, v in s.items()}))
+    return shards
+
+
+def _worker(rank, world, cases, batches):
     out = []
     for (plan, optimizer), steps in zip(cases, batches):
-        sharder = EmbeddingBagCollectionSharder()
-        dev = multiprocess.device(rank)
-        model = _Model(_collection(optimizer, dev))
-        module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param(plan, world),
-                                                     local_size=world, world_size=world, device_type=dev.type,
-                                                     sharder=sharder)
-        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
-                                       plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
-        outs = []
-        for step in steps:
-            lengths, values, target = step[rank]
-            kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths).to(dev)
-            pooled = dmp(kjt)
-            (pooled * target.to(dev)).sum().backward()
-            outs.append(pooled.detach())
-        shards = []
-        for kernel in dmp.module.ebc._embscale_kernels():
-            state = kernel.tbe.optimizer_state()
-            for t, w, s in zip(kernel.config.embedding_tables, kernel.tbe.split_embedding_weights(), state):
-                md = t.local_metadata
-                offset = (0, 0) if md is None else tuple(md.shard_offsets)
-                shards.append((t.name, offset, w.detach().clone(), {k: v.clone() for k, v in s.items()}))
-        out.append((outs, shards))
+        dmp = _sharded_model(rank, world, plan, optimizer)
+        outs = _train(dmp, rank, steps)
+        out.append((outs, _local_shards(dmp)))
     return out
 
 
@@ -232,3 +247,60 @@ def test_collection_errors():
     kjt = KeyedJaggedTensor.from_lengths_sync(keys=["a"], values=torch.tensor([1]), lengths=torch.tensor([1]))
     with pytest.raises(ValueError, match=r"features: keys \['a'\] lack \['b', 'c', 'd'\]"):
         ebc(kjt)
+
+
+def _checkpoint_worker(rank, world, plan, optimizer, folder, steps):
+    """Trains `steps` and saves the model and its fused optimizer with torch.distributed.checkpoint (steps
+    given), or loads them (steps None; the model starts from the same tables as the saved one did, so the
+    loaded values must come from the checkpoint); the local shards after."""
+    import torch.distributed.checkpoint as dcp
+
+    dmp = _sharded_model(rank, world, plan, optimizer)
+    if steps is not None:
+        _train(dmp, rank, steps)
+        dcp.save({"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}, checkpoint_id=folder)
+    else:
+        state = {"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}
+        dcp.load(state, checkpoint_id=folder)
+        dmp.load_state_dict(state["model"])
+        dmp.fused_optimizer.load_state_dict(state["optim"])
+    return _local_shards(dmp)
+
+
+def _whole(results, name, rows, cols, column_pieces):
+    """Table `name` and its row-wise state assembled from every rank's shards ([rows, cols] and [rows,
+    column pieces]: a column-wise table keeps one row-wise state per column shard)."""
+    table = torch.full((rows, cols), float("nan"))
+    state = torch.full((rows, column_pieces), float("nan"))
+    for shards in results:
+        for n, (r0, c0), w, s in shards:
+            if n != name:
+                continue
+            table[r0:r0 + w.shape[0], c0:c0 + w.shape[1]] = w
+            if "sum" in s:
+                state[r0:r0 + w.shape[0], c0 * column_pieces // cols] = s["sum"]
+    return table, state
+
+
+@pytest.mark.parametrize("saved, loaded", [(("table_wise", 2), ("row_wise", 3)), (("row_wise", 3), ("table_wise", 2)),
+                                           (("column_wise", 2), ("column_wise", 3))])
+def test_checkpoint_reshards(tmp_path, saved, loaded):
+    """A checkpoint of the sharded model and its fused optimizer (torch.distributed.checkpoint) taken under
+    one plan and world size loads into another: every table and its row-wise Adagrad state equal the
+    saved ones bit for bit, and differ from the untrained start."""
+    (plan_a, world_a), (plan_b, world_b) = saved, loaded
+    multiprocess.skip_unless_enough_devices(max(world_a, world_b))
+    gen = torch.Generator().manual_seed(11)
+    steps = _batches(gen, world_a)
+    folder = str(tmp_path / "checkpoint")
+    after_save = multiprocess.run(_checkpoint_worker, world_a, plan_a, "rowwise_adagrad", folder, steps, timeout=300)
+    after_load = multiprocess.run(_checkpoint_worker, world_b, plan_b, "rowwise_adagrad", folder, None, timeout=300)
+    start_tables = _collection("rowwise_adagrad", torch.device("cpu")).tbe.split_embedding_weights()
+    for (n, e, d, _), start in zip(TABLES, start_tables):
+        pieces = 2 if plan_a == "column_wise" and n != "t0" else 1
+        want, want_state = _whole(after_save, n, e, d, pieces)
+        got, got_state = _whole(after_load, n, e, d, pieces)
+        assert not want.isnan().any() and not got.isnan().any(), f"table {n}: shards cover it"
+        assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
+        assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
+        assert not torch.equal(want, start), f"table {n}: training changed it"
