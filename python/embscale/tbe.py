@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 from . import _capi, _data_parallel, ops
+from ._ops_common import _check_backend
 
 # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
 # from the library's optimizer table (dense-gradient mode "none" is not a training optimizer).
@@ -75,7 +76,7 @@ def _module_device(device):
     if device.type not in ("cpu", "cuda", "meta"):
         raise ValueError(f"device: {device} is not supported; expected cpu, cuda or meta")
     if device.type == "cuda":
-        ops._check_backend(device)
+        _check_backend(device)
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
