@@ -9,15 +9,19 @@ message names the argument.
 
 The operators live in three modules, re-exported here under their names:
   _ops_common   dtype tables, argument checks, C descriptors, calls into the C API (no operators)
-  _ops_fp8      FP8 current scaling
+  _ops_fp8      FP8 current scaling, returning new outputs
+  _ops_fp8_out  the same writing given outputs (``*_out``), with TransformerEngine's ``noop_flag``
   _ops_tbe      table-batched embeddings: the registry of C objects (TbeHandle), tbe_forward and tbe_backward
 """
 
 from ._ops_common import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES
 from ._ops_fp8 import (activation_amax, amax, amax_nonfinite, cast_transpose, compute_scale, dequantize, quantize,
                        quantize_current_scaling)
+from ._ops_fp8_out import (amax_out, cast_transpose_out, compute_scale_out, dequantize_out, quantize_current_scaling_out,
+                           quantize_out)
 from ._ops_tbe import HPARAM, HPARAM_FIELDS, TbeHandle, tbe_backward, tbe_forward, tbe_handle
 
 __all__ = ["FLOAT_DTYPES", "FP8_DTYPES", "INDEX_DTYPES", "HPARAM", "HPARAM_FIELDS", "TbeHandle", "tbe_handle",
            "activation_amax", "amax", "amax_nonfinite", "cast_transpose", "compute_scale", "dequantize", "quantize",
-           "quantize_current_scaling", "tbe_backward", "tbe_forward"]
+           "quantize_current_scaling", "amax_out", "cast_transpose_out", "compute_scale_out", "dequantize_out",
+           "quantize_current_scaling_out", "quantize_out", "tbe_backward", "tbe_forward"]
