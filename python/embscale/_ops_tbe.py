@@ -53,6 +53,7 @@ class TbeHandle:
                      [int(t) for t in feature_table_map], weights_dtype)
         self.device = device
         self.weights_dtype = weights_dtype
+        self.table_dims = [int(d) for d in dims]
         self.feature_dims = [int(dims[t]) for t in feature_table_map]
         self.num_features = len(self.feature_dims)
         self.lock = threading.Lock()
@@ -276,3 +277,61 @@ def _(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per
                          handle, batch_size, pooling, bounds_check, optimizer, weight_decay_mode)
     n = indices.shape[0] if grad_per_sample_weights else 0
     return weights.new_empty((n,), dtype=torch.float32)
+
+
+def _tbe_dense_grad_checks(weights, grad_output, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                           bounds_check):
+    _check_dtype("grad_output", grad_output, FLOAT_DTYPES)
+    return _tbe_lookup_checks(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                              bounds_check, ("grad_output", grad_output))
+
+
+@torch.library.custom_op("embscale::tbe_dense_grad", mutates_args=())
+def tbe_dense_grad(weights: Tensor, grad_output: Tensor, indices: Tensor, offsets: Tensor,
+                   per_sample_weights: Optional[Tensor], handle: int, batch_size: int, pooling: str, bounds_check: str,
+                   grad_per_sample_weights: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward's dense-gradient mode (the library's optimizer "none"): nothing is updated; returns the
+    unique rows the lookups touched ([N] int64, linearised as row_offset(t) + r, ascending; the first
+    ``num_unique`` are valid), num_unique ([1] int64), their summed fp32 gradients ([N, max_dim]; row u
+    uses its table's first D_t columns) and the per-sample weights' gradient ([N]; empty unless asked)."""
+    dev, h, pooling_code, bounds_code = _tbe_dense_grad_checks(weights, grad_output, indices, offsets,
+                                                               per_sample_weights, handle, batch_size, pooling,
+                                                               bounds_check)
+    _check_backend(dev)
+    weights, indices, offsets = weights.contiguous(), indices.contiguous(), offsets.contiguous()
+    grad_output = grad_output.contiguous()
+    psw = None if per_sample_weights is None else per_sample_weights.contiguous()
+    n = indices.numel()
+    unique_rows = torch.empty(n, dtype=torch.int64, device=dev)
+    num_unique = torch.zeros(1, dtype=torch.int64, device=dev)
+    unique_grads = torch.empty((n, h.max_dim), dtype=torch.float32, device=dev)
+    grad_psw = torch.empty(n if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
+    a = _capi.TbeBackwardArgs()
+    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
+    a.per_sample_weights = _optional_desc(psw)
+    a.batch_size = batch_size
+    a.pooling, a.bounds_check = pooling_code, bounds_code
+    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
+    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
+    a.unique_rows, a.unique_grads = _optional_desc(unique_rows), _optional_desc(unique_grads)
+    a.num_unique = num_unique.data_ptr()
+    a.optimizer.type = _capi.OPTIMIZER["none"]
+    a.optimizer.step = 1  # read by no rule here, but a step is always checked to be >= 1
+    ctx = _context(dev)
+    with h.lock:
+        ws, nbytes = _workspace(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr),
+                                ctypes.byref(ctx), ctypes.byref(a))
+        _run(dev, _capi.lib.embscale_tbe_backward, ctypes.c_void_p(h.ptr), ctypes.byref(ctx), ctypes.byref(a),
+             _ptr(ws), nbytes)
+    return unique_rows, num_unique, unique_grads, grad_psw
+
+
+@tbe_dense_grad.register_fake
+def _(weights, grad_output, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
+      grad_per_sample_weights):
+    _, h, _, _ = _tbe_dense_grad_checks(weights, grad_output, indices, offsets, per_sample_weights, handle,
+                                        batch_size, pooling, bounds_check)
+    n = indices.shape[0]
+    return (weights.new_empty((n,), dtype=torch.int64), weights.new_empty((1,), dtype=torch.int64),
+            weights.new_empty((n, h.max_dim), dtype=torch.float32),
+            weights.new_empty((n if grad_per_sample_weights else 0,), dtype=torch.float32))

@@ -11,7 +11,8 @@ The operators live in three modules, re-exported here under their names:
   _ops_common   dtype tables, argument checks, C descriptors, calls into the C API (no operators)
   _ops_fp8      FP8 current scaling, returning new outputs
   _ops_fp8_out  the same writing given outputs (``*_out``), with TransformerEngine's ``noop_flag``
-  _ops_tbe      table-batched embeddings: the registry of C objects (TbeHandle), tbe_forward and tbe_backward
+  _ops_tbe      table-batched embeddings: the registry of C objects (TbeHandle), tbe_forward,
+                tbe_backward and tbe_dense_grad
 """
 
 from ._ops_common import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES
@@ -19,9 +20,9 @@ from ._ops_fp8 import (activation_amax, amax, amax_nonfinite, cast_transpose, co
                        quantize_current_scaling)
 from ._ops_fp8_out import (amax_out, cast_transpose_out, compute_scale_out, dequantize_out, quantize_current_scaling_out,
                            quantize_out)
-from ._ops_tbe import HPARAM, HPARAM_FIELDS, TbeHandle, tbe_backward, tbe_forward, tbe_handle
+from ._ops_tbe import HPARAM, HPARAM_FIELDS, TbeHandle, tbe_backward, tbe_dense_grad, tbe_forward, tbe_handle
 
 __all__ = ["FLOAT_DTYPES", "FP8_DTYPES", "INDEX_DTYPES", "HPARAM", "HPARAM_FIELDS", "TbeHandle", "tbe_handle",
            "activation_amax", "amax", "amax_nonfinite", "cast_transpose", "compute_scale", "dequantize", "quantize",
            "quantize_current_scaling", "amax_out", "cast_transpose_out", "compute_scale_out", "dequantize_out",
-           "quantize_current_scaling_out", "quantize_out", "tbe_backward", "tbe_forward"]
+           "quantize_current_scaling_out", "quantize_out", "tbe_backward", "tbe_dense_grad", "tbe_forward"]
