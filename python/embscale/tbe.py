@@ -106,7 +106,8 @@ class _Lookup(torch.autograd.Function):
         if optimizer == "none":
             rows, num_unique, grads, grad_psw = torch.ops.embscale.tbe_dense_grad(
                 weights, grad_output, indices, offsets, psw, handle, batch_size, pooling, bounds_check, want_psw_grad)
-            grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
+            if weights.device.type != "meta":  # meta holds shapes only: no rows to give a gradient
+                grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
         else:
             grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
                                                        offsets, psw, handle, batch_size, pooling, bounds_check,

@@ -78,6 +78,15 @@ def test_torch_sgd_on_the_gradient_equals_the_fused_sgd(device, gen):
     torch.testing.assert_close(dense_mode.weights.detach(), fused.weights.detach(), rtol=0, atol=1e-7)
 
 
+def test_meta_module_traces_and_gives_no_gradient(gen):
+    m = module("meta", "none")
+    indices, offsets, _ = ref.make_lookups(gen, ROWS, 2, 2)
+    out = m(indices.to("meta"), offsets.to("meta"))
+    assert out.shape == (2, TOTAL_DIM) and out.device.type == "meta"
+    out.sum().backward()
+    assert m.weights.grad is None
+
+
 def test_raw_operator_refuses_a_bad_handle(gen):
     m = module("cpu", "none")
     indices, offsets, _ = ref.make_lookups(gen, ROWS, 2, 2)
