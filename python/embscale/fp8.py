@@ -58,12 +58,10 @@ def amax(x: torch.Tensor, group=None, algo: str = "auto", return_nonfinite: bool
     if _out_for_noop(out, noop_flag, group):
         a, nonfinite = _unpack(out, ("amax", "nonfinite")) if return_nonfinite else (out, None)
         torch.ops.embscale.amax_out(x, a, nonfinite, noop_flag, algo)
-    elif not return_nonfinite:
-        return _all_reduce_max(torch.ops.embscale.amax(x, algo), group)
-    else:
-        a, nonfinite = torch.ops.embscale.amax_nonfinite(x, algo)
+        return (a, nonfinite) if return_nonfinite else a
     if not return_nonfinite:
-        return _all_reduce_max(a, group)
+        return _all_reduce_max(torch.ops.embscale.amax(x, algo), group)
+    a, nonfinite = torch.ops.embscale.amax_nonfinite(x, algo)
     if group is not None:  # one collective for both: the flag (0 or 1) is exact in fp32
         both = _all_reduce_max(torch.stack([a, nonfinite.to(torch.float32)]), group)
         a, nonfinite = both[0], both[1].to(torch.int32)
