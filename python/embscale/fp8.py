@@ -56,7 +56,10 @@ def amax(x: torch.Tensor, group=None, algo: str = "auto", return_nonfinite: bool
     ``out``: the amax tensor to write (with return_nonfinite, the pair (amax, nonfinite)).
     """
     if _out_for_noop(out, noop_flag, group):
-        a, nonfinite = _unpack(out, ("amax", "nonfinite")) if return_nonfinite else (out, None)
+        if return_nonfinite:
+            a, nonfinite = _unpack(out, ("amax", "nonfinite"))
+        else:
+            (a,), nonfinite = _unpack((out,), ("amax",)), None
         torch.ops.embscale.amax_out(x, a, nonfinite, noop_flag, algo)
         return (a, nonfinite) if return_nonfinite else a
     if not return_nonfinite:
@@ -84,8 +87,9 @@ def quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torc
     """fp8(saturate(x * scale)) with round-to-nearest-even. ``out``: the fp8 tensor to write (its dtype is
     the format; fp8_dtype is then not used)."""
     if _out_for_noop(out, noop_flag):
-        torch.ops.embscale.quantize_out(x, scale, out, noop_flag)
-        return out
+        y, = _unpack((out,), ("y",))
+        torch.ops.embscale.quantize_out(x, scale, y, noop_flag)
+        return y
     return torch.ops.embscale.quantize(x, scale, fp8_dtype)
 
 
@@ -93,8 +97,9 @@ def dequantize(y: torch.Tensor, scale_inv: torch.Tensor, out_dtype: torch.dtype 
                noop_flag: Optional[torch.Tensor] = None) -> torch.Tensor:
     """float(y) * scale_inv in out_dtype. ``out``: the tensor to write (its dtype is used)."""
     if _out_for_noop(out, noop_flag):
-        torch.ops.embscale.dequantize_out(y, scale_inv, out, noop_flag)
-        return out
+        x, = _unpack((out,), ("x",))
+        torch.ops.embscale.dequantize_out(y, scale_inv, x, noop_flag)
+        return x
     return torch.ops.embscale.dequantize(y, scale_inv, out_dtype)
 
 

@@ -57,7 +57,8 @@ from ._ops_common import _check_backend
 
 # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
 # from the library's optimizer table ("none" is the dense-gradient mode: no state, a gradient instead).
-_MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states) for name, states in _capi.OPTIMIZER_STATES.items()}
+_MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
+                    for name, states in _capi.OPTIMIZER_STATES.items()}
 _STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()}
 
 

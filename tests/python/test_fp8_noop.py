@@ -150,6 +150,10 @@ def test_bad_outputs_and_combinations_are_refused(gen):
         embscale.cast_transpose(x, torch.tensor(1.0), out=(codes_sentinel(x.shape, "cpu"),) * 2, noop_flag=one)
     with pytest.raises(ValueError, match=r"out: expected the tensors \(scale, scale_inv\)"):
         embscale.compute_scale(torch.tensor(1.0), out=scalar_sentinel("cpu"), noop_flag=one)
+    with pytest.raises(ValueError, match=r"out: expected the tensors \(y\)"):
+        embscale.quantize(x, torch.tensor(1.0), out=(codes_sentinel(x.shape, "cpu"),), noop_flag=one)
+    with pytest.raises(ValueError, match=r"out: expected the tensors \(amax\)"):
+        embscale.amax(x, out=[scalar_sentinel("cpu")], noop_flag=one)
     with pytest.raises(TypeError, match="nonfinite: dtype float32"):
         embscale.amax(x, return_nonfinite=True, out=(scalar_sentinel("cpu"), scalar_sentinel("cpu")), noop_flag=one)
 
