@@ -4,6 +4,12 @@ Every function runs on the tensor's device without a host synchronisation. With 
 torch.distributed process group) the amax is all-reduced with MAX across the group before the scale is
 computed, so all ranks quantize with one scale.
 
+``out=`` writes into given outputs (contiguous, the dtypes and shapes the function would return, on the
+input's device) instead of new tensors, and ``noop_flag=`` (TransformerEngine's no-op flag: an fp32 tensor
+of one element on the input's device) skips the op when it holds 1.0, leaving those outputs as they were,
+so a captured CUDA graph can skip a step without a host synchronisation; it needs ``out`` (the outputs a
+skipped op keeps) and is not taken with ``group``.
+
     y, scale_inv = embscale.quantize_current_scaling(x, torch.float8_e4m3fn)
     out = torch._scaled_mm(y, w_fp8.t(), scale_a=scale_inv, scale_b=w_scale_inv, out_dtype=torch.bfloat16)
 """
@@ -15,6 +21,24 @@ import torch
 from . import ops
 
 
+def _out_for_noop(out, noop_flag, group=None):
+    """Whether outputs were given; refuses a noop_flag without `out` (a skipped op would return
+    uninitialised tensors) and `out` with `group`."""
+    if noop_flag is not None and out is None:
+        raise ValueError("noop_flag: needs out= (the outputs a skipped op leaves as they were)")
+    if out is not None and group is not None:
+        raise ValueError("out: is not taken with group (the all-reduce makes new tensors)")
+    return out is not None
+
+
+def _unpack(out, names):
+    """The tensors of an `out` that names several outputs, or ValueError naming `out`."""
+    if not isinstance(out, (tuple, list)) or len(out) != len(names) or \
+            not all(isinstance(t, torch.Tensor) for t in out):
+        raise ValueError(f"out: expected the tensors ({', '.join(names)})")
+    return tuple(out)
+
+
 def _all_reduce_max(amax, group):
     if group is not None:
         import torch.distributed as dist
@@ -23,12 +47,21 @@ def _all_reduce_max(amax, group):
     return amax
 
 
-def amax(x: torch.Tensor, group=None, algo: str = "auto", return_nonfinite: bool = False):
+def amax(x: torch.Tensor, group=None, algo: str = "auto", return_nonfinite: bool = False, out=None,
+         noop_flag: Optional[torch.Tensor] = None):
     """max |x| as a 0-dim fp32 tensor (NaN skipped; empty -> 0), all-reduced over ``group`` when given.
 
     With return_nonfinite: (amax, nonfinite), nonfinite a 0-dim int32 that is 1 when x (on any rank of
     ``group``) holds an inf or a NaN, else 0 — the signal that amax([1, nan]) = 1 alone does not give.
+    ``out``: the amax tensor to write (with return_nonfinite, the pair (amax, nonfinite)).
     """
+    if _out_for_noop(out, noop_flag, group):
+        if return_nonfinite:
+            a, nonfinite = _unpack(out, ("amax", "nonfinite"))
+        else:
+            (a,), nonfinite = _unpack((out,), ("amax",)), None
+        torch.ops.embscale.amax_out(x, a, nonfinite, noop_flag, algo)
+        return (a, nonfinite) if return_nonfinite else a
     if not return_nonfinite:
         return _all_reduce_max(torch.ops.embscale.amax(x, algo), group)
     a, nonfinite = torch.ops.embscale.amax_nonfinite(x, algo)
@@ -39,31 +72,55 @@ def amax(x: torch.Tensor, group=None, algo: str = "auto", return_nonfinite: bool
 
 
 def compute_scale(amax: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, eps: float = 0.0,
-                  power_of_2: bool = False):
-    """(scale, scale_inv): scale = fp8_max / max(amax, eps); 1 when that is 0, inf or NaN."""
+                  power_of_2: bool = False, out=None, noop_flag: Optional[torch.Tensor] = None):
+    """(scale, scale_inv): scale = fp8_max / max(amax, eps); 1 when that is 0, inf or NaN.
+    ``out``: the pair (scale, scale_inv) to write."""
+    if _out_for_noop(out, noop_flag):
+        scale, scale_inv = _unpack(out, ("scale", "scale_inv"))
+        torch.ops.embscale.compute_scale_out(amax, scale, scale_inv, fp8_dtype, noop_flag, eps, power_of_2)
+        return scale, scale_inv
     return torch.ops.embscale.compute_scale(amax, fp8_dtype, eps, power_of_2)
 
 
-def quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
-    """fp8(saturate(x * scale)) with round-to-nearest-even."""
+def quantize(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, out=None,
+             noop_flag: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """fp8(saturate(x * scale)) with round-to-nearest-even. ``out``: the fp8 tensor to write (its dtype is
+    the format; fp8_dtype is then not used)."""
+    if _out_for_noop(out, noop_flag):
+        y, = _unpack((out,), ("y",))
+        torch.ops.embscale.quantize_out(x, scale, y, noop_flag)
+        return y
     return torch.ops.embscale.quantize(x, scale, fp8_dtype)
 
 
-def dequantize(y: torch.Tensor, scale_inv: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """float(y) * scale_inv in out_dtype."""
+def dequantize(y: torch.Tensor, scale_inv: torch.Tensor, out_dtype: torch.dtype = torch.float32, out=None,
+               noop_flag: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """float(y) * scale_inv in out_dtype. ``out``: the tensor to write (its dtype is used)."""
+    if _out_for_noop(out, noop_flag):
+        x, = _unpack((out,), ("x",))
+        torch.ops.embscale.dequantize_out(y, scale_inv, x, noop_flag)
+        return x
     return torch.ops.embscale.dequantize(y, scale_inv, out_dtype)
 
 
 def quantize_current_scaling(x: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, eps: float = 0.0,
                              power_of_2: bool = False, group=None, return_amax: bool = False,
-                             return_nonfinite: bool = False):
+                             return_nonfinite: bool = False, out=None, noop_flag: Optional[torch.Tensor] = None):
     """Current scaling: returns (y, scale_inv), then amax with return_amax, then the non-finite flag (as
     ``amax``'s) with return_nonfinite.
 
     scale_inv is the dequantisation factor torch._scaled_mm expects as scale_a / scale_b.
+    ``out``: (y, amax, scale, scale_inv), and nonfinite after them with return_nonfinite, written in one
+    call (y's dtype is the format).
     """
     nonfinite = None
-    if group is None and not return_nonfinite:
+    if _out_for_noop(out, noop_flag, group):
+        names = ("y", "amax", "scale", "scale_inv") + (("nonfinite",) if return_nonfinite else ())
+        y, a, scale, scale_inv, *rest = _unpack(out, names)
+        nonfinite = rest[0] if return_nonfinite else None
+        torch.ops.embscale.quantize_current_scaling_out(x, y, a, scale, scale_inv, nonfinite, noop_flag, eps,
+                                                        power_of_2)
+    elif group is None and not return_nonfinite:
         y, a, _, scale_inv = torch.ops.embscale.quantize_current_scaling(x, fp8_dtype, eps, power_of_2)
     else:
         a = amax(x, group, return_nonfinite=return_nonfinite)
@@ -80,8 +137,13 @@ def activation_amax(x: torch.Tensor, activation: str, out_dtype: Optional[torch.
     return y, _all_reduce_max(a, group)
 
 
-def cast_transpose(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn):
-    """(quantize(x), quantize(x).T contiguous) of a 2-D x, in one pass."""
+def cast_transpose(x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn, out=None,
+                   noop_flag: Optional[torch.Tensor] = None):
+    """(quantize(x), quantize(x).T contiguous) of a 2-D x, in one pass. ``out``: the pair (y, yt) to write."""
+    if _out_for_noop(out, noop_flag):
+        y, yt = _unpack(out, ("y", "yt"))
+        torch.ops.embscale.cast_transpose_out(x, scale, y, yt, noop_flag)
+        return y, yt
     return torch.ops.embscale.cast_transpose(x, scale, fp8_dtype)
 
 

@@ -53,13 +53,13 @@ import torch
 from torch import nn
 
 from . import _capi, _data_parallel, ops
+from ._ops_common import _check_backend
 
 # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
-# from the library's optimizer table (dense-gradient mode "none" is not a training optimizer).
+# from the library's optimizer table ("none" is the dense-gradient mode: no state, a gradient instead).
 _MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
-                    for name, states in _capi.OPTIMIZER_STATES.items() if name != "none"}
-_STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()
-                if name != "none"}
+                    for name, states in _capi.OPTIMIZER_STATES.items()}
+_STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()}
 
 
 # The handle now lives with the operators that look it up; modules pickled by earlier versions name it here.
@@ -75,7 +75,7 @@ def _module_device(device):
     if device.type not in ("cpu", "cuda", "meta"):
         raise ValueError(f"device: {device} is not supported; expected cpu, cuda or meta")
     if device.type == "cuda":
-        ops._check_backend(device)
+        _check_backend(device)
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -103,10 +103,36 @@ class _Lookup(torch.autograd.Function):
         indices, offsets, psw = ctx.saved_tensors
         (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
         want_psw_grad = psw is not None and ctx.needs_input_grad[7]
-        grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
-                                                   offsets, psw, handle, batch_size, pooling, bounds_check, optimizer,
-                                                   wd_mode, sr, seed, want_psw_grad)
-        return None, None, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
+        grad_weights = None
+        if optimizer == "none":
+            rows, num_unique, grads, grad_psw = torch.ops.embscale.tbe_dense_grad(
+                weights, grad_output, indices, offsets, psw, handle, batch_size, pooling, bounds_check, want_psw_grad)
+            if weights.device.type != "meta":  # meta holds shapes only: no rows to give a gradient
+                grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
+        else:
+            grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
+                                                       offsets, psw, handle, batch_size, pooling, bounds_check,
+                                                       optimizer, wd_mode, sr, seed, want_psw_grad)
+        return None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
+
+
+def _sparse_weight_grad(h, rows, num_unique, grads, dtype):
+    """The gradient of the flat weights buffer as a sparse COO tensor [num_weights] holding the touched rows'
+    elements: unique row u (linearised row_offset(t) + r) gives the D_t elements from weight_offset(t) + r D_t.
+    Reading num_unique synchronises a CUDA stream (as FBGEMM's dense mode takes the count from the host)."""
+    n = int(num_unique[0])
+    rows, grads = rows[:n], grads[:n]
+    dev = rows.device
+    row_offsets = torch.tensor(h.row_offsets, dtype=torch.int64, device=dev)
+    table = torch.searchsorted(row_offsets, rows, right=True) - 1
+    dims = torch.tensor(h.table_dims, dtype=torch.int64, device=dev)[table]
+    first = torch.tensor(h.weight_offsets, dtype=torch.int64, device=dev)[table] + (rows - row_offsets[table]) * dims
+    cols = torch.arange(h.max_dim, dtype=torch.int64, device=dev)
+    keep = cols[None, :] < dims[:, None]
+    index = (first[:, None] + cols[None, :])[keep]
+    # Rows ascend and tables lie in order, so the element indices ascend without repeats: coalesced.
+    return torch.sparse_coo_tensor(index[None], grads[keep].to(dtype), (h.num_weights,), is_coalesced=True,
+                                   check_invariants=False)
 
 
 class TableBatchedEmbeddingBags(nn.Module):
@@ -119,6 +145,13 @@ class TableBatchedEmbeddingBags(nn.Module):
         optimizer: "sgd", "rowwise_adagrad" (FBGEMM's exact row-wise Adagrad), "adam" or
             "partial_rowwise_adam". Hyper-parameters: learning_rate, eps, beta1, beta2, weight_decay with
             weight_decay_mode "none" / "l2" / "decoupled", max_norm (row-wise Adagrad), gradient_clipping.
+            "none" (FBGEMM's OptimType.NONE) is the dense-gradient mode: the backward updates nothing and
+            gives ``weights`` (then a Parameter that requires grad) a sparse COO gradient of the touched
+            rows' elements, for a torch optimizer to step (one that takes sparse gradients: SGD, Adagrad,
+            SparseAdam); the hyper-parameters are not used. Its gradient is the caller's to reduce across
+            processes (as any parameter's under DDP), so data_parallel_group does not apply. Eager mode.
+        table_names: a name per table (unique, without "."), the keys of its state_dict entries
+            (``<name>.weight``, ``<name>.<state>``); default ``table_<t>``.
         pooling: "sum", "mean" or "none" (sequence: one output row per index; all dims equal).
         weights_dtype: torch.float32, float16 or bfloat16; output_dtype likewise.
         bounds_check: "error" (default; an index outside its table raises IndexError naming feature, bag
@@ -146,7 +179,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                  max_norm: float = 0.0, gradient_clipping: float = 0.0, pooling: str = "sum",
                  weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
                  bounds_check: str = "error", stochastic_rounding: bool = True, seed: int = 0, device=None,
-                 data_parallel_group="auto"):
+                 data_parallel_group="auto", table_names: Optional[Sequence[str]] = None):
         super().__init__()
         specs = []
         for t, s in enumerate(embedding_specs):
@@ -179,11 +212,17 @@ class TableBatchedEmbeddingBags(nn.Module):
             if dt not in ops.FLOAT_DTYPES:
                 raise TypeError(f"{name}: {dt} is not supported; expected torch.float32, float16 or bfloat16")
         _data_parallel.check_group_spec(data_parallel_group)
+        names = [f"table_{t}" for t in range(len(specs))] if table_names is None else list(table_names)
+        if isinstance(table_names, str) or len(names) != len(specs) or len(set(names)) != len(names) or \
+                not all(isinstance(n, str) and n and "." not in n for n in names):
+            raise ValueError(f"table_names: {table_names!r} is not one unique name without '.' per table "
+                             f"({len(specs)} tables)")
         dims = [d for _, d in specs]
         if pooling == "none" and len({dims[t] for t in fmap}) > 1:
             raise ValueError("pooling: 'none' (sequence) needs all features of one embedding_dim")
 
         self.embedding_specs = specs
+        self.table_names = names
         self.feature_table_map = fmap
         self.optimizer = optimizer
         self.weight_decay_mode = weight_decay_mode
@@ -201,9 +240,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         handle = self._handle_for(device, weights_dtype)
         # The tables do not require grad: the backward updates them in place through the fused optimizer
         # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
-        # The empty anchor below is what makes the lookup's output require grad so the backward runs.
+        # The empty anchor below is what makes the lookup's output require grad so the backward runs. In
+        # dense-gradient mode the backward updates nothing and the tables get a gradient instead.
         self.weights = nn.Parameter(torch.empty(handle.num_weights, dtype=weights_dtype, device=device),
-                                    requires_grad=False)
+                                    requires_grad=(optimizer == "none"))
         self._grad_anchor = nn.Parameter(torch.zeros(0, device=device))
         # The id of the handle of the tables' device and dtype, which the operators look up (never a pointer).
         self._handle_id = handle.id
@@ -342,6 +382,93 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise ValueError(f"step: {step!r} is not a whole number of steps in [0, 2^53)")
         self.hparams[ops.HPARAM["step"]] = step + 1
 
+    # ---- state dict: per-table entries -------------------------------------------------------------
+    # state_dict() holds, per table, ``<name>.weight`` [E_t, D_t] and its optimizer state under the names of
+    # optimizer_state() (FBGEMM's get_optimizer_state names: ``<name>.sum`` [E_t] for row-wise Adagrad,
+    # ``<name>.exp_avg`` / ``<name>.exp_avg_sq`` for Adam), all views of the module's buffers; then
+    # ``hparams`` (hyper-parameters and step), ``num_skipped``, and ``_extra_state`` naming the optimizer and
+    # the tables, so a checkpoint of another optimizer or other tables is refused by name. load_state_dict
+    # also takes the flat checkpoints of earlier versions (``weights``, ``momentum1``, ``momentum2``).
+    _FLAT_BUFFERS = ("weights", "momentum1", "momentum2")
+
+    def _table_entries(self):
+        """(key, view) of every per-table state_dict entry, in table order."""
+        for name, weight, state in zip(self.table_names, self.split_embedding_weights(), self.optimizer_state()):
+            yield f"{name}.weight", weight
+            for state_name, view in state.items():
+                yield f"{name}.{state_name}", view
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name in self._FLAT_BUFFERS:
+            del destination[prefix + name]
+        for key, view in self._table_entries():
+            destination[prefix + key] = view.detach()
+
+    def get_extra_state(self):
+        return {"optimizer": self.optimizer, "embedding_specs": [list(s) for s in self.embedding_specs],
+                "table_names": list(self.table_names)}
+
+    def set_extra_state(self, state):
+        """Checks a checkpoint's ``_extra_state`` against this module: ValueError naming both optimizers, or
+        both table lists, when they differ (the state of one optimizer cannot train with another)."""
+        if not isinstance(state, dict) or not {"optimizer", "embedding_specs"} <= state.keys():
+            raise ValueError(f"state_dict: _extra_state {state!r} does not describe a TableBatchedEmbeddingBags")
+        if state["optimizer"] != self.optimizer:
+            raise ValueError(f"state_dict: the checkpoint was written with optimizer '{state['optimizer']}'; this "
+                             f"module's optimizer is '{self.optimizer}' (to load only the tables, pass the "
+                             "'<table>.weight' entries with strict=False)")
+        specs = [tuple(s) for s in state["embedding_specs"]]
+        if specs != self.embedding_specs:
+            raise ValueError(f"state_dict: the checkpoint's tables (num_embeddings, embedding_dim) are {specs}; "
+                             f"this module's are {self.embedding_specs}")
+
+    def _check_flat_checkpoint(self, state_dict, prefix):
+        """A flat checkpoint (earlier versions) names no optimizer: its buffers' sizes must be this module's."""
+        sizes = {name: state_dict[prefix + name].numel() for name in self._FLAT_BUFFERS if prefix + name in state_dict}
+        if sizes.get("weights", self.weights.numel()) != self.weights.numel():
+            raise ValueError(f"state_dict: weights holds {sizes['weights']} elements; this module's tables "
+                             f"{self.embedding_specs} hold {self.weights.numel()} (the checkpoint holds other tables)")
+        want = {"momentum1": self.momentum1.numel(), "momentum2": self.momentum2.numel()}
+        got = {name: sizes.get(name, n) for name, n in want.items()}
+        if got != want:
+            layout = self._layout
+            per_kind = {"none": 0, "rows": layout.total_rows, "elements": layout.num_weights}
+            fits = [opt for opt, kinds in _MOMENTUM_SHAPES.items()
+                    if (per_kind[kinds[0]], per_kind[kinds[1]]) == (got["momentum1"], got["momentum2"])]
+            raise ValueError(f"state_dict: its optimizer state (momentum1 {got['momentum1']}, momentum2 "
+                             f"{got['momentum2']} floats) is not that of this module's optimizer '{self.optimizer}' "
+                             f"({want['momentum1']}, {want['momentum2']}); it is that of "
+                             f"{' or '.join(repr(o) for o in fits) or 'no optimizer of these tables'}")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        extra_key = prefix + "_extra_state"
+        if extra_key in state_dict:
+            self.set_extra_state(state_dict[extra_key])
+        rest = {k: v for k, v in state_dict.items() if k != extra_key}
+        flat = prefix + "weights" in state_dict
+        if flat:
+            self._check_flat_checkpoint(state_dict, prefix)
+            handled = {extra_key}
+        else:
+            entries = [(prefix + key, view) for key, view in self._table_entries()]
+            for key, view in entries:  # every shape first: a refused checkpoint changes nothing
+                if key in rest and tuple(rest[key].shape) != tuple(view.shape):
+                    raise ValueError(f"state_dict: {key} has shape {list(rest[key].shape)}; this module's is "
+                                     f"{list(view.shape)} (the checkpoint holds other tables)")
+            with torch.no_grad():
+                for key, view in entries:
+                    if key in rest:
+                        view.copy_(rest.pop(key))
+                    elif strict:
+                        missing_keys.append(key)
+            handled = {extra_key} | {prefix + name for name in self._FLAT_BUFFERS}
+        first_new = len(missing_keys)
+        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        missing_keys[first_new:] = [k for k in missing_keys[first_new:] if k not in handled]
+
     # ---- forward -----------------------------------------------------------------------------------
     def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
                 per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -356,7 +483,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
         cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
                self.weight_decay_mode, self.stochastic_rounding, self.seed)
-        group = _data_parallel.resolve_group(self.data_parallel_group)
+        group = None if self.optimizer == "none" else _data_parallel.resolve_group(self.data_parallel_group)
         lookup_args = (self._grad_anchor, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
         if group is None:
@@ -406,6 +533,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         for stale in ("_handles", "_handle_id", "_handle_ptr"):  # _handle_ptr: pickles of earlier versions
             state.pop(stale, None)
         state.setdefault("data_parallel_group", "auto")  # pickles of earlier versions
+        state.setdefault("table_names", [f"table_{t}" for t in range(len(state["embedding_specs"]))])  # likewise
         super().__setstate__(state)
         if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor
             self.hparams = self.hparams.cpu()

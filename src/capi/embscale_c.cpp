@@ -204,16 +204,27 @@ int embscale_amax_workspace_size(const embscale_context* ctx, const embscale_ten
 
 int embscale_amax(const embscale_context* ctx, const embscale_tensor* x, float* amax, int32_t algo,
                   int32_t* nonfinite_flag, void* workspace, size_t workspace_bytes) {
+  return embscale_amax_noop(ctx, x, amax, algo, nonfinite_flag, workspace, workspace_bytes, nullptr);
+}
+
+int embscale_amax_noop(const embscale_context* ctx, const embscale_tensor* x, float* amax, int32_t algo,
+                       int32_t* nonfinite_flag, void* workspace, size_t workspace_bytes, const float* noop_flag) {
   return guarded([&]() -> Status {
     AmaxCall a;
     EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
     a.opts.nonfinite_flag = nonfinite_flag;
+    a.opts.noop_flag = noop_flag;
     return embscale::amax(a.ctx, a.x, amax, a.opts, workspace, workspace_bytes);
   });
 }
 
 int embscale_compute_scale(const embscale_context* ctx, const float* amax, int32_t fp8_dtype, float eps,
                            int32_t power_of_2, float* scale, float* scale_inv) {
+  return embscale_compute_scale_noop(ctx, amax, fp8_dtype, eps, power_of_2, scale, scale_inv, nullptr);
+}
+
+int embscale_compute_scale_noop(const embscale_context* ctx, const float* amax, int32_t fp8_dtype, float eps,
+                                int32_t power_of_2, float* scale, float* scale_inv, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
@@ -221,31 +232,42 @@ int embscale_compute_scale(const embscale_context* ctx, const float* amax, int32
     embscale::ScaleOptions opts;
     opts.eps = eps;
     opts.power_of_2 = power_of_2 != 0;
-    return embscale::compute_scale(c, amax, static_cast<embscale::DType>(fp8_dtype), opts, scale, scale_inv);
+    return embscale::compute_scale(c, amax, static_cast<embscale::DType>(fp8_dtype), opts, scale, scale_inv,
+                                   noop_flag);
   });
 }
 
 int embscale_quantize(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
                       const embscale_tensor* y) {
+  return embscale_quantize_noop(ctx, x, scale, y, nullptr);
+}
+
+int embscale_quantize_noop(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
+                           const embscale_tensor* y, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::TensorView xv, yv;
     EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
-    return embscale::quantize(c, xv, scale, yv);
+    return embscale::quantize(c, xv, scale, yv, noop_flag);
   });
 }
 
 int embscale_dequantize(const embscale_context* ctx, const embscale_tensor* y, const float* scale_inv,
                         const embscale_tensor* x) {
+  return embscale_dequantize_noop(ctx, y, scale_inv, x, nullptr);
+}
+
+int embscale_dequantize_noop(const embscale_context* ctx, const embscale_tensor* y, const float* scale_inv,
+                             const embscale_tensor* x, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::TensorView xv, yv;
     EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
-    return embscale::dequantize(c, yv, scale_inv, xv);
+    return embscale::dequantize(c, yv, scale_inv, xv, noop_flag);
   });
 }
 
@@ -264,6 +286,14 @@ int embscale_quantize_current_scaling(const embscale_context* ctx, const embscal
                                       const embscale_tensor* y, float* amax, float* scale, float* scale_inv,
                                       int32_t algo, float eps, int32_t power_of_2, int32_t* nonfinite_flag,
                                       void* workspace, size_t workspace_bytes) {
+  return embscale_quantize_current_scaling_noop(ctx, x, y, amax, scale, scale_inv, algo, eps, power_of_2,
+                                                nonfinite_flag, workspace, workspace_bytes, nullptr);
+}
+
+int embscale_quantize_current_scaling_noop(const embscale_context* ctx, const embscale_tensor* x,
+                                           const embscale_tensor* y, float* amax, float* scale, float* scale_inv,
+                                           int32_t algo, float eps, int32_t power_of_2, int32_t* nonfinite_flag,
+                                           void* workspace, size_t workspace_bytes, const float* noop_flag) {
   return guarded([&]() -> Status {
     AmaxCall a;
     embscale::TensorView yv;
@@ -272,6 +302,7 @@ int embscale_quantize_current_scaling(const embscale_context* ctx, const embscal
     embscale::CurrentScalingOptions opts;
     opts.amax = a.opts;
     opts.amax.nonfinite_flag = nonfinite_flag;
+    opts.amax.noop_flag = noop_flag;
     opts.scale.eps = eps;
     opts.scale.power_of_2 = power_of_2 != 0;
     return embscale::quantize_current_scaling(a.ctx, a.x, yv, amax, scale, scale_inv, opts, workspace,
@@ -291,12 +322,19 @@ int embscale_activation_amax_workspace_size(const embscale_context* ctx, const e
 int embscale_activation_amax(const embscale_context* ctx, int32_t activation, const embscale_tensor* x,
                              const embscale_tensor* y, float* amax, int32_t algo, void* workspace,
                              size_t workspace_bytes) {
+  return embscale_activation_amax_noop(ctx, activation, x, y, amax, algo, workspace, workspace_bytes, nullptr);
+}
+
+int embscale_activation_amax_noop(const embscale_context* ctx, int32_t activation, const embscale_tensor* x,
+                                  const embscale_tensor* y, float* amax, int32_t algo, void* workspace,
+                                  size_t workspace_bytes, const float* noop_flag) {
   return guarded([&]() -> Status {
     AmaxCall a;
     embscale::TensorView yv;
     EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
     EMBSCALE_RETURN_IF_ERROR(enum_in_range("activation", activation, 2));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
+    a.opts.noop_flag = noop_flag;
     return embscale::activation_amax(a.ctx, static_cast<embscale::Activation>(activation), a.x, yv, amax, a.opts,
                                      workspace, workspace_bytes);
   });
@@ -304,6 +342,11 @@ int embscale_activation_amax(const embscale_context* ctx, int32_t activation, co
 
 int embscale_cast_transpose(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
                             const embscale_tensor* y, const embscale_tensor* yt) {
+  return embscale_cast_transpose_noop(ctx, x, scale, y, yt, nullptr);
+}
+
+int embscale_cast_transpose_noop(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
+                                 const embscale_tensor* y, const embscale_tensor* yt, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::TensorView xv, yv, ytv;
@@ -311,7 +354,7 @@ int embscale_cast_transpose(const embscale_context* ctx, const embscale_tensor* 
     EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &xv));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("yt", yt, &ytv));
-    return embscale::cast_transpose(c, xv, scale, yv, ytv);
+    return embscale::cast_transpose(c, xv, scale, yv, ytv, noop_flag);
   });
 }
 

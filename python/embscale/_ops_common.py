@@ -1,0 +1,138 @@
+"""What every operator module shares: the dtype tables, the argument checks (each names its argument),
+the C descriptors of tensors, the context of a device, calls into the C API and workspaces.
+
+The real and the fake implementation of an operator share their argument checks: the dtypes, that all
+tensor arguments are on one device (a mix of meta and CPU tensors is refused, not run as meta), and the
+shapes outputs are allocated from. Everything else is checked once, by the C library, before it writes
+anything.
+"""
+
+import ctypes
+
+import torch
+
+from . import _capi
+
+_DTYPE_CODE = {
+    torch.float32: 0,
+    torch.float16: 1,
+    torch.bfloat16: 2,
+    torch.float8_e4m3fn: 3,
+    torch.float8_e5m2: 4,
+    torch.int32: 5,
+    torch.int64: 6,
+}
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _check_dtype(name, t, allowed):
+    """t: a tensor, or a torch.dtype argument."""
+    dtype = t if isinstance(t, torch.dtype) else t.dtype
+    if dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise TypeError(f"{name}: dtype {str(dtype).replace('torch.', '')} is not supported; expected {names}")
+
+
+def _check_device(name, t, device):
+    if t.device != device:
+        raise ValueError(f"{name}: is on {t.device}, expected {device} (the device of the other inputs)")
+
+
+def _same_device(*named):
+    """The device shared by the tensors of (name, tensor-or-None) pairs; ValueError naming the first one on
+    another device. Used by the real and the fake implementations alike, so a meta tensor among CPU ones is
+    refused instead of silently running the fake implementation."""
+    device = None
+    for name, t in named:
+        if t is None:
+            continue
+        if device is None:
+            device = t.device
+        else:
+            _check_device(name, t, device)
+    return device
+
+
+def _check_backend(device):
+    if device.type not in _capi.BACKEND:
+        raise ValueError(f"device: {device} is not supported; expected a cpu or cuda tensor")
+    if device.type == "cuda" and not _capi.backend_available("cuda"):
+        raise NotImplementedError("device: this build of embscale has no usable CUDA backend")
+
+
+def _desc(t, shape=None):
+    """A C tensor descriptor of contiguous tensor t, viewed with `shape` (default: flat)."""
+    d = _capi.Tensor()
+    d.data = t.data_ptr() if t.numel() > 0 else None
+    d.dtype = _DTYPE_CODE[t.dtype]
+    shape = (t.numel(),) if shape is None else tuple(shape)
+    d.ndim = len(shape)
+    for i, s in enumerate(shape):
+        d.shape[i] = s
+    return d
+
+
+def _ptr(t):
+    return None if t is None or t.numel() == 0 else t.data_ptr()
+
+
+# The address an optional tensor that is given but empty points at: the C API reads an optional tensor
+# whose data is NULL as absent, and a given one must reach its length checks (an empty
+# per_sample_weights for N > 0 lookups is an error, not "unweighted"). Never dereferenced: it has no elements.
+_EMPTY_BUFFER = ctypes.c_int64(0)
+
+
+def _optional_desc(t):
+    """The C descriptor of an optional tensor: absent (all zero) for None, else t viewed flat."""
+    if t is None:
+        return _capi.Tensor()
+    d = _desc(t)
+    if d.data is None:
+        d.data = ctypes.addressof(_EMPTY_BUFFER)
+    return d
+
+
+def _context(device):
+    c = _capi.Context()
+    c.backend = _capi.BACKEND[device.type]
+    if device.type == "cuda":
+        c.stream = torch.cuda.current_stream(device).cuda_stream
+    else:
+        c.num_threads = torch.get_num_threads()
+    return c
+
+
+def _run(device, fn, *args):
+    """Calls C function fn with args on the right CUDA device; raises on a failed status."""
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            _capi.check(fn(*args))
+    else:
+        _capi.check(fn(*args))
+
+
+def _workspace(device, size_fn, *args):
+    nbytes = ctypes.c_size_t(0)
+    _run(device, size_fn, *args, ctypes.byref(nbytes))
+    ws = torch.empty(nbytes.value, dtype=torch.uint8, device=device)
+    return ws, nbytes.value
+
+
+def _scalar(device):
+    return torch.empty((), dtype=torch.float32, device=device)
+
+
+def _lookup(table, name, value):
+    if value not in table:
+        raise ValueError(f"{name}: '{value}' is not one of {', '.join(table)}")
+    return table[value]
+
+
+def _check_scalar(name, s, device):
+    _check_dtype(name, s, (torch.float32,))
+    _check_device(name, s, device)
+    if s.numel() != 1:
+        raise ValueError(f"{name}: has {s.numel()} elements, expected 1")
+

@@ -1,0 +1,337 @@
+"""Table-batched embedding operators (torch.ops.embscale.tbe_forward, tbe_backward) and the registry of
+the C objects they run on.
+
+TBE operators take ``handle``, the integer id of a TbeHandle (one per TableBatchedEmbeddingBags, device
+and weights dtype), looked up in a registry of live handles: an id that names no live handle raises
+ValueError and never reaches the library as a pointer. Calls on one handle are serialised by its lock
+(the forward, and the backward with its read and advance of the step counter), so threads sharing a
+module lose no update.
+"""
+
+import ctypes
+import itertools
+import math
+import threading
+import weakref
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _capi
+from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _check_backend, _check_dtype, _context, _desc,
+                          _lookup, _optional_desc, _ptr, _run, _same_device, _workspace)
+
+# Layout of a TBE module's hyper-parameter tensor (CPU float64), read by tbe_backward at every call so
+# a learning rate set between steps is seen even inside a compiled graph. tbe_backward advances `step`.
+HPARAM_FIELDS = ("learning_rate", "eps", "beta1", "beta2", "weight_decay", "max_norm", "gradient_clipping", "step")
+HPARAM = {name: i for i, name in enumerate(HPARAM_FIELDS)}
+
+# Live handles by id. Weak references: a handle lives as long as its module holds it, and ids are never
+# reused, so a stale id finds nothing instead of another module's tables.
+_TBE_HANDLES = weakref.WeakValueDictionary()
+_TBE_IDS = itertools.count(1)
+
+
+class TbeHandle:
+    """One C TableBatchedEmbedding for one device and weights dtype, registered under a unique integer id
+    (``id``) that the TBE operators take as ``handle``; its ``lock`` serialises the calls on it.
+
+    On the meta device there is no C object (``ptr`` is None): the layout is read from a CPU one that is
+    freed at once, so a module built on meta knows its shapes and traces through the fake implementations.
+    A copy (copy.deepcopy, pickling) builds a new C object with a new id.
+    """
+
+    def __init__(self, device, num_rows, dims, feature_table_map, weights_dtype):
+        device = torch.device(device)
+        _check_dtype("weights_dtype", weights_dtype, FLOAT_DTYPES)
+        if device.type != "meta":
+            _check_backend(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.args = (device, [int(r) for r in num_rows], [int(d) for d in dims],
+                     [int(t) for t in feature_table_map], weights_dtype)
+        self.device = device
+        self.weights_dtype = weights_dtype
+        self.table_dims = [int(d) for d in dims]
+        self.feature_dims = [int(dims[t]) for t in feature_table_map]
+        self.num_features = len(self.feature_dims)
+        self.lock = threading.Lock()
+        self.ptr = None
+        ctx = _capi.Context()
+        ctx.backend = _capi.BACKEND["cpu" if device.type == "meta" else device.type]
+        T = len(num_rows)
+        rows = (ctypes.c_int64 * T)(*num_rows)
+        ds = (ctypes.c_int32 * T)(*dims)
+        fmap = (ctypes.c_int32 * self.num_features)(*feature_table_map)
+        out = ctypes.c_void_p()
+        create = (_capi.lib.embscale_tbe_create, ctypes.byref(ctx), T, rows, ds, self.num_features, fmap,
+                  _DTYPE_CODE[weights_dtype], ctypes.byref(out))
+        _run(device if device.type != "meta" else torch.device("cpu"), *create)
+        try:
+            layout = _capi.TbeLayout()
+            _capi.check(_capi.lib.embscale_tbe_layout_get(out.value, ctypes.byref(layout)))
+            weight_offsets, row_offsets = (ctypes.c_int64 * T)(), (ctypes.c_int64 * T)()
+            _capi.check(_capi.lib.embscale_tbe_table_offsets(out.value, weight_offsets, row_offsets))
+        except BaseException:
+            _capi.lib.embscale_tbe_destroy(out.value)
+            raise
+        self.num_weights, self.total_rows = layout.num_weights, layout.total_rows
+        self.total_dim, self.max_dim = layout.total_dim, layout.max_dim
+        self.weight_offsets, self.row_offsets = list(weight_offsets), list(row_offsets)
+        if device.type == "meta":
+            _capi.lib.embscale_tbe_destroy(out.value)
+        else:
+            self.ptr = out.value
+        self.id = next(_TBE_IDS)
+        _TBE_HANDLES[self.id] = self
+
+    def __deepcopy__(self, memo):
+        return TbeHandle(*self.args)
+
+    def __reduce__(self):
+        return (TbeHandle, self.args)
+
+    def __del__(self):
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if ptr:
+            _capi.lib.embscale_tbe_destroy(ptr)
+
+
+def tbe_handle(handle):
+    """The live TbeHandle whose id is `handle`; ValueError naming `handle` when there is none."""
+    h = _TBE_HANDLES.get(handle) if isinstance(handle, int) and not isinstance(handle, bool) else None
+    if h is None:
+        raise ValueError(f"handle: {handle!r} is not the id of a live TableBatchedEmbedding handle (the id a "
+                         "TableBatchedEmbeddingBags passes; ids of freed handles are never reused)")
+    return h
+
+
+def _tbe_lookup_checks(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
+                       *more_tensors):
+    """Checks shared by the real and fake implementations of tbe_forward and tbe_backward, all made before
+    anything is allocated: dtypes, one device, 1-D lookups, the handle and the batch size against its
+    layout. Returns (device, handle, pooling code, bounds-check code)."""
+    _check_dtype("weights", weights, FLOAT_DTYPES)
+    _check_dtype("indices", indices, INDEX_DTYPES)
+    _check_dtype("offsets", offsets, INDEX_DTYPES)
+    if offsets.dtype != indices.dtype:
+        raise TypeError(f"offsets: dtype {str(offsets.dtype).replace('torch.', '')} differs from the indices' dtype "
+                        f"{str(indices.dtype).replace('torch.', '')}")
+    if per_sample_weights is not None:
+        _check_dtype("per_sample_weights", per_sample_weights, (torch.float32,))
+    device = _same_device(("weights", weights), ("indices", indices), ("offsets", offsets),
+                          ("per_sample_weights", per_sample_weights), *more_tensors)
+    for name, t in (("indices", indices), ("offsets", offsets), ("per_sample_weights", per_sample_weights)):
+        if t is not None and t.dim() != 1:
+            raise ValueError(f"{name}: has {t.dim()} dimensions, expected 1")
+    pooling_code = _lookup(_capi.POOLING, "pooling", pooling)
+    bounds_code = _lookup(_capi.BOUNDS_CHECK, "bounds_check", bounds_check)
+    h = tbe_handle(handle)
+    if device.type != "meta" and h.device != device:
+        raise ValueError(f"handle: {handle} is a TableBatchedEmbedding on {h.device}; the tensors are on {device}")
+    T = h.num_features
+    if batch_size < 0:
+        raise ValueError(f"batch_size: {batch_size} is negative")
+    if offsets.shape[0] != T * batch_size + 1:
+        raise ValueError(f"batch_size: {batch_size} needs offsets of T*B+1 = {T * batch_size + 1} entries (T = {T} "
+                         f"features); offsets has {offsets.shape[0]}")
+    return device, h, pooling_code, bounds_code
+
+
+def _tbe_forward_checks(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
+                        output_cols, output_dtype):
+    device, h, pooling_code, bounds_code = _tbe_lookup_checks(weights, indices, offsets, per_sample_weights, handle,
+                                                              batch_size, pooling, bounds_check)
+    _check_dtype("output_dtype", output_dtype, FLOAT_DTYPES)
+    if pooling == "none":
+        if len(set(h.feature_dims)) > 1:
+            raise ValueError(f"pooling: 'none' (sequence) needs all features of one dimension; the features have "
+                             f"{h.feature_dims}")
+        want, what = (h.feature_dims[0] if h.feature_dims else 0), "D (sequence)"
+    else:
+        want, what = h.total_dim, "total_dim (pooled)"
+    if output_cols != want:
+        raise ValueError(f"output_cols: {output_cols}; expected {what} = {want}")
+    rows = indices.shape[0] if pooling == "none" else batch_size
+    return device, h, pooling_code, bounds_code, rows
+
+
+@torch.library.custom_op("embscale::tbe_forward", mutates_args=())
+def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor],
+                handle: int, batch_size: int, pooling: str, bounds_check: str, output_cols: int,
+                output_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Pooled lookup [batch_size, output_cols] (sum/mean) or sequence rows [N, output_cols] (none) of the
+    TableBatchedEmbedding whose handle id is `handle` (a TableBatchedEmbeddingBags' ``_handle_id``), and the
+    number of indices skipped by bounds_check "skip" (an int64 tensor [1]; 0 in the other modes)."""
+    dev, h, pooling_code, bounds_code, rows = _tbe_forward_checks(
+        weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check, output_cols,
+        output_dtype)
+    _check_backend(dev)
+    weights, indices, offsets = weights.contiguous(), indices.contiguous(), offsets.contiguous()
+    psw = None if per_sample_weights is None else per_sample_weights.contiguous()
+    out = torch.empty((rows, output_cols), dtype=output_dtype, device=dev)
+    num_skipped = torch.zeros(1, dtype=torch.int64, device=dev)
+    a = _capi.TbeForwardArgs()
+    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
+    a.per_sample_weights = _optional_desc(psw)
+    a.batch_size = batch_size
+    a.pooling, a.bounds_check = pooling_code, bounds_code
+    a.output = _desc(out, (rows, output_cols))
+    a.num_skipped = num_skipped.data_ptr()
+    with h.lock:
+        _run(dev, _capi.lib.embscale_tbe_forward, ctypes.c_void_p(h.ptr), ctypes.byref(_context(dev)),
+             ctypes.byref(a))
+    return out, num_skipped
+
+
+@tbe_forward.register_fake
+def _(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check, output_cols,
+      output_dtype):
+    _, _, _, _, rows = _tbe_forward_checks(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                                           bounds_check, output_cols, output_dtype)
+    return weights.new_empty((rows, output_cols), dtype=output_dtype), weights.new_empty((1,), dtype=torch.int64)
+
+
+def _tbe_backward_checks(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights,
+                         handle, batch_size, pooling, bounds_check, optimizer, weight_decay_mode):
+    _check_dtype("grad_output", grad_output, FLOAT_DTYPES)
+    for name, m in (("momentum1", momentum1), ("momentum2", momentum2)):
+        if m.numel() > 0:  # empty: this optimizer keeps no such state
+            _check_dtype(name, m, (torch.float32,))
+    device, h, pooling_code, bounds_code = _tbe_lookup_checks(
+        weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
+        ("grad_output", grad_output), ("momentum1", momentum1), ("momentum2", momentum2))
+    # Updated in place through a flat view: strides the C API cannot see must be plain.
+    for name, t in (("weights", weights), ("momentum1", momentum1), ("momentum2", momentum2)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous (it is updated in place)")
+    if hparams.device.type != "cpu" or hparams.dtype != torch.float64 or hparams.shape != (len(HPARAM_FIELDS),):
+        raise ValueError(f"hparams: expected a cpu float64 tensor of {len(HPARAM_FIELDS)} values {HPARAM_FIELDS}")
+    codes = (_lookup(_capi.OPTIMIZER, "optimizer", optimizer),
+             _lookup(_capi.WEIGHT_DECAY, "weight_decay_mode", weight_decay_mode))
+    return device, h, pooling_code, bounds_code, codes
+
+
+def _checked_step(value):
+    """The step counter read from hparams as an int64: finite and integral (ctypes would wrap or truncate
+    anything else silently; the library refuses steps below 1)."""
+    if not (math.isfinite(value) and value == math.floor(value) and -2.0**63 <= value < 2.0**63):
+        raise ValueError(f"step: {value!r} (hparams[{HPARAM['step']}]) is not an integer step in [1, 2^63-1]")
+    return int(value)
+
+
+@torch.library.custom_op("embscale::tbe_backward", mutates_args=("weights", "momentum1", "momentum2", "hparams"))
+def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams: Tensor, grad_output: Tensor,
+                 indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor], handle: int,
+                 batch_size: int, pooling: str, bounds_check: str, optimizer: str, weight_decay_mode: str,
+                 stochastic_rounding: bool, seed: int, grad_per_sample_weights: bool) -> Tensor:
+    """Backward fused with the optimizer: updates weights and optimizer state in place, advances
+    hparams' step, and returns the gradient of the per-sample weights ([N]; empty unless asked).
+
+    The hyper-parameters are read from hparams when the call starts, under the handle's lock, and the
+    step is advanced under it, so concurrent calls on one handle each see and advance their own step.
+    Any error leaves weights, optimizer state and step as they were."""
+    dev, h, pooling_code, bounds_code, (opt_code, wd_code) = _tbe_backward_checks(
+        weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights, handle,
+        batch_size, pooling, bounds_check, optimizer, weight_decay_mode)
+    _check_backend(dev)
+    indices, offsets, grad_output = indices.contiguous(), offsets.contiguous(), grad_output.contiguous()
+    psw = None if per_sample_weights is None else per_sample_weights.contiguous()
+    a = _capi.TbeBackwardArgs()
+    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
+    a.per_sample_weights = _optional_desc(psw)
+    a.batch_size = batch_size
+    a.pooling, a.bounds_check = pooling_code, bounds_code
+    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
+    # Optimizer state: an empty buffer is how a module says "this optimizer keeps none".
+    a.momentum1 = _optional_desc(momentum1 if momentum1.numel() > 0 else None)
+    a.momentum2 = _optional_desc(momentum2 if momentum2.numel() > 0 else None)
+    grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
+    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
+    a.rounding = _capi.ROUNDING["stochastic" if stochastic_rounding else "nearest"]
+    a.seed = seed
+    o = a.optimizer
+    o.type, o.weight_decay_mode = opt_code, wd_code
+    ctx = _context(dev)
+    with h.lock:
+        hp = hparams.tolist()
+        step = _checked_step(hp[HPARAM["step"]])
+        o.learning_rate, o.eps = hp[HPARAM["learning_rate"]], hp[HPARAM["eps"]]
+        o.beta1, o.beta2 = hp[HPARAM["beta1"]], hp[HPARAM["beta2"]]
+        o.weight_decay, o.max_norm = hp[HPARAM["weight_decay"]], hp[HPARAM["max_norm"]]
+        o.gradient_clipping = hp[HPARAM["gradient_clipping"]]
+        o.step = step
+        ws, nbytes = _workspace(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr),
+                                ctypes.byref(ctx), ctypes.byref(a))
+        _run(dev, _capi.lib.embscale_tbe_backward, ctypes.c_void_p(h.ptr), ctypes.byref(ctx), ctypes.byref(a),
+             _ptr(ws), nbytes)
+        hparams[HPARAM["step"]] = step + 1
+    return grad_psw
+
+
+@tbe_backward.register_fake
+def _(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights, handle, batch_size,
+      pooling, bounds_check, optimizer, weight_decay_mode, stochastic_rounding, seed, grad_per_sample_weights):
+    _tbe_backward_checks(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights,
+                         handle, batch_size, pooling, bounds_check, optimizer, weight_decay_mode)
+    n = indices.shape[0] if grad_per_sample_weights else 0
+    return weights.new_empty((n,), dtype=torch.float32)
+
+
+def _tbe_dense_grad_checks(weights, grad_output, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                           bounds_check):
+    _check_dtype("grad_output", grad_output, FLOAT_DTYPES)
+    return _tbe_lookup_checks(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                              bounds_check, ("grad_output", grad_output))
+
+
+@torch.library.custom_op("embscale::tbe_dense_grad", mutates_args=())
+def tbe_dense_grad(weights: Tensor, grad_output: Tensor, indices: Tensor, offsets: Tensor,
+                   per_sample_weights: Optional[Tensor], handle: int, batch_size: int, pooling: str, bounds_check: str,
+                   grad_per_sample_weights: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward's dense-gradient mode (the library's optimizer "none"): nothing is updated; returns the
+    unique rows the lookups touched ([N] int64, linearised as row_offset(t) + r, ascending; the first
+    ``num_unique`` are valid), num_unique ([1] int64), their summed fp32 gradients ([N, max_dim]; row u
+    uses its table's first D_t columns) and the per-sample weights' gradient ([N]; empty unless asked)."""
+    dev, h, pooling_code, bounds_code = _tbe_dense_grad_checks(weights, grad_output, indices, offsets,
+                                                               per_sample_weights, handle, batch_size, pooling,
+                                                               bounds_check)
+    _check_backend(dev)
+    weights, indices, offsets = weights.contiguous(), indices.contiguous(), offsets.contiguous()
+    grad_output = grad_output.contiguous()
+    psw = None if per_sample_weights is None else per_sample_weights.contiguous()
+    n = indices.numel()
+    unique_rows = torch.empty(n, dtype=torch.int64, device=dev)
+    num_unique = torch.zeros(1, dtype=torch.int64, device=dev)
+    unique_grads = torch.empty((n, h.max_dim), dtype=torch.float32, device=dev)
+    grad_psw = torch.empty(n if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
+    a = _capi.TbeBackwardArgs()
+    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
+    a.per_sample_weights = _optional_desc(psw)
+    a.batch_size = batch_size
+    a.pooling, a.bounds_check = pooling_code, bounds_code
+    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
+    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
+    a.unique_rows, a.unique_grads = _optional_desc(unique_rows), _optional_desc(unique_grads)
+    a.num_unique = num_unique.data_ptr()
+    a.optimizer.type = _capi.OPTIMIZER["none"]
+    a.optimizer.step = 1  # read by no rule here, but a step is always checked to be >= 1
+    ctx = _context(dev)
+    with h.lock:
+        ws, nbytes = _workspace(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr),
+                                ctypes.byref(ctx), ctypes.byref(a))
+        _run(dev, _capi.lib.embscale_tbe_backward, ctypes.c_void_p(h.ptr), ctypes.byref(ctx), ctypes.byref(a),
+             _ptr(ws), nbytes)
+    return unique_rows, num_unique, unique_grads, grad_psw
+
+
+@tbe_dense_grad.register_fake
+def _(weights, grad_output, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
+      grad_per_sample_weights):
+    _, h, _, _ = _tbe_dense_grad_checks(weights, grad_output, indices, offsets, per_sample_weights, handle,
+                                        batch_size, pooling, bounds_check)
+    n = indices.shape[0]
+    return (weights.new_empty((n,), dtype=torch.int64), weights.new_empty((1,), dtype=torch.int64),
+            weights.new_empty((n, h.max_dim), dtype=torch.float32),
+            weights.new_empty((n if grad_per_sample_weights else 0,), dtype=torch.float32))
