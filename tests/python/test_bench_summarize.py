@@ -93,7 +93,7 @@ def test_ratio_table_pairs_each_peer_with_embscale_of_the_same_run(tmp_path, cap
             fp8("te", 12.0, harness="te_fp8_peer"),
             fp8("torch_eager", 30.0),                                # no harness: paired with impl embscale
         ],
-        "other.jsonl": [tbe("fbgemm", 700.0, date="2026-12-01")],  # another file: another run
+        "other.jsonl": [tbe("fbgemm", 700.0, date="2026-12-01", harness="tbe_vs_fbgemm")],  # another file: another run
     })
     # op dtype case... embscale-impl us peer us ratio kernel (the case has spaces: count from the end)
     got = {(r[0], r[-6], r[-4]): (float(r[-5]), float(r[-3]), r[-2]) for r in rows}
