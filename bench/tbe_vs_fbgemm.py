@@ -303,7 +303,7 @@ def main(argv):
                         rec_base = dict(
                             date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(), device=device_name,
                             backend=a.device, harness="tbe_vs_fbgemm", num_tables=T, batch_size=B, embedding_dim=d,
-                            bag_size=L, num_embeddings=E, alpha=alpha, weights_precision=dtype, output_dtype="fp32",
+                            bag_size=L, num_embeddings=E, tables_gib=a.gb, alpha=alpha, weights_precision=dtype, output_dtype="fp32",
                             pooling="sum", weighted=False, indices_dtype="int64", bounds_check="off",
                             num_lookups=T * B * L, unique_rows=unique_rows, input_sets=n_sets, torch=torch.__version__,
                             fbgemm_gpu=getattr(fbgemm_gpu, "__version__", "?"), seed=a.seed)
