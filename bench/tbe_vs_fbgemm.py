@@ -253,128 +253,165 @@ def kernel_us(torch, step, n_sets, n_steps):
     return total / n_steps
 
 
+class Run:
+    """What every case of one invocation shares: arguments, device, records out."""
+
+    def __init__(self, torch, fbgemm_gpu, a):
+        self.torch, self.a = torch, a
+        self.cuda = a.device == "cuda"
+        self.dev = torch.device(a.device)
+        self.l2 = (getattr(torch.cuda.get_device_properties(self.dev), "L2_cache_size", 0) if self.cuda else 0) or (60 << 20)
+        self.device_name = torch.cuda.get_device_name(self.dev) if self.cuda else "cpu"
+        self.fbgemm_version = getattr(fbgemm_gpu, "__version__", "?")
+        self.gen = torch.Generator(device=self.dev)
+        self.out_file = open(a.out, "a") if a.out else None
+        self.t_start = time.time()
+        self.status = 0
+
+    def emit(self, rec):
+        line = json.dumps(rec)
+        print(line, flush=True)
+        if self.out_file:
+            self.out_file.write(line + "\n")
+            self.out_file.flush()
+
+    def fail(self, msg):
+        log(f"error: {msg}")
+        self.status = 1
+
+    def inputs(self, dims, E, alpha, n_sets):
+        """n_sets (indices, offsets) pairs and grad_output, from the seed."""
+        torch, a = self.torch, self.a
+        T, B, L = a.num_tables, a.batch_size, a.bag_size
+        self.gen.manual_seed(a.seed)
+        offsets = torch.arange(0, T * B * L + 1, L, device=self.dev, dtype=torch.int64)
+        sets = [(make_indices(torch, T, B, L, E, alpha, self.gen, self.dev).reshape(-1), offsets) for _ in range(n_sets)]
+        grad = torch.rand((B, sum(dims)), generator=self.gen, device=self.dev, dtype=torch.float32) - 0.5
+        return sets, grad
+
+    def check(self, case, sets, grad, dtype, what):
+        """The forward outputs, then the tables and optimizer state after one training step, compared from the
+        same state; the errors (a dict for the records), or None when they disagree."""
+        torch = self.torch
+        case.copy_fbgemm_state()
+        with torch.no_grad():
+            out = {n: m(*sets[0]) for n, m in case.modules.items()}
+        fwd_err = max_rel_err(out["embscale_torch"], out["fbgemm"])
+        del out
+        for m in case.modules.values():
+            m(*sets[0]).backward(grad)
+        w_err, s_err = case.compare_state()
+        tol = TOLERANCE[dtype]
+        log(f"{what}: max rel error forward {fwd_err:.2e}, tables after one step {w_err:.2e}, optimizer state "
+            f"{s_err:.2e} (tolerance {tol:g})")
+        if not (fwd_err <= tol and w_err <= tol and s_err <= tol):
+            self.fail(f"{what}: embscale and FBGEMM disagree; not timed")
+            return None
+        return dict(check_tolerance=tol, fwd_max_rel_err=fwd_err, weights_max_rel_err=w_err, state_max_rel_err=s_err)
+
+    def measure(self, case, op, sets, grad):
+        """(wall us, kernel us) per impl for one op: "tbe_forward" or a training step."""
+        torch, a = self.torch, self.a
+
+        def make_step(m):
+            if op == "tbe_forward":
+                def step(i):
+                    with torch.no_grad():
+                        m(*sets[i])
+            else:
+                def step(i):
+                    m(*sets[i]).backward(grad)
+            return step
+
+        steps = {n: make_step(m) for n, m in case.modules.items()}
+        wall = wall_us(torch, self.cuda, steps, len(sets), a.warmup, a.iters)
+        kern = {n: kernel_us(torch, s, len(sets), a.profile_steps) for n, s in steps.items()} if self.cuda else {}
+        return wall, kern
+
+    def run_alpha(self, case, d, dims, E, dtype, optimizer, alpha):
+        torch, a = self.torch, self.a
+        T, B, L = a.num_tables, a.batch_size, a.bag_size
+        what = f"{dtype} D={d} E={E} {optimizer} alpha={alpha:g}"
+        nbytes = 4 * B * sum(dims) + (4 if dtype == "fp32" else 2) * B * sum(dims) * L
+        n_sets = 1 if (not self.cuda or nbytes >= 3 * self.l2) else min(16, math.ceil(3 * self.l2 / nbytes))
+        sets, grad = self.inputs(dims, E, alpha, n_sets)
+        checks = self.check(case, sets, grad, dtype, what)
+        if checks is None:
+            return
+        keys = sets[0][0].view(T, -1) + torch.arange(T, device=self.dev).unsqueeze(1) * E
+        base = dict(date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(), device=self.device_name,
+                    backend=a.device, harness="tbe_vs_fbgemm", num_tables=T, batch_size=B, embedding_dim=d,
+                    bag_size=L, num_embeddings=E, tables_gib=a.gb, alpha=alpha, weights_precision=dtype,
+                    output_dtype="fp32", pooling="sum", weighted=False, indices_dtype="int64", bounds_check="off",
+                    num_lookups=T * B * L, unique_rows=int(torch.unique(keys).numel()), input_sets=n_sets,
+                    torch=torch.__version__, fbgemm_gpu=self.fbgemm_version, seed=a.seed, **checks)
+        del keys
+        if d == "mixed":
+            base["embedding_dims"] = dims
+        # The forward does not depend on the optimizer: measured with the first one only.
+        ops = (["tbe_forward"] if optimizer == a.optimizers[0] else []) + [f"tbe_train_{optimizer}"]
+        for op in ops:
+            wall, kern = self.measure(case, op, sets, grad)
+            factor = 1.0 if op == "tbe_forward" else 3.0
+            for n in IMPLS:
+                rec = dict(base, op=op, impl=n)
+                if op != "tbe_forward":
+                    rec.update(optimizer=optimizer, learning_rate=a.learning_rate, eps=a.eps)
+                rec.update(bytes=factor * nbytes, median_us=wall[n], GBps=factor * nbytes / (wall[n] * 1e-6) / 1e9,
+                           iters=a.iters, warmup=a.warmup)
+                if n in kern:
+                    rec.update(kernel_us=kern[n], profile_steps=a.profile_steps)
+                self.emit(rec)
+            kern_text = f"; kernels fbgemm {kern['fbgemm']:.1f} us, embscale {kern['embscale_torch']:.1f} us" if kern else ""
+            log(f"{what} {op}: fbgemm {wall['fbgemm']:.1f} us, embscale {wall['embscale_torch']:.1f} us "
+                f"(fbgemm/embscale {wall['fbgemm'] / wall['embscale_torch']:.2f}){kern_text}  "
+                f"[{time.time() - self.t_start:.0f}s]")
+
+    def run_case(self, d, dtype, optimizer):
+        """Both impls on one table configuration, every alpha; the tables are freed on return."""
+        torch, a = self.torch, self.a
+        dims = table_dims(d, a.num_tables, a.seed)
+        E = int(a.gb * (1 << 30) // (4 * sum(dims)))
+        case = None
+        try:
+            t0 = time.time()
+            torch.manual_seed(a.seed)
+            case = Case(torch, a, dims, E, dtype, optimizer, self.dev)
+            log(f"{dtype} D={d} E={E} {optimizer}: tables built in {time.time() - t0:.1f}s")
+            for alpha in a.alphas:
+                self.run_alpha(case, d, dims, E, dtype, optimizer, alpha)
+        except Exception as e:  # report and go on with the next case (e.g. out of memory)
+            self.fail(f"{dtype} D={d} E={E} {optimizer}: {type(e).__name__}: {e}")
+        finally:
+            if case is not None:
+                case.close()
+            if self.cuda:
+                torch.cuda.empty_cache()
+
+
 def main(argv):
     a = parse_args(argv)
     try:
         import torch
         import embscale  # noqa: F401
-        import fbgemm_gpu  # noqa: F401
+        import fbgemm_gpu
     except ImportError as e:
         log(f"error: {e} (needs torch, fbgemm_gpu and embscale on PYTHONPATH with EMBSCALE_LIBRARY set)")
         return 1
-    cuda = a.device == "cuda"
-    if cuda and not torch.cuda.is_available():
+    if a.device == "cuda" and not torch.cuda.is_available():
         log("error: --device cuda: no CUDA device")
         return 1
-    dev = torch.device(a.device)
-    T, B, L = a.num_tables, a.batch_size, a.bag_size
-    l2 = (getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) if cuda else 0) or (60 << 20)
-    device_name = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    log(f"tbe_vs_fbgemm: {device_name}, torch {torch.__version__}, fbgemm_gpu "
-        f"{getattr(fbgemm_gpu, '__version__', '?')}, seed {a.seed}, {a.gb:g} GiB of fp32 tables, T={T} B={B} L={L}, "
-        f"{a.iters} timed steps after {a.warmup}, {a.profile_steps} profiled")
-    out_file = open(a.out, "a") if a.out else None
-    gen = torch.Generator(device=dev)
-    status = 0
-    t_start = time.time()
+    run = Run(torch, fbgemm_gpu, a)
+    log(f"tbe_vs_fbgemm: {run.device_name}, torch {torch.__version__}, fbgemm_gpu {run.fbgemm_version}, seed {a.seed}, "
+        f"{a.gb:g} GiB of fp32 tables, T={a.num_tables} B={a.batch_size} L={a.bag_size}, {a.iters} timed steps after "
+        f"{a.warmup}, {a.profile_steps} profiled")
     for dtype in a.dtypes:
-        es_w = 4 if dtype == "fp32" else 2
         for d in a.dims:
-            dims = table_dims(d, T, a.seed)
-            E = int(a.gb * (1 << 30) // (4 * sum(dims)))
-            nbytes = 4 * B * sum(dims) + es_w * B * sum(dims) * L
-            n_sets = 1 if (not cuda or nbytes >= 3 * l2) else min(16, math.ceil(3 * l2 / nbytes))
             for optimizer in a.optimizers:
-                case = None
-                what = f"{dtype} D={d} E={E} {optimizer}"
-                try:
-                    t0 = time.time()
-                    torch.manual_seed(a.seed)
-                    case = Case(torch, a, dims, E, dtype, optimizer, dev)
-                    log(f"{what}: tables built in {time.time() - t0:.1f}s")
-                    for alpha in a.alphas:
-                        gen.manual_seed(a.seed)
-                        sets = []
-                        for _ in range(n_sets):
-                            idx = make_indices(torch, T, B, L, E, alpha, gen, dev).reshape(-1)
-                            sets.append((idx, torch.arange(0, T * B * L + 1, L, device=dev, dtype=torch.int64)))
-                        grad = torch.rand((B, sum(dims)), generator=gen, device=dev, dtype=torch.float32) - 0.5
-                        unique_rows = int(torch.unique(sets[0][0].view(T, -1) + torch.arange(T, device=dev).unsqueeze(1) * E).numel())
-                        rec_base = dict(
-                            date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(), device=device_name,
-                            backend=a.device, harness="tbe_vs_fbgemm", num_tables=T, batch_size=B, embedding_dim=d,
-                            bag_size=L, num_embeddings=E, tables_gib=a.gb, alpha=alpha, weights_precision=dtype, output_dtype="fp32",
-                            pooling="sum", weighted=False, indices_dtype="int64", bounds_check="off",
-                            num_lookups=T * B * L, unique_rows=unique_rows, input_sets=n_sets, torch=torch.__version__,
-                            fbgemm_gpu=getattr(fbgemm_gpu, "__version__", "?"), seed=a.seed)
-                        if d == "mixed":
-                            rec_base["embedding_dims"] = dims
-                        case.copy_fbgemm_state()
-                        # The check: the forward, then one training step on the same state.
-                        with torch.no_grad():
-                            fwd = {n: m(*sets[0]) for n, m in case.modules.items()}
-                        fwd_err = max_rel_err(fwd["embscale_torch"], fwd["fbgemm"])
-                        del fwd
-                        for m in case.modules.values():
-                            m(*sets[0]).backward(grad)
-                        w_err, s_err = case.compare_state()
-                        tol = TOLERANCE[dtype]
-                        log(f"{what} alpha={alpha:g}: max rel error forward {fwd_err:.2e}, tables after one step "
-                            f"{w_err:.2e}, {optimizer} state {s_err:.2e} (tolerance {tol:g})")
-                        if not (fwd_err <= tol and w_err <= tol and s_err <= tol):
-                            log(f"error: {what} alpha={alpha:g}: embscale and FBGEMM disagree; not timed")
-                            status = 1
-                            continue
-                        checks = dict(check_tolerance=tol, fwd_max_rel_err=fwd_err, weights_max_rel_err=w_err,
-                                      state_max_rel_err=s_err)
-                        ops = ([("tbe_forward", 1.0)] if optimizer == a.optimizers[0] else []) + \
-                              [(f"tbe_train_{optimizer}", 3.0)]
-                        for op, factor in ops:
-                            if op == "tbe_forward":
-                                def make_step(m):
-                                    def step(i):
-                                        with torch.no_grad():
-                                            m(*sets[i])
-                                    return step
-                            else:
-                                def make_step(m):
-                                    def step(i):
-                                        m(*sets[i]).backward(grad)
-                                    return step
-                            steps = {n: make_step(m) for n, m in case.modules.items()}
-                            wall = wall_us(torch, cuda, steps, n_sets, a.warmup, a.iters)
-                            kern = {n: kernel_us(torch, s, n_sets, a.profile_steps) for n, s in steps.items()} if cuda else {}
-                            for n in IMPLS:
-                                rec = dict(rec_base, op=op, impl=n)
-                                if op != "tbe_forward":
-                                    rec.update(optimizer=optimizer, learning_rate=a.learning_rate, eps=a.eps)
-                                rec.update(checks, bytes=factor * nbytes, median_us=wall[n],
-                                           GBps=factor * nbytes / (wall[n] * 1e-6) / 1e9, iters=a.iters, warmup=a.warmup)
-                                if n in kern:
-                                    rec.update(kernel_us=kern[n], profile_steps=a.profile_steps)
-                                line = json.dumps(rec)
-                                print(line, flush=True)
-                                if out_file:
-                                    out_file.write(line + "\n")
-                                    out_file.flush()
-                            kern_text = (f"; kernels fbgemm {kern['fbgemm']:.1f} us, embscale {kern['embscale_torch']:.1f} us"
-                                         if kern else "")
-                            log(f"{what} alpha={alpha:g} {op}: fbgemm {wall['fbgemm']:.1f} us, embscale "
-                                f"{wall['embscale_torch']:.1f} us (fbgemm/embscale {wall['fbgemm'] / wall['embscale_torch']:.2f})"
-                                f"{kern_text}  [{time.time() - t_start:.0f}s]")
-                        del sets, grad
-                except Exception as e:  # report and go on with the next case (e.g. out of memory)
-                    log(f"error: {what}: {type(e).__name__}: {e}")
-                    status = 1
-                finally:
-                    if case is not None:
-                        case.close()
-                    case = None
-                    if cuda:
-                        torch.cuda.empty_cache()
-    if out_file:
-        out_file.close()
-    return status
+                run.run_case(d, dtype, optimizer)
+    if run.out_file:
+        run.out_file.close()
+    return run.status
 
 
 if __name__ == "__main__":
