@@ -27,7 +27,7 @@ torch.profiler over --profile-steps steps of one impl, the CUDA kernels' duratio
 times the L2, as in the other peer scripts. Bytes as FBGEMM counts them: 4*B*sum(D) (fp32 output) +
 w_bytes*B*sum(D)*L for the forward, 3 times that for a training step.
 
-JSON records go to --out (appended) and stdout; progress lines to stderr. The lead's GPU run:
+JSON records go to --out (appended) and stdout; progress lines to stderr. On the GPU machine:
 scripts/h200_peers.sh. A CPU smoke test (FBGEMM's CPU TBE from fbgemm-gpu-cpu):
     EMBSCALE_LIBRARY=build/libembscale_c.so PYTHONPATH=python python3 bench/tbe_vs_fbgemm.py --device cpu \\
         --gb 0.01 --num-tables 4 --batch-size 64 --dims 8,mixed --iters 3 --warmup 1
