@@ -261,8 +261,8 @@ def vs_te(name, recs):
                 row = [f"{op}, {dtype}"]
                 for size in sizes:
                     peer = next((r for r in peers if r["op"] == op and r["dtype"] == dtype and size_of(r) == size), None)
-                    mine = peer and next((r for r in recs if r["impl"] == "embscale" and r["op"] == op
-                                          and r["dtype"] == dtype and size_of(r) == size), None)
+                    mine = peer and next((r for r in recs if r["impl"] == "embscale" and r.get("harness") == "te_fp8_peer"
+                                          and r["op"] == op and r["dtype"] == dtype and size_of(r) == size), None)
                     row.append(ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—")
                 rows.append(row)
         return rows
