@@ -29,7 +29,7 @@ TE_INC=$TE_DIR/transformer_engine/common/include
 [ -f "$TE_INC/transformer_engine/transformer_engine.h" ] || { echo "error: TE_DIR: no $TE_INC/transformer_engine/transformer_engine.h" >&2; exit 2; }
 
 # TE's version from the wheel's metadata, recorded in every record.
-TE_VERSION=$(sed -n 's/^Version: //p' "$TE_DIR"/transformer_engine*.dist-info/METADATA 2>/dev/null | head -n 1)
+TE_VERSION=$(cat "$TE_DIR"/transformer_engine*.dist-info/METADATA 2>/dev/null | sed -n "s/^Version: //p" | head -n 1 || true)
 TE_VERSION=${TE_VERSION:-unknown}
 
 FLAGS=(-std=c++17 -O2 -I"$ROOT/include" -I"$TE_INC" "-DTE_PEER_VERSION=\"$TE_VERSION\"" -Xcompiler -Wall)
