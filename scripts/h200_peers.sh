@@ -13,7 +13,8 @@
 #            scripts/gpu_run.sh does when it is not configured yet)
 #   te       builds bench/te_peer/te_fp8_peer and runs it         -> $OUT/te.jsonl, $OUT/te.log
 #   fbgemm   bench/tbe_vs_fbgemm.py                               -> $OUT/fbgemm.jsonl, $OUT/fbgemm.log
-#   summary  bench/summarize.py over both                         -> $OUT/summary.txt (also printed)
+#   summary  both record files in one, and bench/summarize.py's table -> $OUT/peers.jsonl (the file to keep in
+#            bench/results/ as <date>-nvidia-h200-peers.jsonl), $OUT/summary.txt (also printed)
 #
 # Environment:
 #   OUT                    output directory (default: ./out)
@@ -148,7 +149,8 @@ if has_stage summary; then
   files=()
   for f in "$OUT/te.jsonl" "$OUT/fbgemm.jsonl"; do [ -s "$f" ] && files+=("$f"); done
   if [ ${#files[@]} -gt 0 ]; then
-    stage summary 60 "$OUT/summary.txt" python3 bench/summarize.py "${files[@]}" && sed -n '/same run/,$p' "$OUT/summary.txt"
+    cat "${files[@]}" >"$OUT/peers.jsonl"
+    stage summary 60 "$OUT/summary.txt" python3 bench/summarize.py "$OUT/peers.jsonl" && sed -n '/same run/,$p' "$OUT/summary.txt"
   else
     echo "== summary: no records"
     FAILED+=(summary)
