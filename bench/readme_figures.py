@@ -244,7 +244,7 @@ def vs_fbgemm(name, recs):
             f"updates checked equal first; T={first_peer['num_tables']}, B={first_peer['batch_size']}, "
             f"L={first_peer['bag_size']}, {first_peer.get('tables_gib', '?')} GiB of fp32 tables per impl "
             f"({first_peer['num_embeddings']:,} rows per table at D={first_peer['embedding_dim']}); exact optimizers, no bounds checks; {first_peer['device']}, {first_peer['date']}). FBGEMM's "
-            f"time / embscale's, wall time per step (CUDA events), above 1× where embscale is faster:{kernel_text} "
+            f"time / embscale's, wall time per step (CUDA events), above 1× where embscale is faster.{kernel_text} "
             f"Records: `{RESULTS}/{name}`.\n\n" + table(["", *[f"D={d}" for d in dims]], rows))
 
 
