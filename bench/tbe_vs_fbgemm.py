@@ -97,7 +97,7 @@ def parse_args(argv):
     p.add_argument("--gb", type=positive_float, default=16.0, help="GiB of fp32 tables per impl (default 16)")
     p.add_argument("--num-tables", type=positive_int, default=32)
     p.add_argument("--batch-size", type=positive_int, default=8192)
-    p.add_argument("--bag-size", type=nonneg_int, default=20)
+    p.add_argument("--bag-size", type=positive_int, default=20)
     p.add_argument("--dims", type=parse_dims, default=None, help=f"comma-separated D or 'mixed' (default {ALL_DIMS})")
     p.add_argument("--alphas", type=parse_alphas, default=[0.0, 1.15], help="0 = uniform (default 0,1.15)")
     p.add_argument("--optimizers", type=parse_choices(OPTIMIZERS), default=list(OPTIMIZERS))
@@ -372,6 +372,9 @@ class Run:
         torch, a = self.torch, self.a
         dims = table_dims(d, a.num_tables, a.seed)
         E = int(a.gb * (1 << 30) // (4 * sum(dims)))
+        if E < 1:
+            self.fail(f"--gb: {a.gb:g} GiB holds no row of {a.num_tables} tables at D={d}")
+            return
         case = None
         try:
             t0 = time.time()
