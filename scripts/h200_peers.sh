@@ -75,6 +75,10 @@ unpack() {
 
 build() {
   set -e
+  # A build directory carried from another checkout has a cache naming other paths: start it afresh.
+  if [ -f "$BUILD_DIR/CMakeCache.txt" ] && ! grep -q "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT\$" "$BUILD_DIR/CMakeCache.txt"; then
+    rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+  fi
   if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
     local gen="Unix Makefiles"
     command -v ninja >/dev/null && gen=Ninja
