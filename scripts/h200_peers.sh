@@ -108,7 +108,8 @@ te_library_path() {
 
 run_te() {
   set -e
-  bench/te_peer/build.sh /tmp/te "$BUILD_DIR" "$BUILD_DIR/te_fp8_peer"
+  # te_sm90.tar.zst holds transformer-engine-cu13 2.20.2 without the wheel's metadata.
+  TE_VERSION=${TE_VERSION:-2.20.2} bench/te_peer/build.sh /tmp/te "$BUILD_DIR" "$BUILD_DIR/te_fp8_peer"
   local mode=(--sizes "2^16,2^20,2^24,2^28" --shapes "8192x8192,16384x16384" --iters 15 --warmup 2)
   [ "$FULL" = 1 ] && mode=()
   : >"$OUT/te.jsonl"

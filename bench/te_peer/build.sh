@@ -7,6 +7,7 @@
 #   headers in TE_DIR/transformer_engine/common/include, libtransformer_engine.so anywhere below it.
 # EMBSCALE_BUILD_DIR: a build with -DEMBSCALE_CUDA=ON holding libembscale.a (default: build-gpu).
 # OUTPUT: the binary (default: EMBSCALE_BUILD_DIR/te_fp8_peer).
+# TE_VERSION names TE's version in the records (default: from the wheel's dist-info, when there is one).
 # COMPILE_ONLY=1 compiles the object file only (no TE library or embscale build needed), a check on a
 # machine without the GPU.
 #
@@ -28,8 +29,10 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 TE_INC=$TE_DIR/transformer_engine/common/include
 [ -f "$TE_INC/transformer_engine/transformer_engine.h" ] || { echo "error: TE_DIR: no $TE_INC/transformer_engine/transformer_engine.h" >&2; exit 2; }
 
-# TE's version from the wheel's metadata, recorded in every record.
-TE_VERSION=$(cat "$TE_DIR"/transformer_engine*.dist-info/METADATA 2>/dev/null | sed -n "s/^Version: //p" | head -n 1 || true)
+# TE's version, recorded in every record: $TE_VERSION when set, else the wheel's metadata when unpacked with it.
+if [ -z "${TE_VERSION:-}" ]; then
+  TE_VERSION=$(cat "$TE_DIR"/transformer_engine*.dist-info/METADATA 2>/dev/null | sed -n "s/^Version: //p" | head -n 1 || true)
+fi
 TE_VERSION=${TE_VERSION:-unknown}
 
 FLAGS=(-std=c++17 -O2 -I"$ROOT/include" -I"$TE_INC" "-DTE_PEER_VERSION=\"$TE_VERSION\"" -Xcompiler -Wall)
