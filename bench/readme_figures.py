@@ -11,8 +11,14 @@ there and what was tried lives in docs/tuning.md, by hand.
 
 Where a record was measured more than once, a table shows the first measurement in the file (the
 runs after it re-checked the same build; the tuning notes discuss their spread).
+
+The tables against the real FBGEMM and TransformerEngine (impl "fbgemm" and "te", from
+bench/tbe_vs_fbgemm.py and bench/te_peer/) come from the newest run of each in bench/results/: the
+file and date of the newest such record, and embscale's records of that run; they are left out while
+no such record exists.
 """
 import argparse
+import glob
 import json
 import os
 import sys
@@ -191,6 +197,101 @@ def gpu_tbe_backward(recs):
             table(["", "embscale (phases, ms)", "torch `EmbeddingBag(sparse=True)` + `torch.optim`", "speedup"], rows))
 
 
+# ---- the real peers (FBGEMM, TransformerEngine) ----------------------------------------------------------
+def newest_run(results_dir, peer):
+    """(file name, records of the newest run holding records of impl `peer`: that file's records of that
+    date), or None."""
+    best = None
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
+        with open(path) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        dates = {r.get("date", "") for r in recs if r.get("impl") == peer}
+        if dates and (best is None or max(dates) > best[0]):
+            best = (max(dates), os.path.basename(path), recs)
+    if best is None:
+        return None
+    date, name, recs = best
+    return name, [r for r in recs if r.get("date", "") == date]
+
+
+def dim_key(d):
+    return (isinstance(d, str), d if isinstance(d, int) else 0)
+
+
+def vs_fbgemm(name, recs):
+    peers = [r for r in recs if r["impl"] == "fbgemm"]
+    first_peer = peers[0]
+    dims = sorted({r["embedding_dim"] for r in peers}, key=dim_key)
+    ops = [op for op in ("tbe_forward", "tbe_train_rowwise_adagrad", "tbe_train_sgd") if any(r["op"] == op for r in peers)]
+    labels = {"tbe_forward": "forward", "tbe_train_rowwise_adagrad": "train, row-wise Adagrad",
+              "tbe_train_sgd": "train, SGD"}
+    rows, kernel = [], []
+    for op in ops:
+        for dtype in sorted({r["weights_precision"] for r in peers if r["op"] == op}, reverse=True):  # fp32 first
+            for alpha in sorted({r["alpha"] for r in peers if r["op"] == op}):
+                row = [f"{labels[op]}, {dtype}, {alpha_name(alpha)}"]
+                for d in dims:
+                    case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d)
+                    peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)
+                    row.append(ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—")
+                    if peer and mine and peer.get("kernel_us") and mine.get("kernel_us"):
+                        kernel.append(peer["kernel_us"] / mine["kernel_us"])
+                rows.append(row)
+    kernel_text = (f" On kernel time alone (torch.profiler, CUDA kernels summed per step) the ratios run from "
+                   f"{ratio(min(kernel))} to {ratio(max(kernel))}." if kernel else "")
+    return (f"**vs FBGEMM** (FBGEMM_GPU {first_peer.get('fbgemm_gpu', '?')}'s `SplitTableBatchedEmbeddingBagsCodegen` "
+            f"and embscale's torch module in one process on identical tables, indices and gradients, outputs and "
+            f"updates checked equal first; T={first_peer['num_tables']}, B={first_peer['batch_size']}, "
+            f"L={first_peer['bag_size']}, {first_peer.get('tables_gib', '?')} GiB of fp32 tables per impl "
+            f"({first_peer['num_embeddings']:,} rows per table at D={first_peer['embedding_dim']}); exact optimizers, no bounds checks; {first_peer['device']}, {first_peer['date']}). FBGEMM's "
+            f"time / embscale's, wall time per step (CUDA events), above 1× where embscale is faster.{kernel_text} "
+            f"Records: `{RESULTS}/{name}`.\n\n" + table(["", *[f"D={d}" for d in dims]], rows))
+
+
+def vs_te(name, recs):
+    peers = [r for r in recs if r["impl"] == "te"]
+    first_peer = peers[0]
+
+    def pivot(ops, size_of, sizes):
+        rows = []
+        for op in ops:
+            for dtype in ("fp32", "bf16"):
+                if not any(r["op"] == op and r["dtype"] == dtype for r in peers):
+                    continue
+                row = [f"{op}, {dtype}"]
+                for size in sizes:
+                    peer = next((r for r in peers if r["op"] == op and r["dtype"] == dtype and size_of(r) == size), None)
+                    mine = peer and next((r for r in recs if r["impl"] == "embscale" and r.get("harness") == "te_fp8_peer"
+                                          and r["op"] == op and r["dtype"] == dtype and size_of(r) == size), None)
+                    row.append(ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—")
+                rows.append(row)
+        return rows
+
+    one_d = [op for op in ("amax", "quantize", "quantize_current_scaling") if any(r["op"] == op for r in peers)]
+    sizes = sorted({r["n"] for r in peers if r["op"] in one_d})
+    parts = [table(["", *[pow2(n) for n in sizes]], pivot(one_d, lambda r: r["n"], sizes))] if one_d else []
+    shapes = sorted({(r["rows"], r["cols"]) for r in peers if r["op"] == "cast_transpose"})
+    if shapes:
+        parts.append(table(["", *[f"{r}×{c}" for r, c in shapes]],
+                           pivot(["cast_transpose"], lambda r: (r.get("rows"), r.get("cols")), shapes)))
+    return (f"**vs TransformerEngine** ({first_peer.get('transformer_engine', '?')}, its C API linked into one harness "
+            f"with embscale on the same device buffers, FP8 codes, amax and scale_inv checked bit-identical first; "
+            f"current scaling as TE's PyTorch quantizer runs it: amax, scale, then the cast; e4m3; "
+            f"{first_peer['device']}, {first_peer['date']}). TE's time / embscale's, medians of CUDA-event timings "
+            f"on inputs rotated past the L2, above 1× where embscale is faster. Records: `{RESULTS}/{name}`.\n\n" +
+            "\n\n".join(parts))
+
+
+def peer_sections(results_dir):
+    """The vs-FBGEMM and vs-TE parts, each from its newest run (none while there are no such records)."""
+    parts = []
+    for peer, section in (("fbgemm", vs_fbgemm), ("te", vs_te)):
+        run = newest_run(results_dir, peer)
+        if run:
+            parts.append(section(*run))
+    return parts
+
+
 # ---- CPU ----------------------------------------------------------------------------------------------
 def cpu_section(recs):
     copy = first(recs, op="copy")
@@ -243,7 +344,8 @@ def figures():
     gpu = load(GPU_RECORDS)
     cpu = load(CPU_RECORDS)
     parts = [gpu_intro(gpu), gpu_amax(gpu), gpu_quantize(gpu), gpu_fusions(gpu), gpu_tbe_forward(gpu),
-             gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu), train_section(), cpu_section(cpu)]
+             gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu), *peer_sections(os.path.join(ROOT, RESULTS)), train_section(),
+             cpu_section(cpu)]
     return BEGIN + "\n\n" + "\n\n".join(parts) + "\n\n" + END
 
 

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Summarises benchmark records (JSON lines from `embscale bench ... --json` and the peer scripts).
 
-Prints one row per record (op, impl, dtype, n, median_us, GB/s, % of copy), grouped by case, and for
+Prints one row per record (op, impl, dtype, n, median_us, GB/s, % of copy), grouped by case; for
 each case measured by embscale and at least one peer, embscale's speed relative to the fastest peer:
-speedup = best peer's median_us / embscale's median_us (above 1: embscale is faster).
+speedup = best peer's median_us / embscale's median_us (above 1: embscale is faster); and the ratio
+table: every peer record set against embscale's record of the same case from the same run (same file
+and date), ratio = peer time / embscale time, on wall time and, where both records carry it, on kernel
+time (kernel_us). embscale's records are impl "embscale" (the CLI and the C++ harnesses) and
+"embscale_torch" (its torch module, bench/tbe_vs_fbgemm.py); a peer is paired with embscale's record
+from the same harness when there is one (field "harness"), else with impl "embscale".
 
 A case is (backend, op, dtype, n) plus, when present, rows/cols and any "config" field. Embedding
 (TBE) records carry their workload as separate fields (tables, batch, D, bag size, rows, alpha, dtypes,
@@ -17,7 +22,11 @@ import json
 import sys
 
 
+OURS = ("embscale", "embscale_torch")
+
+
 def load(paths):
+    """The records of the files, each with "_source" (its file) added."""
     recs = []
     for path in paths:
         try:
@@ -32,6 +41,7 @@ def load(paths):
                         print(f"note: {path}:{i}: not JSON, skipped", file=sys.stderr)
                         continue
                     if isinstance(r, dict) and "op" in r and "median_us" in r:
+                        r["_source"] = path
                         recs.append(r)
         except OSError as ex:
             print(f"note: {path}: {ex.strerror}", file=sys.stderr)
@@ -118,8 +128,9 @@ def main(argv=None):
         for r in rows:
             print(f"{str(r.get('op')):<30}{str(r.get('impl')):<27}{dtype_text(r):<6}{size_text(r):>18}"
                   f"{fmt(r.get('median_us'), '.2f'):>12}{fmt(r.get('GBps'), '.1f'):>9}{fmt(r.get('pct_of_copy'), '.1f'):>7}")
-        ours = [r for r in rows if r.get("impl") == "embscale" and (not is_tbe(r) or default_tuning(r))]
-        peers = [r for r in rows if r.get("impl") != "embscale"]
+        ours = sorted((r for r in rows if r.get("impl") in OURS and (not is_tbe(r) or default_tuning(r))),
+                      key=lambda r: OURS.index(r["impl"]))
+        peers = [r for r in rows if r.get("impl") not in OURS]
         if ours and peers:
             best = min(peers, key=lambda r: r["median_us"])
             ratios.append((key, rows[0], ours[0], best))
@@ -134,7 +145,56 @@ def main(argv=None):
             speed = best["median_us"] / ours["median_us"] if ours["median_us"] > 0 else float("nan")
             print(f"{key[1]:<30}{dtype_text(ours):<6}{size_text(ours):>18}{ours['median_us']:>13.2f}{str(best.get('impl')):>27}"
                   f"{best['median_us']:>11.2f}{speed:>9.2f}")
+
+    pairs = same_run_pairs(recs)
+    if pairs:
+        print()
+        print("embscale vs each peer, same run (ratio = peer time / embscale time; > 1: embscale is faster; "
+              "kernel: the same on kernel_us)")
+        head = (f"{'op':<30}{'dtype':<6}{'case':>22}{'embscale':>16}{'us':>11}{'peer':>27}{'us':>11}{'ratio':>8}"
+                f"{'kernel':>8}")
+        print(head)
+        print("-" * len(head))
+        for ours, peer in pairs:
+            kernel = "-"
+            if ours.get("kernel_us") and peer.get("kernel_us"):
+                kernel = f"{peer['kernel_us'] / ours['kernel_us']:.2f}"
+            print(f"{str(ours.get('op')):<30}{dtype_text(ours):<6}{case_text(ours):>22}{str(ours['impl']):>16}"
+                  f"{ours['median_us']:>11.2f}{str(peer.get('impl')):>27}{peer['median_us']:>11.2f}"
+                  f"{ratio_text(peer['median_us'], ours['median_us']):>8}{kernel:>8}")
     return 0
+
+
+def case_text(r):
+    """size_text plus, for TBE records, the optimizer of a training or backward record."""
+    text = size_text(r)
+    if is_tbe(r) and r.get("optimizer") and not str(r.get("op", "")).endswith(str(r["optimizer"])):
+        text += f" {r['optimizer']}"
+    return text
+
+
+def ratio_text(peer_us, ours_us):
+    return f"{peer_us / ours_us:.2f}" if ours_us > 0 else "-"
+
+
+def same_run_pairs(recs):
+    """(embscale's record, peer record) for every peer record with an embscale record of the same case in
+    the same run (file and date): embscale's record from the peer's harness when there is one, else impl
+    "embscale"; only embscale's default tuning. In the order of the cases, then of the peers' names."""
+    runs = {}
+    for r in recs:
+        if r.get("op") != "copy":
+            runs.setdefault((r.get("_source"), r.get("date"), case_key(r)), []).append(r)
+    pairs = []
+    for key in sorted(runs, key=lambda k: (str(k[0]), str(k[1]), k[2][0], k[2][1], k[2][2], k[2][3], str(k[2][6]))):
+        rows = runs[key]
+        ours = [r for r in rows if r.get("impl") in OURS and (not is_tbe(r) or default_tuning(r))]
+        for peer in sorted((r for r in rows if r.get("impl") not in OURS), key=lambda r: str(r.get("impl"))):
+            mine = [r for r in ours if r.get("harness") is not None and r.get("harness") == peer.get("harness")]
+            mine = mine or [r for r in ours if r.get("impl") == "embscale"]
+            if mine:
+                pairs.append((mine[0], peer))
+    return pairs
 
 
 if __name__ == "__main__":

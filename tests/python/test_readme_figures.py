@@ -1,6 +1,7 @@
 """bench/readme_figures.py: the README's figures section is exactly what the generator writes from the
 records in bench/results/, and a figure edited by hand (or a record changed without regenerating) fails."""
 import importlib.util
+import json
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -34,3 +35,48 @@ def test_a_figure_edited_by_hand_is_caught(tmp_path, capsys):
     assert "differ from bench/results/" in capsys.readouterr().err
     assert gen.main(["--readme", str(edited)]) == 0  # regenerating restores the record's figure
     assert edited.read_text() == readme
+
+
+def tbe_record(impl, op, dtype, alpha, dim, us, kernel_us, date="2026-12-02"):
+    return {"date": date, "device": "NVIDIA H200", "backend": "cuda", "harness": "tbe_vs_fbgemm", "op": op,
+            "impl": impl, "num_tables": 32, "batch_size": 8192, "bag_size": 20, "num_embeddings": 4194304,
+            "embedding_dim": dim, "alpha": alpha, "weights_precision": dtype, "median_us": us, "kernel_us": kernel_us,
+            "fbgemm_gpu": "1.6.0"}
+
+
+def fp8_record(impl, op, dtype, us, n=None, rows=None, cols=None):
+    r = {"date": "2026-12-02", "device": "NVIDIA H200", "backend": "cuda", "harness": "te_fp8_peer", "op": op,
+         "impl": impl, "dtype": dtype, "median_us": us, "transformer_engine": "2.20.2"}
+    if rows:
+        r.update(rows=rows, cols=cols, n=rows * cols)
+    else:
+        r["n"] = n
+    return r
+
+
+def test_peer_tables_come_from_the_newest_run(tmp_path):
+    gen = load_generator()
+    assert gen.peer_sections(str(tmp_path)) == []  # no FBGEMM or TE records yet: no tables
+    older = [tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 128, 900.0, 800.0, date="2026-12-01"),
+             tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, 128, 100.0, 90.0, date="2026-12-01")]
+    newer = []
+    for dim, fb in ((64, 300.0), (128, 500.0), ("mixed", 450.0)):
+        newer += [tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, dim, fb, fb / 2),
+                  tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, dim, 250.0, 100.0)]
+    newer += [tbe_record("fbgemm", "tbe_train_sgd", "fp16", 1.15, 128, 2000.0, 1500.0),
+              tbe_record("embscale_torch", "tbe_train_sgd", "fp16", 1.15, 128, 1000.0, 1000.0)]
+    te = [dict(fp8_record("embscale", "amax", "bf16", 1.0, n=1 << 20), harness=None),  # the CLI's, same file
+          fp8_record("te", "amax", "bf16", 12.0, n=1 << 20), fp8_record("embscale", "amax", "bf16", 8.0, n=1 << 20),
+          fp8_record("te", "amax", "bf16", 30.0, n=1 << 24), fp8_record("embscale", "amax", "bf16", 30.0, n=1 << 24),
+          fp8_record("te", "cast_transpose", "fp32", 110.0, rows=8192, cols=8192),
+          fp8_record("embscale", "cast_transpose", "fp32", 100.0, rows=8192, cols=8192)]
+    for name, recs in (("2026-12-01-a.jsonl", older), ("2026-12-02-b.jsonl", newer + te)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    fbgemm, te_part = gen.peer_sections(str(tmp_path))
+    assert "FBGEMM_GPU 1.6.0" in fbgemm and "`bench/results/2026-12-02-b.jsonl`" in fbgemm
+    assert "| forward, fp32, uniform | 1.2× | 2× | 1.8× |" in fbgemm  # 300/250, 500/250, 450/250
+    assert "| train, SGD, fp16, Zipf 1.15 | — | 2× | — |" in fbgemm
+    assert "| D=64 | D=128 | D=mixed |" in fbgemm
+    assert "from 1.5× to 2.5×" in fbgemm  # kernel: 150/100, 250/100, 225/100, 1500/1000 (not the older 800/90)
+    assert "| amax, bf16 | 1.5× | 1× |" in te_part and "| 2^20 | 2^24 |" in te_part
+    assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part

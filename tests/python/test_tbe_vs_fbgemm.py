@@ -1,0 +1,64 @@
+"""bench/tbe_vs_fbgemm.py: its agreement measure, its mixed dims and arguments; and, where FBGEMM's CPU TBE is
+installed (fbgemm-gpu-cpu), a small run on the CPU whose records pair FBGEMM with embscale."""
+import importlib.util
+import json
+import pathlib
+
+import pytest
+import torch
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "tbe_vs_fbgemm.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("tbe_vs_fbgemm", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_max_rel_err_is_the_largest_difference_over_the_largest_reference_value():
+    tv = load_script()
+    seed = 20261201
+    print(f"seed {seed}")
+    gen = torch.Generator().manual_seed(seed)
+    ref = torch.rand(1000, generator=gen) * 4 - 2
+    got = ref.clone()
+    assert tv.max_rel_err(got, ref) == 0.0
+    got[17] += 1e-3
+    scale = float(ref.abs().max())
+    assert tv.max_rel_err(got, ref) == pytest.approx(1e-3 / scale, rel=1e-3)
+    assert tv.max_rel_err(torch.zeros(3), torch.zeros(3)) == 0.0
+    assert tv.max_rel_err(torch.ones(3), torch.zeros(3)) == float("inf")
+
+
+def test_mixed_dims_are_seeded_multiples_of_4_from_16_to_256():
+    tv = load_script()
+    dims = tv.table_dims("mixed", 32, 7)
+    assert dims == tv.table_dims("mixed", 32, 7) and len(dims) == 32 and len(set(dims)) > 1
+    assert all(d % 4 == 0 and 16 <= d <= 256 for d in dims)
+    assert tv.table_dims(64, 3, 7) == [64, 64, 64]
+
+
+@pytest.mark.parametrize("args, message", [(["--dims", "6"], "multiple of 4"), (["--dims", "x"], "not an integer"),
+                                           (["--optimizers", "adam"], "not one of"), (["--bag-size", "0"], "positive"),
+                                           (["--gb", "0"], "> 0")])
+def test_bad_arguments_are_refused_naming_them(args, message, capsys):
+    tv = load_script()
+    with pytest.raises(SystemExit):
+        tv.parse_args(args)
+    assert message in capsys.readouterr().err
+
+
+def test_a_small_cpu_run_pairs_fbgemm_with_embscale(tmp_path):
+    pytest.importorskip("fbgemm_gpu")
+    tv = load_script()
+    out = tmp_path / "records.jsonl"
+    status = tv.main(["--device", "cpu", "--gb", "0.001", "--num-tables", "2", "--batch-size", "8", "--dims", "8",
+                      "--alphas", "0", "--dtypes", "fp32", "--iters", "1", "--warmup", "0", "--out", str(out)])
+    assert status == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["op"], r["impl"]) for r in recs) == sorted(
+        (op, impl) for op in ("tbe_forward", "tbe_train_rowwise_adagrad", "tbe_train_sgd")
+        for impl in ("fbgemm", "embscale_torch"))
+    assert all(r["weights_max_rel_err"] <= r["check_tolerance"] and r["median_us"] > 0 for r in recs)
