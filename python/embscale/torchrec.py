@@ -128,7 +128,7 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
     and its hyper-parameters as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer.
 
     ``state_dict()`` has ``embedding_bags.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
-    own entries (``tbe.*``: flat tables, optimizer state, hyper-parameters and step)."""
+    own entries (``tbe.*``: per table its weights and optimizer state, hyper-parameters and step)."""
 
     def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
                  optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
@@ -145,8 +145,11 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
             raise ValueError(f"tables: feature names {self._feature_names} are not unique")
         self._optimizer_settings = {"optimizer": optimizer, **optimizer_kwargs}
         fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
+        # the tables' own names key the TableBatchedEmbeddingBags' state too (tbe.<table>.weight, ...) where
+        # they can (a state_dict key part has no ".")
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.num_embeddings, t.embedding_dim) for t in tables],
                                                   feature_table_map=fmap, pooling=_pooling(tables), device=device,
+                                                  table_names=None if any("." in n for n in names) else names,
                                                   **self._optimizer_settings)
         self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
         self.embedding_bags = nn.ModuleDict({n: nn.Module() for n in names})
