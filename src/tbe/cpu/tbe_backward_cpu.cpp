@@ -77,14 +77,16 @@ template <typename Opt, typename W>
 void update_row(W* __restrict w, const float* __restrict g, float* __restrict wv, int D, int64_t key,
                 int64_t welem, const UpdateArgs& u) {
   const OptimizerParams& op = u.op;
+  float* __restrict m1 = u.m1;
+  float* __restrict m2 = u.m2;
   opt::RowTerms terms;
   if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
     const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
-    terms = Opt::row_terms(Opt::row_state(u.m1, u.m2) + key, sum_sq, D, op, u.corr);
+    terms = Opt::row_terms(Opt::row_state(m1, m2) + key, sum_sq, D, op, u.corr);
   }
   const auto new_value = [&](int d) {
-    float* const e1 = Opt::kElementM1 ? u.m1 + welem + d : nullptr;
-    float* const e2 = Opt::kElementM2 ? u.m2 + welem + d : nullptr;
+    float* const e1 = Opt::kElementM1 ? m1 + welem + d : nullptr;
+    float* const e2 = Opt::kElementM2 ? m2 + welem + d : nullptr;
     return Opt::apply(to_float(w[d]), g[d], terms, e1, e2, op, u.corr);
   };
   if (!Opt::renormalises(op)) {
