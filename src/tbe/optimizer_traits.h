@@ -161,18 +161,19 @@ struct NthTrait<I, TraitList<First, Rest...>> {
 template <OptimizerType T>
 using TraitOf = typename NthTrait<static_cast<int>(T), Traits>::type;
 
-// f(Trait{}) for the trait of t, which must be a valid type (the API layer checks it); every call of f
-// returns the same type. A compare per trait, in list order. (The exec-check pragma lets host code pass
-// a host-only f; device code passes device or host-device ones.)
+// f(Trait{}) for the trait of t; every call of f returns the same type. A compare per trait, in list
+// order (a switch once compiled); a t outside the enum, which the API layer refuses, calls nothing and
+// gives a value-initialised result. (The exec-check pragma lets host code pass a host-only f; device
+// code passes device or host-device ones.)
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable
 #endif
 template <typename F, typename First, typename... Rest>
 EMBSCALE_HD auto visit_trait_list(OptimizerType t, F&& f, TraitList<First, Rest...>) {
+  if (t == First::kType) return f(First{});
   if constexpr (sizeof...(Rest) == 0) {
-    return f(First{});
+    return decltype(f(First{}))();
   } else {
-    if (t == First::kType) return f(First{});
     return visit_trait_list(t, static_cast<F&&>(f), TraitList<Rest...>{});
   }
 }
