@@ -392,6 +392,18 @@ TEST(TbeBackwardNames, Optimizers) {
   EXPECT_FALSE(parse_optimizer("adagrad_typo", nullptr));
 }
 
+TEST(TbeBackwardNames, FbgemmAliases) {
+  const struct { const char* name; OptimizerType o; } aliases[] = {
+      {"dense", OptimizerType::kNone},
+      {"exact_sgd", OptimizerType::kSgd},
+      {"exact_rowwise_adagrad", OptimizerType::kRowwiseAdagrad}};
+  for (const auto& a : aliases) {
+    OptimizerType back = OptimizerType::kAdam;
+    EXPECT_TRUE(parse_optimizer(a.name, &back)) << a.name;
+    EXPECT_EQ(back, a.o) << a.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TbeBackwardErrors, ::testing::Values(Backend::kCpu, Backend::kCuda),
                          [](const ::testing::TestParamInfo<Backend>& i) { return std::string(backend_name(i.param)); });
 

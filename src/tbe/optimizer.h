@@ -1,10 +1,12 @@
-// The TBE backward's optimizer rules, written once for the CPU and CUDA backends (EMBSCALE_HD).
+// The TBE backward's optimizer rules, written once for the CPU and CUDA backends (EMBSCALE_HD). The
+// backends reach them through the optimizers' traits (optimizer_traits.h), which say which rule each
+// optimizer uses at each step; the facts (names, state buffers, hyper-parameters) are in optimizer_table.h.
 //
 // Shape: a backend first sums each unique row's gradient g[0..D) in fp32 (in sorted lookup order),
 // clips it (clip_grad), then
-//   * computes the row-level reductions it needs its own way (a serial loop on the CPU, a warp or
-//     block reduction on CUDA): the sum over d of row_sq_term(g, w) for row-wise Adagrad and partial
-//     row-wise Adam, and, for max_norm, the sum of squares of the updated row;
+//   * computes the row-level reductions the trait asks for its own way (8 interleaved partial sums on
+//     the CPU, a warp or block reduction on CUDA): the sum over d of row_sq_term(g, w) for row-wise
+//     Adagrad and partial row-wise Adam, and, for max_norm, the sum of squares of the updated row;
 //   * turns them into per-row scalars with rowwise_adagrad_multiplier / partial_rowwise_adam_denominator,
 //     which also update the row-wise state in place;
 //   * applies the per-element rule (*_apply) to every element of the row, in fp32.
@@ -56,12 +58,6 @@ EMBSCALE_HD float l2_grad(float g, float w, const OptimizerParams& p) {
 EMBSCALE_HD float row_sq_term(float g, float w, const OptimizerParams& p) {
   const float gp = l2_grad(g, w, p);
   return gp * gp;
-}
-
-// Whether the optimizer needs sum_d row_sq_term over the row before its per-element updates. (Its state
-// buffers and hyper-parameters: optimizer_table.h.)
-EMBSCALE_HD bool needs_row_sq_sum(OptimizerType t) {
-  return t == OptimizerType::kRowwiseAdagrad || t == OptimizerType::kPartialRowwiseAdam;
 }
 
 // Bias corrections of Adam and partial row-wise Adam: 1 - beta1^step and 1 - beta2^step.

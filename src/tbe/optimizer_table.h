@@ -1,9 +1,10 @@
 // The optimizers' facts, one row per OptimizerType in enum order: the name, the state buffers it keeps
 // (layout, and the name the Python package gives each) and the hyper-parameters it reads. The host
-// checks (tbe_backward.cpp), the C API's optimizer range and its optimizer query (which the Python
-// package reads instead of copying these facts) all come from this table; the update rules themselves
-// are in optimizer.h. Adding an optimizer: its enum value (tbe.h, embscale_c.h), its row here, its
-// rules in optimizer.h and its case in the backends' updates.
+// checks and parse_optimizer (tbe_backward.cpp), the C API's optimizer range and its optimizer query
+// (which the Python package reads instead of copying these facts) all come from this table, and so do
+// the state layouts and max_norm support of the optimizers' traits (optimizer_traits.h), which the
+// backends' updates are written against. Adding an optimizer: its enum value (tbe.h, embscale_c.h), its
+// row here and its trait in optimizer_traits.h (with its rules in optimizer.h).
 #pragma once
 
 #include "embscale/tbe.h"

@@ -41,17 +41,19 @@ Status optimizer_info(OptimizerType optimizer, OptimizerInfo* out) {
 }
 
 bool parse_optimizer(const std::string& name, OptimizerType* out) {
-  static const struct { const char* name; OptimizerType o; } kNames[] = {
-      {"none", OptimizerType::kNone},
+  // The table's names, and FBGEMM's other names for the same optimizers.
+  static const struct { const char* name; OptimizerType o; } kAliases[] = {
       {"dense", OptimizerType::kNone},
-      {"sgd", OptimizerType::kSgd},
       {"exact_sgd", OptimizerType::kSgd},
-      {"rowwise_adagrad", OptimizerType::kRowwiseAdagrad},
       {"exact_rowwise_adagrad", OptimizerType::kRowwiseAdagrad},
-      {"adam", OptimizerType::kAdam},
-      {"partial_rowwise_adam", OptimizerType::kPartialRowwiseAdam},
   };
-  for (const auto& e : kNames) {
+  for (const opt::OptimizerSpec& s : opt::kOptimizerSpecs) {
+    if (name == s.name) {
+      if (out) *out = s.type;
+      return true;
+    }
+  }
+  for (const auto& e : kAliases) {
     if (name == e.name) {
       if (out) *out = e.o;
       return true;

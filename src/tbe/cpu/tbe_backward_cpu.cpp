@@ -14,8 +14,9 @@
 //  5. run-length encode into unique rows (segments), serially;
 //  6. per unique row (parallel): g[d] = sum over its lookups, in sorted lookup order, of
 //     scale * grad_output[row][d] in fp32 (acc = acc + scale*x, no FMA on the baseline x86-64-v2 target),
-//     then the optimizer (tbe/optimizer.h; row sums as 8 interleaved partial sums, row_sum) and rounding to the weights' dtype
-//     (tbe/rounding.h), written exactly once. In dense mode (optimizer none) g is written instead:
+//     then the optimizer (update_row, written once against the optimizers' traits, tbe/optimizer_traits.h;
+//     row sums as 8 interleaved partial sums, row_sum) and rounding to the weights' dtype (tbe/rounding.h),
+//     written exactly once. In dense mode (optimizer none) g is written instead:
 //     unique_grads row u holds its table's D columns and zeros in columns [D, max_dim()).
 // Scratch comes from the caller's workspace (tbe_backward_workspace_size): two pair arrays, the
 // per-lookup row offsets and scales, and the segment starts, each 256-byte aligned.
@@ -32,6 +33,7 @@
 #include "core/numerics.h"
 #include "tbe/optimizer.h"
 #include "tbe/optimizer_table.h"
+#include "tbe/optimizer_traits.h"
 #include "tbe/rounding.h"
 #include "tbe/cpu/prefetch.h"
 #include "tbe/cpu/tbe_checks.h"
@@ -55,6 +57,47 @@ inline float row_sum(int D, F term) {
     for (int k = 0; k < 8; ++k) p[k] += term(d + k);
   for (int k = 0; d + k < D; ++k) p[k] += term(d + k);
   return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+// What update_row reads besides the row: the optimizer, its state buffers and the rounding.
+struct UpdateArgs {
+  const OptimizerParams& op;
+  const opt::AdamCorrections& corr;
+  float* m1;  // TbeBackwardArgs::momentum1, null if absent
+  float* m2;  // TbeBackwardArgs::momentum2, null if absent
+  WeightRounding rounding;
+  uint64_t rkey;
+};
+
+// Optimizer Opt's update of one unique row: its D weights w (element welem of the weights, row-wise
+// state index key), its summed, clipped gradient g; wv: scratch for the row's new fp32 values. The
+// weights are written once: in the same pass as their new values are computed, or, when the row is
+// renormalised (max_norm), after the norm of those values.
+template <typename Opt, typename W>
+void update_row(W* __restrict w, const float* __restrict g, float* __restrict wv, int D, int64_t key,
+                int64_t welem, const UpdateArgs& u) {
+  const OptimizerParams& op = u.op;
+  float* __restrict m1 = u.m1;
+  float* __restrict m2 = u.m2;
+  opt::RowTerms terms;
+  if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
+    const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
+    terms = Opt::row_terms(Opt::row_state(m1, m2) + key, sum_sq, D, op, u.corr);
+  }
+  const auto new_value = [&](int d) {
+    float* const e1 = Opt::kElementM1 ? m1 + welem + d : nullptr;
+    float* const e2 = Opt::kElementM2 ? m2 + welem + d : nullptr;
+    return Opt::apply(to_float(w[d]), g[d], terms, e1, e2, op, u.corr);
+  };
+  if (!Opt::renormalises(op)) {
+    for (int d = 0; d < D; ++d) w[d] = round_weight<W>(new_value(d), u.rounding, u.rkey, welem + d);
+    return;
+  }
+  for (int d = 0; d < D; ++d) wv[d] = new_value(d);
+  const float sum_w = row_sum(D, [&](int d) { return wv[d] * wv[d]; });
+  const float factor = opt::max_norm_factor(sum_w, op);
+  for (int d = 0; d < D; ++d) wv[d] *= factor;
+  for (int d = 0; d < D; ++d) w[d] = round_weight<W>(wv[d], u.rounding, u.rkey, welem + d);
 }
 
 struct KeyPos {
@@ -146,7 +189,7 @@ Status backward_impl(const Params& p) {
   const int64_t TB = T * B;
   EMBSCALE_RETURN_IF_ERROR(tbe_checks::check_offsets(tbe, offsets, T, B, N));
   if (N == 0) {
-    if (a.optimizer.type == OptimizerType::kNone) *a.num_unique = 0;
+    if (opt::dense_mode(a.optimizer.type)) *a.num_unique = 0;
     if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = 0;
     return Status::Ok();
   }
@@ -254,11 +297,12 @@ Status backward_impl(const Params& p) {
 
   const OptimizerParams op = a.optimizer;
   const opt::OptimizerSpec& spec = *opt::optimizer_spec(op.type);  // a valid type (checked by the API layer)
+  const bool dense = opt::dense_mode(op.type);
   const opt::AdamCorrections corr = opt::adam_corrections(op);
-  const uint64_t rkey = rounding_key(a.seed, op.step);
   const int max_dim = tbe.max_dim();
   float* __restrict m1 = static_cast<float*>(a.momentum1.data);
   float* __restrict m2 = static_cast<float*>(a.momentum2.data);
+  const UpdateArgs update{op, corr, m1, m2, a.rounding, rounding_key(a.seed, op.step)};
 
   // 6. one owner per unique row.
 #pragma omp parallel num_threads(threads)
@@ -283,7 +327,7 @@ Status backward_impl(const Params& p) {
         const int64_t kp = locate(v, &Dp, &wp);
         for (int64_t j = seg[v]; j < std::min(seg[v + 1], seg[v] + kRowPrefetchGradRows); ++j)
           prefetch_row(grad + go_off[sorted[j].pos], Dp);
-        if (op.type != OptimizerType::kNone) {
+        if (!dense) {
           prefetch_row(weights + wp, Dp);
           // optimizer state: one float per row (row-wise) or the row's D floats (element-wise)
           if (m1 != nullptr) {
@@ -299,7 +343,7 @@ Status backward_impl(const Params& p) {
       int D;
       int64_t welem;
       const int64_t key = locate(u, &D, &welem);
-      float* __restrict g = op.type == OptimizerType::kNone ? static_cast<float*>(a.unique_grads.data) + u * max_dim : gacc;
+      float* __restrict g = dense ? static_cast<float*>(a.unique_grads.data) + u * max_dim : gacc;
       // g = 0 + the row's lookups in sorted order (the explicit 0 + keeps -0 out, as on CUDA).
       {
         const int64_t pos = sorted[seg[u]].pos;
@@ -313,55 +357,21 @@ Status backward_impl(const Params& p) {
         const float s = scale[pos];
         for (int d = 0; d < D; ++d) g[d] += s * to_float(go[d]);
       }
-      if (op.type == OptimizerType::kNone) {
+      if (dense) {
         for (int d = D; d < max_dim; ++d) g[d] = 0.0f;
         static_cast<int64_t*>(a.unique_rows.data)[u] = key;
         continue;
       }
-      W* __restrict w = weights + welem;
       if (op.gradient_clipping > 0.0f)
         for (int d = 0; d < D; ++d) g[d] = opt::clip_grad(g[d], op);
-      // SGD and row-wise Adagrad without max-norm read, update and write each weight in one pass; the
-      // other rules go through wv, the row's new fp32 values.
-      switch (op.type) {
-        case OptimizerType::kSgd:
-          for (int d = 0; d < D; ++d)
-            w[d] = round_weight<W>(opt::sgd_apply(to_float(w[d]), g[d], op), a.rounding, rkey, welem + d);
-          continue;
-        case OptimizerType::kRowwiseAdagrad: {
-          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
-          const float mult = opt::rowwise_adagrad_multiplier(m1 + key, sum_sq, D, op);
-          const float c = opt::rowwise_adagrad_correction(mult, op);
-          if (op.max_norm <= 0.0f) {
-            for (int d = 0; d < D; ++d)
-              w[d] = round_weight<W>(opt::rowwise_adagrad_apply(to_float(w[d]), g[d], mult, c), a.rounding, rkey,
-                                     welem + d);
-            continue;
-          }
-          for (int d = 0; d < D; ++d) wv[d] = opt::rowwise_adagrad_apply(to_float(w[d]), g[d], mult, c);
-          const float sum_w = row_sum(D, [&](int d) { return wv[d] * wv[d]; });
-          const float factor = opt::max_norm_factor(sum_w, op);
-          for (int d = 0; d < D; ++d) wv[d] *= factor;
-          break;
-        }
-        case OptimizerType::kAdam:
-          for (int d = 0; d < D; ++d)
-            wv[d] = opt::adam_apply(to_float(w[d]), g[d], m1 + welem + d, m2 + welem + d, op, corr);
-          break;
-        case OptimizerType::kPartialRowwiseAdam: {
-          const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
-          const float denom = opt::partial_rowwise_adam_denominator(m2 + key, sum_sq, D, op, corr);
-          for (int d = 0; d < D; ++d)
-            wv[d] = opt::partial_rowwise_adam_apply(to_float(w[d]), g[d], m1 + welem + d, denom, op, corr);
-          break;
-        }
-        default: break;
-      }
-      for (int d = 0; d < D; ++d) w[d] = round_weight<W>(wv[d], a.rounding, rkey, welem + d);
+      opt::visit_optimizer(op.type, [&](auto o) {
+        using Opt = decltype(o);
+        if constexpr (!Opt::kDense) update_row<Opt>(weights + welem, g, wv, D, key, welem, update);
+      });
     }
   }
 
-  if (op.type == OptimizerType::kNone) *a.num_unique = U;
+  if (dense) *a.num_unique = U;
   if (check == BoundsCheckMode::kSkip && a.num_skipped != nullptr) *a.num_skipped = skipped_total;
   return Status::Ok();
 }

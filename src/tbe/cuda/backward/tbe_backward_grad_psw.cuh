@@ -15,11 +15,55 @@ namespace embscale {
 namespace cuda {
 namespace tbe_bwd {
 
+// What the kernel reads (pointers are device memory).
+struct GradPswParams {
+  const void* weights;             // [num_weights] of W
+  const void* grad_output;         // pooled [B, total_dim] / sequence [N, D] of G
+  const int64_t* weight_offsets;   // [T]
+  const int32_t* dims;             // [T]
+  const int32_t* output_offsets;   // [T+1]
+  const int64_t* row_offsets;      // [T]
+  const void* keys_in;             // [N] of K, in lookup order
+  const uint32_t* bag_of;          // [N] bag item of each lookup (kNoBag: dropped)
+  float* grad_psw;                 // [N]
+  const int64_t* skip_report;      // skip mode: the bounds-check report word (see rows_disabled); else null
+  int64_t batch_size;              // B
+  int64_t num_indices;             // N
+  int64_t grad_stride;             // grad_output row stride (elements)
+  int key64;                       // keys are uint64 (else uint32)
+  int sequence;                    // grad_output is [N, D]
+  int w_vec;                       // weights rows allow kVec-element vector access
+  int g_vec;                       // grad_output rows allow kVec-element vector access
+};
+
+// Its parameters, from the row kernels'. Host only.
+inline GradPswParams grad_psw_params(const RowParams& r) {
+  GradPswParams p;
+  p.weights = r.weights;
+  p.grad_output = r.grad_output;
+  p.weight_offsets = r.weight_offsets;
+  p.dims = r.dims;
+  p.output_offsets = r.output_offsets;
+  p.row_offsets = r.row_offsets;
+  p.keys_in = r.keys_in;
+  p.bag_of = r.bag_of;
+  p.grad_psw = r.grad_psw;
+  p.skip_report = r.skip_report;
+  p.batch_size = r.batch_size;
+  p.num_indices = r.num_indices;
+  p.grad_stride = r.grad_stride;
+  p.key64 = r.key64;
+  p.sequence = r.sequence;
+  p.w_vec = r.w_vec;
+  p.g_vec = r.g_vec;
+  return p;
+}
+
 // A warp per 32 consecutive lookups (persistent): lookup i -> dot(weight row of i, gradient row of its
 // bag or sequence row), lane partials over the lane's columns, then a fixed xor tree. Runs before any
 // weight is written. Invalid (skipped) lookups and lookups outside every bag get 0.
 template <typename W, typename G>
-__global__ void __launch_bounds__(kRowThreads) tbe_backward_grad_psw_kernel(const RowParams p) {
+__global__ void __launch_bounds__(kRowThreads) tbe_backward_grad_psw_kernel(const GradPswParams p) {
   if (rows_disabled(p.skip_report)) return;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);

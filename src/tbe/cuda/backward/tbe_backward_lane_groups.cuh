@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/arch_traits.cuh"
 #include "embscale/tbe.h"
@@ -14,6 +15,7 @@
 #include "tbe/cuda/backward/tbe_backward_update.cuh"
 #include "tbe/optimizer.h"
 #include "tbe/optimizer_table.h"
+#include "tbe/optimizer_traits.h"
 #include "tbe/rounding.h"
 
 namespace embscale {
@@ -54,20 +56,24 @@ inline int group_rows(const RowParams& p) {
   return 0;
 }
 
-// The lane-group path is compiled per optimizer (a template argument of its kernel), so its element
-// loops carry no test of the optimizer type: the optimizers without element-wise state (the table,
-// tbe/optimizer_table.h) that group_update_row implements.
-constexpr bool lane_group_optimizer(OptimizerType t) {
-  return t == OptimizerType::kNone || t == OptimizerType::kSgd || t == OptimizerType::kRowwiseAdagrad;
+// The lane-group path is compiled per optimizer (a template argument of its kernel, one instantiation
+// per optimizer without element-wise state: visit_lane_group_optimizer), so its element loops carry no
+// test of the optimizer type. group_update_row is written once against the optimizer's trait
+// (tbe/optimizer_traits.h).
+template <typename Opt>
+constexpr bool kLaneGroupTrait = !Opt::kElementM1 && !Opt::kElementM2;
+
+// make(std::integral_constant<OptimizerType, t>{}) for an optimizer t that group_rows gives the lane
+// groups (its kernel, say), a value-initialised result for the others. Host only.
+template <typename F>
+auto visit_lane_group_optimizer(OptimizerType t, F make) {
+  using Result = decltype(make(std::integral_constant<OptimizerType, opt::Dense::kType>{}));
+  return opt::visit_optimizer(t, [&](auto o) -> Result {
+    using Opt = decltype(o);
+    if constexpr (kLaneGroupTrait<Opt>) return make(std::integral_constant<OptimizerType, Opt::kType>{});
+    else return Result{};
+  });
 }
-constexpr bool lane_groups_cover_table() {
-  for (const opt::OptimizerSpec& s : opt::kOptimizerSpecs)
-    if (!opt::has_elementwise_state(s.type) && !lane_group_optimizer(s.type)) return false;
-  return true;
-}
-static_assert(lane_groups_cover_table(),
-              "an optimizer without element-wise state takes the lane groups (group_rows): implement it in "
-              "group_update_row and instantiate its kernel (tbe_backward_rows.cuh)");
 
 // Mask of lane group grp (of L lanes).
 template <int L>
@@ -103,85 +109,19 @@ __device__ __forceinline__ LookupMeta group_meta(const RowParams& p, int64_t sta
   return m;
 }
 
-// One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
-// one lane group of L = 32 / R lanes: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as
-// WarpGrad. Vector v = q*R + k is pass q, slot k.
-template <typename W, typename G, int R, OptimizerType kOpt>
-__device__ __forceinline__ void group_update_row(const RowParams& p, const RowInfo& r, int64_t start, int64_t len,
-                                                 const LookupMeta& first, int gl, unsigned gmask) {
-  constexpr int L = ArchTraits::kWarpSize / R;
+// The optimizer step of group_update_row's row (not in dense mode): g its summed gradient, w its weights,
+// state its row-wise state (if the optimizer keeps one); the new weights are stored.
+template <typename W, int R, typename Opt>
+__device__ __forceinline__ void group_optimizer_step(const RowParams& p, const RowInfo& r, float (&g)[kGroupVecs][kVec],
+                                                     float (&w)[kGroupVecs][kVec], const int (&col)[kGroupVecs],
+                                                     const int (&ncols)[kGroupVecs], float state, int gl,
+                                                     unsigned gmask) {
   constexpr int P = kGroupVecs / R;
   constexpr int V = kGroupVecs;
   const OptimizerParams& o = p.opt;
   const int D = r.D;
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
-  const G* grad = static_cast<const G*>(p.grad_output);
-  const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
-  static_assert(lane_group_optimizer(kOpt), "the lane groups implement dense mode, SGD and row-wise Adagrad");
-  constexpr bool dense = kOpt == OptimizerType::kNone;
-  constexpr bool adagrad = kOpt == OptimizerType::kRowwiseAdagrad;
-  int col[V], ncols[V];
-#pragma unroll
-  for (int q = 0; q < P; ++q)
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int v = q * R + k;
-      col[v] = q * kPassCols + (gl + k * L) * kVec;
-      const int left = D - col[v];
-      ncols[v] = left <= 0 ? 0 : (left < kVec ? left : kVec);
-    }
-  // Loads first: the metas of lookups 1..L-1, the weights, the row-wise state and the first gradient
-  // row, all independent.
-  LookupMeta next{0, 1.0f};
-  if (gl > 0 && gl < len) next = lookup_meta(p, start + gl);
-  float w[V][kVec], g[V][kVec];
-  if (!dense) {
-#pragma unroll
-    for (int v = 0; v < V; ++v) load_vec<W, false>(wrow + col[v], wvec, ncols[v], w[v]);
-  }
-  const float state = adagrad ? p.momentum1[r.key] : 0.0f;
-#pragma unroll
-  for (int v = 0; v < V; ++v) load_vec<G, true>(grad + first.grad_off + col[v], gvec, ncols[v], g[v]);
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fmul_rn(first.scale, g[v][e]));
-  for (int64_t b0 = 0; b0 < len; b0 += L) {
-    const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
-    const int nb = static_cast<int>(len - b0 < L ? len - b0 : L);
-    // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
-    for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
-      const bool two = j + 1 < nb;
-      const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, L);
-      const float sc0 = __shfl_sync(gmask, mine.scale, j, L);
-      const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, L);
-      const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, L);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float x0[kVec], x1[kVec];
-        load_vec<G, true>(grad + off0 + col[v], gvec, ncols[v], x0);
-        load_vec<G, true>(grad + off1 + col[v], gvec, ncols[v], x1);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc0, x0[e]));
-        if (two)
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc1, x1[e]));
-      }
-    }
-  }
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fadd_rn(0.0f, g[v][e]));
-
-  if (dense) {
-    float* dst = p.unique_grads + r.u * p.max_dim;
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      if (ncols[v] > 0) store_floats(dst + col[v], p.ug_vec != 0, ncols[v], g[v]);
-    for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
-    return;
-  }
+  const bool wvec = p.w_vec != 0;
   // The optimizer's modes are the same for every element of the row: each is tested once here, so the
   // element loops below are straight-line code (the same opt:: functions, the same operations).
   if (o.gradient_clipping > 0.0f) {
@@ -190,8 +130,8 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
 #pragma unroll
       for (int e = 0; e < kVec; ++e) g[v][e] = opt::clip_grad(g[v][e], o);
   }
-  float mult = 0.0f, corr = 1.0f;
-  if constexpr (adagrad) {
+  opt::RowTerms terms;
+  if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
     // Slot k's partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...
     // Without L2 weight decay row_sq_term(g, w) is g*g.
     const bool l2 = o.weight_decay_mode == WeightDecayMode::kL2;
@@ -209,18 +149,16 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
         }
     }
     const float sum = group_sum<R>(s, gmask);
-    float m = state;
-    mult = opt::rowwise_adagrad_multiplier(&m, sum, D, o);
-    corr = opt::rowwise_adagrad_correction(mult, o);
-    if (gl == 0) p.momentum1[r.key] = m;
+    terms = Opt::row_terms(&state, sum, D, o, p.corrections);
+    if (gl == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
   }
   // New values in place of w (columns past D keep their zeros and are not stored).
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int e = 0; e < kVec; ++e)
-      w[v][e] = adagrad ? opt::rowwise_adagrad_apply(w[v][e], g[v][e], mult, corr) : opt::sgd_apply(w[v][e], g[v][e], o);
-  if (adagrad && o.max_norm > 0.0f) {
+      w[v][e] = Opt::apply(w[v][e], g[v][e], terms, nullptr, nullptr, o, p.corrections);
+  if (Opt::renormalises(o)) {
     float sq[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) {
@@ -267,6 +205,88 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   }
 }
 
+// One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
+// one lane group of L = 32 / R lanes: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as
+// WarpGrad. Vector v = q*R + k is pass q, slot k.
+template <typename W, typename G, int R, OptimizerType kOpt>
+__device__ __forceinline__ void group_update_row(const RowParams& p, const RowInfo& r, int64_t start, int64_t len,
+                                                 const LookupMeta& first, int gl, unsigned gmask) {
+  constexpr int L = ArchTraits::kWarpSize / R;
+  constexpr int P = kGroupVecs / R;
+  constexpr int V = kGroupVecs;
+  const int D = r.D;
+  W* wrow = static_cast<W*>(p.weights) + r.wbase;
+  const G* grad = static_cast<const G*>(p.grad_output);
+  const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
+  using Opt = opt::TraitOf<kOpt>;
+  static_assert(kLaneGroupTrait<Opt>, "the lane groups hold no element-wise state");
+  constexpr bool dense = Opt::kDense;
+  int col[V], ncols[V];
+#pragma unroll
+  for (int q = 0; q < P; ++q)
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int v = q * R + k;
+      col[v] = q * kPassCols + (gl + k * L) * kVec;
+      const int left = D - col[v];
+      ncols[v] = left <= 0 ? 0 : (left < kVec ? left : kVec);
+    }
+  // Loads first: the metas of lookups 1..L-1, the weights, the row-wise state and the first gradient
+  // row, all independent.
+  LookupMeta next{0, 1.0f};
+  if (gl > 0 && gl < len) next = lookup_meta(p, start + gl);
+  float w[V][kVec], g[V][kVec];
+  if (!dense) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) load_vec<W, false>(wrow + col[v], wvec, ncols[v], w[v]);
+  }
+  float state = 0.0f;
+  if constexpr (Opt::kRowState) state = Opt::row_state(p.momentum1, p.momentum2)[r.key];
+#pragma unroll
+  for (int v = 0; v < V; ++v) load_vec<G, true>(grad + first.grad_off + col[v], gvec, ncols[v], g[v]);
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fmul_rn(first.scale, g[v][e]));
+  for (int64_t b0 = 0; b0 < len; b0 += L) {
+    const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
+    const int nb = static_cast<int>(len - b0 < L ? len - b0 : L);
+    // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
+    for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
+      const bool two = j + 1 < nb;
+      const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, L);
+      const float sc0 = __shfl_sync(gmask, mine.scale, j, L);
+      const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, L);
+      const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, L);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float x0[kVec], x1[kVec];
+        load_vec<G, true>(grad + off0 + col[v], gvec, ncols[v], x0);
+        load_vec<G, true>(grad + off1 + col[v], gvec, ncols[v], x1);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc0, x0[e]));
+        if (two)
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc1, x1[e]));
+      }
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fadd_rn(0.0f, g[v][e]));
+
+  if constexpr (dense) {
+    float* dst = p.unique_grads + r.u * p.max_dim;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (ncols[v] > 0) store_floats(dst + col[v], p.ug_vec != 0, ncols[v], g[v]);
+    for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
+  } else {
+    group_optimizer_step<W, R, Opt>(p, r, g, w, col, ncols, state, gl, gmask);
+  }
+}
+
 // Issues L2 prefetches for what group_update_row will load first for row r (weights, row-wise state,
 // the first lookup's gradient row at grad_off): the same addresses, no registers held.
 template <typename W, typename G, int R, OptimizerType kOpt>
@@ -275,17 +295,19 @@ __device__ __forceinline__ void group_prefetch_row(const RowParams& p, const Row
   constexpr int P = kGroupVecs / R;
   const W* wrow = static_cast<const W*>(p.weights) + r.wbase;
   const G* grad = static_cast<const G*>(p.grad_output) + grad_off;
+  using Opt = opt::TraitOf<kOpt>;
 #pragma unroll
   for (int q = 0; q < P; ++q)
 #pragma unroll
     for (int k = 0; k < R; ++k) {
       const int col = q * kPassCols + (gl + k * L) * kVec;
       if (col < r.D) {
-        if (kOpt != OptimizerType::kNone) prefetch_l2(wrow + col);
+        if (!Opt::kDense) prefetch_l2(wrow + col);
         prefetch_l2(grad + col);
       }
     }
-  if (kOpt == OptimizerType::kRowwiseAdagrad && gl == 0) prefetch_l2(p.momentum1 + r.key);
+  if constexpr (Opt::kRowState)
+    if (gl == 0) prefetch_l2(Opt::row_state(p.momentum1, p.momentum2) + r.key);
 }
 
 // The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], then c[2],

@@ -22,14 +22,12 @@ inline int resident_blocks(const void* fn, int threads) {
 
 using RowsKernel = void (*)(RowParams);
 
-// The lane-group kernel of an optimizer that group_rows lets take them (lane_group_optimizer).
+// The lane-group kernel of an optimizer that group_rows lets take them (visit_lane_group_optimizer).
 template <typename W, typename G, int kRows>
 RowsKernel group_kernel(OptimizerType opt) {
-  switch (opt) {
-    case OptimizerType::kRowwiseAdagrad: return tbe_backward_warp_rows_kernel<W, G, kRows, OptimizerType::kRowwiseAdagrad>;
-    case OptimizerType::kSgd: return tbe_backward_warp_rows_kernel<W, G, kRows, OptimizerType::kSgd>;
-    default: return tbe_backward_warp_rows_kernel<W, G, kRows, OptimizerType::kNone>;
-  }
+  return visit_lane_group_optimizer(opt, [](auto o) -> RowsKernel {
+    return tbe_backward_warp_rows_kernel<W, G, kRows, decltype(o)::value>;
+  });
 }
 
 template <typename W, typename G>
@@ -42,7 +40,7 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
   const auto grid = [&](const void* fn, int threads) { return g.sms * resident_blocks(fn, threads); };
   if (p.grad_psw != nullptr) {
     const auto k = tbe_backward_grad_psw_kernel<W, G>;
-    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(p);
+    k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(grad_psw_params(p));
     EMBSCALE_CHECK_LAUNCH("tbe_backward_grad_psw_kernel");
   }
   {

@@ -1,5 +1,8 @@
 // CUDA TBE backward: the optimizer update of one unique row by a warp (or every warp of a block), given
-// a gradient provider of tbe_backward_grad_sums.cuh.
+// a gradient provider of tbe_backward_grad_sums.cuh. Written once against the optimizers' traits
+// (tbe/optimizer_traits.h): the optimizer is a run-time value here, visited where its steps differ (the
+// row-wise state, the per-row terms, the per-element apply), so the kernels are not instantiated per
+// optimizer.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +15,7 @@
 #include "tbe/cuda/backward/tbe_backward_io.cuh"
 #include "tbe/cuda/backward/tbe_backward_params.cuh"
 #include "tbe/optimizer.h"
+#include "tbe/optimizer_traits.h"
 #include "tbe/rounding.h"
 
 namespace embscale {
@@ -71,7 +75,7 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
   };
   const auto end_sweep = [&]() { cached = true; };
 
-  if (o.type == OptimizerType::kNone) {
+  if (opt::dense_mode(o.type)) {
     // Dense mode: the unclipped sum; columns [D, max_dim) of the row are zeros.
     float* dst = p.unique_grads + r.u * p.max_dim;
     for (int pass = 0; pass < passes; ++pass) {
@@ -95,8 +99,10 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
     load_vec<W, false>(wrow + col, wvec, ncols, wpre);
   }
   float state_pre = 0.0f;
-  if (o.type == OptimizerType::kRowwiseAdagrad) state_pre = p.momentum1[r.key];
-  else if (o.type == OptimizerType::kPartialRowwiseAdam) state_pre = p.momentum2[r.key];
+  opt::visit_optimizer(o.type, [&](auto t) {
+    using Opt = decltype(t);
+    if constexpr (Opt::kRowState) state_pre = Opt::row_state(p.momentum1, p.momentum2)[r.key];
+  });
   const auto load_w = [&](int pass, int col, int ncols, float* w) {
     if (pass == 0) {
 #pragma unroll
@@ -106,9 +112,9 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
     }
   };
 
-  // Row scalars.
-  float mult = 0.0f, corr = 1.0f, denom = 1.0f;
-  if (opt::needs_row_sq_sum(o.type)) {
+  // Row scalars (the row-wise state updated by writer).
+  opt::RowTerms terms;
+  if (opt::row_reduction(o.type) == opt::RowReduction::kSumSqGrad) {
     float s = 0.0f;
     for (int pass = 0; pass < passes; ++pass) {
       float g[kVec], w[kVec];
@@ -122,16 +128,14 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
     }
     end_sweep();
     s = warp_sum(s);
-    if (o.type == OptimizerType::kRowwiseAdagrad) {
-      float m = state_pre;
-      mult = opt::rowwise_adagrad_multiplier(&m, s, D, o);
-      corr = opt::rowwise_adagrad_correction(mult, o);
-      if (writer && lane == 0) p.momentum1[r.key] = m;
-    } else {
-      float v = state_pre;
-      denom = opt::partial_rowwise_adam_denominator(&v, s, D, o, p.corrections);
-      if (writer && lane == 0) p.momentum2[r.key] = v;
-    }
+    opt::visit_optimizer(o.type, [&](auto t) {
+      using Opt = decltype(t);
+      if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
+        float state = state_pre;
+        terms = Opt::row_terms(&state, s, D, o, p.corrections);
+        if (writer && lane == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
+      }
+    });
   }
 
   // New fp32 value of the lane's columns of one pass (element-wise state updated in place by writer).
@@ -147,26 +151,18 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
       const float gk = opt::clip_grad(g[k], o);
       float v = w[k];
       if (k < ncols) {
-        switch (o.type) {
-          case OptimizerType::kSgd: v = opt::sgd_apply(w[k], gk, o); break;
-          case OptimizerType::kRowwiseAdagrad: v = opt::rowwise_adagrad_apply(w[k], gk, mult, corr); break;
-          case OptimizerType::kAdam: {
-            float m1 = p.momentum1[e0 + k], m2 = p.momentum2[e0 + k];
-            v = opt::adam_apply(w[k], gk, &m1, &m2, o, p.corrections);
+        opt::visit_optimizer(o.type, [&](auto t) {
+          using Opt = decltype(t);
+          if constexpr (!Opt::kDense) {
+            float m1 = Opt::kElementM1 ? p.momentum1[e0 + k] : 0.0f;
+            float m2 = Opt::kElementM2 ? p.momentum2[e0 + k] : 0.0f;
+            v = Opt::apply(w[k], gk, terms, &m1, &m2, o, p.corrections);
             if (write_state) {
-              p.momentum1[e0 + k] = m1;
-              p.momentum2[e0 + k] = m2;
+              if constexpr (Opt::kElementM1) p.momentum1[e0 + k] = m1;
+              if constexpr (Opt::kElementM2) p.momentum2[e0 + k] = m2;
             }
-            break;
           }
-          case OptimizerType::kPartialRowwiseAdam: {
-            float m1 = p.momentum1[e0 + k];
-            v = opt::partial_rowwise_adam_apply(w[k], gk, &m1, denom, o, p.corrections);
-            if (write_state) p.momentum1[e0 + k] = m1;
-            break;
-          }
-          default: break;
-        }
+        });
       }
       nv[k] = v;
     }
@@ -184,8 +180,7 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
     store_weights<W>(wrow + col, wvec, ncols, out);
   };
 
-  const bool norm = o.type == OptimizerType::kRowwiseAdagrad && o.max_norm > 0.0f;
-  if (!norm) {
+  if (!opt::renormalises(o)) {
     for (int pass = 0; pass < passes; ++pass) {
       float nv[kVec];
       new_values(pass, nv, writer);
@@ -193,8 +188,8 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
     }
     return;
   }
-  // max_norm: the norm of the whole updated row first, then the scaled stores (row-wise Adagrad has
-  // no element-wise state, so computing the new values twice changes nothing).
+  // max_norm: the norm of the whole updated row first, then the scaled stores (an optimizer with
+  // max_norm has no element-wise state, TableFacts, so computing the new values twice changes nothing).
   float sq = 0.0f;
   for (int pass = 0; pass < passes; ++pass) {
     float nv[kVec];
