@@ -498,7 +498,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   cp.dense = dense ? 1 : 0;
   cp.max_warp_segment = t.max_warp;
   cp.max_block_segment = t.max_block;
-  cp.list_warp_rows = tbe_bwd::group_rows(rp) != 0 ? 1 : 0;
+  cp.list_warp_rows = tbe_bwd::group_shape(rp).rows != 0 ? 1 : 0;
   const bool i64 = args.indices.dtype == DType::kI64;
 
   // 1. linearize and check

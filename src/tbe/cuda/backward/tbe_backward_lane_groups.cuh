@@ -24,19 +24,26 @@ namespace tbe_bwd {
 
 //
 // A warp updating one short row at a time has one row's loads in flight, so the warp path is bound by
-// latency, not bandwidth. When every row fits kGroupVecs passes (max_dim <= kGroupMaxCols) and the
-// optimizer has no element-wise state (SGD, row-wise Adagrad, dense mode), the warp is split into
-// R lane groups of L = 32 / R lanes, each updating its own row, with R chosen per call from the widest
-// row (group_rows): R = 4 up to one pass (128 columns at kVec = 4), 2 up to two passes, 1 up to four.
-// Every lane then holds kGroupVecs vectors of kVec columns (P = kGroupVecs / R passes x R slots) in
-// registers, whatever R: the loads of R rows (weights, row-wise state, first gradient row: all P passes)
-// are issued together, and the gradient is summed once (no recomputation across sweeps).
+// latency, not bandwidth. When every row fits the path (max_dim <= kGroupMaxCols) and the optimizer has
+// no element-wise state (SGD, row-wise Adagrad, dense mode), the warp is split into R lane groups of
+// L = 32 / R lanes, each updating its own row, with the shape chosen per call from the widest row
+// (group_shape). Each lane holds its row's columns in registers as V = P x S vectors of kVec columns:
+// P passes of update_row's mapping, S slots per pass. Lane gl of a group holds, as vector (pass q, slot
+// k), the kVec columns that lane gl + k*L holds in pass q of update_row's mapping (columns q*kPassCols +
+// (gl + k*L)*kVec ..). The wide shapes hold whole passes (S = R: every lane of update_row's mapping),
+// P = kGroupVecs / R of them: R = 4 up to one pass (128 columns), 2 up to two passes, 1 up to four. The
+// narrow shapes hold the first S*L lanes of one pass (P = 1), for short rows: R = 8, S = 2 up to 32
+// columns, R = 16, S = 2 up to 16; there the per-row work of a round (row metadata, the reductions) is
+// shared by more rows and a lane computes 2 vectors instead of 4. The loads of R rows (weights,
+// row-wise state, first gradient row) are issued together, and the gradient is summed once (no
+// recomputation across sweeps).
 //
-// Lane gl of a group holds, as vector (pass q, slot k), the kVec columns that lane gl + k*L holds in
-// pass q of update_row's mapping (columns q*kPassCols + (gl + k*L)*kVec ..). Every column is summed in
-// the canonical order; the per-lane row sums run over the passes in order, exactly as update_row's
-// per-lane sums, and are then reduced along warp_sum's xor tree (group_sum). So the results are
-// bit-identical to update_row's (and hence to the block and multi-block paths).
+// Every column is summed in the canonical order; the per-lane row sums run over the passes in order,
+// exactly as update_row's per-lane sums, and are then reduced along warp_sum's xor tree (group_sum): in
+// registers over the slots, then by shuffles within the group. The lanes of update_row's mapping that a
+// narrow shape leaves out hold no column of the row (their partial sums are +0), and adding +0 to the
+// nonnegative sums of squares changes nothing, so the results are bit-identical to update_row's (and
+// hence to the block and multi-block paths) for every shape.
 
 constexpr int kGroupRows = 4;                                    // rows per warp for rows of one pass
 constexpr int kGroupVecs = 4;                                    // kVec-column vectors per lane and row
@@ -44,16 +51,36 @@ constexpr int kGroupMaxCols = kGroupVecs * kPassCols;            // widest row o
 static_assert(kLaneGroupCols == kGroupMaxCols, "the default warp threshold follows the lane-group path");
 static_assert(kGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
 static_assert(kGroupVecs % kGroupRows == 0, "rows of one pass need kGroupRows slots per lane");
+static_assert(kGroupMaxCols == kGroupVecs * kPassCols, "the one-row shape holds kGroupVecs passes");
 static_assert(ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
 
-// Rows per warp of the lane-group path for this call (0: one row per warp, update_row). The closed set
-// {4, 2, 1} is what tbe_backward_warp_rows_kernel is instantiated for. Host only.
-inline int group_rows(const RowParams& p) {
-  if (opt::has_elementwise_state(p.opt.type)) return 0;
-  if (p.max_dim <= (kGroupVecs / 4) * kPassCols) return 4;
-  if (p.max_dim <= (kGroupVecs / 2) * kPassCols) return 2;
-  if (p.max_dim <= kGroupMaxCols) return 1;
-  return 0;
+// Passes a lane holds in shape (R, S): all of kGroupVecs's for the wide shapes, one for the narrow ones.
+template <int R, int S>
+constexpr int group_passes() { return S == R ? kGroupVecs / R : 1; }
+// Widest row of shape (R, S).
+template <int R, int S>
+constexpr int group_cols() { return (group_passes<R, S>() - 1) * kPassCols + S * (ArchTraits::kWarpSize / R) * kVec; }
+template <int R, int S>
+constexpr bool valid_group_shape() {
+  return R >= 1 && R <= ArchTraits::kWarpSize && ArchTraits::kWarpSize % R == 0 && S >= 1 && S <= R && R % S == 0 &&
+         (S == R ? kGroupVecs % R == 0 : S <= kGroupVecs);
+}
+
+// The lane-group shape of a call: rows per warp R and slots per pass S (R = 0: off, one row per warp,
+// update_row). The closed set (16, 2), (8, 2), (4, 4), (2, 2), (1, 1) is what
+// tbe_backward_warp_rows_kernel is instantiated for. Host only.
+struct GroupShape {
+  int rows;
+  int slots;
+};
+inline GroupShape group_shape(const RowParams& p) {
+  if (opt::has_elementwise_state(p.opt.type)) return {0, 0};
+  if (p.max_dim <= group_cols<16, 2>()) return {16, 2};
+  if (p.max_dim <= group_cols<8, 2>()) return {8, 2};
+  if (p.max_dim <= group_cols<4, 4>()) return {4, 4};
+  if (p.max_dim <= group_cols<2, 2>()) return {2, 2};
+  if (p.max_dim <= group_cols<1, 1>()) return {1, 1};
+  return {0, 0};
 }
 
 // The lane-group path is compiled per optimizer (a template argument of its kernel, one instantiation
@@ -63,7 +90,7 @@ inline int group_rows(const RowParams& p) {
 template <typename Opt>
 constexpr bool kLaneGroupTrait = !Opt::kElementM1 && !Opt::kElementM2;
 
-// make(std::integral_constant<OptimizerType, t>{}) for an optimizer t that group_rows gives the lane
+// make(std::integral_constant<OptimizerType, t>{}) for an optimizer t that group_shape gives the lane
 // groups (its kernel, say), a value-initialised result for the others. Host only.
 template <typename F>
 auto visit_lane_group_optimizer(OptimizerType t, F make) {
@@ -85,14 +112,13 @@ __device__ __forceinline__ unsigned group_mask(int grp) {
   }
 }
 
-// warp_sum over the 32 lanes of the one-warp mapping, s[k] being lane gl + k*L's partial: xor steps
-// 16 .. L pair slots of the same lane (done in registers, highest first), the remaining steps are
-// shuffles within the group.
-template <int R>
-__device__ __forceinline__ float group_sum(float (&s)[R], unsigned gmask) {
-  constexpr int L = ArchTraits::kWarpSize / R;
+// warp_sum over the 32 lanes of the one-warp mapping, s[k] being lane gl + k*L's partial (the lanes
+// past S*L hold +0): xor steps 16 .. S*L add +0, steps S*L/2 .. L pair slots of the same lane (done in
+// registers, highest first), the remaining steps are shuffles within the group of L lanes.
+template <int L, int S>
+__device__ __forceinline__ float group_sum(float (&s)[S], unsigned gmask) {
 #pragma unroll
-  for (int h = R / 2; h >= 1; h /= 2)
+  for (int h = S / 2; h >= 1; h /= 2)
 #pragma unroll
     for (int k = 0; k < h; ++k) s[k] = __fadd_rn(s[k], s[k + h]);
   float v = s[0];
@@ -111,13 +137,16 @@ __device__ __forceinline__ LookupMeta group_meta(const RowParams& p, int64_t sta
 
 // The optimizer step of group_update_row's row (not in dense mode): g its summed gradient, w its weights,
 // state its row-wise state (if the optimizer keeps one); the new weights are stored.
-template <typename W, int R, typename Opt>
-__device__ __forceinline__ void group_optimizer_step(const RowParams& p, const RowInfo& r, float (&g)[kGroupVecs][kVec],
-                                                     float (&w)[kGroupVecs][kVec], const int (&col)[kGroupVecs],
-                                                     const int (&ncols)[kGroupVecs], float state, int gl,
+template <typename W, int R, int S, typename Opt>
+__device__ __forceinline__ void group_optimizer_step(const RowParams& p, const RowInfo& r,
+                                                     float (&g)[group_passes<R, S>() * S][kVec],
+                                                     float (&w)[group_passes<R, S>() * S][kVec],
+                                                     const int (&col)[group_passes<R, S>() * S],
+                                                     const int (&ncols)[group_passes<R, S>() * S], float state, int gl,
                                                      unsigned gmask) {
-  constexpr int P = kGroupVecs / R;
-  constexpr int V = kGroupVecs;
+  constexpr int L = ArchTraits::kWarpSize / R;
+  constexpr int P = group_passes<R, S>();
+  constexpr int V = P * S;
   const OptimizerParams& o = p.opt;
   const int D = r.D;
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
@@ -135,20 +164,20 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
     // Slot k's partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...
     // Without L2 weight decay row_sq_term(g, w) is g*g.
     const bool l2 = o.weight_decay_mode == WeightDecayMode::kL2;
-    float s[R];
+    float s[S];
 #pragma unroll
-    for (int k = 0; k < R; ++k) {
+    for (int k = 0; k < S; ++k) {
       s[k] = 0.0f;
 #pragma unroll
       for (int q = 0; q < P; ++q)
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          const float gv = g[q * R + k][e];
-          const float t = l2 ? opt::row_sq_term(gv, w[q * R + k][e], o) : gv * gv;
-          if (e < ncols[q * R + k]) s[k] = __fadd_rn(s[k], t);
+          const float gv = g[q * S + k][e];
+          const float t = l2 ? opt::row_sq_term(gv, w[q * S + k][e], o) : gv * gv;
+          if (e < ncols[q * S + k]) s[k] = __fadd_rn(s[k], t);
         }
     }
-    const float sum = group_sum<R>(s, gmask);
+    const float sum = group_sum<L, S>(s, gmask);
     terms = Opt::row_terms(&state, sum, D, o, p.corrections);
     if (gl == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
   }
@@ -159,17 +188,17 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
     for (int e = 0; e < kVec; ++e)
       w[v][e] = Opt::apply(w[v][e], g[v][e], terms, nullptr, nullptr, o, p.corrections);
   if (Opt::renormalises(o)) {
-    float sq[R];
+    float sq[S];
 #pragma unroll
-    for (int k = 0; k < R; ++k) {
+    for (int k = 0; k < S; ++k) {
       sq[k] = 0.0f;
 #pragma unroll
       for (int q = 0; q < P; ++q)
 #pragma unroll
         for (int e = 0; e < kVec; ++e)
-          if (e < ncols[q * R + k]) sq[k] = __fadd_rn(sq[k], __fmul_rn(w[q * R + k][e], w[q * R + k][e]));
+          if (e < ncols[q * S + k]) sq[k] = __fadd_rn(sq[k], __fmul_rn(w[q * S + k][e], w[q * S + k][e]));
     }
-    const float factor = opt::max_norm_factor(group_sum<R>(sq, gmask), o);
+    const float factor = opt::max_norm_factor(group_sum<L, S>(sq, gmask), o);
     if (factor != 1.0f) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
@@ -207,13 +236,14 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
 
 // One row of at most kChunk lookups (len from sorted position start; `first` = meta of lookup start) on
 // one lane group of L = 32 / R lanes: total = 0 + (0 + part), part = ((0 + c_0) + c_1) + ..., as
-// WarpGrad. Vector v = q*R + k is pass q, slot k.
-template <typename W, typename G, int R, OptimizerType kOpt>
+// WarpGrad. Shape (R, S); vector v = q*S + k is pass q, slot k.
+template <typename W, typename G, int R, int S, OptimizerType kOpt>
 __device__ __forceinline__ void group_update_row(const RowParams& p, const RowInfo& r, int64_t start, int64_t len,
                                                  const LookupMeta& first, int gl, unsigned gmask) {
+  static_assert(valid_group_shape<R, S>(), "lane-group shape");
   constexpr int L = ArchTraits::kWarpSize / R;
-  constexpr int P = kGroupVecs / R;
-  constexpr int V = kGroupVecs;
+  constexpr int P = group_passes<R, S>();
+  constexpr int V = P * S;
   const int D = r.D;
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
   const G* grad = static_cast<const G*>(p.grad_output);
@@ -225,8 +255,8 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
 #pragma unroll
   for (int q = 0; q < P; ++q)
 #pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int v = q * R + k;
+    for (int k = 0; k < S; ++k) {
+      const int v = q * S + k;
       col[v] = q * kPassCols + (gl + k * L) * kVec;
       const int left = D - col[v];
       ncols[v] = left <= 0 ? 0 : (left < kVec ? left : kVec);
@@ -283,23 +313,23 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
       if (ncols[v] > 0) store_floats(dst + col[v], p.ug_vec != 0, ncols[v], g[v]);
     for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
   } else {
-    group_optimizer_step<W, R, Opt>(p, r, g, w, col, ncols, state, gl, gmask);
+    group_optimizer_step<W, R, S, Opt>(p, r, g, w, col, ncols, state, gl, gmask);
   }
 }
 
 // Issues L2 prefetches for what group_update_row will load first for row r (weights, row-wise state,
 // the first lookup's gradient row at grad_off): the same addresses, no registers held.
-template <typename W, typename G, int R, OptimizerType kOpt>
+template <typename W, typename G, int R, int S, OptimizerType kOpt>
 __device__ __forceinline__ void group_prefetch_row(const RowParams& p, const RowInfo& r, int64_t grad_off, int gl) {
   constexpr int L = ArchTraits::kWarpSize / R;
-  constexpr int P = kGroupVecs / R;
+  constexpr int P = group_passes<R, S>();
   const W* wrow = static_cast<const W*>(p.weights) + r.wbase;
   const G* grad = static_cast<const G*>(p.grad_output) + grad_off;
   using Opt = opt::TraitOf<kOpt>;
 #pragma unroll
   for (int q = 0; q < P; ++q)
 #pragma unroll
-    for (int k = 0; k < R; ++k) {
+    for (int k = 0; k < S; ++k) {
       const int col = q * kPassCols + (gl + k * L) * kVec;
       if (col < r.D) {
         if (!Opt::kDense) prefetch_l2(wrow + col);

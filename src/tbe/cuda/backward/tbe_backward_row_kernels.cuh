@@ -34,12 +34,13 @@ struct BatchRow {
 // (coalesced, all chains of the batch in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
-// kRows > 0 (host-chosen: group_rows, one of 4, 2, 1): the rows of at most kGroupMaxLookups lookups,
-// kRows at a time on the warp's lane groups (group_update_row for the call's optimizer kOpt); the
+// kRows > 0 (host-chosen: group_shape, with kSlots slots per pass): the rows of at most kGroupMaxLookups
+// lookups, kRows at a time on the warp's lane groups (group_update_row for the call's optimizer kOpt); the
 // longer warp-path rows are left to a second launch with kRows = 0 and warp_min_len = kGroupMaxLookups
 // (two kernels rather than both paths in one: the whole-warp path's registers made the lane-group path
-// spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kOpt unused (kNone).
-template <typename W, typename G, int kRows, OptimizerType kOpt>
+// spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kSlots and kOpt
+// unused (0, kNone).
+template <typename W, typename G, int kRows, int kSlots, OptimizerType kOpt>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const RowParams p) {
   // The next row kernel works on other rows: it may start as this one's blocks finish (launch_kernel);
@@ -113,8 +114,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
       return b;
     };
     if constexpr (kRows > 0) {
-      static_assert(kRows <= kGroupVecs && kGroupVecs % kRows == 0 && ArchTraits::kWarpSize % kRows == 0,
-                    "lane-group shape");
+      static_assert(valid_group_shape<kRows, kSlots>(), "lane-group shape");
       constexpr int kLanes = ArchTraits::kWarpSize / kRows;
       const int grp = lane / kLanes, gl = lane % kLanes;
       const unsigned gmask = group_mask<kLanes>(grp);
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
 #pragma unroll
           for (int i = 0; i < kRows; ++i) short_rows &= short_rows - 1;
           const BatchRow b = batch_row(j < 0 ? 0 : j);
-          if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
+          if (j >= 0) group_update_row<W, G, kRows, kSlots, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
         }
       } else if constexpr (kRepeatPath) {
         // Rows repeat (more than kRepeatLookups lookups per unique row on average, as under Zipf
@@ -147,10 +147,10 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
           const int jn = order.nth(grp + kRows);
           const BatchRow b = batch_row(j < 0 ? 0 : j);
           const BatchRow n = batch_row(jn < 0 ? 0 : jn);
-          if (jn >= 0) group_prefetch_row<W, G, kRows, kOpt>(p, n.r, n.first.grad_off, gl);
+          if (jn >= 0) group_prefetch_row<W, G, kRows, kSlots, kOpt>(p, n.r, n.first.grad_off, gl);
 #pragma unroll
           for (int i = 0; i < kRows; ++i) order.pop();
-          if (j >= 0) group_update_row<W, G, kRows, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
+          if (j >= 0) group_update_row<W, G, kRows, kSlots, kOpt>(p, b.r, b.start, b.len, b.first, gl, gmask);
         }
       }
     }

@@ -22,17 +22,24 @@ inline int resident_blocks(const void* fn, int threads) {
 
 using RowsKernel = void (*)(RowParams);
 
-// The lane-group kernel of an optimizer that group_rows lets take them (visit_lane_group_optimizer).
-template <typename W, typename G, int kRows>
+// The lane-group kernel of an optimizer that group_shape lets take them (visit_lane_group_optimizer).
+template <typename W, typename G, int kRows, int kSlots>
 RowsKernel group_kernel(OptimizerType opt) {
   return visit_lane_group_optimizer(opt, [](auto o) -> RowsKernel {
-    return tbe_backward_warp_rows_kernel<W, G, kRows, decltype(o)::value>;
+    return tbe_backward_warp_rows_kernel<W, G, kRows, kSlots, decltype(o)::value>;
   });
 }
 
+// The kernel of a shape of group_shape's closed set.
 template <typename W, typename G>
-RowsKernel warp_rows_kernel(int rows, OptimizerType opt) {  // rows: 4, 2 or 1
-  return rows == 4 ? group_kernel<W, G, 4>(opt) : rows == 2 ? group_kernel<W, G, 2>(opt) : group_kernel<W, G, 1>(opt);
+RowsKernel warp_rows_kernel(GroupShape shape, OptimizerType opt) {
+  switch (shape.rows) {
+    case 16: return group_kernel<W, G, 16, 2>(opt);
+    case 8: return group_kernel<W, G, 8, 2>(opt);
+    case 4: return group_kernel<W, G, 4, 4>(opt);
+    case 2: return group_kernel<W, G, 2, 2>(opt);
+    default: return group_kernel<W, G, 1, 1>(opt);
+  }
 }
 
 template <typename W, typename G>
@@ -44,10 +51,12 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
     EMBSCALE_CHECK_LAUNCH("tbe_backward_grad_psw_kernel");
   }
   {
-    // Lane groups: 4 rows per warp up to 128 columns, 2 up to 256, 1 (all passes in registers) up to 512;
-    // one kernel per optimizer of the path (SGD, row-wise Adagrad, dense). Then the whole-warp kernel
-    // for the warp-path rows the lane groups do not take (all of them when the path is off).
-    const int rows = group_rows(p);
+    // Lane groups: 16 rows per warp up to 16 columns, 8 up to 32, 4 up to 128, 2 up to 256, 1 (all
+    // passes in registers) up to 512; one kernel per optimizer of the path (SGD, row-wise Adagrad,
+    // dense). Then the whole-warp kernel for the warp-path rows the lane groups do not take (all of them
+    // when the path is off).
+    const GroupShape shape = group_shape(p);
+    const int rows = shape.rows;
     // The first row kernel waits for what classify (or grad_psw) wrote before it reads anything; the
     // later ones work on other rows and only wait for their predecessor before they complete.
     RowParams first = p;
@@ -55,7 +64,7 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
     RowParams q = rows != 0 ? p : first;
     q.warp_min_len = 0;
     if (rows != 0) {
-      const auto k = warp_rows_kernel<W, G>(rows, p.opt.type);
+      const auto k = warp_rows_kernel<W, G>(shape, p.opt.type);
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
                                              dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                              dim3(kRowThreads), 0, s, first));
@@ -63,7 +72,7 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
     }
     const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
     if (warp_kernel) {
-      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, OptimizerType::kNone>;
+      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0, OptimizerType::kNone>;
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel", k,
                                              dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                              dim3(kRowThreads), 0, s, q));
