@@ -1,6 +1,6 @@
 // The one set of wide global loads and stores of the CUDA kernels: kBytes (2, 4, 8 or 16) bytes as
-// 32-bit words in one instruction, with the cache behaviour a parameter, and the exact conversion of
-// loaded fp32/fp16/bf16 words to fp32. The FP8 kernels, the TBE forward and the TBE backward all load
+// 32-bit words in one instruction (or fp32 values as floats), with the cache behaviour a parameter, and
+// the exact conversion of loaded fp32/fp16/bf16 words to fp32. The FP8 kernels, the TBE forward and the TBE backward all load
 // and store through these, so a cache hint is chosen by name at the call and one PTX form exists for each.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/numerics.h"
 
@@ -153,11 +154,35 @@ __device__ __forceinline__ void words_to_floats(const Words<kBytes>& r, float* x
   }
 }
 
-// kN elements of T at p (aligned to their kN * sizeof(T) bytes) as fp32, in one load.
+// kN elements of T at p (aligned to their kN * sizeof(T) bytes) as fp32, in one load. fp32 data is
+// loaded as floats (float4 / float2), not as words, so the compiler sees the same types it would for
+// a float4 load written out.
 template <typename T, int kN, LoadHint H = LoadHint::kReadOnly>
 __device__ __forceinline__ void load_floats(const T* p, float* x) {
   constexpr int kBytes = kN * static_cast<int>(sizeof(T));
-  words_to_floats<T, kBytes>(load_words<kBytes, H>(p), x);
+  if constexpr (std::is_same_v<T, float> && H != LoadHint::kReadOnlyNoL1 && (kN == 4 || kN == 2)) {
+    using V = std::conditional_t<kN == 4, float4, float2>;
+    const V v = vec_detail::ld<H>(reinterpret_cast<const V*>(p));
+    x[0] = v.x;
+    x[1] = v.y;
+    if constexpr (kN == 4) {
+      x[2] = v.z;
+      x[3] = v.w;
+    }
+  } else {
+    words_to_floats<T, kBytes>(load_words<kBytes, H>(p), x);
+  }
+}
+
+// kN (2 or 4) fp32 values to p (aligned to kN * 4 bytes), in one store of floats (float4 / float2).
+template <int kN, StoreHint H = StoreHint::kDefault>
+__device__ __forceinline__ void store_fp32(float* p, const float* v) {
+  static_assert(kN == 4 || kN == 2, "a wide fp32 store is 2 or 4 values");
+  if constexpr (kN == 4) {
+    vec_detail::st<H>(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+  } else {
+    vec_detail::st<H>(reinterpret_cast<float2*>(p), make_float2(v[0], v[1]));
+  }
 }
 
 }  // namespace cuda

@@ -66,17 +66,15 @@ __device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) 
 template <typename W>
 __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v) {
   if (vec && n == kVec) {
-    constexpr int kBytes = kVec * static_cast<int>(sizeof(W));
-    Words<kBytes> r;
     if constexpr (sizeof(W) == 4) {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) r.w[k] = __float_as_uint(v[k]);
+      store_fp32<kVec, StoreHint::kStreaming>(p, v);
     } else {
+      Words<kVec * 2> r;
 #pragma unroll
       for (int k = 0; k < kVec / 2; ++k)
         r.w[k] = static_cast<uint32_t>(v[2 * k].bits) | (static_cast<uint32_t>(v[2 * k + 1].bits) << 16);
+      store_words<kVec * 2, StoreHint::kStreaming>(p, r);
     }
-    store_words<kBytes, StoreHint::kStreaming>(p, r);
     return;
   }
 #pragma unroll
@@ -86,10 +84,7 @@ __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v)
 
 __device__ __forceinline__ void store_floats(float* p, bool vec, int n, const float* v) {
   if (vec && n == kVec) {
-    Words<kVec * 4> r;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) r.w[k] = __float_as_uint(v[k]);
-    store_words<kVec * 4>(p, r);
+    store_fp32<kVec>(p, v);
     return;
   }
 #pragma unroll
