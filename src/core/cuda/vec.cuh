@@ -99,16 +99,16 @@ __device__ __forceinline__ Words<kBytes> zero_words() {
   return r;
 }
 
-// kBytes (4, 8 or 16) to p, which is aligned to kBytes.
+// The kBytes / 4 words at w (kBytes 4, 8 or 16) to p, which is aligned to kBytes.
 template <int kBytes, StoreHint H = StoreHint::kDefault>
-__device__ __forceinline__ void store_words(void* p, const Words<kBytes>& r) {
-  static_assert(kBytes >= 4, "a wide store is 4, 8 or 16 bytes");
+__device__ __forceinline__ void store_words(void* p, const uint32_t* w) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "a wide store is 4, 8 or 16 bytes");
   if constexpr (kBytes == 16) {
-    vec_detail::st<H>(static_cast<uint4*>(p), make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]));
+    vec_detail::st<H>(static_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
   } else if constexpr (kBytes == 8) {
-    vec_detail::st<H>(static_cast<uint2*>(p), make_uint2(r.w[0], r.w[1]));
+    vec_detail::st<H>(static_cast<uint2*>(p), make_uint2(w[0], w[1]));
   } else {
-    vec_detail::st<H>(static_cast<unsigned int*>(p), r.w[0]);
+    vec_detail::st<H>(static_cast<unsigned int*>(p), w[0]);
   }
 }
 

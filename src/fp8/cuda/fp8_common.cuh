@@ -169,12 +169,7 @@ struct OutPack {
     using Chunk = std::conditional_t<kChunk == 4, uint32_t, std::conditional_t<kChunk == 8, uint2, uint4>>;
     Chunk* p = static_cast<Chunk*>(body) + i * (kBytes / kChunk);
 #pragma unroll
-    for (int q = 0; q < kBytes / kChunk; ++q) {
-      Words<kChunk> chunk;
-#pragma unroll
-      for (int k = 0; k < kChunk / 4; ++k) chunk.w[k] = w[q * (kChunk / 4) + k];
-      store_words<kChunk>(p + q, chunk);
-    }
+    for (int q = 0; q < kBytes / kChunk; ++q) store_words<kChunk>(p + q, w + q * (kChunk / 4));
   }
 };
 

@@ -69,11 +69,11 @@ __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v)
     if constexpr (sizeof(W) == 4) {
       store_fp32<kVec, StoreHint::kStreaming>(p, v);
     } else {
-      Words<kVec * 2> r;
+      uint32_t w[kVec / 2];
 #pragma unroll
       for (int k = 0; k < kVec / 2; ++k)
-        r.w[k] = static_cast<uint32_t>(v[2 * k].bits) | (static_cast<uint32_t>(v[2 * k + 1].bits) << 16);
-      store_words<kVec * 2, StoreHint::kStreaming>(p, r);
+        w[k] = static_cast<uint32_t>(v[2 * k].bits) | (static_cast<uint32_t>(v[2 * k + 1].bits) << 16);
+      store_words<kVec * 2, StoreHint::kStreaming>(p, w);
     }
     return;
   }

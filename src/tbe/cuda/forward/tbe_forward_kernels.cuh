@@ -163,12 +163,8 @@ __device__ __forceinline__ void store_out(O* dst, const float* v) {
       }
       char* d = reinterpret_cast<char*>(dst);
 #pragma unroll
-      for (int c = 0; c < kBytes / kChunk; ++c) {
-        Words<kChunk> chunk;
-#pragma unroll
-        for (int i = 0; i < kChunk / 4; ++i) chunk.w[i] = w[c * (kChunk / 4) + i];
-        store_words<kChunk, StoreHint::kStreaming>(d + kChunk * c, chunk);
-      }
+      for (int c = 0; c < kBytes / kChunk; ++c)
+        store_words<kChunk, StoreHint::kStreaming>(d + kChunk * c, w + c * (kChunk / 4));
       return;
     }
   }
