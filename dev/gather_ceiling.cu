@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/device.cuh"
 #include "embscale/memory.h"
 
 namespace embscale {
@@ -119,12 +120,7 @@ Status gather_ceiling(const Context& ctx, const void* weights, const std::vector
   const auto kernel = unit == 16 ? (passes == 1 ? gather_rows_kernel<16, 1>
                                                 : passes == 2 ? gather_rows_kernel<16, 2> : gather_rows_kernel<16, 0>)
                                  : (passes == 1 ? gather_rows_kernel<4, 1> : gather_rows_kernel<4, 0>);
-  int dev = 0, sms = 0, per_sm = 0;
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count"));
-  EMBSCALE_RETURN_IF_ERROR(
-      cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0), "occupancy"));
-  const int blocks = sms * (per_sm > 0 ? per_sm : 1);
+  const int blocks = cuda::sm_count() * cuda::blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads);
   const auto n = static_cast<int64_t>(byte_offsets.size());
   const int32_t* row_units = units.empty() ? nullptr : unit_buf.as<int32_t>();
   return tools::time_op(ctx, cfg,

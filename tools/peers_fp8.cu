@@ -15,9 +15,9 @@
 #include <climits>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "core/dispatch.h"
 #include "peers_fp8.h"
 
 namespace embscale {
@@ -145,17 +145,20 @@ Status cub_amax(const T* x, int64_t n, float* amax, void* ws, size_t* ws_bytes, 
                            "cub::DeviceReduce::TransformReduce");
 }
 
-// Calls fn with a typed null pointer selecting the element type of dtype.
-template <typename Fn>
-Status with_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32: return fn(static_cast<const float*>(nullptr));
-    case DType::kF16: return fn(static_cast<const __half*>(nullptr));
-    case DType::kBF16: return fn(static_cast<const __nv_bfloat16*>(nullptr));
-    default:
-      return invalid_argument(std::string("x: dtype ") + dtype_name(dtype) + " is not supported; expected fp32, fp16 or bf16");
-  }
-}
+// CUDA's own type for a storage type of core/dispatch.h (the peers compute on __half and
+// __nv_bfloat16, as TE does).
+template <typename T>
+struct CudaElem {
+  using type = T;
+};
+template <>
+struct CudaElem<fp16_t> {
+  using type = __half;
+};
+template <>
+struct CudaElem<bf16_t> {
+  using type = __nv_bfloat16;
+};
 
 }  // namespace
 
@@ -174,8 +177,8 @@ Status amax_peer_workspace_size(AmaxPeer p, DType dtype, int64_t n, size_t* byte
   if (bytes == nullptr) return invalid_argument("bytes: must not be null");
   if (n < 0) return invalid_argument("n: must be >= 0, got " + std::to_string(n));
   *bytes = 0;
-  return with_type(dtype, [&](auto typed) -> Status {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+  return dispatch_float(dtype, "x", [&](auto tx) -> Status {
+    using T = typename CudaElem<typename decltype(tx)::type>::type;
     switch (p) {
       case AmaxPeer::kTeAtomic: return Status::Ok();
       case AmaxPeer::kTeTwoStage:
@@ -202,8 +205,8 @@ Status amax_peer(AmaxPeer p, const void* x, DType dtype, int64_t n, float* amax,
                                                         " bytes given, " + std::to_string(need) + " needed");
   }
   auto s = static_cast<cudaStream_t>(stream);
-  return with_type(dtype, [&](auto typed) -> Status {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+  return dispatch_float(dtype, "x", [&](auto tx) -> Status {
+    using T = typename CudaElem<typename decltype(tx)::type>::type;
     const T* xt = static_cast<const T*>(x);
     switch (p) {
       case AmaxPeer::kTeAtomic: return te_atomic<T>(xt, n, amax, s);

@@ -1,8 +1,11 @@
-// The one runtime dtype -> template dispatch of host code: dispatch_float / dispatch_fp8 /
-// dispatch_index call f(Tag<T>{}) with the C++ type T of a DType, so a template is instantiated once
-// per supported type and chosen by one switch. f returns a Status or nothing (then the dispatch returns
-// Ok). A dtype outside the family is a caller error: kInvalidArgument naming `what`, worded like the
-// entry points' own dtype checks (an op whose inputs were validated never reaches it).
+// The one runtime dtype -> template dispatch of host code, the CPU and CUDA backends' alike (it is
+// plain C++17, so .cu files include it too): dispatch_float / dispatch_fp8 / dispatch_index call
+// f(Tag<T>{}) with the C++ type T of a DType, so a template is instantiated once per supported type and
+// chosen by one switch; nest them for several dtypes (dispatch_float_fp8 does for the FP8 casts). f
+// returns a Status or nothing (then the dispatch returns Ok). A dtype outside the family is a caller
+// error: kInvalidArgument naming `what`, worded like the entry points' own dtype checks (an op whose
+// inputs were validated never reaches it). Storage types are core/numerics.h's (fp16_t, bf16_t, ...);
+// code built on CUDA's own half types maps them itself.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +71,15 @@ Status dispatch_index(DType dt, const char* what, F&& f) {
     case DType::kI64: return dispatch_detail::call<int64_t>(std::forward<F>(f));
     default: return dispatch_detail::refuse(what, dt, "int32 or int64");
   }
+}
+
+// f(Tag<float | fp16_t | bf16_t>, Tag<fp8e4m3_t | fp8e5m2_t>): the float tensor's type, then the fp8
+// tensor's, whichever of them is the input.
+template <class F>
+Status dispatch_float_fp8(DType float_dt, const char* float_what, DType fp8_dt, const char* fp8_what, F&& f) {
+  return dispatch_float(float_dt, float_what, [&](auto tf) {
+    return dispatch_fp8(fp8_dt, fp8_what, [&](auto t8) { return f(tf, t8); });
+  });
 }
 
 }  // namespace embscale

@@ -4,7 +4,8 @@
 // Everything the host can see is checked here, before a backend runs, so a refused call writes
 // nothing: the lookup arguments as in the forward (tbe/tbe_validate.h), grad_output's shape and dtype
 // per pooling mode, the optimizer's hyper-parameters (finite, in range), which state and output
-// pointers are present (exactly those the optimizer uses), the tuning hints and the workspace.
+// pointers are present (exactly those the optimizer uses) and the tuning hints. The workspace is checked
+// by the backend against the layout it builds once per call (core/workspace.h), also before it writes.
 // Values in backend memory (offsets, indices) are checked by the backend per args.bounds_check, also
 // before it writes anything (tbe/tbe_backend.h).
 #include <cmath>
@@ -253,15 +254,7 @@ Status TableBatchedEmbedding::backward_workspace_size(const Context& ctx, const 
 Status TableBatchedEmbedding::backward(const Context& ctx, const TbeBackwardArgs& args, void* workspace,
                                        size_t workspace_bytes) const {
   EMBSCALE_RETURN_IF_ERROR(check_backward(*this, ctx, args));
-  size_t need = 0;
-  EMBSCALE_RETURN_IF_ERROR(dispatch_workspace_size(*this, ctx, args, &need));
-  if (workspace_bytes < need)
-    return workspace_too_small("workspace_bytes: " + std::to_string(workspace_bytes) +
-                               " bytes; backward_workspace_size() asks for " + std::to_string(need));
-  if (need > 0 && workspace == nullptr)
-    return invalid_argument("workspace: null, but " + std::to_string(need) + " bytes are needed");
-  if (need > 0) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "workspace", workspace));
-
+  // The backend builds the workspace layout of this call once and checks the workspace against it.
   if (ctx.backend == Backend::kCpu) return cpu::tbe_backward(ctx, *this, args, workspace, workspace_bytes);
 #if EMBSCALE_WITH_CUDA
   return cuda::tbe_backward(ctx, *this, args, workspace, workspace_bytes);

@@ -44,5 +44,14 @@ int max_threads_per_sm() {
 
 bool pdl_enabled() { return cc_major() >= 9; }
 
+int blocks_per_sm(const void* fn, int threads) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, 0) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return n;
+}
+
 }  // namespace cuda
 }  // namespace embscale

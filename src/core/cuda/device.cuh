@@ -22,6 +22,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Threads one SM can hold (cached per device).
 int max_threads_per_sm();
 
+// Blocks of kernel fn resident on one SM at `threads` threads (no dynamic shared memory), from the
+// occupancy API on every call, for launches whose block size is chosen at run time (at least 1; a
+// failed query is cleared and counts as 1). resident_wave_blocks below caches it per kernel instead.
+int blocks_per_sm(const void* fn, int threads);
+
 // Per-device cache of one integer per kernel instantiation: kKernel is a template argument, so every
 // instantiation (every dtype) gets its own cache. compute() runs once per device.
 template <auto kKernel, class Compute>

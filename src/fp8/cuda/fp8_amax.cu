@@ -6,6 +6,7 @@
 
 #include "fp8/fp8_backend.h"
 #include "fp8/cuda/fp8_amax.cuh"
+#include "core/workspace.h"
 #include "fp8/cuda/fp8_launch.cuh"
 
 namespace embscale {
@@ -53,9 +54,9 @@ int64_t max_amax_grid() {
 }  // namespace
 
 size_t amax_grid_workspace_bytes(AmaxPath path) {
-  if (path != AmaxPath::kTwoStage) return 0;
-  const size_t slots = static_cast<size_t>(max_amax_grid()) * 4;
-  return (slots + 255) / 256 * 256;
+  WorkspaceLayout layout(WorkspaceLayout::Base::kAsGiven);
+  if (path == AmaxPath::kTwoStage) layout.add(static_cast<size_t>(max_amax_grid()) * sizeof(uint32_t));  // the slots
+  return layout.size();
 }
 
 int amax_grid_blocks(int64_t work_vectors, int wave) {

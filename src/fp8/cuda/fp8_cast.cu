@@ -51,7 +51,7 @@ Status quantize(const Context& ctx, const TensorView& x, const float* scale, con
                 const float* noop_flag) {
   const int64_t n = x.numel();
   if (n == 0) return Status::Ok();
-  return dispatch_float_fp8(x.dtype, y.dtype, "quantize", [&](auto tin, auto tout) -> Status {
+  return dispatch_float_fp8(x.dtype, "x", y.dtype, "y", [&](auto tin, auto tout) -> Status {
     using Tin = typename decltype(tin)::type;
     using Tout = typename decltype(tout)::type;
     CastParams p{};
@@ -70,7 +70,7 @@ Status dequantize(const Context& ctx, const TensorView& y, const float* scale_in
                   const float* noop_flag) {
   const int64_t n = y.numel();
   if (n == 0) return Status::Ok();
-  return dispatch_float_fp8(x.dtype, y.dtype, "dequantize", [&](auto tout, auto tin) -> Status {
+  return dispatch_float_fp8(x.dtype, "x", y.dtype, "y", [&](auto tout, auto tin) -> Status {
     using Tin = typename decltype(tin)::type;    // fp8
     using Tout = typename decltype(tout)::type;  // fp32/fp16/bf16
     CastParams p{};
@@ -97,7 +97,7 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
   (void)ws_bytes;
   const int64_t n = x.numel();
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  return dispatch_float_fp8(x.dtype, y.dtype, "quantize_current_scaling", [&](auto tin, auto tout) -> Status {
+  return dispatch_float_fp8(x.dtype, "x", y.dtype, "y", [&](auto tin, auto tout) -> Status {
     using Tin = typename decltype(tin)::type;
     using Tout = typename decltype(tout)::type;
     CastParams p{};

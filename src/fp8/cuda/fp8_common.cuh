@@ -21,6 +21,7 @@
 #include "fp8/scaling.h"
 #include "core/cuda/arch_traits.cuh"
 #include "core/cuda/pdl.cuh"
+#include "core/cuda/vec.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -134,10 +135,12 @@ struct Vec16 {
   }
 };
 
+// Vector i of a 16-byte aligned body (read-only for the kernel's lifetime).
 template <typename T>
 __device__ __forceinline__ Vec16<T> load_vec(const void* body, int64_t i) {
+  const Words<16> r = load_words<16>(static_cast<const uint4*>(body) + i);
   Vec16<T> v;
-  v.raw = __ldg(static_cast<const uint4*>(body) + i);
+  v.raw = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
   return v;
 }
 
@@ -162,15 +165,11 @@ struct OutPack {
   }
   // Stores the pack at element offset i * kN of a buffer aligned to min(kBytes, 16).
   __device__ __forceinline__ void store(void* body, int64_t i) const {
-    if constexpr (kBytes == 4) {
-      static_cast<uint32_t*>(body)[i] = w[0];
-    } else if constexpr (kBytes == 8) {
-      static_cast<uint2*>(body)[i] = make_uint2(w[0], w[1]);
-    } else {
-      uint4* p = static_cast<uint4*>(body) + i * (kBytes / 16);
+    constexpr int kChunk = kBytes < 16 ? kBytes : 16;  // bytes per store
+    using Chunk = std::conditional_t<kChunk == 4, uint32_t, std::conditional_t<kChunk == 8, uint2, uint4>>;
+    Chunk* p = static_cast<Chunk*>(body) + i * (kBytes / kChunk);
 #pragma unroll
-      for (int q = 0; q < kBytes / 16; ++q) p[q] = make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
-    }
+    for (int q = 0; q < kBytes / kChunk; ++q) store_words<kChunk>(p + q, w + q * (kChunk / 4));
   }
 };
 

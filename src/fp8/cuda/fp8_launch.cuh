@@ -1,6 +1,7 @@
 // Host-side launch plumbing shared by the FP8 ops: the head/body/tail split of a range (cached device
 // facts are in core/cuda/device.cuh (the launch function, with the thread-block-cluster and programmatic-dependent-launch
-// attributes, is in core/cuda/pdl.cuh). Kernels live in the fp8_*.cuh headers; dispatch in fp8_*.cu.
+// attributes, is in core/cuda/pdl.cuh). Kernels live in the fp8_*.cuh headers; the dtype dispatch
+// (core/dispatch.h) in fp8_*.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,9 +10,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "core/cuda/check.cuh"
+#include "core/dispatch.h"
 #include "core/cuda/device.cuh"
 #include "fp8/cuda/fp8_common.cuh"
 #include "fp8/cuda/fp8_policy.cuh"
@@ -52,43 +53,6 @@ Status launch_amax_reduce_slots(cudaStream_t stream, const uint32_t* slots, int 
 Status launch_amax(cudaStream_t stream, const TensorView& x, float* amax, int32_t* nonfinite_flag,
                    const float* noop_flag, AmaxAlgo algo, void* ws);
 size_t launch_amax_workspace_bytes(const TensorView& x, AmaxAlgo algo);
-
-// ---- the one runtime dtype -> template dispatch of the FP8 ops --------------------------------------
-// f receives Tag<T> values; `what` names the argument in the error for an unsupported dtype.
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// f(Tag<float | fp16_t | bf16_t>)
-template <class F>
-Status dispatch_float(DType dt, const char* what, F&& f) {
-  switch (dt) {
-    case DType::kF32:
-      return f(Tag<float>{});
-    case DType::kF16:
-      return f(Tag<fp16_t>{});
-    case DType::kBF16:
-      return f(Tag<bf16_t>{});
-    default:
-      return unsupported(std::string(what) + ": dtype " + dtype_name(dt) + " is not supported on CUDA");
-  }
-}
-
-// f(Tag<float type>, Tag<fp8e4m3_t | fp8e5m2_t>)
-template <class F>
-Status dispatch_float_fp8(DType fdt, DType f8dt, const char* what, F&& f) {
-  return dispatch_float(fdt, what, [&](auto tf) -> Status {
-    switch (f8dt) {
-      case DType::kF8E4M3:
-        return f(tf, Tag<fp8e4m3_t>{});
-      case DType::kF8E5M2:
-        return f(tf, Tag<fp8e5m2_t>{});
-      default:
-        return unsupported(std::string(what) + ": fp8 dtype " + dtype_name(f8dt) + " is not supported on CUDA");
-    }
-  });
-}
 
 }  // namespace cuda
 }  // namespace embscale

@@ -43,7 +43,7 @@ Status cast_transpose(const Context& ctx, const TensorView& x, const float* scal
   p.vec_ok = aligned(x.data, 16) && aligned(y.data, 16) && p.cols % 16 == 0 && aligned(yt.data, 16) &&
              p.rows % 16 == 0;
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  return dispatch_float_fp8(x.dtype, y.dtype, "cast_transpose", [&](auto tin, auto tout) -> Status {
+  return dispatch_float_fp8(x.dtype, "x", y.dtype, "y", [&](auto tin, auto tout) -> Status {
     return launch_cast_transpose<typename decltype(tin)::type, typename decltype(tout)::type>(stream, p);
   });
 }

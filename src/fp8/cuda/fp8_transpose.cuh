@@ -68,7 +68,7 @@ __device__ __forceinline__ void cast_transpose_full_tile(const CastTransposePara
     const int64_t off = (r0 + 4 * tr + i) * p.cols + c0 + kPatchCols * tc;  // element offset, multiple of 16
     const uint4* src = reinterpret_cast<const uint4*>(static_cast<const Tin*>(p.x) + off);
 #pragma unroll
-    for (int l = 0; l < kLoads; ++l) v[i][l].raw = __ldg(src + l);
+    for (int l = 0; l < kLoads; ++l) v[i][l] = load_vec<Tin>(src, l);
   }
   uint32_t w[4][4];  // w[i][j]: row i, fp8 of patch columns 4j .. 4j+3
 #pragma unroll

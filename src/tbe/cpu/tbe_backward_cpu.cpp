@@ -18,8 +18,7 @@
 //     row sums as 8 interleaved partial sums, row_sum) and rounding to the weights' dtype (tbe/rounding.h),
 //     written exactly once. In dense mode (optimizer none) g is written instead:
 //     unique_grads row u holds its table's D columns and zeros in columns [D, max_dim()).
-// Scratch comes from the caller's workspace (tbe_backward_workspace_size): two pair arrays, the
-// per-lookup row offsets and scales, and the segment starts, each 256-byte aligned.
+// Scratch comes from the caller's workspace (Layout below, core/workspace.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -31,6 +30,7 @@
 #include "tbe/tbe_backend.h"
 #include "core/dispatch.h"
 #include "core/numerics.h"
+#include "core/workspace.h"
 #include "tbe/optimizer.h"
 #include "tbe/optimizer_table.h"
 #include "tbe/optimizer_traits.h"
@@ -105,19 +105,19 @@ struct KeyPos {
   int64_t pos;
 };
 
-inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
-
+// The workspace (tbe_backward_workspace_size and the call build the same one): two pair arrays, the
+// per-lookup row offsets and scales, and the segment starts; nothing without lookups.
 struct Layout {
-  size_t pairs = 0, tmp = 0, go_off = 0, scale = 0, seg = 0, bytes = 0;
+  WorkspaceLayout ws{WorkspaceLayout::Base::kAsGiven};
+  WorkspaceSlice pairs, tmp, go_off, scale, seg;
   explicit Layout(int64_t N) {
     const size_t n = static_cast<size_t>(N);
     if (n == 0) return;
-    pairs = 0;
-    tmp = align256(pairs + n * sizeof(KeyPos));
-    go_off = align256(tmp + n * sizeof(KeyPos));
-    scale = align256(go_off + n * sizeof(int64_t));
-    seg = align256(scale + n * sizeof(float));
-    bytes = align256(seg + (n + 1) * sizeof(int64_t));
+    pairs = ws.add(n * sizeof(KeyPos));
+    tmp = ws.add(n * sizeof(KeyPos));
+    go_off = ws.add(n * sizeof(int64_t));
+    scale = ws.add(n * sizeof(float));
+    seg = ws.add((n + 1) * sizeof(int64_t));
   }
 };
 
@@ -128,7 +128,8 @@ struct Params {
   const TbeBackwardArgs* args;
   int64_t T, B, N;
   int threads;
-  unsigned char* ws;
+  void* ws;
+  const Layout* layout;  // of ws
 };
 
 // Stable LSD radix sort of pairs[0, N) by key (every key < 2^key_bits), kDigitBits per pass, using
@@ -200,12 +201,12 @@ Status backward_impl(const Params& p) {
   int key_bits = 0;
   while ((kSkippedKey >> key_bits) != 0) ++key_bits;
 
-  const Layout L(N);
-  KeyPos* pairs = reinterpret_cast<KeyPos*>(p.ws + L.pairs);
-  KeyPos* tmp = reinterpret_cast<KeyPos*>(p.ws + L.tmp);
-  int64_t* go_off = reinterpret_cast<int64_t*>(p.ws + L.go_off);
-  float* scale = reinterpret_cast<float*>(p.ws + L.scale);
-  int64_t* seg = reinterpret_cast<int64_t*>(p.ws + L.seg);
+  const Layout& L = *p.layout;
+  KeyPos* pairs = L.ws.at<KeyPos>(p.ws, L.pairs);
+  KeyPos* tmp = L.ws.at<KeyPos>(p.ws, L.tmp);
+  int64_t* go_off = L.ws.at<int64_t>(p.ws, L.go_off);
+  float* scale = L.ws.at<float>(p.ws, L.scale);
+  int64_t* seg = L.ws.at<int64_t>(p.ws, L.seg);
 
   // 2. keys, grad_output rows, scales. Lookups before offsets[0] belong to no bag.
   const int64_t first = std::min<int64_t>(std::max<int64_t>(static_cast<int64_t>(offsets[0]), 0), N);
@@ -380,7 +381,7 @@ Status backward_impl(const Params& p) {
 
 Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, size_t* bytes) {
   (void)tbe;
-  *bytes = Layout(args.indices.numel()).bytes;
+  *bytes = Layout(args.indices.numel()).ws.size();
   return Status::Ok();
 }
 
@@ -393,10 +394,10 @@ Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const 
   p.B = args.batch_size;
   p.N = args.indices.numel();
   p.threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
-  p.ws = static_cast<unsigned char*>(ws);
-  if (ws_bytes < Layout(p.N).bytes)
-    return workspace_too_small("workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " +
-                               std::to_string(Layout(p.N).bytes) + " are needed");
+  const Layout layout(p.N);
+  EMBSCALE_RETURN_IF_ERROR(layout.ws.check(ctx, ws, ws_bytes, "backward_workspace_size()"));
+  p.ws = ws;
+  p.layout = &layout;
   return dispatch_float(args.weights.dtype, "weights", [&](auto tw) {
     return dispatch_float(args.grad_output.dtype, "grad_output", [&](auto tg) {
       return dispatch_index(args.indices.dtype, "indices", [&](auto ti) {

@@ -41,6 +41,8 @@
 #include "tbe/rounding.h"
 #include "core/cuda/check.cuh"
 #include "core/cuda/device.cuh"
+#include "core/dispatch.h"
+#include "core/workspace.h"
 #include "tbe/cuda/backward/tbe_backward_launch.cuh"
 #include "tbe/cuda/backward/tbe_backward_phases.h"
 #include "tbe/cuda/bounds_check.cuh"
@@ -50,9 +52,6 @@ namespace embscale {
 namespace cuda {
 namespace {
 
-
-constexpr size_t kAlign = 256;
-size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 int bit_width(uint64_t v) {
   int b = 0;
@@ -91,13 +90,21 @@ Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
 
 // Sub-buffer offsets of the workspace (bytes from its first 256-byte aligned address).
 struct Layout {
-  size_t keys_in = 0, keys_sorted = 0, vals_in = 0, vals_sorted = 0, bag_of = 0, bag_count = 0, unique_keys = 0,
-         run_lengths = 0, run_starts = 0, work_list = 0, warp_list = 0, hot_list = 0, hot_base = 0, slot_row = 0,
-         slot_super = 0, partials = 0, counters = 0, classify_tally = 0, cub_temp = 0, cub_bytes = 0, total = 0;
+  WorkspaceLayout ws{WorkspaceLayout::Base::kAligned};  // the caller's buffer may start anywhere
+  WorkspaceSlice keys_in, keys_sorted, vals_in, vals_sorted, bag_of, bag_count, unique_keys, run_lengths, run_starts,
+      work_list, warp_list, hot_list, hot_base, slot_row, slot_super, partials, counters, classify_tally, cub_temp;
+  size_t cub_bytes = 0;
   int64_t max_block_rows = 0, max_warp_rows = 0, max_hot = 0, max_slots = 0;
   bool key64 = false;
   int end_bit = 0;
 };
+
+// f(Tag<uint64_t>) when the layout's sort keys are 64-bit, else f(Tag<uint32_t>): the key-width
+// counterpart of core/dispatch.h's dtype dispatch.
+template <class F>
+Status dispatch_key(const Layout& L, F&& f) {
+  return L.key64 ? f(Tag<uint64_t>{}) : f(Tag<uint32_t>{});
+}
 
 // Radix-sort passes. CUB's onesweep sort takes 8 key bits per pass; for 32-bit keys of 17..18 or
 // 25..27 significant bits, 9-bit digits take one pass fewer (2 or 3 instead of 3 or 4).
@@ -250,41 +257,34 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   L.max_warp_rows = c.N / (tbe_bwd::kGroupMaxLookups + 1) + 1;
   L.max_hot = c.N / (static_cast<int64_t>(t.max_block) + 1) + 1;
   L.max_slots = c.N / tbe_bwd::kSuperChunk + L.max_hot + 1;
-  size_t at = 0;
-  const auto take = [&](size_t bytes) {
-    const size_t o = at;
-    at = align_up(at + bytes);
-    return o;
-  };
-  L.keys_in = take(N * kb);
-  L.keys_sorted = take(N * kb);
-  L.vals_in = take(N * 4);
-  L.vals_sorted = take(N * 4);
-  L.bag_of = take(c.vals_are_items ? 0 : N * 4);
-  L.bag_count = take(c.mean ? static_cast<size_t>(c.items) * 4 : 0);
-  L.unique_keys = take(N * kb);
-  L.run_lengths = take(N * 4);
-  L.run_starts = take(N * 4);
-  L.work_list = take(static_cast<size_t>(L.max_block_rows + L.max_slots) * 4);
-  L.warp_list = take(static_cast<size_t>(L.max_warp_rows) * 4);
-  L.hot_list = take(static_cast<size_t>(L.max_hot) * 4);
-  L.hot_base = take(static_cast<size_t>(L.max_hot) * 4);
-  L.slot_row = take(static_cast<size_t>(L.max_slots) * 4);
-  L.slot_super = take(static_cast<size_t>(L.max_slots) * 4);
-  L.partials = take(static_cast<size_t>(L.max_slots) * static_cast<size_t>(tbe.max_dim()) * 4);
-  L.counters = take(tbe_bwd::kNumCounters * 4);
-  L.classify_tally = take(tbe_bwd::kClassifyBlocks * sizeof(tbe_bwd::ClassTally));
+  L.keys_in = L.ws.add(N * kb);
+  L.keys_sorted = L.ws.add(N * kb);
+  L.vals_in = L.ws.add(N * 4);
+  L.vals_sorted = L.ws.add(N * 4);
+  L.bag_of = L.ws.add(c.vals_are_items ? 0 : N * 4);
+  L.bag_count = L.ws.add(c.mean ? static_cast<size_t>(c.items) * 4 : 0);
+  L.unique_keys = L.ws.add(N * kb);
+  L.run_lengths = L.ws.add(N * 4);
+  L.run_starts = L.ws.add(N * 4);
+  L.work_list = L.ws.add(static_cast<size_t>(L.max_block_rows + L.max_slots) * 4);
+  L.warp_list = L.ws.add(static_cast<size_t>(L.max_warp_rows) * 4);
+  L.hot_list = L.ws.add(static_cast<size_t>(L.max_hot) * 4);
+  L.hot_base = L.ws.add(static_cast<size_t>(L.max_hot) * 4);
+  L.slot_row = L.ws.add(static_cast<size_t>(L.max_slots) * 4);
+  L.slot_super = L.ws.add(static_cast<size_t>(L.max_slots) * 4);
+  L.partials = L.ws.add(static_cast<size_t>(L.max_slots) * static_cast<size_t>(tbe.max_dim()) * 4);
+  L.counters = L.ws.add(tbe_bwd::kNumCounters * 4);
+  L.classify_tally = L.ws.add(tbe_bwd::kClassifyBlocks * sizeof(tbe_bwd::ClassTally));
   if (c.N > 0) {
-    EMBSCALE_RETURN_IF_ERROR(L.key64 ? cub_bytes<uint64_t>(c.N, L.end_bit, s, &L.cub_bytes)
-                                     : cub_bytes<uint32_t>(c.N, L.end_bit, s, &L.cub_bytes));
+    EMBSCALE_RETURN_IF_ERROR(dispatch_key(
+        L, [&](auto tk) { return cub_bytes<typename decltype(tk)::type>(c.N, L.end_bit, s, &L.cub_bytes); }));
   }
-  L.cub_temp = take(L.cub_bytes);
-  L.total = at + kAlign;  // slack: the caller's buffer need not be 256-byte aligned
+  L.cub_temp = L.ws.add(L.cub_bytes);
   *out = L;
   return Status::Ok();
 }
 
-// The workspace's buffers (make_layout's offsets from its first 256-byte aligned address).
+// The workspace's buffers (make_layout's slices).
 struct Buffers {
   void *keys_in, *keys_sorted, *unique_keys, *cub_temp;
   uint32_t *vals_in, *vals_sorted, *bag_of, *run_lengths, *run_starts, *work_list, *warp_list, *hot_list, *hot_base,
@@ -296,13 +296,12 @@ struct Buffers {
 };
 
 Buffers buffers(void* ws, const Layout& L, int64_t N) {
-  char* base = reinterpret_cast<char*>(align_up(reinterpret_cast<uintptr_t>(ws)));
-  const auto u32 = [&](size_t off) { return reinterpret_cast<uint32_t*>(base + off); };
+  const auto u32 = [&](WorkspaceSlice s) { return L.ws.at<uint32_t>(ws, s); };
   Buffers b;
-  b.keys_in = base + L.keys_in;
-  b.keys_sorted = base + L.keys_sorted;
-  b.unique_keys = base + L.unique_keys;
-  b.cub_temp = base + L.cub_temp;
+  b.keys_in = L.ws.at<void>(ws, L.keys_in);
+  b.keys_sorted = L.ws.at<void>(ws, L.keys_sorted);
+  b.unique_keys = L.ws.at<void>(ws, L.unique_keys);
+  b.cub_temp = L.ws.at<void>(ws, L.cub_temp);
   b.vals_in = u32(L.vals_in);
   b.vals_sorted = u32(L.vals_sorted);
   b.bag_of = u32(L.bag_of);
@@ -315,9 +314,9 @@ Buffers buffers(void* ws, const Layout& L, int64_t N) {
   b.slot_row = u32(L.slot_row);
   b.slot_super = u32(L.slot_super);
   b.counters = u32(L.counters);
-  b.bag_count = reinterpret_cast<int32_t*>(base + L.bag_count);
-  b.partials = reinterpret_cast<float*>(base + L.partials);
-  b.tally = reinterpret_cast<tbe_bwd::ClassTally*>(base + L.classify_tally);
+  b.bag_count = L.ws.at<int32_t>(ws, L.bag_count);
+  b.partials = L.ws.at<float>(ws, L.partials);
+  b.tally = L.ws.at<tbe_bwd::ClassTally>(ws, L.classify_tally);
   b.n = static_cast<int>(N);
   return b;
 }
@@ -364,7 +363,7 @@ Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBa
   EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, tbe.max_dim(), &t));
   Layout L;
   EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, nullptr, &L));
-  *bytes = L.total;
+  *bytes = L.ws.size();
   return Status::Ok();
 }
 
@@ -381,11 +380,7 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, tbe.max_dim(), &t));
   Layout L;
   EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, stream, &L));
-  if (ws_bytes < L.total)
-    return Status(StatusCode::kWorkspaceTooSmall, "workspace_bytes: " + std::to_string(ws_bytes) +
-                                                      " bytes; this call needs " + std::to_string(L.total) +
-                                                      " (tbe_backward_workspace_size)");
-  if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(L.total) + " bytes are needed");
+  EMBSCALE_RETURN_IF_ERROR(L.ws.check(ctx, ws, ws_bytes, "backward_workspace_size()"));
   const CallShape c = call_shape(tbe, args);
   const bool dense = args.optimizer.type == OptimizerType::kNone;
 
@@ -499,22 +494,20 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   cp.max_warp_segment = t.max_warp;
   cp.max_block_segment = t.max_block;
   cp.list_warp_rows = tbe_bwd::group_shape(rp).rows != 0 ? 1 : 0;
-  const bool i64 = args.indices.dtype == DType::kI64;
 
   // 1. linearize and check
   if (phases & kTbeBwdLinearize) {
     if (c.N > 0 || args.bounds_check != BoundsCheckMode::kOff) {
-      if (L.key64) {
-        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint64_t, int64_t>(lp, stream)
-                                      : launch_linearize<uint64_t, int32_t>(lp, stream)));
-      } else {
-        EMBSCALE_RETURN_IF_ERROR((i64 ? launch_linearize<uint32_t, int64_t>(lp, stream)
-                                      : launch_linearize<uint32_t, int32_t>(lp, stream)));
-      }
+      EMBSCALE_RETURN_IF_ERROR(dispatch_key(L, [&](auto tk) {
+        return dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
+          return launch_linearize<typename decltype(tk)::type, typename decltype(ti)::type>(lp, stream);
+        });
+      }));
     }
     if (args.bounds_check != BoundsCheckMode::kOff) {
-      EMBSCALE_RETURN_IF_ERROR(i64 ? launch_finalize<int64_t>(lp, args.num_skipped, stream)
-                                   : launch_finalize<int32_t>(lp, args.num_skipped, stream));
+      EMBSCALE_RETURN_IF_ERROR(dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
+        return launch_finalize<typename decltype(ti)::type>(lp, args.num_skipped, stream);
+      }));
     }
     if (args.bounds_check == BoundsCheckMode::kError)
       EMBSCALE_RETURN_IF_ERROR(tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward"));
@@ -526,49 +519,35 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   } else {
     // 2. sort
     if (phases & kTbeBwdSort) {
-      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_sort<uint64_t>(b, L, stream)
-                                       : run_sort<uint32_t>(b, L, stream));
+      EMBSCALE_RETURN_IF_ERROR(
+          dispatch_key(L, [&](auto tk) { return run_sort<typename decltype(tk)::type>(b, L, stream); }));
     }
     // 3. encode and classify
     if (phases & kTbeBwdEncode) {
       EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(b.counters, 0, tbe_bwd::kNumCounters * 4, stream),
                                            "cudaMemsetAsync (counters)"));
-      EMBSCALE_RETURN_IF_ERROR(L.key64 ? run_encode<uint64_t>(b, L, stream)
-                                       : run_encode<uint32_t>(b, L, stream));
       // Both passes on one grid: the same split of the unique rows into ranges.
       const unsigned blocks = static_cast<unsigned>(
           std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, tbe_bwd::kClassifyBlocks));
-      const auto place = L.key64 ? tbe_bwd::tbe_backward_classify_place_kernel<uint64_t>
-                                 : tbe_bwd::tbe_backward_classify_place_kernel<uint32_t>;
-      if (L.key64) {
-        tbe_bwd::tbe_backward_classify_tally_kernel<uint64_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(cp, b.tally);
-      } else {
-        tbe_bwd::tbe_backward_classify_tally_kernel<uint32_t><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(cp, b.tally);
-      }
-      EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
-      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_classify_place_kernel", place, dim3(blocks),
-                                             dim3(tbe_bwd::kRowThreads), 0, stream, cp,
-                                             static_cast<const tbe_bwd::ClassTally*>(b.tally)));
+      EMBSCALE_RETURN_IF_ERROR(dispatch_key(L, [&](auto tk) -> Status {
+        using K = typename decltype(tk)::type;
+        EMBSCALE_RETURN_IF_ERROR(run_encode<K>(b, L, stream));
+        tbe_bwd::tbe_backward_classify_tally_kernel<K><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(cp, b.tally);
+        EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
+        return launch_kernel("tbe_backward_classify_place_kernel", tbe_bwd::tbe_backward_classify_place_kernel<K>,
+                             dim3(blocks), dim3(tbe_bwd::kRowThreads), 0, stream, cp,
+                             static_cast<const tbe_bwd::ClassTally*>(b.tally));
+      }));
     }
     // 4. gradient sums and updates
     if (phases & kTbeBwdRows) {
       tbe_bwd::RowGrids g;
       g.sms = sm_count();
       g.block_threads = t.block_threads;
-      switch (args.weights.dtype) {
-        case DType::kF32:
-          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<float>(rp, args.grad_output.dtype, g, stream)));
-          break;
-        case DType::kF16:
-          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<fp16_t>(rp, args.grad_output.dtype, g, stream)));
-          break;
-        case DType::kBF16:
-          EMBSCALE_RETURN_IF_ERROR((tbe_bwd::launch_tbe_backward_rows<bf16_t>(rp, args.grad_output.dtype, g, stream)));
-          break;
-        default:
-          return invalid_argument(std::string("weights: dtype ") + dtype_name(args.weights.dtype) +
-                                  " is not supported; expected fp32, fp16 or bf16");
-      }
+      EMBSCALE_RETURN_IF_ERROR(dispatch_float(args.weights.dtype, "weights", [&](auto tw) {
+        // instantiated in tbe_backward_rows_{f32,f16,bf16}.cu
+        return tbe_bwd::launch_tbe_backward_rows<typename decltype(tw)::type>(rp, args.grad_output.dtype, g, stream);
+      }));
     }
   }
   // Skip mode outside a capture: broken offsets become an error Status (nothing was updated).

@@ -1,5 +1,6 @@
 // CUDA TBE backward: element loads and stores of kVec columns (weights, gradient rows, partials) in
-// fp32 registers, dtype conversion, L2 prefetch and the warp sum in a fixed xor tree.
+// fp32 registers (the wide accesses through core/cuda/vec.cuh), dtype conversion of single elements, L2
+// prefetch and the warp sum in a fixed xor tree.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "core/numerics.h"
+#include "core/cuda/vec.cuh"
 #include "tbe/cuda/backward/tbe_backward_params.cuh"
 
 namespace embscale {
@@ -41,18 +43,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 template <typename T, bool kRo>
 __device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) {
   if (vec && n == kVec) {
-    if constexpr (sizeof(T) == 4) {
-      const float4 v = kRo ? __ldg(reinterpret_cast<const float4*>(p)) : __ldcs(reinterpret_cast<const float4*>(p));
-      x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
-    } else {
-      const uint2 v = kRo ? __ldg(reinterpret_cast<const uint2*>(p)) : __ldcs(reinterpret_cast<const uint2*>(p));
-      const uint32_t w[2] = {v.x, v.y};
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        x[2 * k] = to_float<T>(T{static_cast<uint16_t>(w[k] & 0xffffu)});
-        x[2 * k + 1] = to_float<T>(T{static_cast<uint16_t>(w[k] >> 16)});
-      }
-    }
+    load_floats<T, kVec, kRo ? LoadHint::kReadOnly : LoadHint::kStreaming>(p, x);
     return;
   }
 #pragma unroll
@@ -76,11 +67,13 @@ template <typename W>
 __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v) {
   if (vec && n == kVec) {
     if constexpr (sizeof(W) == 4) {
-      __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+      store_fp32<kVec, StoreHint::kStreaming>(p, v);
     } else {
-      const uint32_t a = static_cast<uint32_t>(v[0].bits) | (static_cast<uint32_t>(v[1].bits) << 16);
-      const uint32_t b = static_cast<uint32_t>(v[2].bits) | (static_cast<uint32_t>(v[3].bits) << 16);
-      __stcs(reinterpret_cast<uint2*>(p), make_uint2(a, b));
+      uint32_t w[kVec / 2];
+#pragma unroll
+      for (int k = 0; k < kVec / 2; ++k)
+        w[k] = static_cast<uint32_t>(v[2 * k].bits) | (static_cast<uint32_t>(v[2 * k + 1].bits) << 16);
+      store_words<kVec * 2, StoreHint::kStreaming>(p, w);
     }
     return;
   }
@@ -91,7 +84,7 @@ __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v)
 
 __device__ __forceinline__ void store_floats(float* p, bool vec, int n, const float* v) {
   if (vec && n == kVec) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    store_fp32<kVec>(p, v);
     return;
   }
 #pragma unroll

@@ -1,24 +1,14 @@
 // Definition of launch_tbe_backward_rows, included only by the per-weights-dtype instantiation files.
 #pragma once
 
-#include <string>
-
 #include "core/cuda/check.cuh"
+#include "core/cuda/device.cuh"
+#include "core/dispatch.h"
 #include "tbe/cuda/backward/tbe_backward_launch.cuh"
 
 namespace embscale {
 namespace cuda {
 namespace tbe_bwd {
-
-// Resident blocks per SM of kernel fn at `threads` threads (1 if the calculator fails).
-inline int resident_blocks(const void* fn, int threads) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, 0) != cudaSuccess || n < 1) {
-    (void)cudaGetLastError();
-    return 1;
-  }
-  return n;
-}
 
 using RowsKernel = void (*)(RowParams);
 
@@ -44,7 +34,7 @@ RowsKernel warp_rows_kernel(GroupShape shape, OptimizerType opt) {
 
 template <typename W, typename G>
 Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) {
-  const auto grid = [&](const void* fn, int threads) { return g.sms * resident_blocks(fn, threads); };
+  const auto grid = [&](const void* fn, int threads) { return g.sms * blocks_per_sm(fn, threads); };
   if (p.grad_psw != nullptr) {
     const auto k = tbe_backward_grad_psw_kernel<W, G>;
     k<<<grid(reinterpret_cast<const void*>(k), kRowThreads), kRowThreads, 0, s>>>(grad_psw_params(p));
@@ -94,14 +84,8 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
 
 template <typename W>
 Status launch_tbe_backward_rows(const RowParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t s) {
-  switch (grad_dtype) {
-    case DType::kF32: return launch_rows_typed<W, float>(p, g, s);
-    case DType::kF16: return launch_rows_typed<W, fp16_t>(p, g, s);
-    case DType::kBF16: return launch_rows_typed<W, bf16_t>(p, g, s);
-    default: break;
-  }
-  return invalid_argument(std::string("grad_output: dtype ") + dtype_name(grad_dtype) +
-                          " is not supported; expected fp32, fp16 or bf16");
+  return dispatch_float(grad_dtype, "grad_output",
+                        [&](auto tg) { return launch_rows_typed<W, typename decltype(tg)::type>(p, g, s); });
 }
 
 }  // namespace tbe_bwd

@@ -1,4 +1,4 @@
-// CUDA table-batched embedding forward: grid sizing, the one runtime -> compile-time dtype dispatch,
+// CUDA table-batched embedding forward: grid sizing, the runtime -> compile-time dtype dispatch (core/dispatch.h),
 // and the bounds-check protocol around the bags kernel (tbe_forward_kernels.cuh).
 //
 // Enqueued on ctx.stream, in order:
@@ -26,6 +26,7 @@
 
 #include "tbe/tbe_backend.h"
 #include "core/cuda/check.cuh"
+#include "core/dispatch.h"
 #include "tbe/cuda/forward/tbe_forward_launch.cuh"
 #include "tbe/cuda/tbe_report.cuh"
 
@@ -38,49 +39,31 @@ using tbe_fwd::TbeForwardParams;
 constexpr int64_t kMaxGridX = INT_MAX;
 constexpr int kMaxGridY = 65535;
 
-template <typename W, typename O>
-Status dispatch_index(const TbeForwardParams& p, DType index_dtype, dim3 grid, cudaStream_t s) {
-  if (index_dtype == DType::kI32) return tbe_fwd::launch_tbe_forward<W, O, int32_t>(p, grid, s);
-  return tbe_fwd::launch_tbe_forward<W, O, int64_t>(p, grid, s);
-}
-
-template <typename W>
-Status dispatch_output(const TbeForwardParams& p, DType out_dtype, DType index_dtype, dim3 grid, cudaStream_t s) {
-  switch (out_dtype) {
-    case DType::kF32: return dispatch_index<W, float>(p, index_dtype, grid, s);
-    case DType::kF16: return dispatch_index<W, fp16_t>(p, index_dtype, grid, s);
-    case DType::kBF16: return dispatch_index<W, bf16_t>(p, index_dtype, grid, s);
-    default: break;
-  }
-  return invalid_argument(std::string("output: dtype ") + dtype_name(out_dtype) +
-                          " is not supported; expected fp32, fp16 or bf16");
-}
-
+// The bags kernel of the weights, output and index dtypes (instantiated in tbe_forward_{f32,f16,bf16}.cu).
 Status launch_bags(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DType index_dtype, dim3 grid,
                    cudaStream_t s) {
-  switch (w_dtype) {
-    case DType::kF32: return dispatch_output<float>(p, out_dtype, index_dtype, grid, s);
-    case DType::kF16: return dispatch_output<fp16_t>(p, out_dtype, index_dtype, grid, s);
-    case DType::kBF16: return dispatch_output<bf16_t>(p, out_dtype, index_dtype, grid, s);
-    default: break;
-  }
-  return invalid_argument(std::string("weights: dtype ") + dtype_name(w_dtype) +
-                          " is not supported; expected fp32, fp16 or bf16");
+  return dispatch_float(w_dtype, "weights", [&](auto tw) {
+    return dispatch_float(out_dtype, "output", [&](auto to) {
+      return dispatch_index(index_dtype, "indices", [&](auto ti) {
+        using W = typename decltype(tw)::type;
+        using O = typename decltype(to)::type;
+        using I = typename decltype(ti)::type;
+        return tbe_fwd::launch_tbe_forward<W, O, I>(p, grid, s);
+      });
+    });
+  });
 }
 
 Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, cudaStream_t s) {
   const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
-  if (index_dtype == DType::kI32) {
-    tbe_bounds::tbe_bounds_finalize_kernel<int32_t><<<1, 32, 0, s>>>(
-        static_cast<const int32_t*>(p.offsets), static_cast<const int32_t*>(p.indices), items, p.num_indices, p.check,
-        p.scratch, num_skipped);
-  } else {
-    tbe_bounds::tbe_bounds_finalize_kernel<int64_t><<<1, 32, 0, s>>>(
-        static_cast<const int64_t*>(p.offsets), static_cast<const int64_t*>(p.indices), items, p.num_indices, p.check,
-        p.scratch, num_skipped);
-  }
-  EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel");
-  return Status::Ok();
+  return dispatch_index(index_dtype, "indices", [&](auto ti) -> Status {
+    using I = typename decltype(ti)::type;
+    tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+                                                            static_cast<const I*>(p.indices), items, p.num_indices,
+                                                            p.check, p.scratch, num_skipped);
+    EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel");
+    return Status::Ok();
+  });
 }
 
 }  // namespace

@@ -44,6 +44,7 @@
 
 #include "core/numerics.h"
 #include "core/cuda/arch_traits.cuh"
+#include "core/cuda/vec.cuh"
 #include "tbe/cuda/bounds_check.cuh"
 #include "tbe/cuda/forward/forward_policy.cuh"
 
@@ -126,85 +127,12 @@ __host__ __device__ inline RowPlan kernel_plan(int dim, int elem_bytes, uintptr_
   return plan;
 }
 
-// ---- raw vector loads and stores ----
+// ---- loads and stores: core/cuda/vec.cuh. Weights are read-only for the kernel's lifetime: the
+// non-coherent path (LDG.E.*.CONSTANT), without L1 allocation where the config says kNoAlloc (rows of
+// a uniform lookup are rarely reused; L2 still caches). ----
 
-template <int kBytes>
-struct Words {
-  uint32_t w[kBytes >= 4 ? kBytes / 4 : 1];
-};
-
-// Weights are read-only for the kernel's lifetime: the non-coherent path (LDG.E.*.CONSTANT). With
-// kNoAlloc the line is not kept in L1 (rows of a uniform lookup are rarely reused; L2 still caches).
-template <int kBytes, bool kNoAlloc = false>
-__device__ __forceinline__ Words<kBytes> load_words(const void* p) {
-  Words<kBytes> r;
-  if constexpr (kNoAlloc && kBytes == 16) {
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3])
-        : "l"(p));
-  } else if constexpr (kNoAlloc && kBytes == 8) {
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p));
-  } else if constexpr (kNoAlloc && kBytes == 4) {
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.w[0]) : "l"(p));
-  } else if constexpr (kBytes == 16) {
-    const uint4 v = __ldg(static_cast<const uint4*>(p));
-    r.w[0] = v.x; r.w[1] = v.y; r.w[2] = v.z; r.w[3] = v.w;
-  } else if constexpr (kBytes == 8) {
-    const uint2 v = __ldg(static_cast<const uint2*>(p));
-    r.w[0] = v.x; r.w[1] = v.y;
-  } else if constexpr (kBytes == 4) {
-    r.w[0] = __ldg(static_cast<const unsigned int*>(p));
-  } else {
-    r.w[0] = __ldg(static_cast<const unsigned short*>(p));
-  }
-  return r;
-}
-
-template <int kBytes>
-__device__ __forceinline__ Words<kBytes> zero_words() {
-  Words<kBytes> r;
-#pragma unroll
-  for (int i = 0; i < (kBytes >= 4 ? kBytes / 4 : 1); ++i) r.w[i] = 0u;
-  return r;
-}
-
-// Decoding to fp32 is exact for every weights dtype, so the hardware conversions used here give the
-// same values as the host-side software conversions in core/numerics.h.
-template <typename W>
-__device__ __forceinline__ void word_to_floats(uint32_t w, float* x);
-template <>
-__device__ __forceinline__ void word_to_floats<float>(uint32_t w, float* x) { x[0] = __uint_as_float(w); }
-template <>
-__device__ __forceinline__ void word_to_floats<fp16_t>(uint32_t w, float* x) {
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));  // .x is the low half
-  x[0] = f.x;
-  x[1] = f.y;
-}
-template <>
-__device__ __forceinline__ void word_to_floats<bf16_t>(uint32_t w, float* x) {
-  x[0] = __uint_as_float(w << 16);
-  x[1] = __uint_as_float(w & 0xffff0000u);
-}
-
-template <typename W>
-__device__ __forceinline__ float half_word_to_float(uint32_t h);
-template <>
-__device__ __forceinline__ float half_word_to_float<fp16_t>(uint32_t h) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-}
-template <>
-__device__ __forceinline__ float half_word_to_float<bf16_t>(uint32_t h) { return __uint_as_float(h << 16); }
-
-template <typename W, int kBytes>
-__device__ __forceinline__ void unpack(const Words<kBytes>& r, float* x) {
-  if constexpr (kBytes < 4) {
-    x[0] = half_word_to_float<W>(r.w[0]);
-  } else {
-    constexpr int kPerWord = 4 / static_cast<int>(sizeof(W));
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) word_to_floats<W>(r.w[i], x + i * kPerWord);
-  }
-}
+template <class C>
+constexpr LoadHint kRowLoad = C::kNoAlloc ? LoadHint::kReadOnlyNoL1 : LoadHint::kReadOnly;
 
 // Output bits of one value: fp32 as is; fp16/bf16 rounded to nearest even by the shared routines.
 template <typename O>
@@ -235,16 +163,8 @@ __device__ __forceinline__ void store_out(O* dst, const float* v) {
       }
       char* d = reinterpret_cast<char*>(dst);
 #pragma unroll
-      for (int c = 0; c < kBytes / kChunk; ++c) {
-        const uint32_t* s = w + c * (kChunk / 4);
-        if constexpr (kChunk == 16) {
-          __stcs(reinterpret_cast<uint4*>(d + 16 * c), make_uint4(s[0], s[1], s[2], s[3]));
-        } else if constexpr (kChunk == 8) {
-          __stcs(reinterpret_cast<uint2*>(d + 8 * c), make_uint2(s[0], s[1]));
-        } else {
-          __stcs(reinterpret_cast<unsigned int*>(d + 4 * c), s[0]);
-        }
-      }
+      for (int c = 0; c < kBytes / kChunk; ++c)
+        store_words<kChunk, StoreHint::kStreaming>(d + kChunk * c, w + c * (kChunk / 4));
       return;
     }
   }
@@ -365,12 +285,12 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
                                      : 0;
 #pragma unroll
             for (int c = 0; c < kC; ++c)
-              raw[j][c] = load_words<kBytes, C::kNoAlloc>(reinterpret_cast<const char*>(col[c]) + off);
+              raw[j][c] = load_words<kBytes, kRowLoad<C>>(reinterpret_cast<const char*>(col[c]) + off);
           } else {
             const int64_t row = (present >> j & 1u) ? idx[j] * D : 0;
 #pragma unroll
             for (int c = 0; c < kC; ++c)
-              raw[j][c] = (kFull || s + j < end) ? load_words<kBytes, C::kNoAlloc>(col[c] + row) : zero_words<kBytes>();
+              raw[j][c] = (kFull || s + j < end) ? load_words<kBytes, kRowLoad<C>>(col[c] + row) : zero_words<kBytes>();
           }
         }
         float sw[kU];
@@ -384,7 +304,7 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
 #pragma unroll
           for (int c = 0; c < kC; ++c) {
             float x[V];
-            unpack<W, kBytes>(raw[j][c], x);
+            words_to_floats<W, kBytes>(raw[j][c], x);
             if constexpr (kPooled) {
               if (ok) {
 #pragma unroll
