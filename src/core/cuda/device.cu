@@ -62,7 +62,14 @@ int code_arch() {
   });
 }
 
-bool sm90_features() { return cc_major() >= 9 && code_arch() >= 90; }
+// Asked on every launch (pdl_enabled()): one cached value per device, 2 yes, 1 no.
+bool sm90_features() {
+  static std::atomic<int> cache[kMaxDevices];
+  return cached_per_device(cache, [](int, int* v) {
+           *v = cc_major() >= 9 && code_arch() >= 90 ? 2 : 1;
+           return cudaSuccess;
+         }) == 2;
+}
 
 bool pdl_enabled() { return sm90_features(); }
 
