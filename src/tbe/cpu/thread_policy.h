@@ -1,0 +1,24 @@
+// How many OpenMP threads a CPU TBE call fans out to.
+//
+// A parallel region costs each extra thread a wake-up, and on a machine whose cores are busy with other
+// work a woken thread may wait a scheduler time slice (milliseconds) before it runs while the others
+// wait for it at the region's end. So a call gets one thread per kRowBytesPerThread bytes of embedding
+// rows it gathers (at least one), and never more than the caller's limit (Context::num_threads when set,
+// else OpenMP's maximum). The value was measured on the 2-core development machine (docs/tuning.md).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace embscale {
+namespace cpu {
+
+constexpr int64_t kRowBytesPerThread = int64_t{1} << 20;
+
+inline int threads_for_row_bytes(int64_t row_bytes, int limit) {
+  const int64_t wanted = std::max<int64_t>(1, row_bytes / kRowBytesPerThread);
+  return static_cast<int>(std::min<int64_t>(wanted, std::max(limit, 1)));
+}
+
+}  // namespace cpu
+}  // namespace embscale
