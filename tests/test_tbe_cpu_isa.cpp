@@ -4,6 +4,8 @@
 // order to an fp32 zero, divided by the valid count for MEAN, rounded once to the output dtype. The
 // weights are real-valued (uniform in [-1, 1]), so any change of order, width-dependent partial sums or
 // FMA contraction shows as a bit difference. Dims cover every column block (64, 32, 16, 4, tail).
+// Likewise the backward's gradient sums (dense-gradient mode): per unique row, 0 + each lookup's scale *
+// its grad_output row, in (row, lookup) order, in fp32.
 #include <gtest/gtest.h>
 
 #include <cinttypes>
@@ -191,6 +193,115 @@ TEST_F(CpuIsaLevels, ForwardMatchesTheOrderedFp32SumAtEveryLevel) {
       bad += check_case(c);
       ++seed;
     }
+  EXPECT_EQ(bad, 0);
+}
+
+// The dense-gradient backward at every supported level; returns the number of mismatching values.
+int64_t check_backward_case(const std::vector<int>& dims, DType grad_dtype, bool weighted, uint64_t seed) {
+  const Context ctx = Context::cpu();
+  const int64_t E = 97;  // few rows: many lookups per unique row
+  TbeConfig cfg;
+  for (int d : dims) cfg.tables.push_back(TableSpec{E, d});
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  EXPECT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+  const int T = static_cast<int>(dims.size());
+  const int64_t B = 11;
+  TbeInputSpec spec;
+  spec.batch_size = B;
+  spec.bag_size = 7;
+  spec.variable_bag_size = true;
+  spec.num_rows.assign(T, E);
+  spec.alpha = seed % 2 ? 1.15 : 0.0;
+  spec.weighted = weighted;
+  spec.seed = seed;
+  TbeInputs in;
+  EXPECT_TRUE(generate_tbe_inputs(spec, &in).ok());
+  const int64_t N = in.num_indices();
+  const int64_t cols = tbe->total_dim();
+  std::vector<unsigned char> go(static_cast<size_t>(B * cols) * dtype_size(grad_dtype));
+  EXPECT_TRUE(init_uniform_weights(grad_dtype, 1.0f, seed * 3 + 5, 0, B * cols, go.data()).ok());
+  std::vector<float> weights(static_cast<size_t>(tbe->num_weights()), 0.0f);
+
+  // Reference: lookups grouped by linearised row (ascending), each group in lookup order.
+  std::vector<std::vector<int64_t>> lookups(static_cast<size_t>(tbe->total_rows()));
+  std::vector<int> feature_of(N);
+  std::vector<int64_t> bag_of(N);
+  for (int f = 0; f < T; ++f)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t pos = in.offsets[f * B + b]; pos < in.offsets[f * B + b + 1]; ++pos) {
+        lookups[tbe->row_offset(f) + in.indices[pos]].push_back(pos);
+        feature_of[pos] = f;
+        bag_of[pos] = b;
+      }
+  std::vector<int64_t> want_rows;
+  std::vector<float> want;  // [unique, max_dim]
+  const int max_dim = tbe->max_dim();
+  int64_t col0[64] = {};
+  for (int f = 1; f < T; ++f) col0[f] = col0[f - 1] + dims[f - 1];
+  for (int64_t key = 0; key < tbe->total_rows(); ++key) {
+    if (lookups[key].empty()) continue;
+    want_rows.push_back(key);
+    std::vector<float> g(static_cast<size_t>(max_dim), 0.0f);
+    const int f = feature_of[lookups[key][0]];
+    for (size_t j = 0; j < lookups[key].size(); ++j) {
+      const int64_t pos = lookups[key][j];
+      const float s = weighted ? in.per_sample_weights[pos] : 1.0f;
+      for (int d = 0; d < dims[f]; ++d) {
+        const float term = s * decode(go, grad_dtype, bag_of[pos] * cols + col0[f] + d);
+        g[d] = j == 0 ? 0.0f + term : g[d] + term;
+      }
+    }
+    want.insert(want.end(), g.begin(), g.end());
+  }
+
+  int64_t bad = 0;
+  for (CpuIsa isa : {CpuIsa::kX86_64_v2, CpuIsa::kX86_64_v3, CpuIsa::kX86_64_v4}) {
+    if (!cpu::set_cpu_isa_for_testing(isa)) continue;
+    std::vector<int64_t> rows(static_cast<size_t>(N), -1);
+    std::vector<float> grads(static_cast<size_t>(N * max_dim), -1.0f);
+    int64_t num_unique = -1;
+    TbeBackwardArgs a;
+    a.weights = TensorView::vec(weights.data(), DType::kF32, tbe->num_weights());
+    a.indices = TensorView::vec(const_cast<void*>(in.indices_data()), in.index_dtype, N);
+    a.offsets = TensorView::vec(const_cast<void*>(in.offsets_data()), in.index_dtype,
+                                static_cast<int64_t>(in.offsets.size()));
+    if (weighted) a.per_sample_weights = TensorView::vec(in.per_sample_weights.data(), DType::kF32, N);
+    a.batch_size = B;
+    a.grad_output = TensorView::mat(go.data(), grad_dtype, B, cols);
+    a.optimizer.type = OptimizerType::kNone;
+    a.unique_rows = TensorView::vec(rows.data(), DType::kI64, N);
+    a.num_unique = &num_unique;
+    a.unique_grads = TensorView::vec(grads.data(), DType::kF32, N * max_dim);
+    size_t ws_bytes = 0;
+    EXPECT_TRUE(tbe->backward_workspace_size(ctx, a, &ws_bytes).ok());
+    std::vector<unsigned char> ws(ws_bytes + 1);
+    const Status st = tbe->backward(ctx, a, ws.data(), ws_bytes);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    if (!st.ok()) return bad + 1;
+    EXPECT_EQ(num_unique, static_cast<int64_t>(want_rows.size()));
+    if (num_unique != static_cast<int64_t>(want_rows.size())) return bad + 1;
+    for (int64_t u = 0; u < num_unique; ++u) {
+      if (rows[u] != want_rows[u] && bad++ < 5)
+        ADD_FAILURE() << cpu::cpu_isa_name(isa) << " seed " << seed << ": unique row " << u << " is " << rows[u]
+                      << ", want " << want_rows[u];
+      for (int d = 0; d < max_dim; ++d) {
+        const float got = grads[u * max_dim + d], w = want[u * max_dim + d];
+        if (bits_of(got) != bits_of(w) && bad++ < 5)
+          ADD_FAILURE() << cpu::cpu_isa_name(isa) << " seed " << seed << ": gradient of unique row " << u
+                        << " column " << d << " is " << got << ", want " << w;
+      }
+    }
+  }
+  return bad;
+}
+
+TEST_F(CpuIsaLevels, BackwardGradientSumsMatchTheOrderedFp32SumAtEveryLevel) {
+  const uint64_t kSeed = 2717;
+  std::printf("CpuIsaLevels backward: seeds from %" PRIu64 "\n", kSeed);
+  uint64_t seed = kSeed;
+  int64_t bad = 0;
+  for (DType g : {DType::kF32, DType::kF16, DType::kBF16})
+    for (bool weighted : {false, true}) bad += check_backward_case({1, 5, 16, 33, 64, 100, 128, 260}, g, weighted, seed++);
   EXPECT_EQ(bad, 0);
 }
 

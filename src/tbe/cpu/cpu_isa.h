@@ -8,6 +8,29 @@
 // Other architectures have the baseline only.
 #pragma once
 
+// EMBSCALE_CPU_WIDE_ISAS: whether the x86-64-v3 and v4 copies exist. Code between
+// EMBSCALE_CPU_TARGET_V3_BEGIN (or _V4_BEGIN) and EMBSCALE_CPU_TARGET_END is compiled for that level;
+// everything it uses must be declared before the BEGIN (headers included first), so that only the
+// functions defined in between take the wider instructions.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define EMBSCALE_CPU_WIDE_ISAS 1
+#define EMBSCALE_CPU_ISA_V3 "avx,avx2,fma,bmi,bmi2,f16c,lzcnt,movbe"
+#define EMBSCALE_CPU_ISA_V4 EMBSCALE_CPU_ISA_V3 ",avx512f,avx512bw,avx512cd,avx512dq,avx512vl"
+#define EMBSCALE_CPU_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define EMBSCALE_CPU_TARGET_BEGIN(isa) \
+  EMBSCALE_CPU_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define EMBSCALE_CPU_TARGET_END _Pragma("clang attribute pop")
+#else
+#define EMBSCALE_CPU_TARGET_BEGIN(isa) _Pragma("GCC push_options") EMBSCALE_CPU_PRAGMA(GCC target(isa))
+#define EMBSCALE_CPU_TARGET_END _Pragma("GCC pop_options")
+#endif
+#define EMBSCALE_CPU_TARGET_V3_BEGIN EMBSCALE_CPU_TARGET_BEGIN(EMBSCALE_CPU_ISA_V3)
+#define EMBSCALE_CPU_TARGET_V4_BEGIN EMBSCALE_CPU_TARGET_BEGIN(EMBSCALE_CPU_ISA_V4)
+#else
+#define EMBSCALE_CPU_WIDE_ISAS 0
+#endif
+
 namespace embscale {
 namespace cpu {
 

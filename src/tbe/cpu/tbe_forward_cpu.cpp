@@ -3,7 +3,7 @@
 // The kernel (tbe_forward_kernel.inc: bag sums in vector registers, prefetch, bounds handling) is
 // compiled here once per instruction-set level, each copy in a namespace of its own: x86-64-v2 (the
 // library's baseline, 4-lane vectors), and on x86-64 also x86-64-v3 (AVX2, 8 lanes) and x86-64-v4
-// (AVX-512, 16 lanes) under target pragmas. tbe_forward() runs the level cpu_isa.h chooses, on the
+// (AVX-512, 16 lanes) under target pragmas (cpu_isa.h). tbe_forward() runs the level cpu_isa.h chooses, on the
 // number of threads thread_policy.h gives the call's size. Every level sums in the same order without
 // FMA contraction (this file is built with -ffp-contract=off), so outputs are bit-identical.
 #include <omp.h>
@@ -23,12 +23,6 @@
 #include "tbe/cpu/tbe_checks.h"
 #include "tbe/cpu/thread_policy.h"
 #include "tbe/cpu/vec4.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define EMBSCALE_CPU_WIDE_ISAS 1
-#else
-#define EMBSCALE_CPU_WIDE_ISAS 0
-#endif
 
 namespace embscale {
 namespace cpu {
@@ -53,33 +47,19 @@ constexpr int kLanes = 4;
 }  // namespace x86_64_v2
 
 #if EMBSCALE_CPU_WIDE_ISAS
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx,avx2,fma,bmi,bmi2,f16c,lzcnt,movbe"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx,avx2,fma,bmi,bmi2,f16c,lzcnt,movbe")
-#endif
+EMBSCALE_CPU_TARGET_V3_BEGIN
 namespace x86_64_v3 {
 constexpr int kLanes = 8;
 #include "tbe/cpu/tbe_forward_kernel.inc"
 }  // namespace x86_64_v3
-#if defined(__clang__)
-#pragma clang attribute pop
-#pragma clang attribute push(__attribute__((target("avx,avx2,fma,bmi,bmi2,f16c,lzcnt,movbe,avx512f,avx512bw,avx512cd,avx512dq,avx512vl"))), apply_to = function)
-#else
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx,avx2,fma,bmi,bmi2,f16c,lzcnt,movbe,avx512f,avx512bw,avx512cd,avx512dq,avx512vl")
-#endif
+EMBSCALE_CPU_TARGET_END
+
+EMBSCALE_CPU_TARGET_V4_BEGIN
 namespace x86_64_v4 {
 constexpr int kLanes = 16;
 #include "tbe/cpu/tbe_forward_kernel.inc"
 }  // namespace x86_64_v4
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EMBSCALE_CPU_TARGET_END
 #endif  // EMBSCALE_CPU_WIDE_ISAS
 
 }  // namespace
@@ -92,7 +72,8 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   p.B = args.batch_size;
   p.N = args.indices.numel();
   // Bytes of rows gathered: the lookups times the features' mean row size.
-  const int64_t row_bytes = p.T > 0 ? p.N * (tbe.total_dim() / p.T) * static_cast<int64_t>(dtype_size(args.weights.dtype)) : 0;
+  const int64_t row_bytes =
+      p.T > 0 ? p.N * (tbe.total_dim() / p.T) * static_cast<int64_t>(dtype_size(args.weights.dtype)) : 0;
   p.threads = threads_for_row_bytes(row_bytes, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
 #if EMBSCALE_CPU_WIDE_ISAS
   switch (active_cpu_isa()) {
