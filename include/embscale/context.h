@@ -2,7 +2,8 @@
 // enqueued on (a cudaStream_t passed as void* so this header needs no CUDA headers; nullptr is the
 // legacy default stream). GPU ops are asynchronous on that stream, never synchronise the host and
 // never allocate, so they can be captured in a CUDA graph. CPU ops run synchronously on
-// `num_threads` OpenMP threads (0 = all hardware threads).
+// `num_threads` OpenMP threads (0 = all hardware threads); the TBE ops take it as an upper bound and
+// run small calls on fewer (one thread per 8 MiB of rows gathered, docs/tbe_cpu.md).
 #pragma once
 
 #include <string>

@@ -16,6 +16,13 @@ namespace cuda {
 int sm_count();
 // Compute capability major of the current device (cached); cluster launch and griddepcontrol need 9+.
 int cc_major();
+// The architecture the library's device code running on the current device was compiled for, as
+// 10 * major + minor (cached): 90 for sm_90a machine code on an H200, 80 where only compute_80 PTX
+// was built and the driver compiled it for a newer GPU.
+int code_arch();
+// Thread-block clusters and programmatic dependent launch are usable: the device has them (9.0+) and
+// the code running on it was compiled with them (the __CUDA_ARCH__ >= 900 branches).
+bool sm90_features();
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -52,7 +59,7 @@ int per_kernel_cached(Compute&& compute) {
 template <auto kKernel>
 int cluster_size_for(int threads) {
   return per_kernel_cached<kKernel>([threads]() -> int {
-    if (cc_major() < 9) return -1;
+    if (!sm90_features()) return -1;
     const bool nonportable = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
                              cudaSuccess;
     cudaGetLastError();

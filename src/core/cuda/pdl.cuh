@@ -15,7 +15,7 @@
 namespace embscale {
 namespace cuda {
 
-// On for sm_90+ (core/cuda/device.cu).
+// On where sm90_features() (core/cuda/device.cuh): an sm_90+ device running code compiled for it.
 bool pdl_enabled();
 
 __device__ __forceinline__ void grid_dependency_wait() {

@@ -57,7 +57,13 @@ __device__ __forceinline__ void finish_grid(AmaxPartial r, const AmaxOutputs& o)
 // Combines the block totals of one cluster; every block receives the cluster total. Call
 // cluster_done_reading() afterwards and cluster_wait_before_exit() before the block exits, so no block
 // leaves while a peer may still read its shared memory.
+// Clusters exist from sm_90 on: below it (sm_80 machine code) cluster_size_for() is 0, so no cluster
+// kernel is launched, and one that were would stop with an error instead of a wrong amax.
 __device__ __forceinline__ AmaxPartial cluster_reduce_amax(AmaxPartial r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+  return r;
+#else
   __shared__ uint32_t s_part[2];
   __shared__ uint32_t s_total[2];
   cg::cluster_group cluster = cg::this_cluster();
@@ -82,6 +88,7 @@ __device__ __forceinline__ AmaxPartial cluster_reduce_amax(AmaxPartial r) {
   }
   __syncthreads();
   return AmaxPartial{s_total[0], s_total[1]};
+#endif
 }
 
 __device__ __forceinline__ void cluster_done_reading() {

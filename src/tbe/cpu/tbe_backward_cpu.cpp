@@ -13,7 +13,8 @@
 //     on the thread count; it is the order the CUDA backend also sums in;
 //  5. run-length encode into unique rows (segments), serially;
 //  6. per unique row (parallel): g[d] = sum over its lookups, in sorted lookup order, of
-//     scale * grad_output[row][d] in fp32 (acc = acc + scale*x, no FMA on the baseline x86-64-v2 target),
+//     scale * grad_output[row][d] in fp32 (acc = acc + scale*x, never contracted into an FMA; compiled for
+//     x86-64-v2/v3/v4 and run at the level cpu_isa.h chooses, bit-identical at each),
 //     then the optimizer (update_row, written once against the optimizers' traits, tbe/optimizer_traits.h;
 //     row sums as 8 interleaved partial sums, row_sum) and rounding to the weights' dtype (tbe/rounding.h),
 //     written exactly once. In dense mode (optimizer none) g is written instead:
@@ -35,8 +36,10 @@
 #include "tbe/optimizer_table.h"
 #include "tbe/optimizer_traits.h"
 #include "tbe/rounding.h"
+#include "tbe/cpu/cpu_isa.h"
 #include "tbe/cpu/prefetch.h"
 #include "tbe/cpu/tbe_checks.h"
+#include "tbe/cpu/thread_policy.h"
 
 namespace embscale {
 namespace cpu {
@@ -122,6 +125,39 @@ struct Layout {
 };
 
 using tbe_checks::BadIndex;
+
+// The gradient sum of one unique row (tbe_backward_grad_sum.inc), compiled for each instruction-set level.
+namespace x86_64_v2 {
+#include "tbe/cpu/tbe_backward_grad_sum.inc"
+}  // namespace x86_64_v2
+#if EMBSCALE_CPU_WIDE_ISAS
+EMBSCALE_CPU_TARGET_V3_BEGIN
+namespace x86_64_v3 {
+#include "tbe/cpu/tbe_backward_grad_sum.inc"
+}  // namespace x86_64_v3
+EMBSCALE_CPU_TARGET_END
+EMBSCALE_CPU_TARGET_V4_BEGIN
+namespace x86_64_v4 {
+#include "tbe/cpu/tbe_backward_grad_sum.inc"
+}  // namespace x86_64_v4
+EMBSCALE_CPU_TARGET_END
+#endif
+
+template <typename G>
+using SumRowGrads = void (*)(float*, int, const G*, const KeyPos*, int64_t, int64_t, const int64_t*, const float*);
+
+// sum_row_grads<G> at the level cpu_isa.h chooses.
+template <typename G>
+SumRowGrads<G> sum_row_grads_for_cpu() {
+#if EMBSCALE_CPU_WIDE_ISAS
+  switch (active_cpu_isa()) {
+    case CpuIsa::kX86_64_v4: return x86_64_v4::sum_row_grads<G>;
+    case CpuIsa::kX86_64_v3: return x86_64_v3::sum_row_grads<G>;
+    case CpuIsa::kX86_64_v2: break;
+  }
+#endif
+  return x86_64_v2::sum_row_grads<G>;
+}
 
 struct Params {
   const TableBatchedEmbedding* tbe;
@@ -304,6 +340,7 @@ Status backward_impl(const Params& p) {
   float* __restrict m1 = static_cast<float*>(a.momentum1.data);
   float* __restrict m2 = static_cast<float*>(a.momentum2.data);
   const UpdateArgs update{op, corr, m1, m2, a.rounding, rounding_key(a.seed, op.step)};
+  const SumRowGrads<G> sum_grads = sum_row_grads_for_cpu<G>();
 
   // 6. one owner per unique row.
 #pragma omp parallel num_threads(threads)
@@ -346,18 +383,7 @@ Status backward_impl(const Params& p) {
       const int64_t key = locate(u, &D, &welem);
       float* __restrict g = dense ? static_cast<float*>(a.unique_grads.data) + u * max_dim : gacc;
       // g = 0 + the row's lookups in sorted order (the explicit 0 + keeps -0 out, as on CUDA).
-      {
-        const int64_t pos = sorted[seg[u]].pos;
-        const G* __restrict go = grad + go_off[pos];
-        const float s = scale[pos];
-        for (int d = 0; d < D; ++d) g[d] = 0.0f + s * to_float(go[d]);
-      }
-      for (int64_t j = seg[u] + 1; j < seg[u + 1]; ++j) {
-        const int64_t pos = sorted[j].pos;
-        const G* __restrict go = grad + go_off[pos];
-        const float s = scale[pos];
-        for (int d = 0; d < D; ++d) g[d] += s * to_float(go[d]);
-      }
+      sum_grads(g, D, grad, sorted, seg[u], seg[u + 1], go_off, scale);
       if (dense) {
         for (int d = D; d < max_dim; ++d) g[d] = 0.0f;
         static_cast<int64_t*>(a.unique_rows.data)[u] = key;
@@ -393,7 +419,10 @@ Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const 
   p.T = tbe.num_features();
   p.B = args.batch_size;
   p.N = args.indices.numel();
-  p.threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
+  // Bytes of gradient rows gathered: the lookups times the features' mean row size.
+  const int64_t row_bytes =
+      p.T > 0 ? p.N * (tbe.total_dim() / p.T) * static_cast<int64_t>(dtype_size(args.grad_output.dtype)) : 0;
+  p.threads = threads_for_row_bytes(row_bytes, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
   const Layout layout(p.N);
   EMBSCALE_RETURN_IF_ERROR(layout.ws.check(ctx, ws, ws_bytes, "backward_workspace_size()"));
   p.ws = ws;

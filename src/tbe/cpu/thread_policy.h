@@ -1,0 +1,26 @@
+// How many OpenMP threads a CPU TBE call fans out to.
+//
+// A parallel region costs each extra thread a wake-up, and on a machine whose cores are busy with other
+// work a woken thread may wait a scheduler time slice (milliseconds) before it runs while the others
+// wait for it at the region's end. So a call gets one thread per kRowBytesPerThread bytes of embedding
+// rows it gathers (at least one), and never more than the caller's limit (Context::num_threads when set,
+// else OpenMP's maximum). The value was measured on the loaded 2-core development machine, where a
+// second thread only paid off (in the best of 40 calls) from about 10 MB of rows; below that it cost up
+// to tens of milliseconds in the median (docs/tbe_cpu.md).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace embscale {
+namespace cpu {
+
+constexpr int64_t kRowBytesPerThread = int64_t{8} << 20;
+
+inline int threads_for_row_bytes(int64_t row_bytes, int limit) {
+  const int64_t wanted = std::max<int64_t>(1, row_bytes / kRowBytesPerThread);
+  return static_cast<int>(std::min<int64_t>(wanted, std::max(limit, 1)));
+}
+
+}  // namespace cpu
+}  // namespace embscale
