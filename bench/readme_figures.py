@@ -182,7 +182,10 @@ def gpu_tbe_backward(recs):
     rows = []
     for optimizer in ("rowwise_adagrad", "sgd"):
         op = f"tbe_backward_{optimizer}"
-        mine = [r for r in recs if r["op"] == op and r["impl"] == "embscale" and r.get("build") == GPU_SWEEP_BUILD]
+        # Records with the phases timed: `embscale bench tbe-backward`'s before the phase timing moved to
+        # `embscale-dev tbe-backward`, that tool's since (the CLI's records no longer carry them).
+        mine = [r for r in recs if r["op"] == op and r["impl"] == "embscale" and r.get("build") == GPU_SWEEP_BUILD
+                and "phases" in r]
         for r in sorted(mine, key=lambda r: (r["embedding_dim"], r["alpha"])):
             peer = first(recs, op=op, impl="torch_embeddingbag_sparse", build=GPU_SWEEP_BUILD, alpha=r["alpha"],
                          embedding_dim=r["embedding_dim"])

@@ -4,10 +4,17 @@
 // times the forward's compiled kernel shapes (tbe_forward_variants.cu), grid orders and bags per lane
 // group in turn on the same inputs, with the same spot check and record fields as the CLI's benchmark
 // plus the launch that was timed; optionally also a bare gather of the same rows (gather_ceiling.cu)
-// and with the device's L2 fetch granularity hint set first. dev/README.md describes the workflow.
+// and with the device's L2 fetch granularity hint set first.
+//   embscale-dev tbe-backward [the flags of `embscale bench tbe-backward`] [--sweep-thresholds W:B:T,...]
+// times the backward (the one tuning its flags give, or each tuning of the list in turn on the same
+// inputs) with the same spot check and record fields as the CLI's benchmark, and then each of its
+// phases on its own (tbe_backward_phases.cu): the record gains "phases". dev/README.md describes the
+// workflow.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -16,9 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_tbe_backward.h"
 #include "bench_tbe_forward.h"
 #include "cli_args.h"
 #include "gather_ceiling.h"
+#include "tbe_backward_phases.h"
 #include "tbe_bench_common.h"
 #include "tbe_forward_variants.h"
 
@@ -121,6 +130,68 @@ void add_tbe_forward(CLI::App& app, ForwardArgs* a) {
   sub->callback([a] { std::exit(run_tbe_forward(*a)); });
 }
 
+struct BackwardArgs {
+  tools::BwdArgs bwd;
+  std::string sweep_thresholds;  // "W:B:T,..." tunings timed in turn on the same inputs
+};
+
+// "W:B:T,W:B:T" -> tunings: every item exactly three fields, each an integer in 0..INT_MAX (0: the
+// default). "" or what is wrong, for a message after --sweep-thresholds.
+std::string parse_tunings(const std::string& text, std::vector<TbeBackwardTuning>* out) {
+  const std::string form = "; expected W:B:T[,W:B:T...], three integers >= 0 per item (0: default)";
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    std::vector<std::string> fields;
+    for (size_t at = 0;;) {
+      const size_t colon = std::min(item.find(':', at), item.size());
+      fields.push_back(item.substr(at, colon - at));
+      if (colon == item.size()) break;
+      at = colon + 1;
+    }
+    if (item.empty()) return "'" + text + "' has an empty item" + form;
+    if (fields.size() != 3)
+      return "'" + item + "' has " + std::to_string(fields.size()) + (fields.size() == 1 ? " field" : " fields") + form;
+    int64_t v[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) {
+      std::string why;
+      if (!tools::read_integer(fields[k], 0, INT_MAX, &v[k], &why)) return "item '" + item + "': " + why;
+    }
+    const int w = static_cast<int>(v[0]), b = static_cast<int>(v[1]), t = static_cast<int>(v[2]);
+    const std::string problem = tools::tuning_problem(w, b, t, Backend::kCuda);
+    if (!problem.empty()) return "item '" + item + "': " + problem;
+    out->push_back(tools::bench_tuning(w, b, t));
+    pos = comma + 1;
+  }
+  return "";
+}
+
+int run_tbe_backward(const BackwardArgs& a) {
+  tools::BackwardSweep sweep;
+  if (!a.sweep_thresholds.empty()) {
+    const std::string problem = parse_tunings(a.sweep_thresholds, &sweep.tunings);
+    if (!problem.empty()) return refuse("--sweep-thresholds", problem);
+    sweep.tunings_flag = "--sweep-thresholds";
+  }
+  tools::tbe_bench::Plan p;
+  const std::string err = tools::tbe_bench::make_plan(a.bwd.common, &p);
+  if (!err.empty()) return refuse(err);
+  if (p.backend != Backend::kCuda) return refuse("--backend", "the backward's phases are CUDA steps; use cuda");
+  sweep.phases = time_backward_phases;
+  return tools::run_tbe_backward(a.bwd, false, &sweep);
+}
+
+void add_tbe_backward(CLI::App& app, BackwardArgs* a) {
+  auto* sub = app.add_subcommand("tbe-backward", "Time the CUDA TBE backward's tunings and phases on the same inputs");
+  tools::add_backward_options(sub, &a->bwd);
+  tools::add_text_option(sub, "--sweep-thresholds", &a->sweep_thresholds,
+                         "W:B:T[,W:B:T...]: time each (max_warp_segment, max_block_segment, block_threads) in turn "
+                         "on the same inputs (three integers >= 0 per item, 0: default; overrides the three "
+                         "tuning options)");
+  sub->callback([a] { std::exit(run_tbe_backward(*a)); });
+}
+
 }  // namespace
 }  // namespace dev
 }  // namespace embscale
@@ -131,6 +202,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto forward_args = std::make_shared<dev::ForwardArgs>();
   dev::add_tbe_forward(app, forward_args.get());
+  auto backward_args = std::make_shared<dev::BackwardArgs>();
+  dev::add_tbe_backward(app, backward_args.get());
   // Refusals as in the embscale CLI: "error: <flag>: <reason>", exit 2 (tools/cli_args.h).
   try {
     app.parse(argc, argv);

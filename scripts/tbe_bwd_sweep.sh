@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sweep of the CUDA TBE backward (row-wise Adagrad) on one build: for each embedding dimension in DIMS,
-# the segment thresholds and block size (--sweep-thresholds: every tuning, the defaults first, timed on
-# the same inputs in one process) for uniform and Zipf(1.15) lookups. One JSON record per line to
-# $OUT/tbe_bwd_sweep.jsonl, a readable line per record to stdout.
+# the segment thresholds and block size (`embscale-dev tbe-backward --sweep-thresholds`: every tuning,
+# the defaults first, timed on the same inputs in one process, with its phases) for uniform and
+# Zipf(1.15) lookups. One JSON record per line to $OUT/tbe_bwd_sweep.jsonl, a readable line per record
+# to stdout.
 #
 # Environment: BUILD_DIR (default build-gpu), OUT (default ./out), ITERS (default 20),
 # DIMS (default "64 128 160 192 256 320"), ALPHAS (default "0 1.15").
@@ -13,7 +14,7 @@ OUT=${OUT:-$PWD/out}
 ITERS=${ITERS:-20}
 DIMS=${DIMS:-"64 128 160 192 256 320"}
 ALPHAS=${ALPHAS:-"0 1.15"}
-CLI="$PWD/$BUILD_DIR/embscale"
+DEV="$PWD/$BUILD_DIR/embscale-dev"
 mkdir -p "$OUT"
 JSONL="$OUT/tbe_bwd_sweep.jsonl"
 : >"$JSONL"
@@ -29,7 +30,7 @@ done
 # bench ARGS...: one run; JSON records appended to $JSONL, a short line per record printed.
 bench() {
   local out
-  out=$("$CLI" bench tbe-backward --json --iters "$ITERS" --optimizer rowwise_adagrad "$@" 2>&1) ||
+  out=$("$DEV" tbe-backward --json --iters "$ITERS" --optimizer rowwise_adagrad "$@" 2>&1) ||
     { echo "FAILED: $*"; echo "$out" | tail -n 5; rc=1; }
   echo "$out" | grep '^{' | tee -a "$JSONL" | python3 -c '
 import json, sys

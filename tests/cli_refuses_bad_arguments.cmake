@@ -64,7 +64,6 @@ expect_refused("--embedding-dim" bench tbe-train --backend cpu --embedding-dim 0
 expect_refused("--alpha" bench tbe-forward --backend cpu --alpha -1)
 expect_refused("--bag-size" bench tbe-backward --backend cpu --bag-size -3)
 expect_refused("--optimizer" bench tbe-backward --backend cpu --optimizer nope)
-expect_refused("--sweep-thresholds" bench tbe-backward --backend cpu --sweep-thresholds 1:x)
 expect_refused("--sizes" bench fp8 --backend cpu --sizes abc)
 expect_refused("--backend" check --backend nope)
 expect_refused("ops" check --backend cpu no_such_op)
@@ -121,13 +120,6 @@ expect_refused("--threads" bench tbe-backward --backend cpu --threads 1025)
 expect_refused("--threads" bench tbe-train --backend cpu --threads -3)
 expect_refused("--threads" bench fp8 --backend cpu --threads two)
 
-# --sweep-thresholds: exactly W:B:T per item, each an integer >= 0 that fits.
-expect_refused("--sweep-thresholds" bench tbe-backward --backend cpu --sweep-thresholds 1:2)
-expect_refused("--sweep-thresholds" bench tbe-backward --backend cpu --sweep-thresholds 1:2:3:4)
-expect_refused("--sweep-thresholds" bench tbe-backward --backend cpu --sweep-thresholds 1:2:3,)
-expect_refused("--sweep-thresholds" bench tbe-backward --backend cpu --sweep-thresholds 1:-2:3)
-expect_refused("--sweep-thresholds" bench tbe-backward --backend cpu --sweep-thresholds 1:2:99999999999)
-
 # The other numeric flags: negative, zero, out of range, sentinel, overflow, absurd sizes.
 expect_refused("--batch-size" bench tbe-forward --backend cpu --batch-size -9223372036854775808)
 expect_refused("--batch-size" bench tbe-forward --backend cpu --batch-size 4611686018427387904 --num-tables 4)
@@ -149,7 +141,6 @@ expect_refused("--max-warp-segment" bench tbe-backward --backend cpu --max-warp-
 expect_refused("--max-block-segment" bench tbe-backward --backend cpu --max-block-segment 4294967296)
 expect_refused_empty("--backend" bench tbe-forward)
 expect_refused_empty("--output-dtype" bench tbe-forward --backend cpu)
-expect_refused_empty("--sweep-thresholds" bench tbe-backward --backend cpu)
 expect_refused_empty("--backend" check)
 expect_refused("ops" check --list no_such_op)
 expect_refused("--indices-dtype" bench tbe-forward --backend cpu --indices-dtype 32 --num-tables 1

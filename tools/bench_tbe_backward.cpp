@@ -1,5 +1,5 @@
-// `embscale bench tbe-backward` and `embscale bench tbe-train`: the table-batched embedding backward
-// fused with the optimizer, alone and after the forward, with the forward benchmark's flags
+// The measuring loop of the backward benchmarks (bench_tbe_backward.h): the table-batched embedding
+// backward fused with the optimizer, alone and after the forward, with the forward benchmark's flags
 // (tools/tbe_bench_common.h) plus the optimizer and the backward's tuning. Reported as FBGEMM does:
 // backward GB/s = 2 * forward bytes / t (training: 3 * forward bytes / t, forward + backward).
 //  * Before timing, the summed gradients of a sample of unique rows (dense-gradient mode, optimizer
@@ -7,17 +7,14 @@
 //    the host's count, so a fast wrong kernel fails the run.
 //  * Optimizer state starts at zero and the weights are updated by every timed call (as in training);
 //    input sets rotate when one set would stay in the cache.
-//  * tbe-backward on CUDA also times the phases on their own (linearize, sort, encode + classify,
-//    gradient + update), each repeated on input set 0 after a full call (tbe/cuda/backward/tbe_backward_phases.h).
 //  * --max-warp-segment above the default block limit (TbeBackwardTuning::kDefaultMaxBlockSegment)
 //    without --max-block-segment raises the block limit to the same value (every longer segment then
 //    goes to the multi-block path), so a warp-only limit can be tried on its own.
-//  * --sweep-thresholds W:B:T,... times each tuning in turn on the same inputs in one process (one
-//    record each; every item has exactly three fields, 0 = default; the first also runs the spot
-//    check); building the inputs dominates a run, so a threshold sweep should use it.
 //  * Tunings are checked before anything is allocated (non-negative; on CUDA the block paths' thread
 //    counts); one the library still refuses (its defaults for the values left at 0 depend on the
 //    widest row) is reported as a refusal of the flag that gave it.
+//  * A sweep (embscale-dev tbe-backward) times several tunings in turn on the same inputs (building
+//    the inputs dominates a run) and the phases of each on their own.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -32,16 +29,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench_tbe_backward.h"
 #include "bench_util.h"
 #include "cli_args.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "reference_tbe.h"
-#include "registry.h"
 #include "tbe_bench_common.h"
-#if EMBSCALE_WITH_CUDA
-#include "tbe/cuda/backward/tbe_backward_phases.h"
-#endif
 
 namespace embscale {
 namespace tools {
@@ -51,74 +45,10 @@ using tbe_bench::InputSet;
 using tbe_bench::Plan;
 using tbe_bench::fail;
 
-struct BwdArgs {
-  tbe_bench::Args common;
-  std::string optimizer = "rowwise_adagrad";
-  int max_warp_segment = 0;
-  int max_block_segment = 0;
-  int block_threads = 0;
-  bool short_key_sort = false;
-  float learning_rate = 0.1f;  // FBGEMM's benchmark default (row-wise Adagrad lr=0.1, eps=0.1)
-  std::string sweep_thresholds;  // "W:B:T,..." tunings timed in turn on the same inputs
-};
-
 // The CUDA block paths' threads per block: a multiple of the warp size up to their launch bound
 // (tbe_bwd::kMaxBlockThreads).
 constexpr int kWarpSize = 32;
 constexpr int kMaxBlockThreads = 512;
-
-// A tuning as the bench passes it: a warp limit above the default block limit alone raises the block limit.
-TbeBackwardTuning bench_tuning(int max_warp, int max_block, int threads) {
-  TbeBackwardTuning t;
-  t.max_warp_segment = max_warp;
-  t.max_block_segment =
-      max_block == 0 && max_warp > TbeBackwardTuning::kDefaultMaxBlockSegment ? max_warp : max_block;
-  t.block_threads = threads;
-  return t;
-}
-
-// "" or what is wrong with the values (max_warp, max_block, threads) given by the tuning flags or one
-// --sweep-thresholds item (0: the default), for a message after the flag.
-std::string tuning_problem(int max_warp, int max_block, int threads, Backend backend) {
-  if (backend != Backend::kCuda) return "";  // the CPU backward takes any non-negative tuning (and ignores it)
-  if (threads != 0 && (threads < kWarpSize || threads > kMaxBlockThreads || threads % kWarpSize != 0))
-    return "block_threads " + std::to_string(threads) + ": the CUDA backend takes 0 (default) or a multiple of " +
-           std::to_string(kWarpSize) + " in " + std::to_string(kWarpSize) + ".." + std::to_string(kMaxBlockThreads);
-  if (max_warp != 0 && max_block != 0 && max_block < max_warp)
-    return "max_block_segment " + std::to_string(max_block) + " is less than max_warp_segment " + std::to_string(max_warp);
-  return "";
-}
-
-// "W:B:T,W:B:T" -> tunings: every item exactly three fields, each an integer in 0..INT_MAX (0: the
-// default). "" or what is wrong, for a message after --sweep-thresholds.
-std::string parse_tunings(const std::string& text, Backend backend, std::vector<TbeBackwardTuning>* out) {
-  const std::string form = "; expected W:B:T[,W:B:T...], three integers >= 0 per item (0: default)";
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t comma = std::min(text.find(',', pos), text.size());
-    const std::string item = text.substr(pos, comma - pos);
-    std::vector<std::string> fields;
-    for (size_t at = 0;;) {
-      const size_t colon = std::min(item.find(':', at), item.size());
-      fields.push_back(item.substr(at, colon - at));
-      if (colon == item.size()) break;
-      at = colon + 1;
-    }
-    if (item.empty()) return "'" + text + "' has an empty item" + form;
-    if (fields.size() != 3)
-      return "'" + item + "' has " + std::to_string(fields.size()) + (fields.size() == 1 ? " field" : " fields") + form;
-    int64_t v[3] = {0, 0, 0};
-    for (int k = 0; k < 3; ++k) {
-      std::string why;
-      if (!read_integer(fields[k], 0, INT_MAX, &v[k], &why)) return "item '" + item + "': " + why;
-    }
-    const std::string problem = tuning_problem(static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), backend);
-    if (!problem.empty()) return "item '" + item + "': " + problem;
-    out->push_back(bench_tuning(static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2])));
-    pos = comma + 1;
-  }
-  return "";
-}
 
 // State buffers an optimizer uses (row-wise: total_rows floats; element-wise: num_weights floats).
 size_t state_floats(OptimizerType o, bool first, const TableBatchedEmbedding& tbe) {
@@ -149,14 +79,35 @@ CheckedSize state_values(OptimizerType o, const Plan& p) {
 }
 
 // The flag a tuning the library refused came from ("tuning.block_threads: ..." names the field).
-std::string tuning_flag(const BwdArgs& a, const std::string& message) {
-  if (!a.sweep_thresholds.empty()) return "--sweep-thresholds";
+std::string tuning_flag(const BackwardSweep* sweep, const std::string& message) {
+  if (sweep != nullptr && !sweep->tunings.empty()) return sweep->tunings_flag;
   if (message.find("block_threads") != std::string::npos) return "--block-threads";
   if (message.find("max_block_segment") != std::string::npos) return "--max-block-segment";
   return "--max-warp-segment";
 }
 
-int run(const BwdArgs& a, bool train) {
+}  // namespace
+
+TbeBackwardTuning bench_tuning(int max_warp, int max_block, int threads) {
+  TbeBackwardTuning t;
+  t.max_warp_segment = max_warp;
+  t.max_block_segment =
+      max_block == 0 && max_warp > TbeBackwardTuning::kDefaultMaxBlockSegment ? max_warp : max_block;
+  t.block_threads = threads;
+  return t;
+}
+
+std::string tuning_problem(int max_warp, int max_block, int threads, Backend backend) {
+  if (backend != Backend::kCuda) return "";  // the CPU backward takes any non-negative tuning (and ignores it)
+  if (threads != 0 && (threads < kWarpSize || threads > kMaxBlockThreads || threads % kWarpSize != 0))
+    return "block_threads " + std::to_string(threads) + ": the CUDA backend takes 0 (default) or a multiple of " +
+           std::to_string(kWarpSize) + " in " + std::to_string(kWarpSize) + ".." + std::to_string(kMaxBlockThreads);
+  if (max_warp != 0 && max_block != 0 && max_block < max_warp)
+    return "max_block_segment " + std::to_string(max_block) + " is less than max_warp_segment " + std::to_string(max_warp);
+  return "";
+}
+
+int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
   Plan p;
   const std::string err = tbe_bench::make_plan(a.common, &p);
   if (!err.empty()) return refuse(err);
@@ -166,7 +117,7 @@ int run(const BwdArgs& a, bool train) {
   if (!(a.learning_rate >= 0.0f) || !std::isfinite(a.learning_rate))
     return refuse("--learning-rate", "expected a finite value >= 0");
   std::vector<TbeBackwardTuning> tunings;
-  if (a.sweep_thresholds.empty()) {
+  if (sweep == nullptr || sweep->tunings.empty()) {
     if (a.max_warp_segment < 0 || a.max_block_segment < 0 || a.block_threads < 0)
       return refuse(a.max_warp_segment < 0 ? "--max-warp-segment" : a.max_block_segment < 0 ? "--max-block-segment" : "--block-threads",
                     "expected an integer >= 0 (0: default)");
@@ -175,8 +126,7 @@ int run(const BwdArgs& a, bool train) {
       return refuse(problem.compare(0, 13, "block_threads") == 0 ? "--block-threads" : "--max-block-segment", problem);
     tunings.push_back(bench_tuning(a.max_warp_segment, a.max_block_segment, a.block_threads));
   } else {
-    const std::string problem = parse_tunings(a.sweep_thresholds, p.backend, &tunings);
-    if (!problem.empty()) return refuse("--sweep-thresholds", problem);
+    tunings = sweep->tunings;
   }
   const std::string memory =
       tbe_bench::memory_refusal(a.common, p, train ? tbe_bench::Pass::kTrain : tbe_bench::Pass::kBackward,
@@ -257,7 +207,7 @@ int run(const BwdArgs& a, bool train) {
         size_t b = 0;
         st = tbe->backward_workspace_size(ctx, make_args(s, o), &b);
         if (st.code() == StatusCode::kInvalidArgument && st.message().compare(0, 7, "tuning.") == 0)
-          return refuse(tuning_flag(a, st.message()), st.message());
+          return refuse(tuning_flag(sweep, st.message()), st.message());
         if (!st.ok()) return fail("workspace size", st);
         ws_bytes = std::max(ws_bytes, b);
       }
@@ -393,30 +343,23 @@ int run(const BwdArgs& a, bool train) {
     tbe_bench::floor_fields(copy_gbps, floor, &rec);
 
     std::string phase_note;
-  #if EMBSCALE_WITH_CUDA
-    if (!train && p.backend == Backend::kCuda) {
+    if (!train && sweep != nullptr && sweep->phases) {
       // Phases on their own, on set 0, after one full call left its state in the workspace.
       st = tbe->backward(ctx, make_args(0, otype), ws.data(), ws_bytes);
       if (!st.ok()) return fail("backward", st);
-      const struct { const char* name; unsigned mask; } kPhases[] = {
-          {"linearize", cuda::kTbeBwdLinearize}, {"sort", cuda::kTbeBwdSort},
-          {"encode", cuda::kTbeBwdEncode},       {"rows", cuda::kTbeBwdRows}};
+      PhaseTimes times;
+      st = sweep->phases(ctx, *tbe, make_args(0, otype), ws.data(), ws_bytes, tc, &times);
+      if (!st.ok()) return fail("phases", st);
       nlohmann::json phases;
-      for (const auto& ph : kPhases) {
-        Timing pt;
-        st = time_op(ctx, tc,
-                     [&](int) { return cuda::tbe_backward_phases(ctx, *tbe, make_args(0, otype), ws.data(), ws_bytes, ph.mask); },
-                     &pt);
-        if (!st.ok()) return fail(std::string("phase ") + ph.name, st);
-        phases[std::string(ph.name) + "_us"] = pt.median_us;
+      for (const auto& [name, us] : times) {
+        phases[name + "_us"] = us;
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%s%s %.1f", phase_note.empty() ? " [" : ", ", ph.name, pt.median_us);
+        std::snprintf(buf, sizeof buf, "%s%s %.1f", phase_note.empty() ? " [" : ", ", name.c_str(), us);
         phase_note += buf;
       }
       phase_note += " us]";
       rec["phases"] = phases;
     }
-  #endif
     char tune_note[112] = "";
     if (tuning.max_warp_segment != 0 || tuning.max_block_segment != 0 || tuning.block_threads != 0)
       std::snprintf(tune_note, sizeof tune_note, " warp<=%d block<=%d threads=%d", tuning.max_warp_segment,
@@ -438,48 +381,22 @@ int run(const BwdArgs& a, bool train) {
   return rc;
 }
 
-void add_command(CLI::App& bench, bool train) {
-  auto args = std::make_shared<BwdArgs>();
-  auto* sub = bench.add_subcommand(train ? "tbe-train" : "tbe-backward",
-                                   train ? "Table-batched embedding forward + backward + optimizer step"
-                                         : "Table-batched embedding backward fused with the optimizer");
-  tbe_bench::add_options(sub, &args->common);
-  sub->add_option("--optimizer", args->optimizer, "sgd, rowwise_adagrad, adam, partial_rowwise_adam or none")
+void add_backward_options(CLI::App* sub, BwdArgs* a) {
+  tbe_bench::add_options(sub, &a->common);
+  sub->add_option("--optimizer", a->optimizer, "sgd, rowwise_adagrad, adam, partial_rowwise_adam or none")
       ->capture_default_str();
-  add_integer_option(sub, "--max-warp-segment", &args->max_warp_segment, 0, INT_MAX,
+  add_integer_option(sub, "--max-warp-segment", &a->max_warp_segment, 0, INT_MAX,
                      "segments up to this many lookups: a warp per row (0: default)");
-  add_integer_option(sub, "--max-block-segment", &args->max_block_segment, 0, INT_MAX,
+  add_integer_option(sub, "--max-block-segment", &a->max_block_segment, 0, INT_MAX,
                      "segments up to this: a block per row; longer: split across blocks (0: default)");
-  add_integer_option(sub, "--block-threads", &args->block_threads, 0, INT_MAX,
+  add_integer_option(sub, "--block-threads", &a->block_threads, 0, INT_MAX,
                      "threads per block of the block paths (0: default; cuda: a multiple of 32 up to 512)");
-  add_text_option(sub, "--sweep-thresholds", &args->sweep_thresholds,
-                  "W:B:T[,W:B:T...]: time each (max_warp_segment, max_block_segment, block_threads) in turn on the "
-                  "same inputs (three integers >= 0 per item, 0: default; overrides the three options above)");
-  sub->add_flag("--short-key-sort", args->short_key_sort,
+  sub->add_flag("--short-key-sort", a->short_key_sort,
                 "radix-sort only the low key bits when each row's lookups stay one run (one pass fewer; rows of "
                 "several tables interleave)");
-  add_real_option(sub, "--learning-rate", &args->learning_rate, 0.0f, FLT_MAX, "learning rate (finite, >= 0)")
+  add_real_option(sub, "--learning-rate", &a->learning_rate, 0.0f, FLT_MAX, "learning rate (finite, >= 0)")
       ->default_str("0.1");
-  sub->callback([args, train] { std::exit(run(*args, train)); });
 }
 
-// Plain `embscale bench`: the default configuration (row-wise Adagrad); on CUDA uniform and Zipf(1.15).
-int run_defaults(Backend backend, bool train) {
-  BwdArgs a;
-  a.common.backend = backend_name(backend);
-  int rc = run(a, train);
-  if (backend == Backend::kCuda) {
-    a.common.alpha = 1.15;
-    rc |= run(a, train);
-  }
-  return rc;
-}
-
-const RegisterBench kRegisterBackward({"tbe-backward", [](CLI::App& b) { add_command(b, false); },
-                                       [](Backend be) { return run_defaults(be, false); }});
-const RegisterBench kRegisterTrain({"tbe-train", [](CLI::App& b) { add_command(b, true); },
-                                    [](Backend be) { return run_defaults(be, true); }});
-
-}  // namespace
 }  // namespace tools
 }  // namespace embscale

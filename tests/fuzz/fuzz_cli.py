@@ -82,7 +82,6 @@ TBE_BACKWARD = dict(TBE_COMMON, **{
     "--max-warp-segment": (None, "number:0,1,32"),
     "--max-block-segment": (None, "number:0,1,64"),
     "--block-threads": (None, "number:0,32,64"),
-    "--sweep-thresholds": (None, "thresholds"),
     "--learning-rate": (None, "real:0,0.1,1"),
     "--short-key-sort": (None, "flag"),
 })
@@ -144,9 +143,6 @@ def hostile_value(r, kind):
     if name == "shape":
         return r.choice(["8x8", "1x1", "0x0", "0x8", "-1x5", "5x-1", "x", "8", "8x", "x8", "8x8x8", "", "1e3x1",
                          "2147483648x2", "4294967296x4294967296", "65536x65536", "2^31x2^31", "8X8", "8 x 8", "1x0"])
-    if name == "thresholds":
-        return r.choice(["1:2:3", "0:0:0", "1:x", "::", "-1:0:0", "2147483648:0:0", "1:2:3,4:5:6", "", ",", "1:2",
-                         "1:2:3:4", "99999999999999999999:1:1", "1:2:3,", ":1:2", "a:b:c"])
     if name == "ops":
         # (not "--": it would end the options and, with no op after it, check every op, a minutes-long run)
         return r.choice(CHECK_OPS + ["nope", "", "AMAX", "amax,quantize", "-x", "amax nope"])

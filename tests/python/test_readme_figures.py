@@ -80,3 +80,23 @@ def test_peer_tables_come_from_the_newest_run(tmp_path):
     assert "from 1.5× to 2.5×" in fbgemm  # kernel: 150/100, 250/100, 225/100, 1500/1000 (not the older 800/90)
     assert "| amax, bf16 | 1.5× | 1× |" in te_part and "| 2^20 | 2^24 |" in te_part
     assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part
+
+
+def test_backward_phases_from_old_and_new_records():
+    gen = load_generator()
+
+    def bwd(dim, us, phases=None, impl="embscale"):
+        r = {"op": "tbe_backward_sgd", "impl": impl, "build": gen.GPU_SWEEP_BUILD, "alpha": 0.0,
+             "embedding_dim": dim, "median_us": us}
+        if phases:
+            r["phases"] = {name + "_us": v for name, v in zip(("linearize", "sort", "encode", "rows"), phases)}
+        return r
+
+    # D=64: a record of the CLI from before the phases moved (it has them); D=128: the CLI's newer record
+    # (no phases) and embscale-dev's (with them): one row each, with the phases.
+    recs = [bwd(64, 1000.0, (100.0, 200.0, 300.0, 400.0)), bwd(128, 3000.0),
+            bwd(128, 2000.0, (110.0, 220.0, 330.0, 1300.0)), bwd(128, 8000.0, impl="torch_embeddingbag_sparse")]
+    text = gen.gpu_tbe_backward(recs)
+    assert "| sgd, uniform, D=64 | 1.00 ms (linearize 0.10, sort 0.20, encode 0.30, rows 0.40) | — | — |" in text
+    assert "| sgd, uniform, D=128 | 2.00 ms (linearize 0.11, sort 0.22, encode 0.33, rows 1.30) | 8.0 ms | 4× |" in text
+    assert text.count("D=128") == 1

@@ -1,7 +1,8 @@
 // CUDA table-batched embedding backward fused with the optimizer: workspace layout, the CUB calls,
 // the launch order and the bounds-check protocol around the kernels of tbe_backward_kernels.cuh.
 //
-// Enqueued on ctx.stream, in order (no allocation, no host readback except in error mode):
+// Enqueued on ctx.stream, in order (no allocation, no host readback except in error mode), each phase
+// one step of tbe_backward_steps.cuh after prepare (the layout and the kernel parameters):
 //   linearize   keys/values (+ checks); error and skip modes then run the finalize kernel (bounds_check.cuh),
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
@@ -44,7 +45,7 @@
 #include "core/dispatch.h"
 #include "core/workspace.h"
 #include "tbe/cuda/backward/tbe_backward_launch.cuh"
-#include "tbe/cuda/backward/tbe_backward_phases.h"
+#include "tbe/cuda/backward/tbe_backward_steps.cuh"
 #include "tbe/cuda/bounds_check.cuh"
 #include "tbe/cuda/tbe_report.cuh"
 
@@ -99,11 +100,11 @@ struct Layout {
   int end_bit = 0;
 };
 
-// f(Tag<uint64_t>) when the layout's sort keys are 64-bit, else f(Tag<uint32_t>): the key-width
-// counterpart of core/dispatch.h's dtype dispatch.
+// f(Tag<uint64_t>) when the sort keys are 64-bit, else f(Tag<uint32_t>): the key-width counterpart
+// of core/dispatch.h's dtype dispatch.
 template <class F>
-Status dispatch_key(const Layout& L, F&& f) {
-  return L.key64 ? f(Tag<uint64_t>{}) : f(Tag<uint32_t>{});
+Status dispatch_key(bool key64, F&& f) {
+  return key64 ? f(Tag<uint64_t>{}) : f(Tag<uint32_t>{});
 }
 
 // Radix-sort passes. CUB's onesweep sort takes 8 key bits per pass; for 32-bit keys of 17..18 or
@@ -277,27 +278,16 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   L.classify_tally = L.ws.add(tbe_bwd::kClassifyBlocks * sizeof(tbe_bwd::ClassTally));
   if (c.N > 0) {
     EMBSCALE_RETURN_IF_ERROR(dispatch_key(
-        L, [&](auto tk) { return cub_bytes<typename decltype(tk)::type>(c.N, L.end_bit, s, &L.cub_bytes); }));
+        L.key64, [&](auto tk) { return cub_bytes<typename decltype(tk)::type>(c.N, L.end_bit, s, &L.cub_bytes); }));
   }
   L.cub_temp = L.ws.add(L.cub_bytes);
   *out = L;
   return Status::Ok();
 }
 
-// The workspace's buffers (make_layout's slices).
-struct Buffers {
-  void *keys_in, *keys_sorted, *unique_keys, *cub_temp;
-  uint32_t *vals_in, *vals_sorted, *bag_of, *run_lengths, *run_starts, *work_list, *warp_list, *hot_list, *hot_base,
-      *slot_row, *slot_super, *counters;
-  int32_t* bag_count;
-  float* partials;
-  tbe_bwd::ClassTally* tally;
-  int n;  // lookups
-};
-
-Buffers buffers(void* ws, const Layout& L, int64_t N) {
+tbe_bwd::Buffers buffers(void* ws, const Layout& L, int64_t N) {
   const auto u32 = [&](WorkspaceSlice s) { return L.ws.at<uint32_t>(ws, s); };
-  Buffers b;
+  tbe_bwd::Buffers b;
   b.keys_in = L.ws.at<void>(ws, L.keys_in);
   b.keys_sorted = L.ws.at<void>(ws, L.keys_sorted);
   b.unique_keys = L.ws.at<void>(ws, L.unique_keys);
@@ -339,18 +329,21 @@ Status launch_finalize(const tbe_bwd::LinearizeParams& p, int64_t* num_skipped, 
 }
 
 template <typename K>
-Status run_sort(const Buffers& b, const Layout& L, cudaStream_t s) {
-  size_t bytes = L.cub_bytes;
+Status run_sort(const TbeBackwardCall& call) {
+  const tbe_bwd::Buffers& b = call.b;
+  size_t bytes = call.cub_bytes;
   return cuda_status(sort_pairs<K>(b.cub_temp, bytes, static_cast<const K*>(b.keys_in), static_cast<K*>(b.keys_sorted),
-                                   b.vals_in, b.vals_sorted, b.n, L.end_bit, s),
+                                   b.vals_in, b.vals_sorted, b.n, call.end_bit, call.stream),
                      "cub::DeviceRadixSort::SortPairs");
 }
 
 template <typename K>
-Status run_encode(const Buffers& b, const Layout& L, cudaStream_t s) {
-  size_t bytes = L.cub_bytes;
+Status run_encode(const TbeBackwardCall& call) {
+  const tbe_bwd::Buffers& b = call.b;
+  size_t bytes = call.cub_bytes;
   return cuda_status(select_runs<K>(b.cub_temp, bytes, static_cast<const K*>(b.keys_sorted),
-                                    static_cast<K*>(b.unique_keys), b.run_starts, b.counters + tbe_bwd::kNumRuns, b.n, s),
+                                    static_cast<K*>(b.unique_keys), b.run_starts, b.counters + tbe_bwd::kNumRuns, b.n,
+                                    call.stream),
                      "cub::DeviceSelect::UniqueByKey (runs)");
 }
 
@@ -369,11 +362,17 @@ Status tbe_backward_workspace_size(const TableBatchedEmbedding& tbe, const TbeBa
 
 Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args, void* ws,
                     size_t ws_bytes) {
-  return tbe_backward_phases(ctx, tbe, args, ws, ws_bytes, kTbeBwdAll);
+  TbeBackwardCall call;
+  EMBSCALE_RETURN_IF_ERROR(tbe_backward_prepare(ctx, tbe, args, ws, ws_bytes, &call));
+  EMBSCALE_RETURN_IF_ERROR(tbe_backward_linearize(call));
+  EMBSCALE_RETURN_IF_ERROR(tbe_backward_sort(call));
+  EMBSCALE_RETURN_IF_ERROR(tbe_backward_encode(call));
+  EMBSCALE_RETURN_IF_ERROR(tbe_backward_rows(call));
+  return tbe_backward_finish(call);
 }
 
-Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args,
-                           void* ws, size_t ws_bytes, unsigned phases) {
+Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args,
+                            void* ws, size_t ws_bytes, TbeBackwardCall* call) {
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
   Tuning t;
@@ -390,12 +389,12 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
     EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
     capturing = capture != cudaStreamCaptureStatusNone;
   }
-  if (args.bounds_check == BoundsCheckMode::kError && capturing && (phases & kTbeBwdLinearize))
+  if (args.bounds_check == BoundsCheckMode::kError && capturing)
     return invalid_argument(
         "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
         "inside a CUDA graph capture; use skip or off");
 
-  const Buffers b = buffers(ws, L, c.N);
+  const tbe_bwd::Buffers b = buffers(ws, L, c.N);
   const int T = tbe.num_features();
   const int64_t* skip_report = args.bounds_check == BoundsCheckMode::kSkip ? meta.scratch + tbe_bounds::kReport : nullptr;
 
@@ -495,64 +494,86 @@ Status tbe_backward_phases(const Context& ctx, const TableBatchedEmbedding& tbe,
   cp.max_block_segment = t.max_block;
   cp.list_warp_rows = tbe_bwd::group_shape(rp).rows != 0 ? 1 : 0;
 
-  // 1. linearize and check
-  if (phases & kTbeBwdLinearize) {
-    if (c.N > 0 || args.bounds_check != BoundsCheckMode::kOff) {
-      EMBSCALE_RETURN_IF_ERROR(dispatch_key(L, [&](auto tk) {
-        return dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
-          return launch_linearize<typename decltype(tk)::type, typename decltype(ti)::type>(lp, stream);
-        });
-      }));
-    }
-    if (args.bounds_check != BoundsCheckMode::kOff) {
-      EMBSCALE_RETURN_IF_ERROR(dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
-        return launch_finalize<typename decltype(ti)::type>(lp, args.num_skipped, stream);
-      }));
-    }
-    if (args.bounds_check == BoundsCheckMode::kError)
-      EMBSCALE_RETURN_IF_ERROR(tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward"));
+
+  call->tbe = &tbe;
+  call->args = &args;
+  call->stream = stream;
+  call->b = b;
+  call->lp = lp;
+  call->rp = rp;
+  call->cp = cp;
+  call->cub_bytes = L.cub_bytes;
+  call->end_bit = L.end_bit;
+  call->key64 = L.key64;
+  call->block_threads = t.block_threads;
+  call->capturing = capturing;
+  call->dense = dense;
+  call->N = c.N;
+  call->B = c.B;
+  return Status::Ok();
+}
+
+Status tbe_backward_linearize(const TbeBackwardCall& call) {
+  const TbeBackwardArgs& args = *call.args;
+  if (call.N > 0 || args.bounds_check != BoundsCheckMode::kOff) {
+    EMBSCALE_RETURN_IF_ERROR(dispatch_key(call.key64, [&](auto tk) {
+      return dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
+        return launch_linearize<typename decltype(tk)::type, typename decltype(ti)::type>(call.lp, call.stream);
+      });
+    }));
   }
-  if (c.N == 0) {
-    if (dense && (phases & kTbeBwdEncode))
-      EMBSCALE_RETURN_IF_ERROR(
-          cuda_status(cudaMemsetAsync(args.num_unique, 0, sizeof(int64_t), stream), "cudaMemsetAsync (num_unique)"));
-  } else {
-    // 2. sort
-    if (phases & kTbeBwdSort) {
-      EMBSCALE_RETURN_IF_ERROR(
-          dispatch_key(L, [&](auto tk) { return run_sort<typename decltype(tk)::type>(b, L, stream); }));
-    }
-    // 3. encode and classify
-    if (phases & kTbeBwdEncode) {
-      EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(b.counters, 0, tbe_bwd::kNumCounters * 4, stream),
-                                           "cudaMemsetAsync (counters)"));
-      // Both passes on one grid: the same split of the unique rows into ranges.
-      const unsigned blocks = static_cast<unsigned>(
-          std::min<int64_t>((c.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, tbe_bwd::kClassifyBlocks));
-      EMBSCALE_RETURN_IF_ERROR(dispatch_key(L, [&](auto tk) -> Status {
-        using K = typename decltype(tk)::type;
-        EMBSCALE_RETURN_IF_ERROR(run_encode<K>(b, L, stream));
-        tbe_bwd::tbe_backward_classify_tally_kernel<K><<<blocks, tbe_bwd::kRowThreads, 0, stream>>>(cp, b.tally);
-        EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
-        return launch_kernel("tbe_backward_classify_place_kernel", tbe_bwd::tbe_backward_classify_place_kernel<K>,
-                             dim3(blocks), dim3(tbe_bwd::kRowThreads), 0, stream, cp,
-                             static_cast<const tbe_bwd::ClassTally*>(b.tally));
-      }));
-    }
-    // 4. gradient sums and updates
-    if (phases & kTbeBwdRows) {
-      tbe_bwd::RowGrids g;
-      g.sms = sm_count();
-      g.block_threads = t.block_threads;
-      EMBSCALE_RETURN_IF_ERROR(dispatch_float(args.weights.dtype, "weights", [&](auto tw) {
-        // instantiated in tbe_backward_rows_{f32,f16,bf16}.cu
-        return tbe_bwd::launch_tbe_backward_rows<typename decltype(tw)::type>(rp, args.grad_output.dtype, g, stream);
-      }));
-    }
+  if (args.bounds_check != BoundsCheckMode::kOff) {
+    EMBSCALE_RETURN_IF_ERROR(dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
+      return launch_finalize<typename decltype(ti)::type>(call.lp, args.num_skipped, call.stream);
+    }));
   }
-  // Skip mode outside a capture: broken offsets become an error Status (nothing was updated).
-  if (args.bounds_check == BoundsCheckMode::kSkip && !capturing && (phases & kTbeBwdLinearize))
-    return tbe_report::read_report(tbe, c.B, c.N, stream, "tbe backward");
+  if (args.bounds_check == BoundsCheckMode::kError)
+    return tbe_report::read_report(*call.tbe, call.B, call.N, call.stream, "tbe backward");
+  return Status::Ok();
+}
+
+Status tbe_backward_sort(const TbeBackwardCall& call) {
+  if (call.N == 0) return Status::Ok();
+  return dispatch_key(call.key64, [&](auto tk) { return run_sort<typename decltype(tk)::type>(call); });
+}
+
+Status tbe_backward_encode(const TbeBackwardCall& call) {
+  if (call.N == 0) {
+    if (!call.dense) return Status::Ok();
+    return cuda_status(cudaMemsetAsync(call.args->num_unique, 0, sizeof(int64_t), call.stream),
+                       "cudaMemsetAsync (num_unique)");
+  }
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(call.b.counters, 0, tbe_bwd::kNumCounters * 4, call.stream),
+                                       "cudaMemsetAsync (counters)"));
+  // Both passes on one grid: the same split of the unique rows into ranges.
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<int64_t>((call.N + tbe_bwd::kRowThreads - 1) / tbe_bwd::kRowThreads, tbe_bwd::kClassifyBlocks));
+  return dispatch_key(call.key64, [&](auto tk) -> Status {
+    using K = typename decltype(tk)::type;
+    EMBSCALE_RETURN_IF_ERROR(run_encode<K>(call));
+    tbe_bwd::tbe_backward_classify_tally_kernel<K><<<blocks, tbe_bwd::kRowThreads, 0, call.stream>>>(call.cp, call.b.tally);
+    EMBSCALE_CHECK_LAUNCH("tbe_backward_classify_tally_kernel");
+    return launch_kernel("tbe_backward_classify_place_kernel", tbe_bwd::tbe_backward_classify_place_kernel<K>,
+                         dim3(blocks), dim3(tbe_bwd::kRowThreads), 0, call.stream, call.cp,
+                         static_cast<const tbe_bwd::ClassTally*>(call.b.tally));
+  });
+}
+
+Status tbe_backward_rows(const TbeBackwardCall& call) {
+  if (call.N == 0) return Status::Ok();
+  tbe_bwd::RowGrids g;
+  g.sms = sm_count();
+  g.block_threads = call.block_threads;
+  return dispatch_float(call.args->weights.dtype, "weights", [&](auto tw) {
+    // instantiated in tbe_backward_rows_{f32,f16,bf16}.cu
+    return tbe_bwd::launch_tbe_backward_rows<typename decltype(tw)::type>(call.rp, call.args->grad_output.dtype, g,
+                                                                         call.stream);
+  });
+}
+
+Status tbe_backward_finish(const TbeBackwardCall& call) {
+  if (call.args->bounds_check == BoundsCheckMode::kSkip && !call.capturing)
+    return tbe_report::read_report(*call.tbe, call.B, call.N, call.stream, "tbe backward");
   return Status::Ok();
 }
 
