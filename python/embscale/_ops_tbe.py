@@ -221,6 +221,19 @@ def _checked_step(value):
     return int(value)
 
 
+def _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code, grad_psw):
+    """The C backward's arguments that the fused update and the dense-gradient mode share (contiguous
+    tensors; psw and grad_psw may be None)."""
+    a = _capi.TbeBackwardArgs()
+    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
+    a.per_sample_weights = _optional_desc(psw)
+    a.batch_size = batch_size
+    a.pooling, a.bounds_check = pooling_code, bounds_code
+    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
+    a.grad_per_sample_weights = _optional_desc(grad_psw)
+    return a
+
+
 @torch.library.custom_op("embscale::tbe_backward", mutates_args=("weights", "momentum1", "momentum2", "hparams"))
 def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams: Tensor, grad_output: Tensor,
                  indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor], handle: int,
@@ -238,17 +251,12 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
     _check_backend(dev)
     indices, offsets, grad_output = indices.contiguous(), offsets.contiguous(), grad_output.contiguous()
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
-    a = _capi.TbeBackwardArgs()
-    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
-    a.per_sample_weights = _optional_desc(psw)
-    a.batch_size = batch_size
-    a.pooling, a.bounds_check = pooling_code, bounds_code
-    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
+    grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
+    a = _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code,
+                       grad_psw if grad_per_sample_weights else None)
     # Optimizer state: an empty buffer is how a module says "this optimizer keeps none".
     a.momentum1 = _optional_desc(momentum1 if momentum1.numel() > 0 else None)
     a.momentum2 = _optional_desc(momentum2 if momentum2.numel() > 0 else None)
-    grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
-    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
     a.rounding = _capi.ROUNDING["stochastic" if stochastic_rounding else "nearest"]
     a.seed = seed
     o = a.optimizer
@@ -306,13 +314,8 @@ def tbe_dense_grad(weights: Tensor, grad_output: Tensor, indices: Tensor, offset
     num_unique = torch.zeros(1, dtype=torch.int64, device=dev)
     unique_grads = torch.empty((n, h.max_dim), dtype=torch.float32, device=dev)
     grad_psw = torch.empty(n if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
-    a = _capi.TbeBackwardArgs()
-    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
-    a.per_sample_weights = _optional_desc(psw)
-    a.batch_size = batch_size
-    a.pooling, a.bounds_check = pooling_code, bounds_code
-    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
-    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
+    a = _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code,
+                       grad_psw if grad_per_sample_weights else None)
     a.unique_rows, a.unique_grads = _optional_desc(unique_rows), _optional_desc(unique_grads)
     a.num_unique = num_unique.data_ptr()
     a.optimizer.type = _capi.OPTIMIZER["none"]
