@@ -226,9 +226,9 @@ def _backward_workspace(dev, h, ctx, a):
     """The backward's workspace (a uint8 tensor of the size the library asks) and that size. On the CPU a
     view of the handle's buffer, kept between calls and grown to the largest size asked: the call has
     finished with it when it returns, and the caller holds the handle's lock, so no other call uses it
-    meanwhile (a new buffer each call would fault its pages in again; a medium batch's workspace is
-    megabytes). On CUDA a new one from torch's caching allocator on the current stream, which is cheap and
-    follows the stream's order."""
+    meanwhile (a new buffer per call costs an allocation, and above the C allocator's mmap threshold the
+    page faults of fresh memory: a large batch's workspace is tens of MiB). On CUDA a new one from torch's
+    caching allocator on the current stream, which is cheap and follows the stream's order."""
     nbytes = ctypes.c_size_t(0)
     _run(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr), ctypes.byref(ctx),
          ctypes.byref(a), ctypes.byref(nbytes))
