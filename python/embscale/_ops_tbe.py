@@ -20,7 +20,7 @@ from torch import Tensor
 
 from . import _capi
 from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _check_backend, _check_dtype, _context, _desc,
-                          _lookup, _optional_desc, _ptr, _run, _same_device, _workspace)
+                          _lookup, _optional_desc, _ptr, _run, _same_device)
 
 # Layout of a TBE module's hyper-parameter tensor (CPU float64), read by tbe_backward at every call so
 # a learning rate set between steps is seen even inside a compiled graph. tbe_backward advances `step`.
@@ -57,6 +57,7 @@ class TbeHandle:
         self.feature_dims = [int(dims[t]) for t in feature_table_map]
         self.num_features = len(self.feature_dims)
         self.lock = threading.Lock()
+        self.cpu_workspace = torch.empty(0, dtype=torch.uint8)  # see _backward_workspace
         self.ptr = None
         ctx = _capi.Context()
         ctx.backend = _capi.BACKEND["cpu" if device.type == "meta" else device.type]
@@ -221,6 +222,36 @@ def _checked_step(value):
     return int(value)
 
 
+def _backward_workspace(dev, h, ctx, a):
+    """The backward's workspace (a uint8 tensor of the size the library asks) and that size. On the CPU a
+    view of the handle's buffer, kept between calls and grown to the largest size asked: the call has
+    finished with it when it returns, and the caller holds the handle's lock, so no other call uses it
+    meanwhile (a new buffer per call costs an allocation, and above the C allocator's mmap threshold the
+    page faults of fresh memory: a large batch's workspace is tens of MiB). On CUDA a new one from torch's
+    caching allocator on the current stream, which is cheap and follows the stream's order."""
+    nbytes = ctypes.c_size_t(0)
+    _run(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr), ctypes.byref(ctx),
+         ctypes.byref(a), ctypes.byref(nbytes))
+    if dev.type != "cpu":
+        return torch.empty(nbytes.value, dtype=torch.uint8, device=dev), nbytes.value
+    if h.cpu_workspace.numel() < nbytes.value:
+        h.cpu_workspace = torch.empty(nbytes.value, dtype=torch.uint8)
+    return h.cpu_workspace[:nbytes.value], nbytes.value
+
+
+def _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code, grad_psw):
+    """The C backward's arguments that the fused update and the dense-gradient mode share (contiguous
+    tensors; psw and grad_psw may be None)."""
+    a = _capi.TbeBackwardArgs()
+    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
+    a.per_sample_weights = _optional_desc(psw)
+    a.batch_size = batch_size
+    a.pooling, a.bounds_check = pooling_code, bounds_code
+    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
+    a.grad_per_sample_weights = _optional_desc(grad_psw)
+    return a
+
+
 @torch.library.custom_op("embscale::tbe_backward", mutates_args=("weights", "momentum1", "momentum2", "hparams"))
 def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams: Tensor, grad_output: Tensor,
                  indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor], handle: int,
@@ -238,17 +269,12 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
     _check_backend(dev)
     indices, offsets, grad_output = indices.contiguous(), offsets.contiguous(), grad_output.contiguous()
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
-    a = _capi.TbeBackwardArgs()
-    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
-    a.per_sample_weights = _optional_desc(psw)
-    a.batch_size = batch_size
-    a.pooling, a.bounds_check = pooling_code, bounds_code
-    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
+    grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
+    a = _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code,
+                       grad_psw if grad_per_sample_weights else None)
     # Optimizer state: an empty buffer is how a module says "this optimizer keeps none".
     a.momentum1 = _optional_desc(momentum1 if momentum1.numel() > 0 else None)
     a.momentum2 = _optional_desc(momentum2 if momentum2.numel() > 0 else None)
-    grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
-    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
     a.rounding = _capi.ROUNDING["stochastic" if stochastic_rounding else "nearest"]
     a.seed = seed
     o = a.optimizer
@@ -262,8 +288,7 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
         o.weight_decay, o.max_norm = hp[HPARAM["weight_decay"]], hp[HPARAM["max_norm"]]
         o.gradient_clipping = hp[HPARAM["gradient_clipping"]]
         o.step = step
-        ws, nbytes = _workspace(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr),
-                                ctypes.byref(ctx), ctypes.byref(a))
+        ws, nbytes = _backward_workspace(dev, h, ctx, a)
         _run(dev, _capi.lib.embscale_tbe_backward, ctypes.c_void_p(h.ptr), ctypes.byref(ctx), ctypes.byref(a),
              _ptr(ws), nbytes)
         hparams[HPARAM["step"]] = step + 1
@@ -306,21 +331,15 @@ def tbe_dense_grad(weights: Tensor, grad_output: Tensor, indices: Tensor, offset
     num_unique = torch.zeros(1, dtype=torch.int64, device=dev)
     unique_grads = torch.empty((n, h.max_dim), dtype=torch.float32, device=dev)
     grad_psw = torch.empty(n if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
-    a = _capi.TbeBackwardArgs()
-    a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
-    a.per_sample_weights = _optional_desc(psw)
-    a.batch_size = batch_size
-    a.pooling, a.bounds_check = pooling_code, bounds_code
-    a.grad_output = _desc(grad_output, tuple(grad_output.shape) if grad_output.dim() == 2 else None)
-    a.grad_per_sample_weights = _optional_desc(grad_psw if grad_per_sample_weights else None)
+    a = _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code,
+                       grad_psw if grad_per_sample_weights else None)
     a.unique_rows, a.unique_grads = _optional_desc(unique_rows), _optional_desc(unique_grads)
     a.num_unique = num_unique.data_ptr()
     a.optimizer.type = _capi.OPTIMIZER["none"]
     a.optimizer.step = 1  # read by no rule here, but a step is always checked to be >= 1
     ctx = _context(dev)
     with h.lock:
-        ws, nbytes = _workspace(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr),
-                                ctypes.byref(ctx), ctypes.byref(a))
+        ws, nbytes = _backward_workspace(dev, h, ctx, a)
         _run(dev, _capi.lib.embscale_tbe_backward, ctypes.c_void_p(h.ptr), ctypes.byref(ctx), ctypes.byref(a),
              _ptr(ws), nbytes)
     return unique_rows, num_unique, unique_grads, grad_psw

@@ -50,6 +50,7 @@ def _entry(worker, rank, world, folder, timeout, cuda_backend, args):
                                 timeout=datetime.timedelta(seconds=timeout))
         result = worker(rank, world, *args)
         torch.save(_to_cpu(result), os.path.join(folder, f"{rank}.pt"))
+        dist.barrier()  # no process tears its connections down while another still uses them
         dist.destroy_process_group()
     except BaseException:
         with open(os.path.join(folder, f"{rank}.err"), "w") as f:

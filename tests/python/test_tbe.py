@@ -112,6 +112,29 @@ def test_training_steps(device, gen, optimizer, extra, pooling):
     assert tbe.weights.grad is None
 
 
+def test_training_steps_of_changing_batch_sizes(device, gen):
+    """Batches small, large, small, large: on the CPU the backward's workspace is kept by the module and
+    grown when a batch needs more, and every step still matches the reference."""
+    specs, fmap = [(50, 8), (30, 5)], [0, 1, 0]
+    tbe = make_module(specs, fmap, device, optimizer="rowwise_adagrad", **HP)
+    tables = tables64(tbe)
+    state = [{"m1": torch.zeros(r, dtype=torch.float64), "m2": None} for r, _ in specs]
+    workspaces = []
+    for step, B in enumerate((2, 60, 3, 90), start=1):
+        indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), B, 6)
+        grad_out = torch.randn(B, tbe.total_dim, generator=gen)
+        tbe(indices.to(device), offsets.to(device)).backward(grad_out.to(device))
+        grads, touched, _ = ref.dense_grads(tables, fmap, indices, offsets, B, "sum", grad_out)
+        ref.apply_optimizer("rowwise_adagrad", tables, state, grads, touched, HP, step)
+        for got, want in zip(tables64(tbe), tables):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        workspaces.append(embscale.ops.tbe_handle(tbe._handle_id).cpu_workspace)
+    if device.type == "cpu":  # grown for the larger batches, reused for the smaller one between them
+        sizes = [w.numel() for w in workspaces]
+        assert sizes[0] < sizes[1] == sizes[2] < sizes[3]
+        assert workspaces[2].data_ptr() == workspaces[1].data_ptr()
+
+
 @pytest.mark.parametrize("weights_dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_weights_nearest_rounding(device, gen, weights_dtype):
     specs, fmap = [(40, 16), (30, 5)], [0, 1]

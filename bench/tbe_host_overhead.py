@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Host overhead of a TableBatchedEmbeddingBags step on the CPU: what the Python path adds to the C call.
+
+For each config, one thread (torch.set_num_threads(1); the library takes torch's thread count), times:
+
+  capi      the raw C API through ctypes with descriptors, context and workspace built once
+            (embscale_tbe_forward; embscale_tbe_backward with the optimizer's fused update)
+  op        torch.ops.embscale.tbe_forward / tbe_backward (argument checks, descriptors, dispatch)
+  module    TableBatchedEmbeddingBags forward (no_grad and with autograd) and forward + backward
+            (a fixed output gradient; the backward applies the fused update)
+
+median and min of --reps calls (wall clock, time.perf_counter) after --warmup calls, the variants
+interleaved rep by rep so the load of a shared machine falls on all of them, and the overhead of each
+against the C call. --profile prints a cProfile of the module's step (cumulative time, top entries):
+where module - capi goes.
+
+Needs embscale importable (PYTHONPATH=python, EMBSCALE_LIBRARY=<build>/libembscale_c.so).
+"""
+import argparse
+import cProfile
+import ctypes
+import os
+import pstats
+import statistics
+import sys
+import time
+
+import torch
+
+import embscale
+from embscale import _capi, ops
+from embscale._ops_common import _context, _desc, _optional_desc
+
+# name -> (T, E, D, B, L)
+CONFIGS = {"tiny": (2, 100, 16, 8, 2), "medium": (8, 10_000, 64, 256, 20)}
+
+
+def make_inputs(T, E, D, B, L, seed):
+    """Uniform indices, bags of exactly L, and an output gradient [B, T*D], all from `seed`."""
+    g = torch.Generator().manual_seed(seed)
+    indices = torch.randint(0, E, (T * B * L,), generator=g, dtype=torch.int64)
+    offsets = torch.arange(0, T * B * L + 1, L, dtype=torch.int64)
+    return indices, offsets, torch.randn(B, T * D, generator=g)
+
+
+def capi_calls(tbe, indices, offsets, grad_output):
+    """The forward and the backward as bare ctypes calls, everything prebuilt."""
+    h = ops.tbe_handle(tbe._handle_id)
+    ptr, ctx = ctypes.c_void_p(h.ptr), _context(torch.device("cpu"))
+    out = torch.empty(grad_output.shape)
+    skipped = torch.zeros(1, dtype=torch.int64)
+    f = _capi.TbeForwardArgs()
+    f.weights, f.indices, f.offsets = _desc(tbe.weights), _desc(indices), _desc(offsets)
+    f.batch_size, f.pooling, f.bounds_check = grad_output.shape[0], _capi.POOLING["sum"], _capi.BOUNDS_CHECK["off"]
+    f.output, f.num_skipped = _desc(out, tuple(out.shape)), skipped.data_ptr()
+    b = _capi.TbeBackwardArgs()
+    b.weights, b.indices, b.offsets = _desc(tbe.weights), _desc(indices), _desc(offsets)
+    b.batch_size, b.pooling, b.bounds_check = f.batch_size, f.pooling, f.bounds_check
+    b.grad_output = _desc(grad_output, tuple(grad_output.shape))
+    b.momentum1, b.momentum2 = _optional_desc(None), _optional_desc(None)
+    b.optimizer.type, b.optimizer.learning_rate, b.optimizer.step = _capi.OPTIMIZER["sgd"], 1e-6, 1
+    nbytes = ctypes.c_size_t(0)
+    _capi.check(_capi.lib.embscale_tbe_backward_workspace_size(ptr, ctypes.byref(ctx), ctypes.byref(b),
+                                                               ctypes.byref(nbytes)))
+    ws = torch.empty(nbytes.value, dtype=torch.uint8)
+    ws_ptr = ws.data_ptr() if nbytes.value else None
+    fwd_fn, bwd_fn = _capi.lib.embscale_tbe_forward, _capi.lib.embscale_tbe_backward
+    ctx_ref, f_ref, b_ref = ctypes.byref(ctx), ctypes.byref(f), ctypes.byref(b)
+
+    def forward():
+        _capi.check(fwd_fn(ptr, ctx_ref, f_ref))
+
+    def step():
+        _capi.check(fwd_fn(ptr, ctx_ref, f_ref))
+        _capi.check(bwd_fn(ptr, ctx_ref, b_ref, ws_ptr, nbytes.value))
+
+    keep = (out, skipped, ws)  # the descriptors point into these
+    return forward, step, keep
+
+
+def variants(T, E, D, B, L, seed):
+    tbe = embscale.TableBatchedEmbeddingBags([(E, D)] * T, optimizer="sgd", learning_rate=1e-6, bounds_check="off",
+                                             data_parallel_group=None)
+    indices, offsets, grad_output = make_inputs(T, E, D, B, L, seed)
+    capi_forward, capi_step, keep = capi_calls(tbe, indices, offsets, grad_output)
+    cfg = (tbe._handle_id, B, "sum", "off", T * D, torch.float32)
+
+    def op_forward():
+        return torch.ops.embscale.tbe_forward(tbe.weights, indices, offsets, None, *cfg)
+
+    def op_step():
+        torch.ops.embscale.tbe_forward(tbe.weights, indices, offsets, None, *cfg)
+        torch.ops.embscale.tbe_backward(tbe.weights, tbe.momentum1, tbe.momentum2, tbe.hparams, grad_output, indices,
+                                        offsets, None, tbe._handle_id, B, "sum", "off", "sgd", "none", False, 0,
+                                        False)
+
+    def module_forward_no_grad():
+        with torch.no_grad():
+            return tbe(indices, offsets)
+
+    def module_forward():
+        return tbe(indices, offsets)
+
+    def module_step():
+        tbe(indices, offsets).backward(grad_output)
+
+    return {"capi forward": capi_forward, "op forward": op_forward, "module forward (no_grad)": module_forward_no_grad,
+            "module forward": module_forward, "capi step": capi_step, "op step": op_step,
+            "module step": module_step}, keep
+
+
+def time_variants(fns, reps, warmup):
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(reps):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            t0 = time.perf_counter()
+            fns[name]()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(s) * 1e6, min(s) * 1e6) for name, s in samples.items()}
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    p.add_argument("--reps", type=int, default=2000)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--seed", type=int, default=20261201)
+    p.add_argument("--profile", action="store_true", help="also print a cProfile of the module step")
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"embscale {_capi.version()}, torch "
+          f"{torch.__version__}, seed {a.seed}, reps {a.reps}, load average {os.getloadavg()[0]:.2f}")
+    for name in a.configs.split(","):
+        T, E, D, B, L = CONFIGS[name]
+        fns, keep = variants(T, E, D, B, L, a.seed)
+        res = time_variants(fns, a.reps, a.warmup)
+        print(f"\n{name}: T={T} E={E} D={D} B={B} L={L} (sgd, bounds_check off)")
+        print(f"{'':28s} {'median us':>10s} {'min us':>10s} {'+median vs capi':>16s}")
+        for v, (med, mn) in res.items():
+            base = res["capi step" if "step" in v else "capi forward"][0]
+            print(f"{v:28s} {med:10.1f} {mn:10.1f} {med - base:16.1f}")
+        if a.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(a.reps):
+                fns["module step"]()
+            prof.disable()
+            print(f"\ncProfile of {a.reps} module steps ({name}), by own time:")
+            pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+        del keep
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
