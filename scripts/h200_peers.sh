@@ -83,7 +83,7 @@ build() {
     local gen="Unix Makefiles"
     command -v ninja >/dev/null && gen=Ninja
     local args=(-S . -B "$BUILD_DIR" -G "$gen" -DCMAKE_BUILD_TYPE=Release -DEMBSCALE_CUDA=ON
-                -DEMBSCALE_CUDA_ARCHITECTURES=90a)
+                -DCMAKE_CUDA_ARCHITECTURES=90a)
     if [ -n "${EMBSCALE_EXTRA_PREFIX:-}" ]; then
       local incs="" p
       IFS=':' read -r -a plist <<<"$EMBSCALE_EXTRA_PREFIX"
