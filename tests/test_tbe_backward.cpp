@@ -280,10 +280,13 @@ TEST_P(TbeBackward, WideKeySpaces) {
   }
 }
 
-// Rows wider than 128 columns (up to 512) are updated by lane groups of 16 or 32 lanes on CUDA: the
-// results must match the reference and be bit-identical to the block and multi-block paths.
-TEST_P(TbeBackward, WideRowsDeterministic) {
-  const std::vector<std::vector<int>> dim_sets = {{160, 37}, {256, 3}, {320, 512, 129}};
+// Every lane-group shape on CUDA: rows wider than 128 columns (up to 512) by groups of 16 or 32 lanes,
+// rows of up to 32 columns by the narrow shapes (16 rows of 2 lanes up to 16 columns, 8 rows of 4 lanes
+// up to 32), odd widths leaving partial vectors. The results must match the reference and be
+// bit-identical to the block and multi-block paths.
+TEST_P(TbeBackward, LaneGroupShapesDeterministic) {
+  const std::vector<std::vector<int>> dim_sets = {{160, 37}, {256, 3}, {320, 512, 129},
+                                                  {16, 9, 1},  {32, 17, 5}, {24, 31}};
   for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad}) {
     for (const auto& dims : dim_sets) {
       BwdCase c;
