@@ -51,13 +51,20 @@ constexpr int kWarpSize = 32;
 constexpr int kMaxBlockThreads = 512;
 
 // State buffers an optimizer uses (row-wise: total_rows floats; element-wise: num_weights floats).
+// The layout of an optimizer's momentum1 (first) or momentum2 buffer, from the library's table.
+OptimizerStateLayout state_layout(OptimizerType o, bool first) {
+  OptimizerInfo info;
+  if (!optimizer_info(o, &info).ok()) return OptimizerStateLayout::kAbsent;
+  return (first ? info.momentum1 : info.momentum2).layout;
+}
+
+// fp32 values of an optimizer's momentum1 (first) or momentum2 buffer for this module.
 size_t state_floats(OptimizerType o, bool first, const TableBatchedEmbedding& tbe) {
-  const bool used = first ? (o == OptimizerType::kRowwiseAdagrad || o == OptimizerType::kAdam ||
-                             o == OptimizerType::kPartialRowwiseAdam)
-                          : (o == OptimizerType::kAdam || o == OptimizerType::kPartialRowwiseAdam);
-  if (!used) return 0;
-  const bool rowwise = first ? o == OptimizerType::kRowwiseAdagrad : o == OptimizerType::kPartialRowwiseAdam;
-  return static_cast<size_t>(rowwise ? tbe.total_rows() : tbe.num_weights());
+  switch (state_layout(o, first)) {
+    case OptimizerStateLayout::kRowwise: return static_cast<size_t>(tbe.total_rows());
+    case OptimizerStateLayout::kElementwise: return static_cast<size_t>(tbe.num_weights());
+    default: return 0;
+  }
 }
 
 // The optimizer state a run keeps, in fp32 values (as state_floats counts them once the module exists).
@@ -66,16 +73,13 @@ CheckedSize state_values(OptimizerType o, const Plan& p) {
   for (int d : p.dims) dims += static_cast<uint64_t>(d);
   const CheckedSize rows = CheckedSize(static_cast<uint64_t>(p.T)) * static_cast<uint64_t>(p.E);
   const CheckedSize weights = CheckedSize(static_cast<uint64_t>(p.E)) * dims;
-  switch (o) {
-    case OptimizerType::kRowwiseAdagrad:
-      return rows;
-    case OptimizerType::kAdam:
-      return weights * 2;
-    case OptimizerType::kPartialRowwiseAdam:
-      return weights + rows;
-    default:
-      return 0;
+  CheckedSize total = 0;
+  for (bool first : {true, false}) {
+    const OptimizerStateLayout l = state_layout(o, first);
+    if (l == OptimizerStateLayout::kRowwise) total += rows;
+    if (l == OptimizerStateLayout::kElementwise) total += weights;
   }
+  return total;
 }
 
 // The flag a tuning the library refused came from ("tuning.block_threads: ..." names the field).

@@ -42,17 +42,8 @@ class WorkspaceLayout {
   // kAlign) and, with Base::kAligned, kAlign bytes of slack.
   size_t size() const { return end_ == 0 ? 0 : end_ + (base_ == Base::kAligned ? kAlign : 0); }
 
-  // The size check of a call: kWorkspaceTooSmall below size() (naming `size_query`, the function that
-  // gives the size), a null buffer when size() > 0, or memory the context's backend cannot use.
-  Status check(const Context& ctx, const void* ws, size_t ws_bytes, const char* size_query) const {
-    const size_t need = size();
-    if (ws_bytes < need)
-      return workspace_too_small("workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " + size_query +
-                                 " asks for " + std::to_string(need));
-    if (need == 0) return Status::Ok();
-    if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(need) + " bytes are needed");
-    return check::memory(ctx, "workspace", ws);
-  }
+  // The size check of a call (check_workspace below) against this layout's size().
+  Status check(const Context& ctx, const void* ws, size_t ws_bytes, const char* size_query) const;
 
   // Slice s of the caller's buffer ws (which check() accepted), as T*.
   template <typename T>
@@ -68,5 +59,22 @@ class WorkspaceLayout {
   Base base_;
   size_t end_ = 0;
 };
+
+// The size check of a call that needs `need` bytes: kWorkspaceTooSmall below it (naming `size_query`, the
+// function that gives the size), a null buffer when need > 0, or memory the context's backend cannot
+// use. Every op's workspace check (layouts' and the FP8 ops', whose backends size their own) is this one.
+inline Status check_workspace(const Context& ctx, const void* ws, size_t ws_bytes, size_t need, const char* size_query) {
+  if (ws_bytes < need)
+    return workspace_too_small("workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " + size_query +
+                               " asks for " + std::to_string(need));
+  if (need == 0) return Status::Ok();
+  if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(need) + " bytes are needed");
+  return check::memory(ctx, "workspace", ws);
+}
+
+inline Status WorkspaceLayout::check(const Context& ctx, const void* ws, size_t ws_bytes,
+                                     const char* size_query) const {
+  return check_workspace(ctx, ws, ws_bytes, size(), size_query);
+}
 
 }  // namespace embscale

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "fp8/fp8_backend.h"
 #include "core/numerics.h"
+#include "core/workspace.h"
 #include "fp8/scaling.h"
 #include "embscale/fp8.h"
 
@@ -149,14 +150,6 @@ Status check_algo(const char* name, AmaxAlgo algo) {
                           "; expected auto, atomic or two_stage");
 }
 
-Status check_workspace(const Context& ctx, const void* ws, size_t ws_bytes, size_t needed) {
-  if (ws_bytes < needed)
-    return workspace_too_small("workspace_bytes: " + std::to_string(ws_bytes) + " bytes given; the size query asks for " +
-                               std::to_string(needed));
-  if (needed > 0 && ws == nullptr)
-    return invalid_argument("workspace: null but " + std::to_string(needed) + " bytes are needed");
-  return needed > 0 ? check::memory(ctx, "workspace", ws) : Status::Ok();
-}
 
 }  // namespace
 
@@ -186,7 +179,7 @@ Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOpti
   EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(amax_workspace_size(ctx, x, opts, &needed));
-  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed, "amax_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
   EMBSCALE_FP8_DISPATCH(ctx, amax, ctx, x, amax, opts, workspace, workspace_bytes);
 }
@@ -252,7 +245,8 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
   EMBSCALE_RETURN_IF_ERROR(check_algo("opts.amax.algo", opts.amax.algo));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(quantize_current_scaling_workspace_size(ctx, x, opts, &needed));
-  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(
+      check_workspace(ctx, workspace, workspace_bytes, needed, "quantize_current_scaling_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.amax.", opts.amax));
   EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling, ctx, x, y, amax, scale, scale_inv, opts, workspace,
                         workspace_bytes);
@@ -280,7 +274,8 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
   EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(activation_amax_workspace_size(ctx, x, opts, &needed));
-  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed));
+  EMBSCALE_RETURN_IF_ERROR(
+      check_workspace(ctx, workspace, workspace_bytes, needed, "activation_amax_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
   EMBSCALE_FP8_DISPATCH(ctx, activation_amax, ctx, act, x, y, amax, opts, workspace, workspace_bytes);
 }
