@@ -16,6 +16,7 @@ import weakref
 from typing import Optional
 
 import torch
+from torch.utils import _python_dispatch
 from torch import Tensor
 
 from . import _capi
@@ -140,6 +141,37 @@ def _tbe_lookup_checks(weights, indices, offsets, per_sample_weights, handle, ba
     return device, h, pooling_code, bounds_code
 
 
+# ---- eager calls ----------------------------------------------------------------------------------------
+# In eager mode the module calls the operators' bodies (tbe_*_eager) directly: the custom-operator dispatch
+# costs tens of microseconds per call on the host (bench/results/2026-12-01-cpu-host-overhead.md), more than
+# the C call itself on small batches. Under torch.compile, tracing, a dispatch mode (fake tensors,
+# functionalization) or a tensor subclass the module goes through torch.ops.embscale.* as before.
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def eager_call(*tensors) -> bool:
+    """Whether the module may call an operator's body directly for these arguments (None allowed)."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    if _python_dispatch._get_current_dispatch_mode() is not None:
+        return False
+    functorch_level = getattr(torch._C._functorch, "maybe_current_level", None)  # vmap, grad, ...
+    if functorch_level is not None and functorch_level() is not None:
+        return False
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN_TENSORS or t.device.type == "meta"):
+            return False
+    return True
+
+
+def bump_versions(*tensors):
+    """What the operator's dispatch does for the arguments it mutates: their version counters advance, so
+    autograd refuses a graph that saved one of them before the update (eager calls of tbe_backward)."""
+    for t in tensors:
+        torch.autograd.graph.increment_version(t)
+
+
 def _tbe_forward_checks(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
                         output_cols, output_dtype):
     device, h, pooling_code, bounds_code = _tbe_lookup_checks(weights, indices, offsets, per_sample_weights, handle,
@@ -165,6 +197,13 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
     """Pooled lookup [batch_size, output_cols] (sum/mean) or sequence rows [N, output_cols] (none) of the
     TableBatchedEmbedding whose handle id is `handle` (a TableBatchedEmbeddingBags' ``_handle_id``), and the
     number of indices skipped by bounds_check "skip" (an int64 tensor [1]; 0 in the other modes)."""
+    return tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                             bounds_check, output_cols, output_dtype)
+
+
+def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
+                      output_cols, output_dtype):
+    """tbe_forward's body, which the module calls directly in eager mode (eager_call)."""
     dev, h, pooling_code, bounds_code, rows = _tbe_forward_checks(
         weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check, output_cols,
         output_dtype)
@@ -263,6 +302,16 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
     The hyper-parameters are read from hparams when the call starts, under the handle's lock, and the
     step is advanced under it, so concurrent calls on one handle each see and advance their own step.
     Any error leaves weights, optimizer state and step as they were."""
+    return tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indices, offsets,
+                              per_sample_weights, handle, batch_size, pooling, bounds_check, optimizer,
+                              weight_decay_mode, stochastic_rounding, seed, grad_per_sample_weights)
+
+
+def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights,
+                       handle, batch_size, pooling, bounds_check, optimizer, weight_decay_mode, stochastic_rounding,
+                       seed, grad_per_sample_weights):
+    """tbe_backward's body, which the module calls directly in eager mode (eager_call); the caller bumps
+    the version counters of what it updated, as the operator's dispatch does."""
     dev, h, pooling_code, bounds_code, (opt_code, wd_code) = _tbe_backward_checks(
         weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights, handle,
         batch_size, pooling, bounds_check, optimizer, weight_decay_mode)
@@ -319,6 +368,13 @@ def tbe_dense_grad(weights: Tensor, grad_output: Tensor, indices: Tensor, offset
     unique rows the lookups touched ([N] int64, linearised as row_offset(t) + r, ascending; the first
     ``num_unique`` are valid), num_unique ([1] int64), their summed fp32 gradients ([N, max_dim]; row u
     uses its table's first D_t columns) and the per-sample weights' gradient ([N]; empty unless asked)."""
+    return tbe_dense_grad_eager(weights, grad_output, indices, offsets, per_sample_weights, handle, batch_size,
+                                pooling, bounds_check, grad_per_sample_weights)
+
+
+def tbe_dense_grad_eager(weights, grad_output, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                         bounds_check, grad_per_sample_weights):
+    """tbe_dense_grad's body, which the module calls directly in eager mode (eager_call)."""
     dev, h, pooling_code, bounds_code = _tbe_dense_grad_checks(weights, grad_output, indices, offsets,
                                                                per_sample_weights, handle, batch_size, pooling,
                                                                bounds_check)

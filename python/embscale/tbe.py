@@ -85,8 +85,10 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
-        out, num_skipped = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, handle,
-                                                          batch_size, pooling, bounds_check, output_cols, output_dtype)
+        forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
+                   else torch.ops.embscale.tbe_forward)
+        out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                                   bounds_check, output_cols, output_dtype)
         # The tables, the optimizer state and the hyper-parameters are held, not saved: the backward updates
         # them as they are when it runs (saved tensors would make autograd refuse a learning rate set after
         # the forward, and the second of two lookups of one module once the first one's backward has
@@ -104,15 +106,19 @@ class _Lookup(torch.autograd.Function):
         (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
         want_psw_grad = psw is not None and ctx.needs_input_grad[7]
         grad_weights = None
+        eager = ops.eager_call(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw)
         if optimizer == "none":
-            rows, num_unique, grads, grad_psw = torch.ops.embscale.tbe_dense_grad(
+            dense_grad = ops.tbe_dense_grad_eager if eager else torch.ops.embscale.tbe_dense_grad
+            rows, num_unique, grads, grad_psw = dense_grad(
                 weights, grad_output, indices, offsets, psw, handle, batch_size, pooling, bounds_check, want_psw_grad)
             if weights.device.type != "meta":  # meta holds shapes only: no rows to give a gradient
                 grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
         else:
-            grad_psw = torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, grad_output, indices,
-                                                       offsets, psw, handle, batch_size, pooling, bounds_check,
-                                                       optimizer, wd_mode, sr, seed, want_psw_grad)
+            backward = ops.tbe_backward_eager if eager else torch.ops.embscale.tbe_backward
+            grad_psw = backward(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw, handle,
+                                batch_size, pooling, bounds_check, optimizer, wd_mode, sr, seed, want_psw_grad)
+            if eager:
+                ops.bump_versions(weights, momentum1, momentum2, hparams)
         return None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
 
 

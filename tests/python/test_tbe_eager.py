@@ -1,0 +1,83 @@
+"""The module's eager calls: in eager mode TableBatchedEmbeddingBags calls its operators' bodies directly
+(no custom-operator dispatch); under tracing, fake tensors, vmap or compile it goes through
+torch.ops.embscale.*. Both paths must give the same bits, and the direct one must advance the version
+counters of what it updates as the operator does, so that autograd still refuses stale saved tables."""
+import copy
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import embscale
+from embscale import ops
+import tbe_reference as ref
+
+SPECS = [(30, 8), (12, 5), (40, 16)]
+FMAP = [0, 1, 2, 0]
+ROWS = [SPECS[t][0] for t in FMAP]
+TOTAL_DIM = sum(SPECS[t][1] for t in FMAP)
+B = 6
+
+
+def lookups(gen, device, weighted=False):
+    indices, offsets, psw = ref.make_lookups(gen, ROWS, B, 5, weighted=weighted, hot_row=2, hot_share=0.3)
+    return indices.to(device), offsets.to(device), None if psw is None else psw.to(device)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam", "none"])
+def test_eager_and_operator_paths_give_the_same_bits(device, gen, monkeypatch, optimizer):
+    eager = embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=FMAP, optimizer=optimizer, device=device,
+                                               learning_rate=0.05)
+    through_ops = copy.deepcopy(eager)
+    steps = [(lookups(gen, device, weighted=True), torch.randn(B, TOTAL_DIM, generator=gen).to(device))
+             for _ in range(3)]
+    results = {}
+    for name, m in (("eager", eager), ("ops", through_ops)):
+        if name == "ops":
+            monkeypatch.setattr(ops, "eager_call", lambda *tensors: False)
+        versions = (m.weights._version, m.momentum1._version, m.momentum2._version)
+        outs = []
+        for (indices, offsets, psw), g in steps:
+            psw = psw.clone().requires_grad_()
+            out = m(indices, offsets, psw)
+            out.backward(g)
+            outs.append((out.detach(), psw.grad))
+        advanced = tuple(after - before for after, before in
+                         zip((m.weights._version, m.momentum1._version, m.momentum2._version), versions))
+        results[name] = (outs, m.weights.detach().clone(), m.momentum1.clone(), m.momentum2.clone(), m.step,
+                         advanced, None if m.weights.grad is None else m.weights.grad.to_dense())
+    (eo, ew, em1, em2, estep, ev, eg), (oo, ow, om1, om2, ostep, ov, og) = results["eager"], results["ops"]
+    for (a_out, a_psw), (b_out, b_psw) in zip(eo, oo):
+        assert torch.equal(a_out, b_out) and torch.equal(a_psw, b_psw)
+    assert torch.equal(ew, ow) and torch.equal(em1, om1) and torch.equal(em2, om2) and estep == ostep
+    assert ev == ov  # the same version counters advanced by the same amounts
+    if optimizer == "none":
+        assert torch.equal(eg, og)
+    else:
+        assert ev[0] == 3  # one update of the tables per step
+
+
+def test_an_update_invalidates_tables_saved_by_another_graph(device, gen):
+    m = embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=FMAP, optimizer="sgd", device=device)
+    indices, offsets, _ = lookups(gen, device)
+    scale = torch.ones((), device=device, requires_grad=True)
+    penalty = (scale * m.weights).sum()  # saves the tables for its backward (the gradient of scale)
+    m(indices, offsets).sum().backward()      # updates them in place
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        penalty.backward()
+
+
+def test_eager_calls_only_for_real_tensors_outside_tracing():
+    x = torch.zeros(4)
+    assert ops.eager_call(x, None, torch.nn.Parameter(torch.zeros(2)))
+    assert not ops.eager_call(x, torch.zeros(2, device="meta"))
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(x)
+        assert not ops.eager_call(fake)
+        assert not ops.eager_call(x)  # a dispatch mode is active
+    seen = []
+    torch.vmap(lambda t: seen.append(ops.eager_call(t)) or t)(torch.zeros(2, 3))
+    assert seen == [False]
+    traced = []
+    torch.jit.trace(lambda t: traced.append(ops.eager_call(t)) or t * 2, (x,), check_trace=False)
+    assert traced == [False]
