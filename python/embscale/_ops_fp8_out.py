@@ -4,7 +4,7 @@ nothing, so the outputs keep their values (a CUDA graph captured once can skip t
 flag on the device, without a host synchronisation). Any other value runs the operator.
 
 torch.ops.embscale.{amax_out, compute_scale_out, quantize_out, dequantize_out, quantize_current_scaling_out,
-cast_transpose_out} return nothing; they mutate their output arguments. Outputs must have the dtype and
+activation_amax_out, cast_transpose_out} return nothing; they mutate their output arguments. Outputs must have the dtype and
 shape the functional operator would return, be contiguous and live on the inputs' device. The checks run
 in the real and in the fake implementation alike.
 """
@@ -163,6 +163,34 @@ def quantize_current_scaling_out(x: Tensor, y: Tensor, amax: Tensor, scale: Tens
 @quantize_current_scaling_out.register_fake
 def _(x, y, amax, scale, scale_inv, nonfinite, noop_flag, eps=0.0, power_of_2=False, algo="auto"):
     _quantize_current_scaling_out_checks(x, y, amax, scale, scale_inv, nonfinite, noop_flag, algo)
+
+
+def _activation_amax_out_checks(x, activation, y, amax, noop_flag, algo):
+    _check_dtype("x", x, FLOAT_DTYPES)
+    _check_dtype("y", y, FLOAT_DTYPES)
+    _check_out("y", y, y.dtype, x.shape, x.device)
+    _check_out("amax", amax, torch.float32, None, x.device)
+    _check_noop(noop_flag, x.device)
+    return _lookup(_capi.ACTIVATION, "activation", activation), _lookup(_capi.AMAX_ALGO, "algo", algo)
+
+
+@torch.library.custom_op("embscale::activation_amax_out", mutates_args=("y", "amax"))
+def activation_amax_out(x: Tensor, activation: str, y: Tensor, amax: Tensor, noop_flag: Optional[Tensor],
+                        algo: str = "auto") -> None:
+    """y (x's shape, y's float dtype) <- act(x) (relu, gelu_tanh, silu) and amax <- max |y| as stored."""
+    act, code = _activation_amax_out_checks(x, activation, y, amax, noop_flag, algo)
+    _check_backend(x.device)
+    x = x.contiguous()
+    ctx, xd = _context(x.device), _desc(x)
+    ws, nbytes = _workspace(x.device, _capi.lib.embscale_activation_amax_workspace_size, ctypes.byref(ctx),
+                            ctypes.byref(xd), code)
+    _run(x.device, _capi.lib.embscale_activation_amax_noop, ctypes.byref(ctx), act, ctypes.byref(xd),
+         ctypes.byref(_desc(y)), amax.data_ptr(), code, _ptr(ws), nbytes, _ptr(noop_flag))
+
+
+@activation_amax_out.register_fake
+def _(x, activation, y, amax, noop_flag, algo="auto"):
+    _activation_amax_out_checks(x, activation, y, amax, noop_flag, algo)
 
 
 def _cast_transpose_out_checks(x, scale, y, yt, noop_flag):

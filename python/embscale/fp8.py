@@ -131,8 +131,16 @@ def quantize_current_scaling(x: torch.Tensor, fp8_dtype: torch.dtype = torch.flo
     return (y, scale_inv) + ((a,) if return_amax else ()) + ((nonfinite,) if return_nonfinite else ())
 
 
-def activation_amax(x: torch.Tensor, activation: str, out_dtype: Optional[torch.dtype] = None, group=None):
-    """(act(x), max |act(x)|) for activation in relu, gelu_tanh, silu, in one pass over x."""
+def activation_amax(x: torch.Tensor, activation: str, out_dtype: Optional[torch.dtype] = None, group=None,
+                    out=None, noop_flag: Optional[torch.Tensor] = None):
+    """(act(x), max |act(x)|) for activation in relu, gelu_tanh, silu, in one pass over x. ``out``: the pair
+    (y, amax) to write (y's dtype is the output dtype; out_dtype, when given, must match it)."""
+    if _out_for_noop(out, noop_flag, group):
+        y, a = _unpack(out, ("y", "amax"))
+        if out_dtype is not None and y.dtype != out_dtype:
+            raise ValueError(f"out: y has dtype {y.dtype}, but out_dtype is {out_dtype}")
+        torch.ops.embscale.activation_amax_out(x, activation, y, a, noop_flag)
+        return y, a
     y, a = torch.ops.embscale.activation_amax(x, activation, out_dtype)
     return y, _all_reduce_max(a, group)
 

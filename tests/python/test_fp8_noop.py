@@ -103,6 +103,33 @@ def test_cast_transpose(device, gen, value):
         assert_fp8_equal(yt, want.T.contiguous())
 
 
+@pytest.mark.parametrize("value", [1.0, 0.0])
+@pytest.mark.parametrize("act", ["relu", "gelu_tanh", "silu"])
+def test_activation_amax(device, gen, value, act):
+    x = sample(gen).float()
+    y = torch.full(x.shape, SENTINEL, device=device)
+    a = scalar_sentinel(device)
+    got = embscale.activation_amax(x.to(device), act, out=(y, a), noop_flag=flag(value, device))
+    assert got[0] is y and got[1] is a
+    if value == 1.0:
+        assert torch.all(y.cpu() == SENTINEL) and a.item() == SENTINEL
+    else:
+        xd = x.double()
+        want = {"relu": torch.relu(xd), "gelu_tanh": torch.nn.functional.gelu(xd, approximate="tanh"),
+                "silu": torch.nn.functional.silu(xd)}[act]
+        torch.testing.assert_close(y.cpu().double(), want, rtol=1e-5, atol=1e-5)
+        assert a.item() == y.cpu().abs().max().item()  # max |y| of the values as stored
+
+
+def test_activation_amax_out_in_another_dtype(gen):
+    x = sample(gen)  # bf16 in, fp32 out
+    y, a = torch.empty(x.shape), scalar_sentinel("cpu")
+    embscale.activation_amax(x, "relu", out=(y, a))
+    assert torch.equal(y, torch.relu(x.float())) and a.item() == y.max().item()
+    with pytest.raises(ValueError, match="out: y has dtype torch.float32, but out_dtype is torch.bfloat16"):
+        embscale.activation_amax(x, "relu", torch.bfloat16, out=(y, a))
+
+
 def test_out_without_a_flag_writes_the_given_tensors(gen):
     x = sample(gen)
     y = codes_sentinel(x.shape, "cpu")
@@ -129,6 +156,8 @@ def test_bad_flags_are_refused_naming_noop_flag(gen, bad, match):
             noop_flag=bad),
         lambda: embscale.cast_transpose(x, torch.tensor(1.0), out=(codes_sentinel(x.shape, "cpu"),
                                                                    codes_sentinel(x.T.shape, "cpu")), noop_flag=bad),
+        lambda: embscale.activation_amax(x, "silu", out=(torch.empty(x.shape), scalar_sentinel("cpu")),
+                                         noop_flag=bad),
     ]
     for call in calls:
         with pytest.raises((TypeError, ValueError), match=match):
@@ -154,6 +183,12 @@ def test_bad_outputs_and_combinations_are_refused(gen):
         embscale.quantize(x, torch.tensor(1.0), out=(codes_sentinel(x.shape, "cpu"),), noop_flag=one)
     with pytest.raises(ValueError, match=r"out: expected the tensors \(amax\)"):
         embscale.amax(x, out=[scalar_sentinel("cpu")], noop_flag=one)
+    with pytest.raises(ValueError, match=r"y: has shape \[9, 6\], expected \[6, 9\]"):
+        embscale.activation_amax(x, "relu", out=(torch.empty(9, 6), scalar_sentinel("cpu")), noop_flag=one)
+    with pytest.raises(ValueError, match=r"out: expected the tensors \(y, amax\)"):
+        embscale.activation_amax(x, "relu", out=torch.empty(x.shape), noop_flag=one)
+    with pytest.raises(ValueError, match="activation"):
+        embscale.activation_amax(x, "tanh", out=(torch.empty(x.shape), scalar_sentinel("cpu")), noop_flag=one)
     with pytest.raises(TypeError, match="nonfinite: dtype float32"):
         embscale.amax(x, return_nonfinite=True, out=(scalar_sentinel("cpu"), scalar_sentinel("cpu")), noop_flag=one)
 
