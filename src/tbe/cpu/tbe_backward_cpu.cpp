@@ -422,7 +422,7 @@ Status tbe_backward(const Context& ctx, const TableBatchedEmbedding& tbe, const 
   // Bytes of gradient rows gathered: the lookups times the features' mean row size.
   const int64_t row_bytes =
       p.T > 0 ? p.N * (tbe.total_dim() / p.T) * static_cast<int64_t>(dtype_size(args.grad_output.dtype)) : 0;
-  p.threads = threads_for_row_bytes(row_bytes, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
+  p.threads = threads_for_call(ctx, row_bytes);
   const Layout layout(p.N);
   EMBSCALE_RETURN_IF_ERROR(layout.ws.check(ctx, ws, ws_bytes, "backward_workspace_size()"));
   p.ws = ws;

@@ -74,7 +74,7 @@ Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const T
   // Bytes of rows gathered: the lookups times the features' mean row size.
   const int64_t row_bytes =
       p.T > 0 ? p.N * (tbe.total_dim() / p.T) * static_cast<int64_t>(dtype_size(args.weights.dtype)) : 0;
-  p.threads = threads_for_row_bytes(row_bytes, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
+  p.threads = threads_for_call(ctx, row_bytes);
 #if EMBSCALE_CPU_WIDE_ISAS
   switch (active_cpu_isa()) {
     case CpuIsa::kX86_64_v4: return x86_64_v4::forward(p);

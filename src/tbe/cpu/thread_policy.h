@@ -9,8 +9,12 @@
 // to tens of milliseconds in the median (docs/tbe_cpu.md).
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
+
+#include "embscale/context.h"
 
 namespace embscale {
 namespace cpu {
@@ -20,6 +24,11 @@ constexpr int64_t kRowBytesPerThread = int64_t{8} << 20;
 inline int threads_for_row_bytes(int64_t row_bytes, int limit) {
   const int64_t wanted = std::max<int64_t>(1, row_bytes / kRowBytesPerThread);
   return static_cast<int>(std::min<int64_t>(wanted, std::max(limit, 1)));
+}
+
+// The threads of a call that gathers `row_bytes` bytes of rows under context `ctx`.
+inline int threads_for_call(const Context& ctx, int64_t row_bytes) {
+  return threads_for_row_bytes(row_bytes, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
 }
 
 }  // namespace cpu

@@ -52,6 +52,21 @@ inline Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t
   return ::embscale::tbe_bounds::violation_error(tbe, B, N, v);
 }
 
+// Whether `stream` is capturing a CUDA graph (only asked when a bounds check runs: off mode never reads
+// anything back), and the refusal of error mode inside a capture, which reads its report back.
+inline Status capture_state(BoundsCheckMode mode, cudaStream_t stream, bool* capturing) {
+  *capturing = false;
+  if (mode == BoundsCheckMode::kOff) return Status::Ok();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
+  *capturing = capture != cudaStreamCaptureStatusNone;
+  if (mode == BoundsCheckMode::kError && *capturing)
+    return invalid_argument(
+        "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
+        "inside a CUDA graph capture; use skip or off");
+  return Status::Ok();
+}
+
 // Copies the report from the module's scratch, waits for the stream and returns report_status.
 inline Status read_report(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, cudaStream_t stream, const char* op) {
   int64_t report[5] = {0, 0, 0, 0, 0};

@@ -384,15 +384,7 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   const bool dense = args.optimizer.type == OptimizerType::kNone;
 
   bool capturing = false;
-  if (args.bounds_check != BoundsCheckMode::kOff) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
-    capturing = capture != cudaStreamCaptureStatusNone;
-  }
-  if (args.bounds_check == BoundsCheckMode::kError && capturing)
-    return invalid_argument(
-        "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
-        "inside a CUDA graph capture; use skip or off");
+  EMBSCALE_RETURN_IF_ERROR(tbe_report::capture_state(args.bounds_check, stream, &capturing));
 
   const tbe_bwd::Buffers b = buffers(ws, L, c.N);
   const int T = tbe.num_features();

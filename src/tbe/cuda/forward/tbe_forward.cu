@@ -87,15 +87,7 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
   const bool sequence = args.pooling == PoolingMode::kNone;
 
   bool capturing = false;
-  if (args.bounds_check != BoundsCheckMode::kOff) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing"));
-    capturing = capture != cudaStreamCaptureStatusNone;
-  }
-  if (args.bounds_check == BoundsCheckMode::kError && capturing)
-    return invalid_argument(
-        "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
-        "inside a CUDA graph capture; use skip or off");
+  EMBSCALE_RETURN_IF_ERROR(tbe_report::capture_state(args.bounds_check, stream, &capturing));
 
   TbeForwardParams p;
   p.weights = args.weights.data;
