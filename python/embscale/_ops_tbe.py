@@ -151,16 +151,25 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def eager_call(*tensors) -> bool:
-    """Whether the module may call an operator's body directly for these arguments (None allowed)."""
+    """Whether the module may call an operator's body directly for these arguments (None allowed): not
+    under compile, tracing, a dispatch or torch-function mode, a functorch transform or the profiler (those
+    see or transform torch.ops calls), not for tensors that are subclasses or meta, and not where autograd
+    would record the call (grad mode on and an argument requiring grad: a double backward through the
+    operator must still refuse, not lose its term)."""
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return False
-    if _python_dispatch._get_current_dispatch_mode() is not None:
+    if _python_dispatch._get_current_dispatch_mode() is not None or torch._C._is_torch_function_mode_enabled():
+        return False
+    if torch.autograd._profiler_enabled():
         return False
     functorch_level = getattr(torch._C._functorch, "maybe_current_level", None)  # vmap, grad, ...
     if functorch_level is not None and functorch_level() is not None:
         return False
+    grad_mode = torch.is_grad_enabled()
     for t in tensors:
-        if t is not None and (type(t) not in _PLAIN_TENSORS or t.device.type == "meta"):
+        if t is None:
+            continue
+        if type(t) not in _PLAIN_TENSORS or t.device.type == "meta" or (grad_mode and t.requires_grad):
             return False
     return True
 
@@ -328,6 +337,9 @@ def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indi
     a.seed = seed
     o = a.optimizer
     o.type, o.weight_decay_mode = opt_code, wd_code
+    if hparams.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError("hparams: an inference tensor (the module was built under torch.inference_mode) cannot "
+                         "advance its step outside inference mode; build the module outside it to train")
     ctx = _context(dev)
     with h.lock:
         hp = hparams.tolist()

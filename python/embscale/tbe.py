@@ -114,11 +114,11 @@ class _Lookup(torch.autograd.Function):
             if weights.device.type != "meta":  # meta holds shapes only: no rows to give a gradient
                 grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
         else:
+            if eager:  # before the update, as the operator's dispatch does
+                ops.bump_versions(weights, momentum1, momentum2, hparams)
             backward = ops.tbe_backward_eager if eager else torch.ops.embscale.tbe_backward
             grad_psw = backward(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw, handle,
                                 batch_size, pooling, bounds_check, optimizer, wd_mode, sr, seed, want_psw_grad)
-            if eager:
-                ops.bump_versions(weights, momentum1, momentum2, hparams)
         return None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
 
 
@@ -237,6 +237,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.bounds_check = bounds_check
         self.stochastic_rounding = bool(stochastic_rounding)
         self.seed = int(seed)
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed: {seed!r}; expected an integer in [0, 2^63) (the operators take an int64)")
         self.data_parallel_group = data_parallel_group
         self.feature_dims = [dims[t] for t in fmap]
         self.total_dim = sum(self.feature_dims)

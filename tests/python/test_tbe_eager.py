@@ -69,7 +69,7 @@ def test_an_update_invalidates_tables_saved_by_another_graph(device, gen):
 
 def test_eager_calls_only_for_real_tensors_outside_tracing():
     x = torch.zeros(4)
-    assert ops.eager_call(x, None, torch.nn.Parameter(torch.zeros(2)))
+    assert ops.eager_call(x, None, torch.nn.Parameter(torch.zeros(2), requires_grad=False))
     assert not ops.eager_call(x, torch.zeros(2, device="meta"))
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(x)
@@ -81,3 +81,46 @@ def test_eager_calls_only_for_real_tensors_outside_tracing():
     traced = []
     torch.jit.trace(lambda t: traced.append(ops.eager_call(t)) or t * 2, (x,), check_trace=False)
     assert traced == [False]
+
+
+def test_a_double_backward_through_the_update_is_refused(device, gen):
+    # The per-sample weights' gradient comes from the fused update, which has no derivative: a second
+    # backward through it must raise, not silently drop that term (the direct call would leave no graph).
+    m = embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=FMAP, optimizer="sgd", device=device)
+    indices, offsets, psw = lookups(gen, device, weighted=True)
+    psw = psw.clone().requires_grad_()
+    (grad_psw,) = torch.autograd.grad(m(indices, offsets, psw).sum(), psw, create_graph=True)
+    with pytest.raises(RuntimeError):
+        (grad_psw.sum() + (2 * psw).sum()).backward()
+
+
+def test_observers_see_the_operators():
+    x = torch.zeros(4)
+    assert not ops.eager_call(torch.zeros(2, requires_grad=True))  # autograd would record the call
+    with torch.no_grad():
+        assert ops.eager_call(torch.zeros(2, requires_grad=True))
+    with torch.profiler.profile():
+        assert not ops.eager_call(x)
+
+    class Watch(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Watch():
+        assert not ops.eager_call(x)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 2**64 + 5])
+def test_seeds_outside_int64_are_refused(seed):
+    with pytest.raises(ValueError, match=r"seed: .*\[0, 2\^63\)"):
+        embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=FMAP, seed=seed)
+
+
+def test_a_module_built_in_inference_mode_refuses_to_train_and_changes_nothing(gen):
+    with torch.inference_mode():
+        m = embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=FMAP, optimizer="sgd")
+    before = m.weights.clone()
+    indices, offsets, _ = lookups(gen, "cpu")
+    with pytest.raises(ValueError, match="hparams: an inference tensor"):
+        m(indices, offsets).sum().backward()
+    assert torch.equal(m.weights, before) and m.step == 1
