@@ -335,10 +335,10 @@ MUTANTS = [
       "for (int64_t r = 0; r + out_stride < first * out_stride; ++r) out[r] = from_float<O>(0.0f);",
       "the last sequence row before offsets[0] is not zeroed"),
     M("cpu-forward-first-bad-index-last", "src/tbe/cpu/tbe_forward_kernel.inc",
-      "        --count;\n        if (check == BoundsCheckMode::kSkip) {\n          ++my_skipped;\n"
-      "        } else if (check == BoundsCheckMode::kError && item < my_bad.item) {",
-      "        --count;\n        if (check == BoundsCheckMode::kSkip) {\n          ++my_skipped;\n"
-      "        } else if (check == BoundsCheckMode::kError && item <= my_bad.item) {",
+      "          if (in_table(idx, E)) continue;\n          if (check == BoundsCheckMode::kSkip) {\n"
+      "            ++my_skipped;\n          } else if (check == BoundsCheckMode::kError && item < my_bad.item) {",
+      "          if (in_table(idx, E)) continue;\n          if (check == BoundsCheckMode::kSkip) {\n"
+      "            ++my_skipped;\n          } else if (check == BoundsCheckMode::kError && item <= my_bad.item) {",
       "with two bad indices in one bag the last one is reported, not the first"),
     M("cpu-forward-sequence-skip-not-zeroed", "src/tbe/cpu/tbe_forward_kernel.inc",
       "            for (int64_t d = 0; d < D; ++d) o[d] = from_float<O>(0.0f);\n            continue;",
