@@ -50,7 +50,6 @@ using tbe_bench::fail;
 constexpr int kWarpSize = 32;
 constexpr int kMaxBlockThreads = 512;
 
-// State buffers an optimizer uses (row-wise: total_rows floats; element-wise: num_weights floats).
 // The layout of an optimizer's momentum1 (first) or momentum2 buffer, from the library's table.
 OptimizerStateLayout state_layout(OptimizerType o, bool first) {
   OptimizerInfo info;
