@@ -282,11 +282,14 @@ TEST_P(TbeBackward, WideKeySpaces) {
 
 // Every lane-group shape on CUDA: rows wider than 128 columns (up to 512) by groups of 16 or 32 lanes,
 // rows of up to 32 columns by the narrow shapes (16 rows of 2 lanes up to 16 columns, 8 rows of 4 lanes
-// up to 32), odd widths leaving partial vectors. The results must match the reference and be
-// bit-identical to the block and multi-block paths.
+// up to 32), and rows narrower than their shape's widest (empty vectors). The lane groups take calls
+// whose every D is a multiple of 4 (whole vectors), one set per shape: (16, 2), (8, 2), (4, 4),
+// (2, 2), (1, 1); the sets with odd widths (partial vectors) take the whole-warp path instead. The
+// results must match the reference and be bit-identical to the block and multi-block paths.
 TEST_P(TbeBackward, LaneGroupShapesDeterministic) {
-  const std::vector<std::vector<int>> dim_sets = {{160, 37}, {256, 3}, {320, 512, 129},
-                                                  {16, 9, 1},  {32, 17, 5}, {24, 31}};
+  const std::vector<std::vector<int>> dim_sets = {{16, 8, 4},  {32, 12, 28}, {128, 64, 36}, {256, 160},
+                                                  {512, 320, 40}, {160, 37},  {256, 3},     {320, 512, 129},
+                                                  {16, 9, 1},  {32, 17, 5},  {24, 31}};
   for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad}) {
     for (const auto& dims : dim_sets) {
       BwdCase c;

@@ -459,6 +459,9 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   rp.w_vec = w_vec ? 1 : 0;
   rp.g_vec = g_vec ? 1 : 0;
   rp.ug_vec = (dense && aligned(args.unique_grads.data, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
+  bool dims_whole = true;
+  for (int f = 0; f < T; ++f) dims_whole = dims_whole && tbe.feature_dim(f) % tbe_bwd::kVec == 0;
+  rp.whole_vecs = (dims_whole && g_vec && (dense ? rp.ug_vec != 0 : w_vec)) ? 1 : 0;
   rp.max_warp_segment = t.max_warp;
   rp.opt = args.optimizer;
   rp.corrections = opt::adam_corrections(args.optimizer);

@@ -45,8 +45,8 @@ __device__ __forceinline__ LookupMeta lookup_meta(const RowParams& p, int64_t q)
 // of pass `pass`, in lookup order from 0: out[k] = ((0 + c_0) + c_1) + ...
 // pre: the meta of lookup `first` when the caller already has it (saves a dependent load chain).
 // kScaled: lookups carry a scale (weighted, MEAN); without one (plain SUM, scale 1) the multiply and its
-// shuffle are left out: 1 * x is exact, so the sums are the same bits.
-template <typename G, bool kScaled>
+// shuffle are left out: 1 * x is exact, so the sums are the same bits. kAccess: the rows' vector access.
+template <typename G, bool kScaled, VecAccess kAccess>
 __device__ __forceinline__ void warp_chunk_sum_as(const RowParams& p, int64_t first, int n, int col, int ncols,
                                                   float* out, const LookupMeta* pre) {
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
@@ -65,7 +65,7 @@ __device__ __forceinline__ void warp_chunk_sum_as(const RowParams& p, int64_t fi
       const int src = j0 + j < n ? j0 + j : 0;
       const int64_t off = __shfl_sync(ArchTraits::kFullMask, mine.grad_off, src);
       sc[j] = kScaled ? __shfl_sync(ArchTraits::kFullMask, mine.scale, src) : 1.0f;
-      load_vec<G, true>(grad + off + col, vec, ncols, x[j]);  // ncols == 0: zeros, no access
+      load_vec<G, true, kAccess>(grad + off + col, vec, ncols, x[j]);  // ncols == 0: zeros, no access
     }
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
@@ -77,11 +77,11 @@ __device__ __forceinline__ void warp_chunk_sum_as(const RowParams& p, int64_t fi
   }
 }
 
-template <typename G>
+template <typename G, VecAccess kAccess>
 __device__ __forceinline__ void warp_chunk_sum(const RowParams& p, int64_t first, int n, int col, int ncols,
                                                float* out, const LookupMeta* pre = nullptr) {
-  if (p.contrib == kContribPlain) warp_chunk_sum_as<G, false>(p, first, n, col, ncols, out, pre);
-  else warp_chunk_sum_as<G, true>(p, first, n, col, ncols, out, pre);
+  if (p.contrib == kContribPlain) warp_chunk_sum_as<G, false, kAccess>(p, first, n, col, ncols, out, pre);
+  else warp_chunk_sum_as<G, true, kAccess>(p, first, n, col, ncols, out, pre);
 }
 
 // Columns of pass `pass` owned by this lane: first column and how many of its kVec exist.
@@ -93,8 +93,9 @@ __device__ __forceinline__ void lane_cols(int pass, int D, int* col, int* ncols)
 }
 
 // Warp path: the whole canonical nesting on one warp.
-template <typename G>
+template <typename G, VecAccess kAccessOfRows>
 struct WarpGrad {
+  static constexpr VecAccess kAccess = kAccessOfRows;
   int64_t start;
   int64_t len;
   int D;
@@ -109,7 +110,7 @@ struct WarpGrad {
       for (int64_t c0 = s0; c0 < s_end; c0 += kChunk) {
         const int n = static_cast<int>(s_end - c0 < kChunk ? s_end - c0 : kChunk);
         float part[kVec];
-        warp_chunk_sum<G>(p, start + c0, n, col, ncols, part, c0 == 0 ? &first : nullptr);
+        warp_chunk_sum<G, kAccess>(p, start + c0, n, col, ncols, part, c0 == 0 ? &first : nullptr);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) sp[k] = __fadd_rn(sp[k], part[k]);
       }
@@ -130,7 +131,7 @@ struct SuperSmem {
 // One superchunk (from sorted position first, n lookups) of one pass summed by the whole block: warps
 // take chunks round-robin, then thread t adds column t's chunk partials in chunk order into sp[t].
 // Returns with sp (in smem, caller-provided) complete and the block synchronised.
-template <typename G>
+template <typename G, VecAccess kAccess>
 __device__ __forceinline__ void block_super_sum(const RowParams& p, SuperSmem& sm, int64_t first, int64_t n, int pass,
                                                 int D, float* sp_out /* smem [kPassCols] */, bool accumulate) {
   const int warp = static_cast<int>(threadIdx.x) / ArchTraits::kWarpSize;
@@ -143,7 +144,7 @@ __device__ __forceinline__ void block_super_sum(const RowParams& p, SuperSmem& s
     const int m = static_cast<int>(n - static_cast<int64_t>(c) * kChunk < kChunk ? n - static_cast<int64_t>(c) * kChunk
                                                                                  : kChunk);
     float part[kVec];
-    warp_chunk_sum<G>(p, first + static_cast<int64_t>(c) * kChunk, m, col, ncols, part);
+    warp_chunk_sum<G, kAccess>(p, first + static_cast<int64_t>(c) * kChunk, m, col, ncols, part);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) sm.part[c][lane * kVec + k] = part[k];
   }
@@ -158,8 +159,9 @@ __device__ __forceinline__ void block_super_sum(const RowParams& p, SuperSmem& s
 
 // Block path: every warp of the block calls this with the same pass (it synchronises the block);
 // every warp gets the same gradient for its lane's columns.
-template <typename G>
+template <typename G, VecAccess kAccessOfRows>
 struct BlockGrad {
+  static constexpr VecAccess kAccess = kAccessOfRows;
   SuperSmem* sm;
   int64_t start;
   int64_t len;
@@ -172,7 +174,7 @@ struct BlockGrad {
     // computing sp from 0 first, so the order is the canonical one.
     for (int64_t s0 = 0; s0 < len; s0 += kSuperChunk) {
       const int64_t n = len - s0 < kSuperChunk ? len - s0 : kSuperChunk;
-      block_super_sum<G>(p, *sm, start + s0, n, pass, D, sm->total, true);
+      block_super_sum<G, kAccess>(p, *sm, start + s0, n, pass, D, sm->total, true);
     }
 #pragma unroll
     for (int k = 0; k < kVec; ++k) g[k] = sm->total[lane * kVec + k];
@@ -181,7 +183,9 @@ struct BlockGrad {
 };
 
 // Combine path: a warp adds a hot row's superchunk partials (workspace) in superchunk order.
+template <VecAccess kAccessOfRows>
 struct CombineGrad {
+  static constexpr VecAccess kAccess = kAccessOfRows;
   int64_t base_slot;
   int64_t supers;
   int D;
@@ -192,7 +196,7 @@ struct CombineGrad {
     for (int64_t s = 0; s < supers; ++s) {
       float x[kVec];
       const float* src = p.partials + (base_slot + s) * p.max_dim + col;
-      load_vec<float, false>(src, (p.max_dim % kVec) == 0, ncols, x);
+      load_vec<float, false, kAccess>(src, (p.max_dim % kVec) == 0, ncols, x);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) total[k] = __fadd_rn(total[k], x[k]);
     }

@@ -35,20 +35,28 @@ __device__ __forceinline__ float to_float<bf16_t>(bf16_t v) { return bf16_to_flo
 // Asks L2 to fetch the line holding p (no register written, no fault reported).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// kVec elements from p (n valid of them; the rest read as 0). vec: p is kVec-element aligned and all
-// kVec exist, one 16-byte (fp32) or 8-byte (fp16/bf16) access. ro: the data is read-only for the
-// kernel's lifetime (grad_output), so the non-coherent path may be used. Otherwise (weights, partials)
-// the data is read once: a streaming load (evict-first), so it does not push grad_output rows, which
-// every lookup of a bag reads again, out of L2.
-template <typename T, bool kRo>
+// How a call's row vectors of kVec columns are accessed.
+//  kByFlag: each vector is read with one wide access when the call's flag (vec) says the rows are
+//           kVec-aligned and the vector is whole (n == kVec), else element by element (n < kVec valid).
+//  kWhole:  the caller guarantees every vector is whole and aligned or empty (n is kVec or 0): no
+//           element-by-element code. The row kernels take it when the host finds every row whole
+//           (whole_vecs): the element code around every access costs even when it is never taken
+//           (docs/tbe_backward_cuda.md, "Rows and vector access").
+enum class VecAccess { kByFlag, kWhole };
+
+// kVec elements from p (n valid of them; the rest read as 0), as kAccess says. ro: the data is
+// read-only for the kernel's lifetime (grad_output), so the non-coherent path may be used. Otherwise
+// (weights, partials) the data is read once: a streaming load (evict-first), so it does not push
+// grad_output rows, which every lookup of a bag reads again, out of L2.
+template <typename T, bool kRo, VecAccess kAccess = VecAccess::kByFlag>
 __device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) {
-  if (vec && n == kVec) {
+  if (kAccess == VecAccess::kWhole ? n > 0 : vec && n == kVec) {
     load_floats<T, kVec, kRo ? LoadHint::kReadOnly : LoadHint::kStreaming>(p, x);
     return;
   }
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    if (k < n) {
+    if (kAccess == VecAccess::kByFlag && k < n) {
       if constexpr (sizeof(T) == 4) {
         x[k] = kRo ? __ldg(reinterpret_cast<const float*>(p) + k) : __ldcs(reinterpret_cast<const float*>(p) + k);
       } else {
@@ -63,9 +71,9 @@ __device__ __forceinline__ void load_vec(const T* p, bool vec, int n, float* x) 
 }
 
 // Updated weights are written once: streaming stores (evict-first), as load_vec's weight loads.
-template <typename W>
+template <typename W, VecAccess kAccess = VecAccess::kByFlag>
 __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v) {
-  if (vec && n == kVec) {
+  if (kAccess == VecAccess::kWhole ? n > 0 : vec && n == kVec) {
     if constexpr (sizeof(W) == 4) {
       store_fp32<kVec, StoreHint::kStreaming>(p, v);
     } else {
@@ -79,17 +87,18 @@ __device__ __forceinline__ void store_weights(W* p, bool vec, int n, const W* v)
   }
 #pragma unroll
   for (int k = 0; k < kVec; ++k)
-    if (k < n) p[k] = v[k];
+    if (kAccess == VecAccess::kByFlag && k < n) p[k] = v[k];
 }
 
+template <VecAccess kAccess = VecAccess::kByFlag>
 __device__ __forceinline__ void store_floats(float* p, bool vec, int n, const float* v) {
-  if (vec && n == kVec) {
+  if (kAccess == VecAccess::kWhole ? n > 0 : vec && n == kVec) {
     store_fp32<kVec>(p, v);
     return;
   }
 #pragma unroll
   for (int k = 0; k < kVec; ++k)
-    if (k < n) p[k] = v[k];
+    if (kAccess == VecAccess::kByFlag && k < n) p[k] = v[k];
 }
 
 }  // namespace tbe_bwd

@@ -24,8 +24,10 @@ namespace tbe_bwd {
 
 //
 // A warp updating one short row at a time has one row's loads in flight, so the warp path is bound by
-// latency, not bandwidth. When every row fits the path (max_dim <= kGroupMaxCols) and the optimizer has
-// no element-wise state (SGD, row-wise Adagrad, dense mode), the warp is split into R lane groups of
+// latency, not bandwidth. When every row fits the path (max_dim <= kGroupMaxCols) and is made of whole,
+// aligned vectors of kVec columns (whole_vecs; the lane groups have no element-by-element access,
+// VecAccess::kWhole), and the optimizer has no element-wise state (SGD, row-wise Adagrad, dense mode),
+// the warp is split into R lane groups of
 // L = 32 / R lanes, each updating its own row, with the shape chosen per call from the widest row
 // (group_shape). Each lane holds its row's columns in registers as V = P x S vectors of kVec columns:
 // P passes of update_row's mapping, S slots per pass. Lane gl of a group holds, as vector (pass q, slot
@@ -74,7 +76,7 @@ struct GroupShape {
   int slots;
 };
 inline GroupShape group_shape(const RowParams& p) {
-  if (opt::has_elementwise_state(p.opt.type)) return {0, 0};
+  if (opt::has_elementwise_state(p.opt.type) || p.whole_vecs == 0) return {0, 0};
   if (p.max_dim <= group_cols<16, 2>()) return {16, 2};
   if (p.max_dim <= group_cols<8, 2>()) return {8, 2};
   if (p.max_dim <= group_cols<4, 4>()) return {4, 4};
@@ -150,7 +152,6 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
   const OptimizerParams& o = p.opt;
   const int D = r.D;
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
-  const bool wvec = p.w_vec != 0;
   // The optimizer's modes are the same for every element of the row: each is tested once here, so the
   // element loops below are straight-line code (the same opt:: functions, the same operations).
   if (o.gradient_clipping > 0.0f) {
@@ -216,7 +217,7 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
       W out[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) out[e] = round_one(w[v][e], r.wbase + col[v] + e);
-      store_weights<W>(wrow + col[v], wvec, ncols[v], out);
+      store_weights<W, VecAccess::kWhole>(wrow + col[v], true, ncols[v], out);
     }
   };
   if constexpr (sizeof(W) == sizeof(float)) {
@@ -247,7 +248,6 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   const int D = r.D;
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
   const G* grad = static_cast<const G*>(p.grad_output);
-  const bool wvec = p.w_vec != 0, gvec = p.g_vec != 0;
   using Opt = opt::TraitOf<kOpt>;
   static_assert(kLaneGroupTrait<Opt>, "the lane groups hold no element-wise state");
   constexpr bool dense = Opt::kDense;
@@ -268,36 +268,40 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   float w[V][kVec], g[V][kVec];
   if (!dense) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) load_vec<W, false>(wrow + col[v], wvec, ncols[v], w[v]);
+    for (int v = 0; v < V; ++v) load_vec<W, false, VecAccess::kWhole>(wrow + col[v], true, ncols[v], w[v]);
   }
   float state = 0.0f;
   if constexpr (Opt::kRowState) state = Opt::row_state(p.momentum1, p.momentum2)[r.key];
 #pragma unroll
-  for (int v = 0; v < V; ++v) load_vec<G, true>(grad + first.grad_off + col[v], gvec, ncols[v], g[v]);
+  for (int v = 0; v < V; ++v) load_vec<G, true, VecAccess::kWhole>(grad + first.grad_off + col[v], true, ncols[v], g[v]);
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(0.0f, __fmul_rn(first.scale, g[v][e]));
-  for (int64_t b0 = 0; b0 < len; b0 += L) {
-    const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
-    const int nb = static_cast<int>(len - b0 < L ? len - b0 : L);
-    // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
-    for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
-      const bool two = j + 1 < nb;
-      const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, L);
-      const float sc0 = __shfl_sync(gmask, mine.scale, j, L);
-      const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, L);
-      const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, L);
+  // Rows of one lookup (most rows of a uniform batch) skip the loop; the hint keeps it out of their
+  // straight-line path.
+  if (__builtin_expect(len > 1, 0)) {
+    for (int64_t b0 = 0; b0 < len; b0 += L) {
+      const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
+      const int nb = static_cast<int>(len - b0 < L ? len - b0 : L);
+      // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
+      for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
+        const bool two = j + 1 < nb;
+        const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, L);
+        const float sc0 = __shfl_sync(gmask, mine.scale, j, L);
+        const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, L);
+        const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, L);
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float x0[kVec], x1[kVec];
-        load_vec<G, true>(grad + off0 + col[v], gvec, ncols[v], x0);
-        load_vec<G, true>(grad + off1 + col[v], gvec, ncols[v], x1);
+        for (int v = 0; v < V; ++v) {
+          float x0[kVec], x1[kVec];
+          load_vec<G, true, VecAccess::kWhole>(grad + off0 + col[v], true, ncols[v], x0);
+          load_vec<G, true, VecAccess::kWhole>(grad + off1 + col[v], true, ncols[v], x1);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc0, x0[e]));
-        if (two)
+          for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc0, x0[e]));
+          if (two)
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc1, x1[e]));
+            for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc1, x1[e]));
+        }
       }
     }
   }
@@ -310,7 +314,7 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
     float* dst = p.unique_grads + r.u * p.max_dim;
 #pragma unroll
     for (int v = 0; v < V; ++v)
-      if (ncols[v] > 0) store_floats(dst + col[v], p.ug_vec != 0, ncols[v], g[v]);
+      if (ncols[v] > 0) store_floats<VecAccess::kWhole>(dst + col[v], true, ncols[v], g[v]);
     for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
   } else {
     group_optimizer_step<W, R, S, Opt>(p, r, g, w, col, ncols, state, gl, gmask);

@@ -163,6 +163,7 @@ struct RowParams {
   int w_vec;                       // weights rows allow kVec-element vector access
   int g_vec;                       // grad_output rows allow kVec-element vector access
   int ug_vec;                      // unique_grads rows allow kVec-element vector stores
+  int whole_vecs;                  // every row read or written is whole aligned kVec vectors (lane groups)
   int max_warp_segment;
   int warp_min_len;                // the warp kernel without lane groups takes rows longer than this
   int wait_at_start;               // the first row kernel of a call: griddepcontrol.wait before anything

@@ -39,8 +39,8 @@ struct BatchRow {
 // longer warp-path rows are left to a second launch with kRows = 0 and warp_min_len = kGroupMaxLookups
 // (two kernels rather than both paths in one: the whole-warp path's registers made the lane-group path
 // spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kSlots and kOpt
-// unused (0, kNone).
-template <typename W, typename G, int kRows, int kSlots, OptimizerType kOpt>
+// unused (0, kNone). kAccess: the rows' vector access (always kWhole for the lane groups).
+template <typename W, typename G, int kRows, int kSlots, OptimizerType kOpt, VecAccess kAccess>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
     tbe_backward_warp_rows_kernel(const RowParams p) {
   // The next row kernel works on other rows: it may start as this one's blocks finish (launch_kernel);
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
       const int j = __ffs(todo) - 1;
       todo &= todo - 1;
       const BatchRow b = batch_row(j);
-      update_row<W>(p, b.r, WarpGrad<G>{b.start, b.len, b.r.D, b.first}, true);
+      update_row<W>(p, b.r, WarpGrad<G, kAccess>{b.start, b.len, b.r.D, b.first}, true);
     }
     u0 = __shfl_sync(ArchTraits::kFullMask, after, 0);
   }
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
 // kernel for both so that the rows of one table, long and hot, run at the same time and read their
 // gradient rows through L2 together. Persistent blocks take the list's items in order from a counter
 // (kBlockNext; the first one by block index), one item ahead.
-template <typename W, typename G>
+template <typename W, typename G, VecAccess kAccess>
 __global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_work_kernel(const RowParams p) {
   __shared__ SuperSmem sm;
   __shared__ int64_t next_item[2];
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_work_kern
       // a block row: its whole segment (at most max_block_segment lookups) and the update
       const int64_t u = item & ~kWholeRow;
       const RowInfo r = row_info(p, u);
-      const BlockGrad<G> g{&sm, static_cast<int64_t>(p.run_starts[u]), static_cast<int64_t>(p.run_lengths[u]), r.D};
+      const BlockGrad<G, kAccess> g{&sm, static_cast<int64_t>(p.run_starts[u]), static_cast<int64_t>(p.run_lengths[u]), r.D};
       update_row<W>(p, r, g, writer);
       __syncthreads();
     } else {
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_work_kern
       const int64_t n = len - s * kSuperChunk < kSuperChunk ? len - s * kSuperChunk : kSuperChunk;
       const int passes = (r.D + kPassCols - 1) / kPassCols;
       for (int pass = 0; pass < passes; ++pass) {
-        block_super_sum<G>(p, sm, first, n, pass, r.D, sm.total, false);
+        block_super_sum<G, kAccess>(p, sm, first, n, pass, r.D, sm.total, false);
         for (int t = static_cast<int>(threadIdx.x); t < kPassCols; t += blockDim.x) {
           const int col = pass * kPassCols + t;
           if (col < r.D) p.partials[slot * p.max_dim + col] = sm.total[t];
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_work_kern
 }
 
 // Multi-block combine: a warp per hot row adds its partials in order and applies the optimizer.
-template <typename W>
+template <typename W, VecAccess kAccess>
 __global__ void __launch_bounds__(kRowThreads) tbe_backward_hot_combine_kernel(const RowParams p) {
   grid_dependency_wait();  // the block-path kernel's partials; every row kernel before it is complete
   // The work counters of the row kernels, ready for the next rows phase.
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_hot_combine_kernel(c
     const int64_t u = p.hot_list[h];
     const RowInfo r = row_info(p, u);
     const int64_t len = p.run_lengths[u];
-    const CombineGrad g{ static_cast<int64_t>(p.hot_base[h]), (len + kSuperChunk - 1) / kSuperChunk, r.D};
+    const CombineGrad<kAccess> g{static_cast<int64_t>(p.hot_base[h]), (len + kSuperChunk - 1) / kSuperChunk, r.D};
     update_row<W>(p, r, g, true);
   }
 }

@@ -16,7 +16,7 @@ using RowsKernel = void (*)(RowParams);
 template <typename W, typename G, int kRows, int kSlots>
 RowsKernel group_kernel(OptimizerType opt) {
   return visit_lane_group_optimizer(opt, [](auto o) -> RowsKernel {
-    return tbe_backward_warp_rows_kernel<W, G, kRows, kSlots, decltype(o)::value>;
+    return tbe_backward_warp_rows_kernel<W, G, kRows, kSlots, decltype(o)::value, VecAccess::kWhole>;
   });
 }
 
@@ -32,7 +32,9 @@ RowsKernel warp_rows_kernel(GroupShape shape, OptimizerType opt) {
   }
 }
 
-template <typename W, typename G>
+// The row kernels of a call whose rows are accessed as kAccess says (kWhole: whole_vecs; only then do the
+// lane groups run).
+template <typename W, typename G, VecAccess kAccess>
 Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) {
   const auto grid = [&](const void* fn, int threads) { return g.sms * blocks_per_sm(fn, threads); };
   if (p.grad_psw != nullptr) {
@@ -45,7 +47,7 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
     // passes in registers) up to 512; one kernel per optimizer of the path (SGD, row-wise Adagrad,
     // dense). Then the whole-warp kernel for the warp-path rows the lane groups do not take (all of them
     // when the path is off).
-    const GroupShape shape = group_shape(p);
+    const GroupShape shape = kAccess == VecAccess::kWhole ? group_shape(p) : GroupShape{0, 0};
     const int rows = shape.rows;
     // The first row kernel waits for what classify (or grad_psw) wrote before it reads anything; the
     // later ones work on other rows and only wait for their predecessor before they complete.
@@ -53,28 +55,30 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
     first.wait_at_start = 1;
     RowParams q = rows != 0 ? p : first;
     q.warp_min_len = 0;
-    if (rows != 0) {
-      const auto k = warp_rows_kernel<W, G>(shape, p.opt.type);
-      EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
-                                             dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
-                                             dim3(kRowThreads), 0, s, first));
-      q.warp_min_len = kGroupMaxLookups;
+    if constexpr (kAccess == VecAccess::kWhole) {
+      if (rows != 0) {
+        const auto k = warp_rows_kernel<W, G>(shape, p.opt.type);
+        EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
+                                               dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
+                                               dim3(kRowThreads), 0, s, first));
+        q.warp_min_len = kGroupMaxLookups;
+      }
     }
     const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
     if (warp_kernel) {
-      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0, OptimizerType::kNone>;
+      const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0, OptimizerType::kNone, kAccess>;
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel", k,
                                              dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                              dim3(kRowThreads), 0, s, q));
     }
     // the block-path kernel is the first row kernel when neither warp kernel runs
-    const auto k = tbe_backward_block_work_kernel<W, G>;
+    const auto k = tbe_backward_block_work_kernel<W, G, kAccess>;
     EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_block_work_kernel", k,
                                            dim3(grid(reinterpret_cast<const void*>(k), g.block_threads)),
                                            dim3(g.block_threads), 0, s, rows != 0 || warp_kernel ? p : first));
   }
   {
-    const auto k = tbe_backward_hot_combine_kernel<W>;
+    const auto k = tbe_backward_hot_combine_kernel<W, kAccess>;
     EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_hot_combine_kernel", k,
                                            dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                            dim3(kRowThreads), 0, s, p));
@@ -84,8 +88,11 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
 
 template <typename W>
 Status launch_tbe_backward_rows(const RowParams& p, DType grad_dtype, const RowGrids& g, cudaStream_t s) {
-  return dispatch_float(grad_dtype, "grad_output",
-                        [&](auto tg) { return launch_rows_typed<W, typename decltype(tg)::type>(p, g, s); });
+  return dispatch_float(grad_dtype, "grad_output", [&](auto tg) {
+    using G = typename decltype(tg)::type;
+    return p.whole_vecs != 0 ? launch_rows_typed<W, G, VecAccess::kWhole>(p, g, s)
+                             : launch_rows_typed<W, G, VecAccess::kByFlag>(p, g, s);
+  });
 }
 
 }  // namespace tbe_bwd

@@ -44,7 +44,8 @@ __device__ __forceinline__ RowInfo row_info(const RowParams& p, int64_t u) {
 
 // Applies the optimizer to one row given its gradient provider. Called by whole warps; in the block
 // path by every warp of the block (the provider synchronises the block), with writer set on warp 0
-// only: the other warps compute the same values and discard them.
+// only: the other warps compute the same values and discard them. The weights are accessed as the
+// gradient rows are (Grad::kAccess).
 template <typename W, typename Grad>
 __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r, const Grad& grad_of, bool writer) {
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
@@ -83,7 +84,7 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
       grad(pass, g);
       int col, ncols;
       lane_cols(pass, D, &col, &ncols);
-      if (writer && ncols > 0) store_floats(dst + col, p.ug_vec != 0, ncols, g);
+      if (writer && ncols > 0) store_floats<Grad::kAccess>(dst + col, p.ug_vec != 0, ncols, g);
     }
     if (writer)
       for (int d = D + lane; d < p.max_dim; d += ArchTraits::kWarpSize) dst[d] = 0.0f;
@@ -96,7 +97,7 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
   {
     int col, ncols;
     lane_cols(0, D, &col, &ncols);
-    load_vec<W, false>(wrow + col, wvec, ncols, wpre);
+    load_vec<W, false, Grad::kAccess>(wrow + col, wvec, ncols, wpre);
   }
   float state_pre = 0.0f;
   opt::visit_optimizer(o.type, [&](auto t) {
@@ -108,7 +109,7 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
 #pragma unroll
       for (int k = 0; k < kVec; ++k) w[k] = wpre[k];
     } else {
-      load_vec<W, false>(wrow + col, wvec, ncols, w);
+      load_vec<W, false, Grad::kAccess>(wrow + col, wvec, ncols, w);
     }
   };
 
@@ -177,7 +178,7 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
       const float v = factor == 1.0f ? nv[k] : nv[k] * factor;
       out[k] = round_weight<W>(v, p.rounding, p.rounding_key, r.wbase + col + k);
     }
-    store_weights<W>(wrow + col, wvec, ncols, out);
+    store_weights<W, Grad::kAccess>(wrow + col, wvec, ncols, out);
   };
 
   if (!opt::renormalises(o)) {
