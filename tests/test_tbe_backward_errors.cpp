@@ -172,15 +172,17 @@ TEST_P(TbeBackwardErrors, OutOfRangeIndexWritesNothing) {
     EXPECT_NE(st.message().find("feature 1, bag 2, position 1"), std::string::npos) << st.message();
     EXPECT_TRUE(p.untouched()) << optimizer_name(opt);
   }
-  // kSkip: the lookup is skipped and counted.
-  TbeBackwardArgs a = p.args();
-  Buffer d_skip(GetParam(), 8);
-  a.bounds_check = BoundsCheckMode::kSkip;
-  a.num_skipped = d_skip.as<int64_t>();
-  ASSERT_TRUE(p.run(a).ok());
-  int64_t skipped = -1;
-  ASSERT_TRUE(copy_to_host(p.ctx, &skipped, d_skip.data(), 8).ok());
-  EXPECT_EQ(skipped, 1);
+  // kSkip and kWarn: the lookup is skipped and counted.
+  for (BoundsCheckMode mode : {BoundsCheckMode::kSkip, BoundsCheckMode::kWarn}) {
+    TbeBackwardArgs a = p.args();
+    Buffer d_skip(GetParam(), 8);
+    a.bounds_check = mode;
+    a.num_skipped = d_skip.as<int64_t>();
+    ASSERT_TRUE(p.run(a).ok());
+    int64_t skipped = -1;
+    ASSERT_TRUE(copy_to_host(p.ctx, &skipped, d_skip.data(), 8).ok());
+    EXPECT_EQ(skipped, 1) << bounds_check_mode_name(mode);
+  }
 }
 
 // Off mode trusts the indices, but a bad one must still not make the backward write outside the
@@ -210,6 +212,22 @@ TEST_P(TbeBackwardErrors, BadOffsetsWriteNothing) {
   const Status st = p.run(p.args());
   EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
   EXPECT_NE(st.message().find("offsets"), std::string::npos) << st.message();
+  EXPECT_TRUE(p.untouched());
+  // Warn mode: an error on the CPU (nothing is waited for there); on CUDA the call does not wait for the
+  // report, so it succeeds, counts -1 and still writes nothing.
+  TbeBackwardArgs a = p.args();
+  Buffer d_skip(GetParam(), 8);
+  a.bounds_check = BoundsCheckMode::kWarn;
+  a.num_skipped = d_skip.as<int64_t>();
+  const Status warn = p.run(a);
+  if (GetParam() == Backend::kCuda) {
+    EXPECT_TRUE(warn.ok()) << warn.to_string();
+    int64_t skipped = 0;
+    ASSERT_TRUE(copy_to_host(p.ctx, &skipped, d_skip.data(), 8).ok());
+    EXPECT_EQ(skipped, -1);
+  } else {
+    EXPECT_EQ(warn.code(), StatusCode::kOutOfRange) << warn.to_string();
+  }
   EXPECT_TRUE(p.untouched());
 }
 
@@ -402,6 +420,26 @@ TEST(TbeBackwardNames, FbgemmAliases) {
     EXPECT_TRUE(parse_optimizer(a.name, &back)) << a.name;
     EXPECT_EQ(back, a.o) << a.name;
   }
+}
+
+// Every bounds-check mode's name parses back to it; FBGEMM's names (BoundsCheckMode.FATAL, WARNING,
+// IGNORE, NONE) parse to the mode that does the same job.
+TEST(TbeBoundsCheckNames, RoundTripAndFbgemmNames) {
+  for (BoundsCheckMode m : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff, BoundsCheckMode::kWarn}) {
+    BoundsCheckMode back = BoundsCheckMode::kOff;
+    if (m == BoundsCheckMode::kOff) back = BoundsCheckMode::kError;
+    EXPECT_TRUE(parse_bounds_check_mode(bounds_check_mode_name(m), &back)) << bounds_check_mode_name(m);
+    EXPECT_EQ(back, m);
+  }
+  const struct { const char* name; BoundsCheckMode m; } fbgemm[] = {
+      {"FATAL", BoundsCheckMode::kError}, {"WARNING", BoundsCheckMode::kWarn},
+      {"IGNORE", BoundsCheckMode::kSkip}, {"NONE", BoundsCheckMode::kOff}};
+  for (const auto& f : fbgemm) {
+    BoundsCheckMode back = f.m == BoundsCheckMode::kOff ? BoundsCheckMode::kError : BoundsCheckMode::kOff;
+    EXPECT_TRUE(parse_bounds_check_mode(f.name, &back)) << f.name;
+    EXPECT_EQ(back, f.m) << f.name;
+  }
+  EXPECT_FALSE(parse_bounds_check_mode("warnings", nullptr));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TbeBackwardErrors, ::testing::Values(Backend::kCpu, Backend::kCuda),

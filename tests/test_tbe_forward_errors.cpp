@@ -134,39 +134,43 @@ TEST_P(TbeForwardErrors, ErrorModeNamesFeatureBagAndPosition) {
   }
 }
 
+// Skip mode, and warn mode (skip without waiting for the device): the same count and output.
 TEST_P(TbeForwardErrors, SkipModeCountsAndPoolsValidLookupsOnly) {
-  for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
-    Problem pr(GetParam());
-    pr.indices[pr.pos(0, 1, 0)] = 50;       // table 0 has 50 rows
-    pr.indices[pr.pos(1, 2, 2)] = 7;        // table 1 has 7 rows
-    pr.indices[pr.pos(2, 3, 0)] = -3;
-    pr.indices[pr.pos(1, 0, 0)] = 1 << 30;  // feature 1, bag 0 has a single lookup: now empty
-    pr.upload();
-    ASSERT_TRUE(fill_bytes(pr.ctx, pr.d_skipped->data(), 0xff, 8).ok());
-    TbeForwardArgs a = pr.args(pool);
-    a.bounds_check = BoundsCheckMode::kSkip;
-    a.num_skipped = pr.d_skipped->as<int64_t>();
-    ASSERT_TRUE(pr.run(a).ok());
-    int64_t skipped = -1;
-    ASSERT_TRUE(copy_to_host(pr.ctx, &skipped, pr.d_skipped->data(), 8).ok());
-    EXPECT_EQ(skipped, 4);
-    const ref::Result r = ref::tbe_forward(pr.rc, pr.weights.data(), pr.indices, pr.offsets, nullptr, pr.B, pool,
-                                           BoundsCheckMode::kSkip);
-    ASSERT_TRUE(r.ok);
-    EXPECT_EQ(r.skipped, 4);
-    const std::vector<float> got = pr.output(static_cast<int64_t>(r.out.size()));
-    bool nonzero = false;
-    for (size_t i = 0; i < r.out.size(); ++i) {
-      nonzero |= r.out[i] != 0;
-      // Integer weights: SUM is exact; MEAN's division is within the rounding bound.
-      if (pool == PoolingMode::kSum)
-        EXPECT_EQ(got[i], static_cast<float>(r.out[i])) << "output element " << i;
-      else
-        EXPECT_NEAR(got[i], r.out[i], ref::tolerance(r.out[i], r.abs_sum[i], r.terms[i], DType::kF32))
-            << "output element " << i;
+  for (BoundsCheckMode mode : {BoundsCheckMode::kSkip, BoundsCheckMode::kWarn}) {
+    for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
+      SCOPED_TRACE(bounds_check_mode_name(mode));
+      Problem pr(GetParam());
+      pr.indices[pr.pos(0, 1, 0)] = 50;       // table 0 has 50 rows
+      pr.indices[pr.pos(1, 2, 2)] = 7;        // table 1 has 7 rows
+      pr.indices[pr.pos(2, 3, 0)] = -3;
+      pr.indices[pr.pos(1, 0, 0)] = 1 << 30;  // feature 1, bag 0 has a single lookup: now empty
+      pr.upload();
+      ASSERT_TRUE(fill_bytes(pr.ctx, pr.d_skipped->data(), 0xff, 8).ok());
+      TbeForwardArgs a = pr.args(pool);
+      a.bounds_check = mode;
+      a.num_skipped = pr.d_skipped->as<int64_t>();
+      ASSERT_TRUE(pr.run(a).ok());
+      int64_t skipped = -1;
+      ASSERT_TRUE(copy_to_host(pr.ctx, &skipped, pr.d_skipped->data(), 8).ok());
+      EXPECT_EQ(skipped, 4);
+      const ref::Result r = ref::tbe_forward(pr.rc, pr.weights.data(), pr.indices, pr.offsets, nullptr, pr.B, pool,
+                                             BoundsCheckMode::kSkip);
+      ASSERT_TRUE(r.ok);
+      EXPECT_EQ(r.skipped, 4);
+      const std::vector<float> got = pr.output(static_cast<int64_t>(r.out.size()));
+      bool nonzero = false;
+      for (size_t i = 0; i < r.out.size(); ++i) {
+        nonzero |= r.out[i] != 0;
+        // Integer weights: SUM is exact; MEAN's division is within the rounding bound.
+        if (pool == PoolingMode::kSum)
+          EXPECT_EQ(got[i], static_cast<float>(r.out[i])) << "output element " << i;
+        else
+          EXPECT_NEAR(got[i], r.out[i], ref::tolerance(r.out[i], r.abs_sum[i], r.terms[i], DType::kF32))
+              << "output element " << i;
+      }
+      EXPECT_TRUE(nonzero);
+      pr.expect_weights_unchanged();
     }
-    EXPECT_TRUE(nonzero);
-    pr.expect_weights_unchanged();
   }
 }
 
@@ -243,7 +247,8 @@ TEST_P(TbeForwardErrors, BadOffsets) {
       {"middle far above N", [](Problem& p) { p.offsets[6] = int64_t{1} << 40; }, false},
   };
   for (const auto& bc : cases) {
-    for (BoundsCheckMode mode : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff}) {
+    for (BoundsCheckMode mode :
+         {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff, BoundsCheckMode::kWarn}) {
       if (mode == BoundsCheckMode::kOff && GetParam() == Backend::kCuda && !bc.ends) continue;
       for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kNone}) {
         Problem pr(GetParam());
@@ -254,16 +259,24 @@ TEST_P(TbeForwardErrors, BadOffsets) {
           a.output = TensorView::mat(pr.d_out->data(), DType::kF32, a.indices.numel(), 6);
         }
         a.bounds_check = mode;
+        ASSERT_TRUE(fill_bytes(pr.ctx, pr.d_skipped->data(), 0x5a, 8).ok());
+        a.num_skipped = pr.d_skipped->as<int64_t>();
         const Status st = pr.run(a);
         const std::string at = std::string(bc.what) + ", " + bounds_check_mode_name(mode) + ", " + pooling_mode_name(pool);
         if (pool == PoolingMode::kNone && st.code() == StatusCode::kInvalidArgument) continue;  // mixed D: refused
-        if (mode == BoundsCheckMode::kOff && GetParam() == Backend::kCuda) {
+        if (mode == BoundsCheckMode::kWarn && GetParam() == Backend::kCuda) {
+          // Warn mode on CUDA never waits for a report: the call succeeds and the count is -1.
+          EXPECT_TRUE(st.ok()) << at << ": " << st.to_string();
+          int64_t skipped = 0;
+          ASSERT_TRUE(copy_to_host(pr.ctx, &skipped, pr.d_skipped->data(), 8).ok());
+          EXPECT_EQ(skipped, -1) << at;
+        } else if (mode == BoundsCheckMode::kOff && GetParam() == Backend::kCuda) {
           // Off mode on CUDA does not read a report back: bags are clamped in bounds (memcheck runs
           // this test to show nothing outside the buffers is touched), and the call succeeds.
           EXPECT_TRUE(st.ok()) << at << ": " << st.to_string();
         } else {
           // Error and skip modes everywhere, and every mode on the CPU (where the check costs nothing
-          // next to the gathers), report bad offsets.
+          // next to the gathers and nothing is waited for), report bad offsets.
           EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << at << ": " << st.to_string();
           expect_contains(st, "offsets");
         }

@@ -37,7 +37,14 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 //          are never written. On CUDA the check reads one small result back, so the op synchronises
 //          the stream in this mode (use kSkip or kOff inside a captured graph).
 //  kSkip:  the index is treated as absent (it adds nothing, and MEAN divides by the valid count); the
-//          number skipped is written to `num_skipped` when given.
+//          number skipped is written to `num_skipped` when given. On CUDA, outside a captured graph,
+//          the op reads the device's report back at the end (broken offsets are an error Status).
+//  kWarn:  as kSkip, but the op never waits for the device: `num_skipped` (backend memory) receives the
+//          number skipped, or -1 when the offsets are broken (their bags are then clamped and the
+//          backward writes no row), and the caller reads it when it likes (the Python module warns
+//          at a later call, as FBGEMM's WARNING mode warns). No error Status is returned for bad
+//          indices or offsets on CUDA; on the CPU, where nothing is waited for, broken offsets are an
+//          error as in every mode.
 //  kOff:   nothing is checked or reported (fastest); the caller guarantees valid indices. On the CPU
 //          an index outside its table is still dropped (never read), and the backward on either
 //          backend clamps it into its table (an unspecified row may be updated, never memory outside
@@ -49,8 +56,10 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 // a read-back) but each bag is clamped into [0, N], so no bag reads outside the indices; an index that
 // broken offsets move into another table's bag is then as undefined as any bad index in kOff mode. In
 // sequence mode (kNone) a skipped lookup's output row is zeros.
-enum class BoundsCheckMode { kError = 0, kSkip, kOff };
-const char* bounds_check_mode_name(BoundsCheckMode m);  // "error", "skip", "off"
+enum class BoundsCheckMode { kError = 0, kSkip, kOff, kWarn };
+// "error", "skip", "off", "warn"; parse_bounds_check_mode also takes FBGEMM's names (FATAL, IGNORE, NONE,
+// WARNING).
+const char* bounds_check_mode_name(BoundsCheckMode m);
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);
 
 struct TableSpec {

@@ -9,11 +9,12 @@ from . import ops  # registers torch.ops.embscale.*
 from ._capi import Error, backend_available, version
 from .fp8 import (activation_amax, amax, cast_transpose, compute_scale, dequantize, quantize,
                   quantize_current_scaling)
-from .tbe import TableBatchedEmbeddingBags
+from .tbe import BoundsCheckWarning, TableBatchedEmbeddingBags
 
 __version__ = version()
 
 __all__ = [
+    "BoundsCheckWarning",
     "Error",
     "TableBatchedEmbeddingBags",
     "activation_amax",

@@ -17,7 +17,7 @@ BACKEND = {"cpu": 0, "cuda": 1}
 AMAX_ALGO = {"auto": 0, "atomic": 1, "two_stage": 2}
 ACTIVATION = {"relu": 0, "gelu_tanh": 1, "silu": 2}
 POOLING = {"sum": 0, "mean": 1, "none": 2}
-BOUNDS_CHECK = {"error": 0, "skip": 1, "off": 2}
+BOUNDS_CHECK = {"error": 0, "skip": 1, "off": 2, "warn": 3}
 WEIGHT_DECAY = {"none": 0, "l2": 1, "decoupled": 2}
 ROUNDING = {"nearest": 0, "stochastic": 1}
 

@@ -205,7 +205,8 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
                 output_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """Pooled lookup [batch_size, output_cols] (sum/mean) or sequence rows [N, output_cols] (none) of the
     TableBatchedEmbedding whose handle id is `handle` (a TableBatchedEmbeddingBags' ``_handle_id``), and the
-    number of indices skipped by bounds_check "skip" (an int64 tensor [1]; 0 in the other modes)."""
+    number of indices skipped by bounds_check "skip" or "warn" (an int64 tensor [1] on the tables' device; -1
+    for broken offsets in "warn" mode on CUDA, which never waits for the device; 0 in the other modes)."""
     return tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
                              bounds_check, output_cols, output_dtype)
 

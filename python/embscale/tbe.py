@@ -25,8 +25,17 @@ were at the forward:
   launches; threads on different streams must order their streams themselves.
 
 Errors raise before anything is written (tables, optimizer state and step are unchanged): TypeError for
-a dtype, ValueError for a shape, device or value, IndexError for an index or offset out of range,
-NotImplementedError for what the build lacks; the message names the argument.
+a dtype, ValueError for a shape, device or value, IndexError for an index or offset out of range (with
+``bounds_check="error"``), NotImplementedError for what the build lacks; the message names the argument.
+
+Bounds checks: by default (``bounds_check="warn"``, as FBGEMM's WARNING mode) an index outside its table
+is dropped (it adds nothing; MEAN divides by the valid count) and a BoundsCheckWarning says how many were
+dropped. On CUDA the step never waits for the device to learn that: the count is copied to the host behind
+an event and the warning comes at a later call that finds the copy done (or at ``check_bounds()``), so it
+may arrive a few steps late and cannot name the position (inside torch.compile or a CUDA graph capture
+there is no warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError
+naming the feature, bag and position before anything is written, at the price of one synchronisation per
+call on CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
 
 Copies and pickling: the module holds its C object through a handle it does not share. copy.deepcopy,
 pickle and torch.save(module) / torch.load give a module with a handle of its own, rebuilt for the
@@ -47,6 +56,7 @@ torch (no data to copy).
 """
 
 import math
+import warnings
 from typing import List, Optional, Sequence
 
 import torch
@@ -141,6 +151,35 @@ def _sparse_weight_grad(h, rows, num_unique, grads, dtype):
                                    check_invariants=False)
 
 
+class BoundsCheckWarning(UserWarning):
+    """Indices outside their tables (or broken offsets) met by a TableBatchedEmbeddingBags in
+    bounds_check="warn" mode. ``warnings.simplefilter("error", embscale.BoundsCheckWarning)`` turns
+    the warnings into exceptions (raised when the report is read, possibly some calls later)."""
+
+
+def _real_count(t: torch.Tensor) -> bool:
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
+        return False
+    functorch_level = getattr(torch._C._functorch, "maybe_current_level", None)  # vmap, grad, ...
+    if functorch_level is not None and functorch_level() is not None:
+        return False
+    return type(t) is torch.Tensor and t.device.type in ("cpu", "cuda")
+
+
+def _warn_skipped(count: int, when: str, stacklevel: int):
+    if count > 0:
+        warnings.warn(f"bounds_check='warn': {count} indices outside their tables were dropped in {when} (they "
+                      "added nothing to their bags); bounds_check='error' raises IndexError naming the feature, "
+                      "bag and position", BoundsCheckWarning, stacklevel=stacklevel)
+    elif count < 0:
+        warnings.warn(f"bounds_check='warn': offsets were broken in {when} (decreasing, or not ending at the "
+                      "number of indices): each bag was clamped into the indices and no table row was updated; "
+                      "bounds_check='error' raises IndexError naming the offset", BoundsCheckWarning,
+                      stacklevel=stacklevel)
+
+
 class TableBatchedEmbeddingBags(nn.Module):
     """Many embedding tables, looked up and pooled in one call, trained by a fused optimizer.
 
@@ -160,9 +199,12 @@ class TableBatchedEmbeddingBags(nn.Module):
             (``<name>.weight``, ``<name>.<state>``); default ``table_<t>``.
         pooling: "sum", "mean" or "none" (sequence: one output row per index; all dims equal).
         weights_dtype: torch.float32, float16 or bfloat16; output_dtype likewise.
-        bounds_check: "error" (default; an index outside its table raises IndexError naming feature, bag
-            and position; on CUDA this reads one value back), "skip" (bad indices are dropped and counted in
-            ``num_skipped``) or "off".
+        bounds_check: "warn" (default; bad indices are dropped and counted in ``num_skipped``, and a
+            BoundsCheckWarning reports them without making the step wait for the device; broken offsets:
+            on CUDA their bags are clamped, the update is skipped and the warning says so, on the CPU
+            IndexError), "error" (an index outside its table raises IndexError naming feature, bag and
+            position; on CUDA this reads one value back per call), "skip" (dropped and counted, no
+            warning) or "off" (trusted).
         stochastic_rounding: fp16/bf16 weights are rounded stochastically after an update (seeded by
             ``seed`` and the step), else to nearest.
         device: where the tables live: cpu, cuda or meta (shapes only; see the module's notes).
@@ -184,7 +226,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                  beta1: float = 0.9, beta2: float = 0.999, weight_decay: float = 0.0, weight_decay_mode: str = "none",
                  max_norm: float = 0.0, gradient_clipping: float = 0.0, pooling: str = "sum",
                  weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
-                 bounds_check: str = "error", stochastic_rounding: bool = True, seed: int = 0, device=None,
+                 bounds_check: str = "warn", stochastic_rounding: bool = True, seed: int = 0, device=None,
                  data_parallel_group="auto", table_names: Optional[Sequence[str]] = None):
         super().__init__()
         specs = []
@@ -502,9 +544,49 @@ class TableBatchedEmbeddingBags(nn.Module):
                                           "tables (data_parallel_group); pass weights that do not require grad, "
                                           "or data_parallel_group=None for tables of this process alone")
             out, num_skipped = _data_parallel.ReplicatedLookup.apply(*lookup_args, group)
-        if self.bounds_check == "skip":
+        # (a buffer made in inference mode can only change there; compile sees no inference tensors)
+        if self.bounds_check in ("skip", "warn") and (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
+                                                       or not self.num_skipped.is_inference()):
             self.num_skipped.copy_(num_skipped)
+        if self.bounds_check == "warn":
+            self._note_bounds(num_skipped)
         return out
+
+    # ---- warn-mode bounds reports ------------------------------------------------------------------
+    def _note_bounds(self, num_skipped: torch.Tensor):
+        # A CPU count is known now; a CUDA one is copied to pinned memory behind an event and read by a
+        # later call once the event has completed (never waiting). Under compile, tracing, fake or meta
+        # tensors, a transform or a CUDA graph capture the count stays in num_skipped only.
+        if not _real_count(num_skipped):
+            return
+        if num_skipped.device.type == "cpu":
+            _warn_skipped(int(num_skipped.item()), "this call", 6)  # at the module call
+            return
+        if torch.cuda.is_current_stream_capturing():
+            return
+        host = torch.empty(1, dtype=torch.int64, pin_memory=True)
+        host.copy_(num_skipped, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        pending = self.__dict__.setdefault("_bounds_reports", [])
+        pending.append((host, event))
+        self._read_bounds_reports(wait=False, stacklevel=7)
+
+    def _read_bounds_reports(self, wait: bool, stacklevel: int):
+        pending = self.__dict__.get("_bounds_reports", [])
+        while pending:
+            host, event = pending[0]
+            if wait:
+                event.synchronize()
+            elif not event.query():
+                break
+            pending.pop(0)
+            _warn_skipped(int(host[0]), "an earlier call", stacklevel)
+
+    def check_bounds(self):
+        """Waits for the bounds reports of this module's earlier warn-mode calls on CUDA and issues their
+        warnings now (without it they come at later calls, as the device finishes)."""
+        self._read_bounds_reports(wait=True, stacklevel=4)
 
     def _apply(self, fn, recurse=True):
         # .to() / .cuda() / .half() / .to_empty() move or cast the tables; optimizer state stays fp32 and the
@@ -532,6 +614,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         state = super().__getstate__()
         state.pop("_handles", None)
         state.pop("_handle_id", None)
+        state.pop("_bounds_reports", None)
         if state.get("data_parallel_group") is not None:
             state["data_parallel_group"] = "auto"
         return state

@@ -109,7 +109,7 @@ Status to_lookup_fields(const CArgs* a, Args* out) {
   EMBSCALE_RETURN_IF_ERROR(to_tensor("indices", &a->indices, &out->indices));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &a->offsets, &out->offsets));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("pooling", a->pooling, 2));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, 2));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, static_cast<int>(embscale::BoundsCheckMode::kWarn)));
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("per_sample_weights", &a->per_sample_weights, &out->per_sample_weights));
   out->batch_size = a->batch_size;
   out->pooling = static_cast<embscale::PoolingMode>(a->pooling);

@@ -27,6 +27,10 @@ struct BoundsViolation {
   int64_t bag_start = 0;  // kBadIndex: offsets[item]
 };
 
+// The modes that drop a bad index and count it (kWarn differs from kSkip only in what the CUDA backend
+// waits for; the CPU backend waits for nothing, so there the two are one).
+inline bool skips_bad_indices(BoundsCheckMode m) { return m == BoundsCheckMode::kSkip || m == BoundsCheckMode::kWarn; }
+
 // The kOutOfRange Status naming the argument, the feature, bag and position, the value and the bound;
 // B is the batch size and N the number of indices.
 Status violation_error(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const BoundsViolation& v);

@@ -43,6 +43,7 @@ const char* bounds_check_mode_name(BoundsCheckMode m) {
     case BoundsCheckMode::kError: return "error";
     case BoundsCheckMode::kSkip: return "skip";
     case BoundsCheckMode::kOff: return "off";
+    case BoundsCheckMode::kWarn: return "warn";
   }
   return "unknown";
 }
@@ -50,8 +51,11 @@ const char* bounds_check_mode_name(BoundsCheckMode m) {
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out) {
   static const struct { const char* name; BoundsCheckMode m; } kNames[] = {
       {"error", BoundsCheckMode::kError}, {"skip", BoundsCheckMode::kSkip}, {"off", BoundsCheckMode::kOff},
-      {"ERROR", BoundsCheckMode::kError}, {"SKIP", BoundsCheckMode::kSkip}, {"OFF", BoundsCheckMode::kOff},
-      {"none", BoundsCheckMode::kOff},
+      {"warn", BoundsCheckMode::kWarn},   {"ERROR", BoundsCheckMode::kError}, {"SKIP", BoundsCheckMode::kSkip},
+      {"OFF", BoundsCheckMode::kOff},     {"WARN", BoundsCheckMode::kWarn},   {"none", BoundsCheckMode::kOff},
+      // FBGEMM's BoundsCheckMode names
+      {"FATAL", BoundsCheckMode::kError}, {"WARNING", BoundsCheckMode::kWarn}, {"IGNORE", BoundsCheckMode::kSkip},
+      {"NONE", BoundsCheckMode::kOff},
   };
   for (const auto& e : kNames) {
     if (name == e.name) {

@@ -55,7 +55,7 @@ inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context&
   if (a.pooling != PoolingMode::kSum && a.pooling != PoolingMode::kMean && a.pooling != PoolingMode::kNone)
     return invalid_argument("pooling: unknown pooling mode " + std::to_string(static_cast<int>(a.pooling)));
   if (a.bounds_check != BoundsCheckMode::kError && a.bounds_check != BoundsCheckMode::kSkip &&
-      a.bounds_check != BoundsCheckMode::kOff)
+      a.bounds_check != BoundsCheckMode::kOff && a.bounds_check != BoundsCheckMode::kWarn)
     return invalid_argument("bounds_check: unknown mode " + std::to_string(static_cast<int>(a.bounds_check)));
   const int64_t T = tbe.num_features();
   const int64_t B = a.batch_size;

@@ -244,7 +244,7 @@ def test_tbe_module_hostile_hyperparameters(cfg, bad):
     dict(embedding_specs=[]), dict(embedding_specs=[(0, 4)]), dict(embedding_specs=[(5, 0)]),
     dict(embedding_specs=[(-1, 4)]), dict(embedding_specs=[(5, 4, 1)]), dict(feature_table_map=[]),
     dict(feature_table_map=[7]), dict(feature_table_map=[-1]), dict(pooling="avg"), dict(optimizer="adagrad"),
-    dict(bounds_check="warn"), dict(weight_decay_mode="l1"), dict(weights_dtype=torch.int32),
+    dict(bounds_check="warning"), dict(weight_decay_mode="l1"), dict(weights_dtype=torch.int32),
     dict(output_dtype=torch.float64), dict(weights_dtype=torch.float8_e4m3fn), dict(device="xla"),
     dict(device="nope"), dict(embedding_specs=[("a", 4)])]))
 def test_tbe_module_hostile_construction(cfg, kw):
@@ -364,7 +364,7 @@ def test_raw_tbe_backward_hostile(cfg, kind, data):
         a["pooling"] = data.draw(st.sampled_from(["", "avg", "SUMM"]))
         names = ("pooling",)
     elif kind == "bounds_name":
-        a["bounds_check"] = data.draw(st.sampled_from(["", "warn", "clamp"]))
+        a["bounds_check"] = data.draw(st.sampled_from(["", "warning", "clamp"]))
         names = ("bounds_check",)
     elif kind == "weights_len":
         a["weights"] = torch.zeros(w.numel() + delta if w.numel() + delta > 0 else w.numel() + 1, dtype=w.dtype)

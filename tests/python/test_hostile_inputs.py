@@ -196,7 +196,7 @@ def test_defect12_raw_backward_sizes(device):
 
 # ---- exception types, bad offsets in off mode ---------------------------------------------------------------
 def test_exception_types(device):
-    m = make(device, optimizer="sgd")
+    m = make(device, optimizer="sgd", bounds_check="error")
     i, o = lookups(device)
     # The raw operators take one index dtype; the module runs int32 and int64 mixed as int64, as FBGEMM.
     with refused(m, TypeError, "offsets: dtype int32 differs from the indices' dtype int64"):

@@ -2,6 +2,7 @@
 torch's nn.EmbeddingBag + torch.optim.SGD."""
 import copy
 import io
+import warnings
 
 import pytest
 import torch
@@ -341,7 +342,7 @@ def test_module_to_cuda(gen):
 
 
 def test_bounds_check(device):
-    tbe = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd")
+    tbe = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="error")
     before = tbe.weights.detach().clone()
     indices = torch.tensor([1, 2, 7, 3], device=device)  # 7 is outside table 1 (5 rows)
     offsets = torch.tensor([0, 1, 2, 3, 4], device=device)
@@ -349,8 +350,42 @@ def test_bounds_check(device):
         tbe(indices, offsets)
     assert torch.equal(tbe.weights.detach(), before)
     skip = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="skip")
-    out = skip(indices, offsets)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # skip mode counts without warning
+        out = skip(indices, offsets)
     assert skip.num_skipped.item() == 1 and torch.count_nonzero(out[0, 4:]) == 0
+
+
+def test_default_bounds_check_warns_and_drops(device):
+    # The default (as FBGEMM's WARNING mode): the bad index is dropped as in skip mode, counted, and a
+    # BoundsCheckWarning reports it, on CUDA at a later call or at check_bounds(), never making the step wait.
+    warn = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd")
+    skip = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="skip")
+    skip.load_state_dict(warn.state_dict())
+    assert warn.bounds_check == "warn"
+    indices = torch.tensor([1, 2, 7, 3], device=device)  # 7 is outside table 1 (5 rows)
+    offsets = torch.tensor([0, 1, 2, 3, 4], device=device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = warn(indices, offsets)
+        out.sum().backward()
+        warn.check_bounds()
+        warn.check_bounds()  # nothing left to report
+    reports = [w for w in caught if issubclass(w.category, embscale.BoundsCheckWarning)]
+    assert len(reports) == 1 and "1 indices outside their tables were dropped" in str(reports[0].message)
+    want = skip(indices, offsets)
+    want.sum().backward()
+    assert torch.equal(out, want) and torch.equal(warn.weights, skip.weights)
+    assert warn.num_skipped.item() == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # valid indices: no warning
+        warn(torch.tensor([1, 2, 4, 3], device=device), offsets)
+        warn.check_bounds()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", embscale.BoundsCheckWarning)
+        with pytest.raises(embscale.BoundsCheckWarning):
+            warn(indices, offsets)
+            warn.check_bounds()
 
 
 def test_errors(device):

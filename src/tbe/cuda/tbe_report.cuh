@@ -63,7 +63,7 @@ inline Status capture_state(BoundsCheckMode mode, cudaStream_t stream, bool* cap
   if (mode == BoundsCheckMode::kError && *capturing)
     return invalid_argument(
         "bounds_check: error mode reads its result back and synchronises the stream, which cannot happen "
-        "inside a CUDA graph capture; use skip or off");
+        "inside a CUDA graph capture; use skip, warn or off");
   return Status::Ok();
 }
 

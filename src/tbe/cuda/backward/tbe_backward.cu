@@ -140,7 +140,7 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
   int s = full - 1;
   while (s > 0 && sort_passes(s, key64) >= sort_passes(full, key64)) --s;
   if (!args.tuning.short_key_sort || args.optimizer.type == OptimizerType::kNone ||
-      args.bounds_check == BoundsCheckMode::kSkip || s == 0 || full - s > kMaxInterleaveBits)
+      embscale::tbe_bounds::skips_bad_indices(args.bounds_check) || s == 0 || full - s > kMaxInterleaveBits)
     return full;
   int64_t max_rows = 0, prev = 0;
   for (int t = 0; t < tbe.num_tables(); ++t) max_rows = std::max(max_rows, tbe.config().tables[t].num_rows);
@@ -388,7 +388,8 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
 
   const tbe_bwd::Buffers b = buffers(ws, L, c.N);
   const int T = tbe.num_features();
-  const int64_t* skip_report = args.bounds_check == BoundsCheckMode::kSkip ? meta.scratch + tbe_bounds::kReport : nullptr;
+  const bool skips = embscale::tbe_bounds::skips_bad_indices(args.bounds_check);  // skip and warn modes
+  const int64_t* skip_report = skips ? meta.scratch + tbe_bounds::kReport : nullptr;
 
   tbe_bwd::LinearizeParams lp{};
   lp.indices = args.indices.data;
@@ -404,9 +405,9 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   lp.num_indices = c.N;
   lp.num_items = c.items;
   lp.total_rows = c.total_rows;
-  lp.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_bounds::kCheckError
-             : args.bounds_check == BoundsCheckMode::kSkip ? tbe_bounds::kCheckSkip
-                                                           : tbe_bounds::kCheckOff;
+  lp.check = args.bounds_check == BoundsCheckMode::kError ? tbe_bounds::kCheckError
+             : skips                                      ? tbe_bounds::kCheckSkip
+                                                          : tbe_bounds::kCheckOff;
   lp.vals_are_items = c.vals_are_items ? 1 : 0;
   lp.mean = c.mean ? 1 : 0;
 
@@ -567,6 +568,7 @@ Status tbe_backward_rows(const TbeBackwardCall& call) {
 }
 
 Status tbe_backward_finish(const TbeBackwardCall& call) {
+  // warn mode never waits: broken offsets only leave *num_skipped = -1 (and no row written)
   if (call.args->bounds_check == BoundsCheckMode::kSkip && !call.capturing)
     return tbe_report::read_report(*call.tbe, call.B, call.N, call.stream, "tbe backward");
   return Status::Ok();

@@ -12,7 +12,8 @@
 //      * error mode: always (the documented synchronising mode), so it is refused during capture;
 //      * skip mode: only when the stream is not being captured, so that broken offsets are an error
 //        Status as on the CPU backend. Inside a capture skip mode never synchronises: broken bags are
-//        skipped (nothing is read out of bounds) and *num_skipped is set to -1 instead of the count.
+//        skipped (nothing is read out of bounds) and *num_skipped is set to -1 instead of the count;
+//      * warn mode: never (skip mode as inside a capture, always).
 // Off mode only launches the bags kernel. No mode allocates.
 //
 // Launch parameters: ForwardPolicy (forward_policy.cuh). tbe_forward_shaped takes them as an argument,
@@ -107,9 +108,10 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
   p.pooling = args.pooling == PoolingMode::kSum ? tbe_fwd::kPoolSum
               : args.pooling == PoolingMode::kMean ? tbe_fwd::kPoolMean
                                                    : tbe_fwd::kPoolNone;
-  p.check = args.bounds_check == BoundsCheckMode::kError  ? tbe_fwd::kCheckError
-            : args.bounds_check == BoundsCheckMode::kSkip ? tbe_fwd::kCheckSkip
-                                                          : tbe_fwd::kCheckOff;
+  const bool skips = embscale::tbe_bounds::skips_bad_indices(args.bounds_check);  // skip and warn modes
+  p.check = args.bounds_check == BoundsCheckMode::kError ? tbe_fwd::kCheckError
+            : skips                                      ? tbe_fwd::kCheckSkip
+                                                         : tbe_fwd::kCheckOff;
   p.feature_inner = shape.feature_inner ? 1 : 0;
 
   // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
@@ -149,7 +151,8 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
   if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
 
   EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, stream));
-  if (args.bounds_check == BoundsCheckMode::kSkip && capturing) return Status::Ok();
+  if (args.bounds_check == BoundsCheckMode::kWarn || (args.bounds_check == BoundsCheckMode::kSkip && capturing))
+    return Status::Ok();
 
   return tbe_report::read_report(tbe, B, N, stream, "tbe forward");
 }
