@@ -68,7 +68,7 @@ struct PhaseCase {
     a.offsets = TensorView::vec(d_off.data(), DType::kI64, static_cast<int64_t>(off.size()));
     a.batch_size = kBatch;
     a.bounds_check = bounds;
-    a.num_skipped = bounds == BoundsCheckMode::kSkip ? d_skip.as<int64_t>() : nullptr;
+    a.num_skipped = bounds == BoundsCheckMode::kSkip || bounds == BoundsCheckMode::kWarn ? d_skip.as<int64_t>() : nullptr;
     a.grad_output = TensorView::mat(d_go.data(), DType::kF32, kBatch, tbe->total_dim());
     a.optimizer.type = OptimizerType::kRowwiseAdagrad;
     a.optimizer.learning_rate = 0.05f;
@@ -97,7 +97,8 @@ TEST(TbeBackwardPhases, EachRepeatOfRowsIsOneMoreStep) {
   const uint64_t seed = 20261201;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   PhaseCase c(seed);
-  for (BoundsCheckMode bounds : {BoundsCheckMode::kOff, BoundsCheckMode::kError, BoundsCheckMode::kSkip}) {
+  for (BoundsCheckMode bounds :
+       {BoundsCheckMode::kOff, BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kWarn}) {
     SCOPED_TRACE(std::string("bounds_check ") + bounds_check_mode_name(bounds));
     const TbeBackwardArgs a = c.args(bounds);
     size_t bytes = 0;

@@ -28,7 +28,8 @@ std::vector<TbeCase> variant_cases() {
   c.bag_size = 21;
   c.variable_bag_size = true;
   for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
-    for (BoundsCheckMode bc : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff}) {
+    for (BoundsCheckMode bc :
+         {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff, BoundsCheckMode::kWarn}) {
       c.pooling = pool;
       c.bounds = bc;
       c.weighted = false;

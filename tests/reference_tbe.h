@@ -140,7 +140,7 @@ inline Result tbe_forward(const Config& cfg, const void* weights, const std::vec
       for (int64_t p = start; p < end; ++p) {
         const int64_t idx = indices[p];
         if (idx < 0 || idx >= cfg.num_rows[t]) {
-          if (check == BoundsCheckMode::kSkip) {
+          if (check == BoundsCheckMode::kSkip || check == BoundsCheckMode::kWarn) {
             ++r.skipped;
           } else if (r.ok) {
             r.ok = false;

@@ -319,7 +319,8 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
     a.rounding = c.rounding;
     a.seed = c.seed;
     a.tuning = c.tuning;
-    a.num_skipped = c.bounds == BoundsCheckMode::kSkip ? d_skip.as<int64_t>() : nullptr;
+    const bool counts = c.bounds == BoundsCheckMode::kSkip || c.bounds == BoundsCheckMode::kWarn;
+    a.num_skipped = counts ? d_skip.as<int64_t>() : nullptr;
     size_t ws_bytes = 0;
     if (!(st = tbe->backward_workspace_size(ctx, a, &ws_bytes)).ok()) return fail("workspace size: " + st.to_string());
     Buffer ws(backend, ws_bytes);
@@ -349,7 +350,7 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
     char msg[320];
     const std::string at = "step " + std::to_string(k) + ": ";
 
-    if (c.bounds == BoundsCheckMode::kSkip) {
+    if (c.bounds == BoundsCheckMode::kSkip || c.bounds == BoundsCheckMode::kWarn) {
       int64_t skipped = -1;
       if (!(st = copy_to_host(ctx, &skipped, d_skip.data(), 8)).ok()) return fail("download: " + st.to_string());
       if (skipped != ro.skipped)

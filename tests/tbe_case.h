@@ -216,7 +216,8 @@ inline TbeCase random_case(uint64_t seed, int64_t budget = 3000000) {
   constexpr int kNumDims = sizeof(kDims) / sizeof(kDims[0]);
   static const DType kFloat[] = {DType::kF32, DType::kF16, DType::kBF16};
   static const PoolingMode kPool[] = {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone};
-  static const BoundsCheckMode kBounds[] = {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff};
+  static const BoundsCheckMode kBounds[] = {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff,
+                                            BoundsCheckMode::kWarn};
 
   TbeCase c;
   c.seed = seed;
@@ -243,7 +244,7 @@ inline TbeCase random_case(uint64_t seed, int64_t budget = 3000000) {
   c.output_dtype = kFloat[pick(3)];
   c.index_dtype = pick(2) ? DType::kI32 : DType::kI64;
   c.weighted = c.pooling != PoolingMode::kMean && pick(2) == 0;
-  c.bounds = kBounds[pick(3)];
+  c.bounds = kBounds[pick(4)];
   c.integer_values = pick(4) == 0;
   int max_dim = 1;
   for (int d : c.dims) max_dim = std::max(max_dim, d);

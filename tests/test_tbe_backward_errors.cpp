@@ -229,6 +229,34 @@ TEST_P(TbeBackwardErrors, BadOffsetsWriteNothing) {
     EXPECT_EQ(warn.code(), StatusCode::kOutOfRange) << warn.to_string();
   }
   EXPECT_TRUE(p.untouched());
+  if (GetParam() != Backend::kCuda) return;
+  // What such a call still outputs on CUDA is defined: dense mode gives no unique row, and the gradient
+  // of every per-sample weight is 0 (the output buffers start as 0x7f sentinels).
+  const int64_t N = static_cast<int64_t>(p.idx.size());
+  Buffer d_rows(GetParam(), N * 8), d_count(GetParam(), 8), d_grads(GetParam(), N * p.tbe->max_dim() * 4);
+  Buffer d_psw(GetParam(), N * 4), d_gpsw(GetParam(), N * 4);
+  const std::vector<float> ones(N, 1.0f);
+  ASSERT_TRUE(copy_to_backend(p.ctx, d_psw.data(), ones.data(), N * 4).ok());
+  for (const Buffer* b : {&d_rows, &d_count, &d_grads, &d_gpsw})
+    ASSERT_TRUE(fill_bytes(p.ctx, b->data(), 0x7f, b->bytes()).ok());
+  TbeBackwardArgs dense = a;
+  dense.optimizer.type = OptimizerType::kNone;
+  dense.momentum1 = TensorView();
+  dense.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, N);
+  dense.num_unique = d_count.as<int64_t>();
+  dense.unique_grads = TensorView::vec(d_grads.data(), DType::kF32, N * p.tbe->max_dim());
+  ASSERT_TRUE(p.run(dense).ok());
+  int64_t unique = -1;
+  ASSERT_TRUE(copy_to_host(p.ctx, &unique, d_count.data(), 8).ok());
+  EXPECT_EQ(unique, 0) << "dense mode with broken offsets";
+  TbeBackwardArgs weighted = a;
+  weighted.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, N);
+  weighted.grad_per_sample_weights = TensorView::vec(d_gpsw.data(), DType::kF32, N);
+  ASSERT_TRUE(p.run(weighted).ok());
+  std::vector<float> gpsw(N, -1.0f);
+  ASSERT_TRUE(copy_to_host(p.ctx, gpsw.data(), d_gpsw.data(), N * 4).ok());
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(gpsw[i], 0.0f) << "grad_per_sample_weights[" << i << "]";
+  EXPECT_TRUE(p.untouched());
 }
 
 // Each mutation must give invalid_argument (or workspace_too_small) naming `what`, and write nothing.
@@ -425,7 +453,8 @@ TEST(TbeBackwardNames, FbgemmAliases) {
 // Every bounds-check mode's name parses back to it; FBGEMM's names (BoundsCheckMode.FATAL, WARNING,
 // IGNORE, NONE) parse to the mode that does the same job.
 TEST(TbeBoundsCheckNames, RoundTripAndFbgemmNames) {
-  for (BoundsCheckMode m : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff, BoundsCheckMode::kWarn}) {
+  for (BoundsCheckMode m :
+       {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff, BoundsCheckMode::kWarn}) {
     BoundsCheckMode back = BoundsCheckMode::kOff;
     if (m == BoundsCheckMode::kOff) back = BoundsCheckMode::kError;
     EXPECT_TRUE(parse_bounds_check_mode(bounds_check_mode_name(m), &back)) << bounds_check_mode_name(m);

@@ -58,7 +58,8 @@ TEST_P(TbeForwardContract, SequenceRowsBeforeTheFirstOffsetAreZeros) {
   Buffer d_idx(backend(), N * 8), d_off(backend(), off.size() * 8), d_out(backend(), N * 5 * 4);
   ASSERT_TRUE(copy_to_backend(p.ctx, d_idx.data(), idx.data(), N * 8).ok());
   ASSERT_TRUE(copy_to_backend(p.ctx, d_off.data(), off.data(), off.size() * 8).ok());
-  for (BoundsCheckMode mode : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff}) {
+  for (BoundsCheckMode mode :
+       {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff, BoundsCheckMode::kWarn}) {
     ASSERT_TRUE(fill_bytes(p.ctx, d_out.data(), 0x7f, d_out.bytes()).ok());
     TbeForwardArgs a;
     a.weights = TensorView::vec(p.d_w.data(), DType::kF32, 50);

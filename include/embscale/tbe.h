@@ -85,7 +85,7 @@ struct TbeForwardArgs {
   // Pooled: [B, total_dim()] fp32/fp16/bf16. kNone (sequence embeddings): [N, D], all features of one
   // dimension D; row i is the (weighted) row looked up by indices[i].
   TensorView output;
-  int64_t* num_skipped = nullptr;            // optional (backend memory): invalid indices skipped (kSkip)
+  int64_t* num_skipped = nullptr;            // optional (backend memory): invalid indices skipped (kSkip, kWarn)
 };
 
 
@@ -219,7 +219,7 @@ class TableBatchedEmbedding {
     const int64_t* row_offsets = nullptr;     // [T] first linearised row of each feature's table
     // kScratchWords int64 of backend memory owned by this object, zeroed at creation: a backend keeps
     // its bounds-check error record and skip counter here (ops on one object must not run
-    // concurrently on different streams in kError/kSkip mode).
+    // concurrently on different streams in kError/kSkip/kWarn mode).
     int64_t* scratch = nullptr;
   };
   static constexpr int kScratchWords = 8;

@@ -56,6 +56,7 @@ torch (no data to copy).
 """
 
 import math
+import threading
 import warnings
 from typing import List, Optional, Sequence
 
@@ -157,6 +158,9 @@ class BoundsCheckWarning(UserWarning):
     the warnings into exceptions (raised when the report is read, possibly some calls later)."""
 
 
+_BOUNDS_LOCK = threading.Lock()  # the warn-mode report lists of every module
+
+
 def _real_count(t: torch.Tensor) -> bool:
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return False
@@ -175,7 +179,8 @@ def _warn_skipped(count: int, when: str, stacklevel: int):
                       "bag and position", BoundsCheckWarning, stacklevel=stacklevel)
     elif count < 0:
         warnings.warn(f"bounds_check='warn': offsets were broken in {when} (decreasing, or not ending at the "
-                      "number of indices): each bag was clamped into the indices and no table row was updated; "
+                      "number of indices): each bag was clamped into the indices and no table row was updated "
+                      "(the step still advanced; dense mode gave no gradient, per-sample weights a zero one); "
                       "bounds_check='error' raises IndexError naming the offset", BoundsCheckWarning,
                       stacklevel=stacklevel)
 
@@ -554,34 +559,40 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     # ---- warn-mode bounds reports ------------------------------------------------------------------
     def _note_bounds(self, num_skipped: torch.Tensor):
-        # A CPU count is known now; a CUDA one is copied to pinned memory behind an event and read by a
-        # later call once the event has completed (never waiting). Under compile, tracing, fake or meta
-        # tensors, a transform or a CUDA graph capture the count stays in num_skipped only.
+        # A CPU count is known now; a CUDA one is copied to pinned memory behind an event on the stream
+        # that produced it (the current stream of the tables' device) and read by a later call once the
+        # event has completed (never waiting). Under compile, tracing, fake or meta tensors, a transform or
+        # a CUDA graph capture the count stays in num_skipped only.
         if not _real_count(num_skipped):
             return
         if num_skipped.device.type == "cpu":
             _warn_skipped(int(num_skipped.item()), "this call", 6)  # at the module call
             return
-        if torch.cuda.is_current_stream_capturing():
-            return
-        host = torch.empty(1, dtype=torch.int64, pin_memory=True)
-        host.copy_(num_skipped, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        pending = self.__dict__.setdefault("_bounds_reports", [])
-        pending.append((host, event))
+        with torch.cuda.device(num_skipped.device):
+            if torch.cuda.is_current_stream_capturing():
+                return
+            host = torch.empty(1, dtype=torch.int64, pin_memory=True)
+            host.copy_(num_skipped, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        with _BOUNDS_LOCK:  # threads may share a module
+            self.__dict__.setdefault("_bounds_reports", []).append((host, event))
         self._read_bounds_reports(wait=False, stacklevel=7)
 
     def _read_bounds_reports(self, wait: bool, stacklevel: int):
-        pending = self.__dict__.get("_bounds_reports", [])
-        while pending:
-            host, event = pending[0]
-            if wait:
-                event.synchronize()
-            elif not event.query():
-                break
-            pending.pop(0)
-            _warn_skipped(int(host[0]), "an earlier call", stacklevel)
+        counts = []
+        with _BOUNDS_LOCK:
+            pending = self.__dict__.get("_bounds_reports", [])
+            while pending:
+                host, event = pending[0]
+                if wait:
+                    event.synchronize()
+                elif not event.query():
+                    break
+                pending.pop(0)
+                counts.append(int(host[0]))
+        for count in counts:
+            _warn_skipped(count, "an earlier call", stacklevel)
 
     def check_bounds(self):
         """Waits for the bounds reports of this module's earlier warn-mode calls on CUDA and issues their

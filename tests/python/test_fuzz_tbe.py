@@ -39,7 +39,7 @@ def tbe_configs(draw, pooling=None):
         optimizer=draw(st.sampled_from(["sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam"])),
         weights_dtype=draw(st.sampled_from([torch.float32, torch.float32, torch.float16, torch.bfloat16])),
         output_dtype=draw(st.sampled_from([torch.float32, torch.float32, torch.float16, torch.bfloat16])),
-        bounds_check=draw(st.sampled_from(["error", "skip", "off"])),
+        bounds_check=draw(st.sampled_from(["error", "skip", "off", "warn"])),
         index_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
         B=draw(st.integers(0, 5)), max_bag=draw(st.integers(0, 4)),
         weighted=pooling != "mean" and draw(st.booleans()),

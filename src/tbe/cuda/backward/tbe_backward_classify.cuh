@@ -71,11 +71,13 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_classify_tally_kerne
   allow_dependent_launch();  // the place kernel waits for this one before it reads anything
   const K* keys = static_cast<const K*>(p.unique_keys);
   const uint32_t runs = p.counters[kNumRuns];
+  // Broken offsets (skip and warn modes): no row is updated, and dense mode outputs no row.
+  const bool disabled = rows_disabled(p.skip_report);
   if (blockIdx.x == 0 && threadIdx.x == 0 && p.dense) {
     const bool sentinel_last = runs > 0 && static_cast<int64_t>(keys[runs - 1]) == p.total_rows;
-    *p.num_unique_out = static_cast<int64_t>(runs) - (sentinel_last ? 1 : 0);
+    *p.num_unique_out = disabled ? 0 : static_cast<int64_t>(runs) - (sentinel_last ? 1 : 0);
   }
-  if (rows_disabled(p.skip_report)) return;
+  if (disabled) return;
   uint32_t first = 0, end = 0;
   classify_range(runs, &first, &end);
   ClassTally mine{0, 0, 0, 0};

@@ -64,7 +64,13 @@ inline GradPswParams grad_psw_params(const RowParams& r) {
 // weight is written. Invalid (skipped) lookups and lookups outside every bag get 0.
 template <typename W, typename G>
 __global__ void __launch_bounds__(kRowThreads) tbe_backward_grad_psw_kernel(const GradPswParams p) {
-  if (rows_disabled(p.skip_report)) return;
+  if (rows_disabled(p.skip_report)) {
+    // Broken offsets (skip and warn modes): no lookup belongs to a bag, so every gradient is 0.
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.num_indices;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      p.grad_psw[i] = 0.0f;
+    return;
+  }
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
   const G* grad = static_cast<const G*>(p.grad_output);
