@@ -571,12 +571,15 @@ class TableBatchedEmbeddingBags(nn.Module):
         with torch.cuda.device(num_skipped.device):
             if torch.cuda.is_current_stream_capturing():
                 return
-            host = torch.empty(1, dtype=torch.int64, pin_memory=True)
+            dev = num_skipped.device
+            with _BOUNDS_LOCK:  # threads may share a module; a read report's buffer and event are reused
+                free = self.__dict__.setdefault("_bounds_free", [])
+                host, event, _ = free.pop() if free and free[-1][2] == dev else (
+                    torch.empty(1, dtype=torch.int64, pin_memory=True), torch.cuda.Event(), dev)
             host.copy_(num_skipped, non_blocking=True)
-            event = torch.cuda.Event()
             event.record()
-        with _BOUNDS_LOCK:  # threads may share a module
-            self.__dict__.setdefault("_bounds_reports", []).append((host, event))
+        with _BOUNDS_LOCK:
+            self.__dict__.setdefault("_bounds_reports", []).append((host, event, dev))
         self._read_bounds_reports(wait=False, stacklevel=7)
 
     def _read_bounds_reports(self, wait: bool, stacklevel: int):
@@ -584,13 +587,16 @@ class TableBatchedEmbeddingBags(nn.Module):
         with _BOUNDS_LOCK:
             pending = self.__dict__.get("_bounds_reports", [])
             while pending:
-                host, event = pending[0]
+                host, event, _ = pending[0]
                 if wait:
                     event.synchronize()
                 elif not event.query():
                     break
-                pending.pop(0)
                 counts.append(int(host[0]))
+                free = self.__dict__.setdefault("_bounds_free", [])
+                if len(free) < 4:
+                    free.append(pending[0])
+                pending.pop(0)
         for count in counts:
             _warn_skipped(count, "an earlier call", stacklevel)
 
@@ -626,6 +632,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         state.pop("_handles", None)
         state.pop("_handle_id", None)
         state.pop("_bounds_reports", None)
+        state.pop("_bounds_free", None)
         if state.get("data_parallel_group") is not None:
             state["data_parallel_group"] = "auto"
         return state
