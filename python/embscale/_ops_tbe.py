@@ -150,28 +150,28 @@ def _tbe_lookup_checks(weights, indices, offsets, per_sample_weights, handle, ba
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-def eager_call(*tensors) -> bool:
-    """Whether the module may call an operator's body directly for these arguments (None allowed): not
-    under compile, tracing, a dispatch or torch-function mode, a functorch transform or the profiler (those
-    see or transform torch.ops calls), not for tensors that are subclasses or meta, and not where autograd
-    would record the call (grad mode on and an argument requiring grad: a double backward through the
-    operator must still refuse, not lose its term)."""
+def real_tensors(*tensors) -> bool:
+    """Whether these tensors (None allowed) hold real data the host may read now: not under compile,
+    tracing, a dispatch or torch-function mode or a functorch transform, and not subclasses or meta."""
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return False
     if _python_dispatch._get_current_dispatch_mode() is not None or torch._C._is_torch_function_mode_enabled():
         return False
-    if torch.autograd._profiler_enabled():
-        return False
     functorch_level = getattr(torch._C._functorch, "maybe_current_level", None)  # vmap, grad, ...
     if functorch_level is not None and functorch_level() is not None:
         return False
+    return all(t is None or (type(t) in _PLAIN_TENSORS and t.device.type != "meta") for t in tensors)
+
+
+def eager_call(*tensors) -> bool:
+    """Whether the module may call an operator's body directly for these arguments (None allowed): real
+    tensors (real_tensors), not under the profiler (it sees torch.ops calls), and not where autograd would
+    record the call (grad mode on and an argument requiring grad: a double backward through the operator
+    must still refuse, not lose its term)."""
+    if not real_tensors(*tensors) or torch.autograd._profiler_enabled():
+        return False
     grad_mode = torch.is_grad_enabled()
-    for t in tensors:
-        if t is None:
-            continue
-        if type(t) not in _PLAIN_TENSORS or t.device.type == "meta" or (grad_mode and t.requires_grad):
-            return False
-    return True
+    return not (grad_mode and any(t is not None and t.requires_grad for t in tensors))
 
 
 def bump_versions(*tensors):

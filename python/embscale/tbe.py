@@ -161,17 +161,6 @@ class BoundsCheckWarning(UserWarning):
 _BOUNDS_LOCK = threading.Lock()  # the warn-mode report lists of every module
 
 
-def _real_count(t: torch.Tensor) -> bool:
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return False
-    if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
-        return False
-    functorch_level = getattr(torch._C._functorch, "maybe_current_level", None)  # vmap, grad, ...
-    if functorch_level is not None and functorch_level() is not None:
-        return False
-    return type(t) is torch.Tensor and t.device.type in ("cpu", "cuda")
-
-
 def _warn_skipped(count: int, when: str, stacklevel: int):
     if count > 0:
         warnings.warn(f"bounds_check='warn': {count} indices outside their tables were dropped in {when} (they "
@@ -563,7 +552,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         # that produced it (the current stream of the tables' device) and read by a later call once the
         # event has completed (never waiting). Under compile, tracing, fake or meta tensors, a transform or
         # a CUDA graph capture the count stays in num_skipped only.
-        if not _real_count(num_skipped):
+        if not ops.real_tensors(num_skipped):
             return
         if num_skipped.device.type == "cpu":
             _warn_skipped(int(num_skipped.item()), "this call", 6)  # at the module call

@@ -453,15 +453,15 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   // elements of a suitably aligned base.
   const size_t wes = dtype_size(args.weights.dtype), ges = dtype_size(args.grad_output.dtype);
   bool w_vec = aligned(args.weights.data, wes * tbe_bwd::kVec), g_vec = aligned(args.grad_output.data, ges * tbe_bwd::kVec);
+  bool dims_whole = true;
   for (int f = 0; f < T; ++f) {
-    w_vec = w_vec && tbe.feature_dim(f) % tbe_bwd::kVec == 0 && tbe.weight_offset(tbe.feature_table(f)) % tbe_bwd::kVec == 0;
+    dims_whole = dims_whole && tbe.feature_dim(f) % tbe_bwd::kVec == 0;
+    w_vec = w_vec && dims_whole && tbe.weight_offset(tbe.feature_table(f)) % tbe_bwd::kVec == 0;
     g_vec = g_vec && rp.grad_stride % tbe_bwd::kVec == 0 && (c.sequence || tbe.output_offset(f) % tbe_bwd::kVec == 0);
   }
   rp.w_vec = w_vec ? 1 : 0;
   rp.g_vec = g_vec ? 1 : 0;
   rp.ug_vec = (dense && aligned(args.unique_grads.data, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
-  bool dims_whole = true;
-  for (int f = 0; f < T; ++f) dims_whole = dims_whole && tbe.feature_dim(f) % tbe_bwd::kVec == 0;
   rp.whole_vecs = (dims_whole && g_vec && (dense ? rp.ug_vec != 0 : w_vec)) ? 1 : 0;
   rp.max_warp_segment = t.max_warp;
   rp.opt = args.optimizer;

@@ -47,7 +47,7 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
     // passes in registers) up to 512; one kernel per optimizer of the path (SGD, row-wise Adagrad,
     // dense). Then the whole-warp kernel for the warp-path rows the lane groups do not take (all of them
     // when the path is off).
-    const GroupShape shape = kAccess == VecAccess::kWhole ? group_shape(p) : GroupShape{0, 0};
+    const GroupShape shape = group_shape(p);  // off unless whole_vecs, so kByFlag calls never take the lane groups
     const int rows = shape.rows;
     // The first row kernel waits for what classify (or grad_psw) wrote before it reads anything; the
     // later ones work on other rows and only wait for their predecessor before they complete.
