@@ -316,6 +316,49 @@ TEST_P(TbeBackward, LaneGroupShapesDeterministic) {
   }
 }
 
+// Rows of at most 64 columns made of whole vectors: on CUDA the block path and the hot-row parts sum
+// several chunks of a segment side by side (chunk groups of 4, 8 or 16 lanes, by D), the warp path one
+// chunk at a time. Real-valued data (sums whose bits depend on the order of the adds), segments of up to
+// ~1500 lookups (many chunks, partial last chunks, several superchunks), plain, weighted and MEAN
+// contributions: a tuning that gives the long rows to the warp path, one that gives them to the block
+// path and one that splits them into superchunk parts must give the same bits, and match the reference.
+TEST_P(TbeBackward, ChunkGroupsDeterministic) {
+  const std::vector<std::vector<int>> dim_sets = {{4, 8}, {16, 12}, {32, 20}, {64, 36}, {48, 64, 4}};
+  int k = 0;
+  for (const auto& dims : dim_sets) {
+    for (int contrib = 0; contrib < 3; ++contrib) {
+      BwdCase c;
+      c.dims = dims;
+      c.num_rows.assign(dims.size(), 30);
+      c.batch_size = 700;
+      c.max_bag = 8;
+      c.hot_fraction = 0.5;  // row 0 of each table: ~1400 lookups (two superchunks)
+      c.weighted = contrib == 1;
+      c.pooling = contrib == 2 ? PoolingMode::kMean : PoolingMode::kSum;
+      c.opt.type = k % 2 == 0 ? OptimizerType::kRowwiseAdagrad : OptimizerType::kSgd;
+      // A small step keeps the weights within the harness's fp32 tolerance of the double reference after
+      // sums of ~1400 real terms; row-wise Adagrad's state (the row's sum of squares, compared bit for
+      // bit) shows any change in a sum's bits.
+      c.opt.learning_rate = 0.03125f;
+      c.opt.eps = 0.1f;
+      c.seed = 8100 + k++;
+      std::printf("TbeBackward.ChunkGroupsDeterministic: %s\n", c.describe().c_str());
+      c.tuning.max_warp_segment = 2048;
+      c.tuning.max_block_segment = 4096;
+      const BwdOutcome warp = expect_case(c);
+      EXPECT_TRUE(warp.reference_nonzero);
+      c.tuning.max_warp_segment = 8;
+      const BwdOutcome block = expect_case(c);
+      c.tuning.max_block_segment = 40;
+      c.tuning.block_threads = 64;
+      const BwdOutcome parts = expect_case(c);
+      EXPECT_TRUE(warp.weights == block.weights && warp.m1 == block.m1) << c.describe() << ": warp and block paths differ";
+      EXPECT_TRUE(warp.weights == parts.weights && warp.m1 == parts.m1)
+          << c.describe() << ": warp path and superchunk parts differ";
+    }
+  }
+}
+
 // Stochastic rounding: every element of a table starts at w0 and receives one SGD update to the exact
 // fp32 value x between two neighbours; the mean of the rounded results must match x (unbiased, within
 // 6 standard errors), the same seed must reproduce the bits, and another seed must change them.

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/arch_traits.cuh"
 #include "tbe/cuda/backward/tbe_backward_io.cuh"
@@ -84,6 +85,94 @@ __device__ __forceinline__ void warp_chunk_sum(const RowParams& p, int64_t first
   else warp_chunk_sum_as<G, true, kAccess>(p, first, n, col, ncols, out, pre);
 }
 
+// Chunk groups. A row of D <= kPassCols / 2 columns needs ceil(D / kVec) lanes for a pass, so a warp
+// summing one chunk at a time (warp_chunk_sum) leaves most of its lanes idle on short rows (24 of 32 at
+// D = 32). With whole vectors (VecAccess::kWhole) the warp instead sums 32 / L chunks side by side, each
+// on its own group of L lanes (chunk_group_lanes): lane gl of group sg holds columns gl * kVec.. of
+// chunk sg. Each chunk is summed with the same operations in the same order as warp_chunk_sum, so the
+// partials are the same bits, and the callers add them in chunk order as before.
+constexpr int kMaxChunkGroupCols = kPassCols / 2;
+
+// Lanes per chunk group for rows of D columns: 4, 8 or 16; 0 for rows wider than kMaxChunkGroupCols.
+__device__ __forceinline__ int chunk_group_lanes(int D) {
+  return D <= 4 * kVec ? 4 : D <= 8 * kVec ? 8 : D <= kMaxChunkGroupCols ? 16 : 0;
+}
+
+// One chunk (n <= kChunk lookups from sorted position first; n = 0: none) summed by this lane's group of
+// kLanes lanes, the lane's kVec columns of a row of D (<= kMaxChunkGroupCols) columns, as
+// warp_chunk_sum_as. n_max: the largest n of the warp's groups (warp-uniform), which bounds the loop.
+// pre: the meta of lookup `first` when the caller already has it.
+template <typename G, bool kScaled, int kLanes>
+__device__ __forceinline__ void group_chunk_sum_as(const RowParams& p, int64_t first, int n, int n_max, int D,
+                                                   float* out, const LookupMeta* pre) {
+  static_assert(ArchTraits::kWarpSize % kLanes == 0 && kLanes * kVec <= kPassCols && kLanes % kUnroll == 0, "chunk group");
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const int gl = lane % kLanes;
+  const int base = lane - gl;  // the group's first lane
+  const int col = gl * kVec;
+  const int ncols = n > 0 && col < D ? kVec : 0;  // whole vectors: D is a multiple of kVec
+  // Rounds of kLanes lookups: lane gl holds the meta of the round's lookup gl (cur) and of the next
+  // round's (nxt, loaded while this round's gradient rows are).
+  LookupMeta cur{0, 1.0f};
+  if (gl < n) cur = (pre != nullptr && gl == 0) ? *pre : lookup_meta(p, first + gl);
+  // Lookups past n re-read the chunk's first row (present when n > 0), so the loads carry no predicate.
+  const int64_t off0 = __shfl_sync(ArchTraits::kFullMask, cur.grad_off, base);
+  const G* grad = static_cast<const G*>(p.grad_output);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) out[k] = 0.0f;
+  for (int q0 = 0; q0 < n_max; q0 += kLanes) {
+    LookupMeta nxt{0, 1.0f};
+    if (q0 + kLanes + gl < n) nxt = lookup_meta(p, first + q0 + kLanes + gl);
+#pragma unroll
+    for (int r0 = 0; r0 < kLanes; r0 += kUnroll) {
+      if (q0 + r0 >= n_max) break;
+      float x[kUnroll][kVec];
+      float sc[kUnroll];
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        int64_t off = __shfl_sync(ArchTraits::kFullMask, cur.grad_off, base + r0 + j);
+        sc[j] = kScaled ? __shfl_sync(ArchTraits::kFullMask, cur.scale, base + r0 + j) : 1.0f;
+        if (q0 + r0 + j >= n) off = off0;
+        load_vec<G, true, VecAccess::kWhole>(grad + off + col, true, ncols, x[j]);  // ncols == 0: no access
+      }
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        if (q0 + r0 + j < n) {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k)
+            out[k] = __fadd_rn(out[k], kScaled ? __fmul_rn(sc[j], x[j][k]) : x[j][k]);
+        }
+      }
+    }
+    cur = nxt;
+  }
+}
+
+template <typename G, int kLanes>
+__device__ __forceinline__ void group_chunk_sum(const RowParams& p, int64_t first, int n, int n_max, int D, float* out,
+                                                const LookupMeta* pre = nullptr) {
+  if (p.contrib == kContribPlain) group_chunk_sum_as<G, false, kLanes>(p, first, n, n_max, D, out, pre);
+  else group_chunk_sum_as<G, true, kLanes>(p, first, n, n_max, D, out, pre);
+}
+
+// Lookups of chunk c of a segment of n lookups (0 past its end).
+__device__ __forceinline__ int chunk_lookups(int64_t n, int64_t c) {
+  const int64_t left = n - c * kChunk;
+  return left <= 0 ? 0 : (left < kChunk ? static_cast<int>(left) : kChunk);
+}
+
+// f.template operator()<L>() for the chunk-group width L of rows of D columns; false (nothing called)
+// when the row is too wide for chunk groups.
+template <typename F>
+__device__ __forceinline__ bool with_chunk_groups(int D, F&& f) {
+  switch (chunk_group_lanes(D)) {
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    case 8: f(std::integral_constant<int, 8>{}); return true;
+    case 16: f(std::integral_constant<int, 16>{}); return true;
+    default: return false;
+  }
+}
+
 // Columns of pass `pass` owned by this lane: first column and how many of its kVec exist.
 __device__ __forceinline__ void lane_cols(int pass, int D, int* col, int* ncols) {
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
@@ -128,12 +217,50 @@ struct SuperSmem {
   float total[kPassCols];
 };
 
+// block_super_sum for rows of at most kMaxChunkGroupCols columns (one pass): each warp sums kGroups chunks at
+// a time on its chunk groups (warp w takes chunks w * kGroups .., then nwarps * kGroups further on).
+template <typename G, int kLanes>
+__device__ __forceinline__ void block_super_sum_grouped(const RowParams& p, SuperSmem& sm, int64_t first, int64_t n,
+                                                        int D, float* sp_out, bool accumulate) {
+  constexpr int kGroups = ArchTraits::kWarpSize / kLanes;
+  const int warp = static_cast<int>(threadIdx.x) / ArchTraits::kWarpSize;
+  const int nwarps = static_cast<int>(blockDim.x) / ArchTraits::kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
+  const int sg = lane / kLanes, gl = lane % kLanes;
+  const int nchunks = static_cast<int>((n + kChunk - 1) / kChunk);
+  for (int c0 = warp * kGroups; c0 < nchunks; c0 += nwarps * kGroups) {
+    const int c = c0 + sg;
+    float part[kVec];
+    group_chunk_sum<G, kLanes>(p, first + static_cast<int64_t>(c) * kChunk, chunk_lookups(n, c), chunk_lookups(n, c0),
+                               D, part);
+    if (c < nchunks)
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) sm.part[c][gl * kVec + k] = part[k];
+  }
+  __syncthreads();
+  // Columns past the groups' (kLanes * kVec >= D) are not the row's: +0, as the lanes past D give in
+  // block_super_sum.
+  for (int t = static_cast<int>(threadIdx.x); t < kPassCols; t += blockDim.x) {
+    float sp = 0.0f;
+    if (t < kLanes * kVec)
+      for (int c = 0; c < nchunks; ++c) sp = __fadd_rn(sp, sm.part[c][t]);
+    sp_out[t] = accumulate ? __fadd_rn(sp_out[t], sp) : sp;
+  }
+  __syncthreads();
+}
+
 // One superchunk (from sorted position first, n lookups) of one pass summed by the whole block: warps
 // take chunks round-robin, then thread t adds column t's chunk partials in chunk order into sp[t].
 // Returns with sp (in smem, caller-provided) complete and the block synchronised.
 template <typename G, VecAccess kAccess>
 __device__ __forceinline__ void block_super_sum(const RowParams& p, SuperSmem& sm, int64_t first, int64_t n, int pass,
                                                 int D, float* sp_out /* smem [kPassCols] */, bool accumulate) {
+  if constexpr (kAccess == VecAccess::kWhole) {
+    if (pass == 0 && with_chunk_groups(D, [&](auto lanes) {
+          block_super_sum_grouped<G, decltype(lanes)::value>(p, sm, first, n, D, sp_out, accumulate);
+        }))
+      return;
+  }
   const int warp = static_cast<int>(threadIdx.x) / ArchTraits::kWarpSize;
   const int nwarps = static_cast<int>(blockDim.x) / ArchTraits::kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);

@@ -32,7 +32,7 @@ constexpr int kDefaultMaxWarpSegment = 32;
 constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
 constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
 constexpr int kDefaultBlockThreads = 256;
-constexpr int kMaxBlockThreads = 512;  // the block paths' __launch_bounds__ (<= 128 registers a thread)
+constexpr int kMaxBlockThreads = 512;  // the block path's __launch_bounds__ (2 blocks an SM: <= 64 registers a thread)
 
 constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)
 constexpr int kLinearizeSpan = 8192;  // lookups of a linearize block whose bags fit its shared table

@@ -168,9 +168,11 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
 // The block path's work list: block rows and hot-row superchunk slots, in key order (classify), one
 // kernel for both so that the rows of one table, long and hot, run at the same time and read their
 // gradient rows through L2 together. Persistent blocks take the list's items in order from a counter
-// (kBlockNext; the first one by block index), one item ahead.
+// (kBlockNext; the first one by block index), one item ahead. Two blocks of kMaxBlockThreads fit an SM
+// (<= 64 registers a thread): left to choose, ptxas gave some instantiations 128 registers, half the
+// resident warps, and those ran slower (docs/tbe_backward_cuda.md, History).
 template <typename W, typename G, VecAccess kAccess>
-__global__ void __launch_bounds__(kMaxBlockThreads) tbe_backward_block_work_kernel(const RowParams p) {
+__global__ void __launch_bounds__(kMaxBlockThreads, 2) tbe_backward_block_work_kernel(const RowParams p) {
   __shared__ SuperSmem sm;
   __shared__ int64_t next_item[2];
   if (p.wait_at_start) grid_dependency_wait();

@@ -55,13 +55,34 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
   const bool wvec = p.w_vec != 0;
 
-  // The gradient of a pass: the first kCachedPasses stay in registers after the first sweep.
+  const bool dense = opt::dense_mode(o.type);
+  // The first pass's weights and the row-wise state are loaded before the gradient is summed, so
+  // their latency overlaps the gradient loads (a short row then costs one round trip).
+  float wpre[kVec] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float state_pre = 0.0f;
+  if (!dense) {
+    int col, ncols;
+    lane_cols(0, D, &col, &ncols);
+    load_vec<W, false, Grad::kAccess>(wrow + col, wvec, ncols, wpre);
+    opt::visit_optimizer(o.type, [&](auto t) {
+      using Opt = decltype(t);
+      if constexpr (Opt::kRowState) state_pre = Opt::row_state(p.momentum1, p.momentum2)[r.key];
+    });
+  }
+  // The gradient: pass 0's summed here, before any sweep (the providers' only call for pass 0, so their
+  // chunk-group code, pass 0 of rows of at most kMaxChunkGroupCols columns, is compiled in once); the
+  // next kCachedPasses - 1 passes' kept in registers after the first sweep, wider rows' summed again
+  // for each sweep that needs them (same bits).
+  float g0[kVec];
+  grad_of(p, 0, g0);
   float cache[kCachedPasses][kVec];
   bool cached = false;
   const auto grad = [&](int pass, float* g) {
-    if (cached && pass < kCachedPasses) {
+    if (pass == 0 || (cached && pass < kCachedPasses)) {
 #pragma unroll
-      for (int c = 0; c < kCachedPasses; ++c)
+      for (int k = 0; k < kVec; ++k) g[k] = g0[k];
+#pragma unroll
+      for (int c = 1; c < kCachedPasses; ++c)
         if (c == pass)
 #pragma unroll
           for (int k = 0; k < kVec; ++k) g[k] = cache[c][k];
@@ -69,14 +90,14 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
     }
     grad_of(p, pass, g);
 #pragma unroll
-    for (int c = 0; c < kCachedPasses; ++c)
+    for (int c = 1; c < kCachedPasses; ++c)
       if (c == pass)
 #pragma unroll
         for (int k = 0; k < kVec; ++k) cache[c][k] = g[k];
   };
   const auto end_sweep = [&]() { cached = true; };
 
-  if (opt::dense_mode(o.type)) {
+  if (dense) {
     // Dense mode: the unclipped sum; columns [D, max_dim) of the row are zeros.
     float* dst = p.unique_grads + r.u * p.max_dim;
     for (int pass = 0; pass < passes; ++pass) {
@@ -91,19 +112,6 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
     return;
   }
 
-  // The first pass's weights and the row-wise state are loaded before the gradient is summed, so
-  // their latency overlaps the gradient loads (a short row then costs one round trip).
-  float wpre[kVec];
-  {
-    int col, ncols;
-    lane_cols(0, D, &col, &ncols);
-    load_vec<W, false, Grad::kAccess>(wrow + col, wvec, ncols, wpre);
-  }
-  float state_pre = 0.0f;
-  opt::visit_optimizer(o.type, [&](auto t) {
-    using Opt = decltype(t);
-    if constexpr (Opt::kRowState) state_pre = Opt::row_state(p.momentum1, p.momentum2)[r.key];
-  });
   const auto load_w = [&](int pass, int col, int ncols, float* w) {
     if (pass == 0) {
 #pragma unroll
