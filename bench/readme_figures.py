@@ -35,8 +35,6 @@ TRAIN_RECORDS = ("train_dlrm/2026-11-30-nvidia-h200.json", "train_dlrm/2026-11-3
 GPU_FORWARD_BUILD = "4092f9b"  # the forward's final build against torch
 GPU_SWEEP_BUILD = "39ca103"    # the row-size sweep and the backward's final build, with torch in the same run
 CPU_FORWARD_BUILD = "4092f9b"
-# The newest same-run A/B of the backward against the build before it (after the peer runs below).
-BACKWARD_AB = "2026-12-02-nvidia-h200-whole-vectors-ab.jsonl"
 
 PEER_NAMES = {"te_atomic": "TE atomic", "te_two_stage": "two-stage", "cub": "CUB",
               "torch_vector_norm": "torch vector_norm", "torch_abs_amax": "torch abs().amax()"}
@@ -202,23 +200,6 @@ def gpu_tbe_backward(recs):
             table(["", "embscale (phases, ms)", "torch `EmbeddingBag(sparse=True)` + `torch.optim`", "speedup"], rows))
 
 
-def gpu_backward_since(recs):
-    """The last backward change's same-run A/B (best of the repetitions of each build)."""
-    best = {}
-    for r in recs:
-        rec = r["record"]
-        key = (rec["optimizer"], rec["weights_precision"], rec["embedding_dim"], rec["alpha"])
-        best.setdefault(key, {})
-        best[key][r["ab"]] = min(rec["median_us"], best[key].get(r["ab"], float("inf")))
-    rows = [[f"{opt}, {w}, D={d}, {alpha_name(a)}", f"{v['main'] / 1000:.2f} ms", f"{v['tree'] / 1000:.2f} ms",
-             ratio(v["main"] / v["tree"])] for (opt, w, d, a), v in best.items()]
-    date = recs[0]["record"]["date"]
-    return ("Since then (" + date + ", `bench/results/" + BACKWARD_AB.replace("-ab.jsonl", ".md") + "`), the backward's "
-            "row kernels access whole vectors without an element path when every row allows it; same-run A/B "
-            "against the build before (the FBGEMM table below predates it):\n\n" +
-            table(["", "before", "after", "speedup"], rows))
-
-
 # ---- the real peers (FBGEMM, TransformerEngine) ----------------------------------------------------------
 def newest_run(results_dir, peer):
     """(file name, records of the newest run holding records of impl `peer`: that file's records of that
@@ -255,14 +236,15 @@ def vs_fbgemm(name, recs):
                 for d in dims:
                     case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d)
                     peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)
-                    row.append(ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—")
+                    cell = ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—"
                     if peer and mine and peer.get("kernel_us") and mine.get("kernel_us"):
                         kernel.append(peer["kernel_us"] / mine["kernel_us"])
+                        cell += f" ({ratio(kernel[-1])})"
+                    row.append(cell)
                 rows.append(row)
-    kernel_text = (f" On kernel time alone (torch.profiler, CUDA kernels summed per step) the ratios run from "
+    kernel_text = (f" In brackets the same on kernel time alone (torch.profiler, the step's CUDA kernels summed): "
                    f"{ratio(min(kernel))} to {ratio(max(kernel))}; embscale's backward kernels overlap through "
-                   f"programmatic dependent launch, so its sum can exceed its wall time, which is the comparison "
-                   f"above." if kernel else "")
+                   f"programmatic dependent launch, so its sum can exceed its wall time." if kernel else "")
     return (f"**vs FBGEMM** (FBGEMM_GPU {first_peer.get('fbgemm_gpu', '?')}'s `SplitTableBatchedEmbeddingBagsCodegen` "
             f"and embscale's torch module in one process on identical tables, indices and gradients, outputs and "
             f"updates checked equal first; T={first_peer['num_tables']}, B={first_peer['batch_size']}, "
@@ -368,7 +350,7 @@ def figures():
     gpu = load(GPU_RECORDS)
     cpu = load(CPU_RECORDS)
     parts = [gpu_intro(gpu), gpu_amax(gpu), gpu_quantize(gpu), gpu_fusions(gpu), gpu_tbe_forward(gpu),
-             gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu), gpu_backward_since(load(BACKWARD_AB)),
+             gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu),
              *peer_sections(os.path.join(ROOT, RESULTS)), train_section(),
              cpu_section(cpu)]
     return BEGIN + "\n\n" + "\n\n".join(parts) + "\n\n" + END

@@ -15,9 +15,11 @@ namespace {
 
 float fp8_max_for(DType f8dt) { return f8dt == DType::kF8E5M2 ? kFp8E5M2Max : kFp8E4M3Max; }
 
-int cast_grid_blocks(const RangeSplit& s, int unroll) {
+// Blocks of a cast grid over s (kCastThreads threads, unroll vectors each): capped at kCastBlocksPerSm
+// resident blocks an SM (the threads then loop over the input), or one block per chunk of the input.
+int cast_grid_blocks(const RangeSplit& s, int unroll, bool capped = true) {
   const int64_t work = s.nvec + ceil_div(s.num_scalar(), 4);
-  const int64_t cap = static_cast<int64_t>(sm_count()) * Fp8Policy::kCastBlocksPerSm;
+  const int64_t cap = capped ? static_cast<int64_t>(sm_count()) * Fp8Policy::kCastBlocksPerSm : int64_t{INT32_MAX};
   const int64_t want =
       ceil_div(std::max<int64_t>(work, 1), static_cast<int64_t>(Fp8Policy::kCastThreads) * unroll);
   return static_cast<int>(std::max<int64_t>(1, std::min(cap, want)));
@@ -61,8 +63,8 @@ Status quantize(const Context& ctx, const TensorView& x, const float* scale, con
     p.scale = scale;
     p.noop_flag = noop_flag;
     return launch_kernel("quantize_scaled_kernel", quantize_scaled_kernel<Tin, Tout>,
-                         dim3(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll)), dim3(Fp8Policy::kCastThreads), 0,
-                         static_cast<cudaStream_t>(ctx.stream), p);
+                         dim3(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll, Fp8Policy::kQuantizeGridCapped)),
+                         dim3(Fp8Policy::kCastThreads), 0, static_cast<cudaStream_t>(ctx.stream), p);
   });
 }
 

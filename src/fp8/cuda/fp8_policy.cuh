@@ -40,9 +40,16 @@ struct Fp8PolicySm90 {
 
   // ---- casts (quantize, dequantize, quantize_current_scaling) ----
   static constexpr int kCastThreads = 512;  // not swept
-  // Resident blocks per SM the cast grids are capped at: 4 beat 2 (tuning, A/B column cb4:
-  // quantize_current_scaling bf16 2^28 316 against 351 us).
+  // Resident blocks per SM the capped cast grids (dequantize, the from-amax cast of
+  // quantize_current_scaling) are capped at: 4 beat 2 (tuning, A/B column cb4: quantize_current_scaling
+  // bf16 2^28 316 against 351 us).
   static constexpr int kCastBlocksPerSm = 4;
+  // quantize's grid is not capped: one block per kCastThreads x kCastUnroll vectors, each thread casting
+  // its kCastUnroll vectors once, the blocks running in waves. Against the capped grid looping over the
+  // input (2026-12-02-nvidia-h200-fp8-grids.md, same run): bf16 2^28 201.4 -> 188.2 us, fp32 2^28 323 ->
+  // 310, 2^24..2^26 1-2% faster. The from-amax cast keeps the cap: uncapped, its fp32 2^24 and 2^26 were
+  // 2% slower (2^28 2% faster).
+  static constexpr bool kQuantizeGridCapped = false;
   static constexpr int kCastUnroll = 4;     // 16-byte loads in flight per thread (not swept)
   static constexpr int kDequantUnroll = 2;  // 16 outputs per 16-byte fp8 vector already (not swept)
   // quantize_current_scaling's one-launch cluster path holds x in registers: at most this many

@@ -468,6 +468,7 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   rp.corrections = opt::adam_corrections(args.optimizer);
   rp.rounding = args.rounding;
   rp.rounding_key = rounding_key(args.seed, args.optimizer.step);
+  rp.group_max_lookups = tbe_bwd::group_max_lookups(tbe_bwd::group_shape(rp));
 
   tbe_bwd::ClassifyParams cp{};
   cp.unique_keys = b.unique_keys;
@@ -488,7 +489,7 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   cp.dense = dense ? 1 : 0;
   cp.max_warp_segment = t.max_warp;
   cp.max_block_segment = t.max_block;
-  cp.list_warp_rows = tbe_bwd::group_shape(rp).rows != 0 ? 1 : 0;
+  cp.group_max_lookups = rp.group_max_lookups;
 
 
   call->tbe = &tbe;

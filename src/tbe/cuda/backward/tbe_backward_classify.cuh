@@ -21,7 +21,7 @@ namespace tbe_bwd {
 // and hot-row slots; place writes them at the range's base (the tallies of the ranges before it) plus
 // their rank within the range (a block scan per tile of rows). Lists: the block path's work list
 // (block rows and hot-row slots), the hot rows (for the combine) and, when the lane groups take the
-// rows of at most kGroupMaxLookups lookups, the longer warp rows. Key order matters for speed only
+// rows of at most group_max_lookups lookups, the longer warp rows. Key order matters for speed only
 // (each row has one owner whatever the order): the row kernels walk their lists in order, so the rows
 // they work on at once are from one or two tables, whose gradient rows then stay in L2 (with atomic
 // appends in one pass, rows of ~10 tables at once read their gradient rows at ~40% L2 hit under Zipf
@@ -51,7 +51,7 @@ __device__ __forceinline__ ClassTally classify_row(const ClassifyParams& p, int6
   ClassTally t{0, 0, 0, 0};
   if (key == p.total_rows) return t;
   if (len <= static_cast<uint32_t>(p.max_warp_segment)) {
-    t.warp = p.list_warp_rows && len > static_cast<uint32_t>(kGroupMaxLookups) ? 1 : 0;
+    t.warp = p.group_max_lookups > 0 && len > static_cast<uint32_t>(p.group_max_lookups) ? 1 : 0;
   } else if (len <= static_cast<uint32_t>(p.max_block_segment)) {
     t.block = 1;
   } else {

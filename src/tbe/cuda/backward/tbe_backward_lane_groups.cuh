@@ -51,7 +51,7 @@ constexpr int kGroupRows = 4;                                    // rows per war
 constexpr int kGroupVecs = 4;                                    // kVec-column vectors per lane and row
 constexpr int kGroupMaxCols = kGroupVecs * kPassCols;            // widest row of the lane-group path (R = 1)
 static_assert(kLaneGroupCols == kGroupMaxCols, "the default warp threshold follows the lane-group path");
-static_assert(kGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
+static_assert(kGroupMaxLookups <= kChunk && kNarrowGroupMaxLookups <= kChunk, "the lane-group path sums one chunk");
 static_assert(kGroupVecs % kGroupRows == 0, "rows of one pass need kGroupRows slots per lane");
 static_assert(kGroupMaxCols == kGroupVecs * kPassCols, "the one-row shape holds kGroupVecs passes");
 static_assert(ArchTraits::kWarpSize % kGroupRows == 0, "kGroupRows must divide the warp");
@@ -75,6 +75,12 @@ struct GroupShape {
   int rows;
   int slots;
 };
+// The longest rows (lookups) the lane groups take in shape s, 0 when they are off. The narrow shapes
+// (rows of at most 32 columns, 8 or 16 rows a warp) take rows of up to a chunk: a whole warp on such a
+// row would use 8 of its lanes or fewer. Host only.
+inline int group_max_lookups(GroupShape s) {
+  return s.rows == 0 ? 0 : s.rows >= 8 ? kNarrowGroupMaxLookups : kGroupMaxLookups;
+}
 inline GroupShape group_shape(const RowParams& p) {
   if (opt::has_elementwise_state(p.opt.type) || p.whole_vecs == 0) return {0, 0};
   if (p.max_dim <= group_cols<16, 2>()) return {16, 2};
@@ -344,21 +350,22 @@ __device__ __forceinline__ void group_prefetch_row(const RowParams& p, const Row
     if (gl == 0) prefetch_l2(Opt::row_state(p.momentum1, p.momentum2) + r.key);
 }
 
-// The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], then c[2],
+// The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], c[2], c[3],
 // each in lane order.
 struct RowOrder {
-  unsigned c[3];
-  __device__ __forceinline__ bool empty() const { return (c[0] | c[1] | c[2]) == 0; }
+  unsigned c[4];
+  __device__ __forceinline__ bool empty() const { return (c[0] | c[1] | c[2] | c[3]) == 0; }
   __device__ __forceinline__ void pop() {
     if (c[0] != 0) c[0] &= c[0] - 1;
     else if (c[1] != 0) c[1] &= c[1] - 1;
-    else c[2] &= c[2] - 1;
+    else if (c[2] != 0) c[2] &= c[2] - 1;
+    else c[3] &= c[3] - 1;
   }
   // The n-th remaining row (lane index), -1 past the end.
   __device__ __forceinline__ int nth(int n) const {
     RowOrder o = *this;
     for (int i = 0; i < n; ++i) o.pop();
-    const unsigned m = o.c[0] != 0 ? o.c[0] : o.c[1] != 0 ? o.c[1] : o.c[2];
+    const unsigned m = o.c[0] != 0 ? o.c[0] : o.c[1] != 0 ? o.c[1] : o.c[2] != 0 ? o.c[2] : o.c[3];
     return m != 0 ? __ffs(m) - 1 : -1;
   }
 };

@@ -63,9 +63,11 @@ enum Counter : int {
 constexpr int kFirstSchedCounter = kGroupNext;
 constexpr int kNumSchedCounters = 3;
 
-// Warp-path rows of up to this many lookups go to the lane groups (when that path is on); longer ones
-// take a whole warp (second launch of the warp-row kernel, over the warp list).
+// Warp-path rows of up to this many lookups go to the lane groups of the wide shapes (rows of more than
+// 32 columns), up to kNarrowGroupMaxLookups to those of the narrow shapes (group_max_lookups); longer
+// ones take a whole warp (second launch of the warp-row kernel, over the warp list).
 constexpr int kGroupMaxLookups = 8;
+constexpr int kNarrowGroupMaxLookups = 32;
 // The whole-warp kernel over the warp list hands out about this many batches per warp.
 constexpr int kWarpListGrabs = 4;
 // The lane-group path orders rows by length and prefetches when lookups per unique row exceed this.
@@ -119,7 +121,8 @@ struct ClassifyParams {
   int dense;                    // optimizer kNone: the unique rows and their count are outputs
   int max_warp_segment;
   int max_block_segment;
-  int list_warp_rows;           // list the warp rows longer than kGroupMaxLookups (the lane groups are on)
+  int group_max_lookups;        // the lane groups take warp rows of up to this many lookups and the longer
+                                // ones are listed (warp_list); 0: the lane groups are off, no list
 };
 
 // The row kernels' (warp rows, block work list, hot-row combine, grad_per_sample_weights).
@@ -165,6 +168,7 @@ struct RowParams {
   int ug_vec;                      // unique_grads rows allow kVec-element vector stores
   int whole_vecs;                  // every row read or written is whole aligned kVec vectors (lane groups)
   int max_warp_segment;
+  int group_max_lookups;           // the lane groups' longest rows (group_max_lookups; 0: no lane groups)
   int warp_min_len;                // the warp kernel without lane groups takes rows longer than this
   int wait_at_start;               // the first row kernel of a call: griddepcontrol.wait before anything
   OptimizerParams opt;

@@ -34,9 +34,9 @@ struct BatchRow {
 // (coalesced, all chains of the batch in flight at once);
 // then the warp updates the batch's short rows one after the other with that metadata broadcast, so
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
-// kRows > 0 (host-chosen: group_shape, with kSlots slots per pass): the rows of at most kGroupMaxLookups
+// kRows > 0 (host-chosen: group_shape, with kSlots slots per pass): the rows of at most group_max_lookups
 // lookups, kRows at a time on the warp's lane groups (group_update_row for the call's optimizer kOpt); the
-// longer warp-path rows are left to a second launch with kRows = 0 and warp_min_len = kGroupMaxLookups
+// longer warp-path rows are left to a second launch with kRows = 0 and warp_min_len = group_max_lookups
 // (two kernels rather than both paths in one: the whole-warp path's registers made the lane-group path
 // spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kSlots and kOpt
 // unused (0, kNone). kAccess: the rows' vector access (always kWhole for the lane groups).
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
   // and the warps walk that list in batches of about count / (kWarpListGrabs * warps) rows (a few, so
   // the long rows spread over all warps); otherwise the warps walk the unique rows, 32 at a time. The
   // next batch is taken from the counter when this one starts, so the atomic's latency is hidden.
-  const bool listed = kRows == 0 && p.warp_min_len >= kGroupMaxLookups;
+  const bool listed = kRows == 0 && p.warp_min_len > 0;
   const int64_t runs = p.counters[kNumRuns];
   const int64_t count = listed ? static_cast<int64_t>(p.counters[kWarpCount]) : runs;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
     if (in) {
       key = unique_key(p, u);
       len = p.run_lengths[u];
-      const bool ours = kRows > 0 ? len <= static_cast<uint32_t>(kGroupMaxLookups)
+      const bool ours = kRows > 0 ? len <= static_cast<uint32_t>(p.group_max_lookups)
                                   : len > static_cast<uint32_t>(p.warp_min_len);
       if (key != p.total_rows && len <= static_cast<uint32_t>(p.max_warp_segment) && ours) {
         mine = true;
@@ -135,13 +135,14 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
         // lookups): the gradient rows mostly hit L2 and a round waits on latency, not bandwidth. The
         // lane groups share the warp's instruction stream, so a round lasts as long as its longest
         // row's chain of dependent gradient loads (the first lookup, then two more per step): the rows
-        // are taken by length class (1 lookup, 2..3, 4..kGroupMaxLookups), so that short rows do not
+        // are taken by length class (1 lookup, 2..3, 4..8, 9..group_max_lookups), so that short rows do not
         // wait for long ones, and the row each group takes next round has its weights, state and first
         // gradient row prefetched into L2 during this one. (Uniform lookups, ~1 per row, are
         // bandwidth-bound: both were measured slower there.)
         const unsigned single = __ballot_sync(ArchTraits::kFullMask, mine && len == 1);
         const unsigned pair = __ballot_sync(ArchTraits::kFullMask, mine && len >= 2 && len <= 3);
-        RowOrder order{single, pair, todo & ~(single | pair)};
+        const unsigned few = __ballot_sync(ArchTraits::kFullMask, mine && len >= 4 && len <= 8);
+        RowOrder order{{single, pair, few, todo & ~(single | pair | few)}};
         while (!order.empty()) {
           const int j = order.nth(grp);
           const int jn = order.nth(grp + kRows);

@@ -61,7 +61,7 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
         EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
                                                dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                                dim3(kRowThreads), 0, s, first));
-        q.warp_min_len = kGroupMaxLookups;
+        q.warp_min_len = p.group_max_lookups;
       }
     }
     const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
