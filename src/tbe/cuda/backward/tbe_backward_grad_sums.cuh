@@ -161,8 +161,8 @@ __device__ __forceinline__ int chunk_lookups(int64_t n, int64_t c) {
   return left <= 0 ? 0 : (left < kChunk ? static_cast<int>(left) : kChunk);
 }
 
-// f.template operator()<L>() for the chunk-group width L of rows of D columns; false (nothing called)
-// when the row is too wide for chunk groups.
+// Calls f(std::integral_constant<int, L>{}) for the chunk-group width L of rows of D columns and returns
+// true; false (nothing called) when the row is too wide for chunk groups.
 template <typename F>
 __device__ __forceinline__ bool with_chunk_groups(int D, F&& f) {
   switch (chunk_group_lanes(D)) {
