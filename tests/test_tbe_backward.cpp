@@ -320,15 +320,17 @@ TEST_P(TbeBackward, LaneGroupShapesDeterministic) {
 // several chunks of a segment side by side (chunk groups of 4, 8 or 16 lanes, by D), the warp path one
 // chunk at a time. Real-valued data (sums whose bits depend on the order of the adds), segments of up to
 // ~1500 lookups (many chunks, partial last chunks, several superchunks), plain, weighted and MEAN
-// contributions: a tuning that gives the long rows to the warp path, one that gives them to the block
-// path and one that splits them into superchunk parts must give the same bits, and match the reference.
+// contributions, fp32 and (one set) bf16 gradients: a tuning that gives the long rows to the warp path, one
+// that gives them to the block path and one that splits them into superchunk parts must give the same bits,
+// and match the reference.
 TEST_P(TbeBackward, ChunkGroupsDeterministic) {
-  const std::vector<std::vector<int>> dim_sets = {{4, 8}, {16, 12}, {32, 20}, {64, 36}, {48, 64, 4}};
+  const std::vector<std::vector<int>> dim_sets = {{4, 8}, {16, 12}, {32, 20}, {64, 36}, {48, 64, 4}, {32, 8}};
   int k = 0;
   for (const auto& dims : dim_sets) {
     for (int contrib = 0; contrib < 3; ++contrib) {
       BwdCase c;
       c.dims = dims;
+      if (&dims == &dim_sets.back()) c.grad_dtype = DType::kBF16;
       c.num_rows.assign(dims.size(), 30);
       c.batch_size = 700;
       c.max_bag = 8;

@@ -255,6 +255,8 @@ Status make_layout(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args
   const size_t N = static_cast<size_t>(c.N);
   const size_t kb = L.key64 ? 8 : 4;
   L.max_block_rows = c.N / (static_cast<int64_t>(t.max_warp) + 1) + 1;
+  // Listed warp rows have more than group_max_lookups >= kGroupMaxLookups lookups each.
+  static_assert(tbe_bwd::kNarrowGroupMaxLookups >= tbe_bwd::kGroupMaxLookups, "the warp list's bound");
   L.max_warp_rows = c.N / (tbe_bwd::kGroupMaxLookups + 1) + 1;
   L.max_hot = c.N / (static_cast<int64_t>(t.max_block) + 1) + 1;
   L.max_slots = c.N / tbe_bwd::kSuperChunk + L.max_hot + 1;

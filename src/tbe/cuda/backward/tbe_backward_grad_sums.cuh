@@ -101,10 +101,9 @@ __device__ __forceinline__ int chunk_group_lanes(int D) {
 // One chunk (n <= kChunk lookups from sorted position first; n = 0: none) summed by this lane's group of
 // kLanes lanes, the lane's kVec columns of a row of D (<= kMaxChunkGroupCols) columns, as
 // warp_chunk_sum_as. n_max: the largest n of the warp's groups (warp-uniform), which bounds the loop.
-// pre: the meta of lookup `first` when the caller already has it.
 template <typename G, bool kScaled, int kLanes>
 __device__ __forceinline__ void group_chunk_sum_as(const RowParams& p, int64_t first, int n, int n_max, int D,
-                                                   float* out, const LookupMeta* pre) {
+                                                   float* out) {
   static_assert(ArchTraits::kWarpSize % kLanes == 0 && kLanes * kVec <= kPassCols && kLanes % kUnroll == 0, "chunk group");
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   const int gl = lane % kLanes;
@@ -114,7 +113,7 @@ __device__ __forceinline__ void group_chunk_sum_as(const RowParams& p, int64_t f
   // Rounds of kLanes lookups: lane gl holds the meta of the round's lookup gl (cur) and of the next
   // round's (nxt, loaded while this round's gradient rows are).
   LookupMeta cur{0, 1.0f};
-  if (gl < n) cur = (pre != nullptr && gl == 0) ? *pre : lookup_meta(p, first + gl);
+  if (gl < n) cur = lookup_meta(p, first + gl);
   // Lookups past n re-read the chunk's first row (present when n > 0), so the loads carry no predicate.
   const int64_t off0 = __shfl_sync(ArchTraits::kFullMask, cur.grad_off, base);
   const G* grad = static_cast<const G*>(p.grad_output);
@@ -149,10 +148,9 @@ __device__ __forceinline__ void group_chunk_sum_as(const RowParams& p, int64_t f
 }
 
 template <typename G, int kLanes>
-__device__ __forceinline__ void group_chunk_sum(const RowParams& p, int64_t first, int n, int n_max, int D, float* out,
-                                                const LookupMeta* pre = nullptr) {
-  if (p.contrib == kContribPlain) group_chunk_sum_as<G, false, kLanes>(p, first, n, n_max, D, out, pre);
-  else group_chunk_sum_as<G, true, kLanes>(p, first, n, n_max, D, out, pre);
+__device__ __forceinline__ void group_chunk_sum(const RowParams& p, int64_t first, int n, int n_max, int D, float* out) {
+  if (p.contrib == kContribPlain) group_chunk_sum_as<G, false, kLanes>(p, first, n, n_max, D, out);
+  else group_chunk_sum_as<G, true, kLanes>(p, first, n, n_max, D, out);
 }
 
 // Lookups of chunk c of a segment of n lookups (0 past its end).
