@@ -203,13 +203,13 @@ def gpu_tbe_backward(recs):
 # ---- the real peers (FBGEMM, TransformerEngine) ----------------------------------------------------------
 def newest_run(results_dir, peer):
     """(file name, records of the newest run holding records of impl `peer`: that file's records of that
-    date), or None."""
+    date; of two files with the same newest date, the one named last), or None."""
     best = None
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
         with open(path) as f:
             recs = [json.loads(line) for line in f if line.strip()]
         dates = {r.get("date", "") for r in recs if r.get("impl") == peer}
-        if dates and (best is None or max(dates) > best[0]):
+        if dates and (best is None or max(dates) >= best[0]):  # a tie: the file named last
             best = (max(dates), os.path.basename(path), recs)
     if best is None:
         return None
@@ -298,6 +298,37 @@ def peer_sections(results_dir):
     return parts
 
 
+def vs_fbgemm_cpu(name, recs):
+    """FBGEMM's CPU TBE against embscale's, one thread each (bench/fbgemm_tbe_cpu_peers.py)."""
+    peers = [r for r in recs if r["impl"] == "fbgemm_cpu"]
+    first_peer = peers[0]
+    dims = sorted({r["embedding_dim"] for r in peers})
+    labels = {"tbe_forward": "forward", "tbe_train_sgd": "SGD step", "tbe_train_rowwise_adagrad": "row-wise Adagrad step"}
+    rows = []
+    for op in [op for op in labels if any(r["op"] == op for r in peers)]:
+        for alpha in sorted({r["alpha"] for r in peers if r["op"] == op}):
+            row = [f"{labels[op]}, {alpha_name(alpha)}"]
+            for d in dims:
+                case = dict(op=op, alpha=alpha, embedding_dim=d)
+                peer, mine = first(recs, impl="fbgemm_cpu", **case), first(recs, impl="embscale", **case)
+                row.append(f"{ratio(peer['median_us'] / mine['median_us'])} ({ratio(peer['min_us'] / mine['min_us'])})"
+                           if peer and mine else "—")
+            rows.append(row)
+    return (f"**vs FBGEMM on the CPU** (fbgemm_gpu {first_peer.get('fbgemm_gpu', '?')}'s CPU TBE and embscale's torch "
+            f"module in one process, one thread each, calls interleaved, results checked equal first; "
+            f"T={first_peer['num_tables']}, E={first_peer['num_embeddings']:,}, B={first_peer['batch_size']}, "
+            f"L={first_peer['bag_size']}, fp32; {first_peer['device']}, a shared 2-core VM whose speed varies from "
+            f"run to run by 10-30%; {first_peer['date']}). FBGEMM's time / embscale's, median of the interleaved "
+            f"calls (minimum in brackets), above 1× where embscale is faster. Records: `{RESULTS}/{name}`.\n\n" +
+            table(["", *[f"D={d}" for d in dims]], rows))
+
+
+def cpu_peer_sections(results_dir):
+    """The vs-FBGEMM-on-the-CPU part from its newest run (none while there is no such record)."""
+    run = newest_run(results_dir, "fbgemm_cpu")
+    return [vs_fbgemm_cpu(*run)] if run else []
+
+
 # ---- CPU ----------------------------------------------------------------------------------------------
 def cpu_section(recs):
     copy = first(recs, op="copy")
@@ -352,7 +383,7 @@ def figures():
     parts = [gpu_intro(gpu), gpu_amax(gpu), gpu_quantize(gpu), gpu_fusions(gpu), gpu_tbe_forward(gpu),
              gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu),
              *peer_sections(os.path.join(ROOT, RESULTS)), train_section(),
-             cpu_section(cpu)]
+             cpu_section(cpu), *cpu_peer_sections(os.path.join(ROOT, RESULTS))]
     return BEGIN + "\n\n" + "\n\n".join(parts) + "\n\n" + END
 
 

@@ -83,6 +83,30 @@ def test_peer_tables_come_from_the_newest_run(tmp_path):
     assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part
 
 
+def test_cpu_peer_table_comes_from_the_newest_run(tmp_path):
+    gen = load_generator()
+    assert gen.cpu_peer_sections(str(tmp_path)) == []  # no FBGEMM CPU records: no table
+
+    def cpu(impl, op, alpha, dim, med, mn, date="2026-12-02"):
+        return {"date": date, "device": "Intel(R) Xeon(R) Processor", "backend": "cpu", "op": op, "impl": impl,
+                "num_tables": 8, "num_embeddings": 100000, "batch_size": 512, "bag_size": 20, "alpha": alpha,
+                "embedding_dim": dim, "median_us": med, "min_us": mn, "fbgemm_gpu": "1.9.0", "threads": 1}
+
+    older = [cpu("fbgemm_cpu", "tbe_forward", 0.0, 32, 900.0, 900.0, date="2026-12-01"),
+             cpu("embscale", "tbe_forward", 0.0, 32, 100.0, 100.0, date="2026-12-01")]
+    newer = [cpu("fbgemm_cpu", "tbe_forward", 0.0, 32, 300.0, 200.0), cpu("embscale", "tbe_forward", 0.0, 32, 200.0, 100.0),
+             cpu("fbgemm_cpu", "tbe_forward", 0.0, 128, 500.0, 400.0), cpu("embscale", "tbe_forward", 0.0, 128, 500.0, 500.0),
+             cpu("fbgemm_cpu", "tbe_train_sgd", 1.15, 128, 900.0, 800.0),
+             cpu("embscale", "tbe_train_sgd", 1.15, 128, 1000.0, 1000.0)]
+    for name, recs in (("2026-12-01-a.jsonl", older), ("2026-12-02-b.jsonl", newer)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (part,) = gen.cpu_peer_sections(str(tmp_path))
+    assert "fbgemm_gpu 1.9.0" in part and "`bench/results/2026-12-02-b.jsonl`" in part
+    assert "| | D=32 | D=128 |" in part.replace("|  |", "| |")
+    assert "| forward, uniform | 1.5× (2×) | 1× (0.8×) |" in part  # median 300/200, min 200/100; 500/500, 400/500
+    assert "| SGD step, Zipf 1.15 | — | 0.9× (0.8×) |" in part
+
+
 def test_backward_phases_from_old_and_new_records():
     gen = load_generator()
 
