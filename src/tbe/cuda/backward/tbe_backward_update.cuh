@@ -69,20 +69,17 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
       if constexpr (Opt::kRowState) state_pre = Opt::row_state(p.momentum1, p.momentum2)[r.key];
     });
   }
-  // The gradient: pass 0's summed here, before any sweep (the providers' only call for pass 0, so their
-  // chunk-group code, pass 0 of rows of at most kMaxChunkGroupCols columns, is compiled in once); the
-  // next kCachedPasses - 1 passes' kept in registers after the first sweep, wider rows' summed again
-  // for each sweep that needs them (same bits).
-  float g0[kVec];
-  grad_of(p, 0, g0);
+  // The gradient of the first kCachedPasses passes stays in registers: pass 0's summed here, before any
+  // sweep (the providers' only call for pass 0, so their chunk-group code, pass 0 of rows of at most
+  // kMaxChunkGroupCols columns, is compiled in once), the next ones by the first sweep; wider rows' passes
+  // are summed again for each sweep that needs them (same bits).
   float cache[kCachedPasses][kVec];
-  bool cached = false;
+  grad_of(p, 0, cache[0]);
+  bool cached = false;  // passes 1 .. kCachedPasses - 1 are in the cache
   const auto grad = [&](int pass, float* g) {
     if (pass == 0 || (cached && pass < kCachedPasses)) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) g[k] = g0[k];
-#pragma unroll
-      for (int c = 1; c < kCachedPasses; ++c)
+      for (int c = 0; c < kCachedPasses; ++c)
         if (c == pass)
 #pragma unroll
           for (int k = 0; k < kVec; ++k) g[k] = cache[c][k];
