@@ -168,8 +168,8 @@ struct RowParams {
   int ug_vec;                      // unique_grads rows allow kVec-element vector stores
   int whole_vecs;                  // every row read or written is whole aligned kVec vectors (lane groups)
   int max_warp_segment;
-  int group_max_lookups;           // the lane groups' longest rows (group_max_lookups; 0: no lane groups)
-  int warp_min_len;                // the warp kernel without lane groups takes rows longer than this
+  int group_max_lookups;           // the lane groups' longest rows, the whole-warp kernel takes longer ones
+                                   // (group_max_lookups; 0: no lane groups, the whole warps take every row)
   int wait_at_start;               // the first row kernel of a call: griddepcontrol.wait before anything
   OptimizerParams opt;
   opt::AdamCorrections corrections;

@@ -36,9 +36,9 @@ struct BatchRow {
 // a row costs one round trip (its gradient, weight and state loads together) plus the reductions.
 // kRows > 0 (host-chosen: group_shape, with kSlots slots per pass): the rows of at most group_max_lookups
 // lookups, kRows at a time on the warp's lane groups (group_update_row for the call's optimizer kOpt); the
-// longer warp-path rows are left to a second launch with kRows = 0 and warp_min_len = group_max_lookups
+// longer warp-path rows are left to a second launch with kRows = 0
 // (two kernels rather than both paths in one: the whole-warp path's registers made the lane-group path
-// spill). kRows = 0: the rows longer than warp_min_len, one at a time on the whole warp; kSlots and kOpt
+// spill). kRows = 0: the rows longer than group_max_lookups, one at a time on the whole warp; kSlots and kOpt
 // unused (0, kNone). kAccess: the rows' vector access (always kWhole for the lane groups).
 template <typename W, typename G, int kRows, int kSlots, OptimizerType kOpt, VecAccess kAccess>
 __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W>() : kWarpRowsMinBlocks)
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
   // and the warps walk that list in batches of about count / (kWarpListGrabs * warps) rows (a few, so
   // the long rows spread over all warps); otherwise the warps walk the unique rows, 32 at a time. The
   // next batch is taken from the counter when this one starts, so the atomic's latency is hidden.
-  const bool listed = kRows == 0 && p.warp_min_len > 0;
+  const bool listed = kRows == 0 && p.group_max_lookups > 0;
   const int64_t runs = p.counters[kNumRuns];
   const int64_t count = listed ? static_cast<int64_t>(p.counters[kWarpCount]) : runs;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
       key = unique_key(p, u);
       len = p.run_lengths[u];
       const bool ours = kRows > 0 ? len <= static_cast<uint32_t>(p.group_max_lookups)
-                                  : len > static_cast<uint32_t>(p.warp_min_len);
+                                  : len > static_cast<uint32_t>(p.group_max_lookups);
       if (key != p.total_rows && len <= static_cast<uint32_t>(p.max_warp_segment) && ours) {
         mine = true;
         start = p.run_starts[u];

@@ -53,23 +53,22 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
     // later ones work on other rows and only wait for their predecessor before they complete.
     RowParams first = p;
     first.wait_at_start = 1;
-    RowParams q = rows != 0 ? p : first;
-    q.warp_min_len = 0;
     if constexpr (kAccess == VecAccess::kWhole) {
       if (rows != 0) {
         const auto k = warp_rows_kernel<W, G>(shape, p.opt.type);
         EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel (lane groups)", k,
                                                dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
                                                dim3(kRowThreads), 0, s, first));
-        q.warp_min_len = p.group_max_lookups;
       }
     }
-    const bool warp_kernel = q.max_warp_segment > q.warp_min_len;
+    // The whole-warp kernel takes the warp rows longer than p.group_max_lookups (0 when the lane groups are
+    // off: all of them).
+    const bool warp_kernel = p.max_warp_segment > p.group_max_lookups;
     if (warp_kernel) {
       const auto k = tbe_backward_warp_rows_kernel<W, G, 0, 0, OptimizerType::kNone, kAccess>;
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("tbe_backward_warp_rows_kernel", k,
                                              dim3(grid(reinterpret_cast<const void*>(k), kRowThreads)),
-                                             dim3(kRowThreads), 0, s, q));
+                                             dim3(kRowThreads), 0, s, rows != 0 ? p : first));
     }
     // the block-path kernel is the first row kernel when neither warp kernel runs
     const auto k = tbe_backward_block_work_kernel<W, G, kAccess>;
