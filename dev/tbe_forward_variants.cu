@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "core/cuda/check.cuh"
 #include "tbe/cuda/forward/tbe_forward_launch.cuh"
 
@@ -34,6 +36,133 @@ using V2 = FwdConfig<256, 2, 8, 2, false>;
 using V2U4 = FwdConfig<256, 3, 4, 2, false>;
 using NoL1 = FwdConfig<128, 8, 4, 1, true>;
 
+// The plain pooled walk of one feature with cooperative index loads: the bag's lane group loads up to
+// `group` indices at once, one per lane (one coalesced load), and broadcasts each with a shuffle, where
+// the library's walk has every lane load every index (a request per lookup). 16-byte vectors, fp32
+// weights and output, int64 indices; the same sums in the same order as tbe_forward_feature.
+template <int kBlock, int kU, int kC>
+__device__ __forceinline__ void coop_feature(const TbeForwardParams& p, int f, const float* table,
+                                             const cuda::tbe_fwd::RowPlan plan, int64_t tile0, int64_t tiles) {
+  const auto* indices = static_cast<const int64_t*>(p.indices);
+  const auto* offsets = static_cast<const int64_t*>(p.offsets);
+  float* out = static_cast<float*>(p.output);
+  const int64_t B = p.batch_size;
+  const int64_t N = p.num_indices;
+  const uint32_t row_bytes = static_cast<uint32_t>(p.dims[f]) * 4u;
+  const int group = plan.group;
+  const int pass = group * kC;
+  const int gi = static_cast<int>(threadIdx.x) / group;
+  const int rank = static_cast<int>(threadIdx.x) - gi * group;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const unsigned gmask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << (lane - rank);
+  const int bags_per_block = kBlock / group;
+  const int64_t out_col = p.output_offsets[f];
+  for (int64_t b = tile0 * bags_per_block + gi; b < B; b += tiles * bags_per_block) {
+    const int64_t item = static_cast<int64_t>(f) * B + b;
+    int64_t start = offsets[item];
+    int64_t end = offsets[item + 1];
+    start = start < 0 ? 0 : (start > N ? N : start);
+    end = end < start ? start : (end > N ? N : end);
+    for (int u0 = 0; u0 < plan.units; u0 += pass) {
+      int u[kC];
+      bool active[kC];
+      const char* col[kC];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        u[c] = u0 + rank + c * group;
+        active[c] = u[c] < plan.units;
+        col[c] = reinterpret_cast<const char*>(table + static_cast<int64_t>(active[c] ? u[c] : 0) * 4);
+      }
+      float acc[kC][4];
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[c][k] = 0.0f;
+      const auto add = [&](const cuda::Words<16>& w, int c) {
+        float x[4];
+        cuda::words_to_floats<float, 16>(w, x);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[c][k] = __fadd_rn(acc[c][k], x[k]);
+      };
+      for (int64_t c0 = start; c0 < end; c0 += group) {
+        const int n = static_cast<int>(end - c0 < group ? end - c0 : group);
+        const uint32_t mine = rank < n ? static_cast<uint32_t>(__ldg(reinterpret_cast<const long long*>(indices + c0 + rank))) : 0u;
+        int j0 = 0;
+        for (; j0 + kU <= n; j0 += kU) {
+          cuda::Words<16> raw[kU][kC];
+#pragma unroll
+          for (int j = 0; j < kU; ++j) {
+            const uint64_t off = static_cast<uint64_t>(__shfl_sync(gmask, mine, j0 + j, group)) * row_bytes;
+#pragma unroll
+            for (int c = 0; c < kC; ++c) raw[j][c] = cuda::load_words<16, cuda::LoadHint::kReadOnly>(col[c] + off);
+          }
+#pragma unroll
+          for (int j = 0; j < kU; ++j)
+#pragma unroll
+            for (int c = 0; c < kC; ++c) add(raw[j][c], c);
+        }
+        for (; j0 < n; ++j0) {
+          const uint64_t off = static_cast<uint64_t>(__shfl_sync(gmask, mine, j0, group)) * row_bytes;
+#pragma unroll
+          for (int c = 0; c < kC; ++c) add(cuda::load_words<16, cuda::LoadHint::kReadOnly>(col[c] + off), c);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        if (active[c]) {
+          if (p.pooling == cuda::tbe_fwd::kPoolMean && end > start) {
+            const float cnt = static_cast<float>(end - start);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[c][k] = __fdiv_rn(acc[c][k], cnt);
+          }
+          cuda::tbe_fwd::store_out<float, 4>(out + b * p.out_row_stride + out_col + static_cast<int64_t>(u[c]) * 4, acc[c]);
+        }
+      }
+    }
+  }
+}
+
+// Single-path kernels: one vector path of the plain form (pooled, no checks, no per-sample weights, tables
+// of at most 2^32 rows) and nothing else, so that its registers alone set the occupancy. kWide: the
+// two-vector walk of wide rows (kernel_plan's vecs == 2), else one 16-byte vector per lane. kCoop: the
+// walk with cooperative index loads (coop_feature) instead of the library's.
+template <typename C, bool kWide, bool kCoop>
+__global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) single_path_kernel(const TbeForwardParams p) {
+  using K = std::conditional_t<kWide, FwdConfig<C::kBlock, C::kMinBlocks, C::kUnroll / 2, 2, false>, C>;
+  for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
+    const float* table = static_cast<const float*>(p.weights) + p.weight_offsets[f];
+    const cuda::tbe_fwd::RowPlan plan =
+        cuda::tbe_fwd::kernel_plan(p.dims[f], 4, reinterpret_cast<uintptr_t>(table), 1);
+    if constexpr (kCoop) {
+      coop_feature<K::kBlock, K::kUnroll, K::kVecs>(p, f, table, plan, blockIdx.x, gridDim.x);
+    } else {
+      cuda::tbe_fwd::tbe_forward_feature<float, float, int64_t, 16, true, K, true>(p, f, table, plan, blockIdx.x,
+                                                                                  gridDim.x);
+    }
+  }
+}
+
+// Launches the single-path kernel when the call is plain and every feature takes one path, else the
+// library's general kernel.
+template <typename C, bool kCoop>
+Status launch_single_path(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
+  bool plain = p.check == cuda::tbe_fwd::kCheckOff && p.per_sample_weights == nullptr && p.pooling != cuda::tbe_fwd::kPoolNone &&
+               p.feature_inner == 0;
+  // 0: one vector, 1: wide, 2: mixed or not a 16-byte plain path.
+  const int path = !plain ? 2 : p.uniform_plan == 16 * 4 + 1 ? 0 : p.uniform_plan == 16 * 4 + 2 ? 1 : 2;
+  if (path == 0) {
+    single_path_kernel<C, false, kCoop><<<grid, C::kBlock, 0, stream>>>(p);
+  } else if (path == 1) {
+    single_path_kernel<C, true, kCoop><<<grid, C::kBlock, 0, stream>>>(p);
+  } else {
+    using G = ForwardPolicy::Bags;
+    cuda::tbe_fwd::tbe_forward_bags_kernel<float, float, int64_t, true, G><<<grid, G::kBlock, 0, stream>>>(p);
+  }
+  EMBSCALE_CHECK_LAUNCH("single_path_kernel");
+  return Status::Ok();
+}
+
+
 // A variant with the shape it launches (launch null: the library's launchers).
 struct CompiledVariant {
   FwdVariant v;
@@ -45,6 +174,11 @@ struct CompiledVariant {
 template <typename C>
 CompiledVariant variant(const char* name, const char* what) {
   return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_pooled_f32<C>};
+}
+
+template <typename C, bool kCoop = false>
+CompiledVariant single_path(const char* name, const char* what) {
+  return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_single_path<C, kCoop>};
 }
 
 const std::vector<CompiledVariant>& compiled() {
@@ -60,6 +194,8 @@ const std::vector<CompiledVariant>& compiled() {
       variant<V2>("v2", "2 vectors/lane (D=128 fp32: 16 lanes a bag, 2 bags a warp), unroll 8, 2 blocks/SM"),
       variant<V2U4>("v2u4", "2 vectors/lane, unroll 4, 3 blocks/SM"),
       variant<NoL1>("nol1", "default + row loads with L1::no_allocate"),
+      single_path<ForwardPolicy::Bags>("s32", "single-path plain kernels, 128 threads, 8 blocks/SM (32 warps), unroll 4"),
+      single_path<ForwardPolicy::Bags, true>("s32c", "s32 with cooperative index loads (one per lane, broadcast by shuffles)"),
   };
   return all;
 }

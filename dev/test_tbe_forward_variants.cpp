@@ -61,6 +61,20 @@ std::vector<TbeCase> variant_cases() {
   e.index_dtype = DType::kI32;
   e.seed = 703;
   cases.push_back(e);
+  // Plain calls whose features all take one vector path (the single-path kernels' cases): one 16-byte
+  // vector per lane (D=128, 64) and the wide rows' two-vector walk (D=160, 192).
+  for (const std::vector<int>& dims : {std::vector<int>{128, 64, 128}, std::vector<int>{160, 192, 160}}) {
+    TbeCase s;
+    s.num_rows = {700, 300, 50};
+    s.dims = dims;
+    s.batch_size = 37;
+    s.bag_size = 23;
+    s.variable_bag_size = true;
+    s.alpha = 1.15;
+    s.bounds = BoundsCheckMode::kOff;
+    s.seed = 710 + cases.size();
+    cases.push_back(s);
+  }
   TbeCase q;
   q.num_rows = {100, 200};
   q.dims = {128, 128};

@@ -113,6 +113,7 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
             : skips                                      ? tbe_fwd::kCheckSkip
                                                          : tbe_fwd::kCheckOff;
   p.feature_inner = shape.feature_inner ? 1 : 0;
+  p.uniform_plan = 0;
 
   // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
   // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
@@ -132,11 +133,15 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
                                : max_group == ArchTraits::kWarpSize ? tbe_fwd::ForwardPolicy::kBagsPerWarpGroup
                                                                     : 1;
     int64_t tiles = 1;
+    p.uniform_plan = -1;
     for (int f = 0; f < T; ++f) {
       const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
       const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, shape.vecs);
       const int64_t bags_per_block = static_cast<int64_t>(shape.block / plan.group) * bags_per_group;
       tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
+      const bool small = tbe.config().tables[tbe.feature_table(f)].num_rows <= (int64_t{1} << 32);
+      const int code = small ? plan.vec_bytes * 4 + plan.vecs : 0;
+      p.uniform_plan = p.uniform_plan == -1 || p.uniform_plan == code ? code : 0;
     }
     const dim3 grid = shape.feature_inner
                           ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))

@@ -75,6 +75,10 @@ struct TbeForwardParams {
   int pooling;                    // PoolKind
   int check;                      // CheckKind
   int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
+  // Host-side summary of the features' row plans (kernel_plan): vec_bytes * 4 + vecs when every feature
+  // has that plan and a table of at most 2^32 rows, else 0. For a launcher that specialises on one path
+  // (dev/'s single-path kernels); the library's kernels do not read it.
+  int uniform_plan;
 };
 
 // How one feature's rows are read: vector bytes per lane, vectors per row, lanes per bag.
