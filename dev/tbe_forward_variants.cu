@@ -122,18 +122,100 @@ __device__ __forceinline__ void coop_feature(const TbeForwardParams& p, int f, c
   }
 }
 
+// coop_feature on 32-bit positions (lookups, bags and items below 2^31; the launcher checks), so that the
+// walk fits 32-40 registers at unroll 2: the rows' byte offsets are 32 x 32 -> 64-bit products, the bag's
+// positions and the loop counters 32-bit.
+template <int kBlock, int kU, int kC>
+__device__ __forceinline__ void coop_feature32(const TbeForwardParams& p, int f, const float* table,
+                                               const cuda::tbe_fwd::RowPlan plan, int tile0, int tiles) {
+  const auto* indices = static_cast<const int64_t*>(p.indices);
+  const auto* offsets = static_cast<const int64_t*>(p.offsets);
+  const int B = static_cast<int>(p.batch_size);
+  const int N = static_cast<int>(p.num_indices);
+  const uint32_t row_bytes = static_cast<uint32_t>(p.dims[f]) * 4u;
+  const int group = plan.group;
+  const int gi = static_cast<int>(threadIdx.x) / group;
+  const int rank = static_cast<int>(threadIdx.x) - gi * group;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const unsigned gmask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << (lane - rank);
+  const int bags_per_block = kBlock / group;
+  for (int b = tile0 * bags_per_block + gi; b < B; b += tiles * bags_per_block) {
+    const int item = f * B + b;
+    int start = static_cast<int>(min(max(offsets[item], int64_t{0}), static_cast<int64_t>(N)));
+    int end = static_cast<int>(min(max(offsets[item + 1], static_cast<int64_t>(start)), static_cast<int64_t>(N)));
+    for (int u0 = 0; u0 < plan.units; u0 += group * kC) {
+      float acc[kC][4];
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[c][k] = 0.0f;
+      const char* col = reinterpret_cast<const char*>(table) + 16 * (u0 + rank < plan.units ? u0 + rank : 0);
+      // The second vector's column, as a byte distance from the first (0 when it is idle: row 0's first).
+      const int u1 = u0 + rank + group;
+      const uint32_t second = kC == 2 && u1 < plan.units ? 16u * static_cast<uint32_t>(group) : 0u;
+      const auto add = [&](const cuda::Words<16>& w, int c) {
+        float x[4];
+        cuda::words_to_floats<float, 16>(w, x);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[c][k] = __fadd_rn(acc[c][k], x[k]);
+      };
+      for (int c0 = start; c0 < end; c0 += group) {
+        const int n = min(end - c0, group);
+        const uint32_t mine = rank < n ? static_cast<uint32_t>(__ldg(reinterpret_cast<const long long*>(indices) + c0 + rank)) : 0u;
+        int j0 = 0;
+        for (; j0 + kU <= n; j0 += kU) {
+          cuda::Words<16> raw[kU][kC];
+#pragma unroll
+          for (int j = 0; j < kU; ++j) {
+            const char* row = col + static_cast<uint64_t>(__shfl_sync(gmask, mine, j0 + j, group)) * row_bytes;
+#pragma unroll
+            for (int c = 0; c < kC; ++c)
+              raw[j][c] = cuda::load_words<16, cuda::LoadHint::kReadOnly>(c == 0 ? row : (second ? row + second : col));
+          }
+#pragma unroll
+          for (int j = 0; j < kU; ++j)
+#pragma unroll
+            for (int c = 0; c < kC; ++c) add(raw[j][c], c);
+        }
+        for (; j0 < n; ++j0) {
+          const char* row = col + static_cast<uint64_t>(__shfl_sync(gmask, mine, j0, group)) * row_bytes;
+#pragma unroll
+          for (int c = 0; c < kC; ++c)
+            add(cuda::load_words<16, cuda::LoadHint::kReadOnly>(c == 0 ? row : (second ? row + second : col)), c);
+        }
+      }
+      float* o = static_cast<float*>(p.output) + static_cast<int64_t>(b) * p.out_row_stride + p.output_offsets[f];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        const int uc = u0 + rank + c * group;
+        if (uc < plan.units) {
+          if (p.pooling == cuda::tbe_fwd::kPoolMean && end > start) {
+            const float cnt = static_cast<float>(end - start);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[c][k] = __fdiv_rn(acc[c][k], cnt);
+          }
+          cuda::tbe_fwd::store_out<float, 4>(o + static_cast<int64_t>(uc) * 4, acc[c]);
+        }
+      }
+    }
+  }
+}
+
 // Single-path kernels: one vector path of the plain form (pooled, no checks, no per-sample weights, tables
 // of at most 2^32 rows) and nothing else, so that its registers alone set the occupancy. kWide: the
 // two-vector walk of wide rows (kernel_plan's vecs == 2), else one 16-byte vector per lane. kCoop: the
 // walk with cooperative index loads (coop_feature) instead of the library's.
-template <typename C, bool kWide, bool kCoop>
+template <typename C, bool kWide, int kCoop>
 __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) single_path_kernel(const TbeForwardParams p) {
   using K = std::conditional_t<kWide, FwdConfig<C::kBlock, C::kMinBlocks, C::kUnroll / 2, 2, false>, C>;
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
     const float* table = static_cast<const float*>(p.weights) + p.weight_offsets[f];
     const cuda::tbe_fwd::RowPlan plan =
         cuda::tbe_fwd::kernel_plan(p.dims[f], 4, reinterpret_cast<uintptr_t>(table), 1);
-    if constexpr (kCoop) {
+    if constexpr (kCoop == 2) {
+      coop_feature32<K::kBlock, K::kUnroll, K::kVecs>(p, f, table, plan, static_cast<int>(blockIdx.x),
+                                                       static_cast<int>(gridDim.x));
+    } else if constexpr (kCoop == 1) {
       coop_feature<K::kBlock, K::kUnroll, K::kVecs>(p, f, table, plan, blockIdx.x, gridDim.x);
     } else {
       cuda::tbe_fwd::tbe_forward_feature<float, float, int64_t, 16, true, K, true>(p, f, table, plan, blockIdx.x,
@@ -144,12 +226,15 @@ __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) single_path_kernel(c
 
 // Launches the single-path kernel when the call is plain and every feature takes one path, else the
 // library's general kernel.
-template <typename C, bool kCoop>
+template <typename C, int kCoop>
 Status launch_single_path(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
   bool plain = p.check == cuda::tbe_fwd::kCheckOff && p.per_sample_weights == nullptr && p.pooling != cuda::tbe_fwd::kPoolNone &&
                p.feature_inner == 0;
   // 0: one vector, 1: wide, 2: mixed or not a 16-byte plain path.
-  const int path = !plain ? 2 : p.uniform_plan == 16 * 4 + 1 ? 0 : p.uniform_plan == 16 * 4 + 2 ? 1 : 2;
+  // The 32-bit walk (kCoop 2): lookups, items and rows' positions below 2^31.
+  const bool narrow = kCoop != 2 || (p.num_indices < (int64_t{1} << 31) &&
+                                     p.batch_size * p.num_features < (int64_t{1} << 31));
+  const int path = !plain || !narrow ? 2 : p.uniform_plan == 16 * 4 + 1 ? 0 : p.uniform_plan == 16 * 4 + 2 ? 1 : 2;
   if (path == 0) {
     single_path_kernel<C, false, kCoop><<<grid, C::kBlock, 0, stream>>>(p);
   } else if (path == 1) {
@@ -176,7 +261,7 @@ CompiledVariant variant(const char* name, const char* what) {
   return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_pooled_f32<C>};
 }
 
-template <typename C, bool kCoop = false>
+template <typename C, int kCoop = 0>
 CompiledVariant single_path(const char* name, const char* what) {
   return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_single_path<C, kCoop>};
 }
@@ -195,7 +280,10 @@ const std::vector<CompiledVariant>& compiled() {
       variant<V2U4>("v2u4", "2 vectors/lane, unroll 4, 3 blocks/SM"),
       variant<NoL1>("nol1", "default + row loads with L1::no_allocate"),
       single_path<ForwardPolicy::Bags>("s32", "single-path plain kernels, 128 threads, 8 blocks/SM (32 warps), unroll 4"),
-      single_path<ForwardPolicy::Bags, true>("s32c", "s32 with cooperative index loads (one per lane, broadcast by shuffles)"),
+      single_path<ForwardPolicy::Bags, 1>("s32c", "s32 with cooperative index loads (one per lane, broadcast by shuffles)"),
+      single_path<FwdConfig<128, 12, 2, 1, false>, 2>("s48u2", "s32c on 32-bit positions, 12 blocks/SM (48 warps), unroll 2"),
+      single_path<FwdConfig<128, 16, 2, 1, false>, 2>("s64u2", "s32c on 32-bit positions, 16 blocks/SM (64 warps), unroll 2"),
+      single_path<FwdConfig<128, 12, 4, 1, false>, 2>("s48u4", "s32c on 32-bit positions, 12 blocks/SM (48 warps), unroll 4"),
   };
   return all;
 }
