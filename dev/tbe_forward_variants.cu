@@ -39,94 +39,11 @@ using NoL1 = FwdConfig<128, 8, 4, 1, true>;
 // The plain pooled walk of one feature with cooperative index loads: the bag's lane group loads up to
 // `group` indices at once, one per lane (one coalesced load), and broadcasts each with a shuffle, where
 // the library's walk has every lane load every index (a request per lookup). 16-byte vectors, fp32
-// weights and output, int64 indices; the same sums in the same order as tbe_forward_feature.
+// weights and output, int64 indices; the same sums in the same order as tbe_forward_feature. On 32-bit
+// positions and counters (lookups and items below 2^31; the launcher checks), to fit 32-40 registers: the
+// rows' byte offsets are 32 x 32 -> 64-bit products.
 template <int kBlock, int kU, int kC>
 __device__ __forceinline__ void coop_feature(const TbeForwardParams& p, int f, const float* table,
-                                             const cuda::tbe_fwd::RowPlan plan, int64_t tile0, int64_t tiles) {
-  const auto* indices = static_cast<const int64_t*>(p.indices);
-  const auto* offsets = static_cast<const int64_t*>(p.offsets);
-  float* out = static_cast<float*>(p.output);
-  const int64_t B = p.batch_size;
-  const int64_t N = p.num_indices;
-  const uint32_t row_bytes = static_cast<uint32_t>(p.dims[f]) * 4u;
-  const int group = plan.group;
-  const int pass = group * kC;
-  const int gi = static_cast<int>(threadIdx.x) / group;
-  const int rank = static_cast<int>(threadIdx.x) - gi * group;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const unsigned gmask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << (lane - rank);
-  const int bags_per_block = kBlock / group;
-  const int64_t out_col = p.output_offsets[f];
-  for (int64_t b = tile0 * bags_per_block + gi; b < B; b += tiles * bags_per_block) {
-    const int64_t item = static_cast<int64_t>(f) * B + b;
-    int64_t start = offsets[item];
-    int64_t end = offsets[item + 1];
-    start = start < 0 ? 0 : (start > N ? N : start);
-    end = end < start ? start : (end > N ? N : end);
-    for (int u0 = 0; u0 < plan.units; u0 += pass) {
-      int u[kC];
-      bool active[kC];
-      const char* col[kC];
-#pragma unroll
-      for (int c = 0; c < kC; ++c) {
-        u[c] = u0 + rank + c * group;
-        active[c] = u[c] < plan.units;
-        col[c] = reinterpret_cast<const char*>(table + static_cast<int64_t>(active[c] ? u[c] : 0) * 4);
-      }
-      float acc[kC][4];
-#pragma unroll
-      for (int c = 0; c < kC; ++c)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[c][k] = 0.0f;
-      const auto add = [&](const cuda::Words<16>& w, int c) {
-        float x[4];
-        cuda::words_to_floats<float, 16>(w, x);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[c][k] = __fadd_rn(acc[c][k], x[k]);
-      };
-      for (int64_t c0 = start; c0 < end; c0 += group) {
-        const int n = static_cast<int>(end - c0 < group ? end - c0 : group);
-        const uint32_t mine = rank < n ? static_cast<uint32_t>(__ldg(reinterpret_cast<const long long*>(indices + c0 + rank))) : 0u;
-        int j0 = 0;
-        for (; j0 + kU <= n; j0 += kU) {
-          cuda::Words<16> raw[kU][kC];
-#pragma unroll
-          for (int j = 0; j < kU; ++j) {
-            const uint64_t off = static_cast<uint64_t>(__shfl_sync(gmask, mine, j0 + j, group)) * row_bytes;
-#pragma unroll
-            for (int c = 0; c < kC; ++c) raw[j][c] = cuda::load_words<16, cuda::LoadHint::kReadOnly>(col[c] + off);
-          }
-#pragma unroll
-          for (int j = 0; j < kU; ++j)
-#pragma unroll
-            for (int c = 0; c < kC; ++c) add(raw[j][c], c);
-        }
-        for (; j0 < n; ++j0) {
-          const uint64_t off = static_cast<uint64_t>(__shfl_sync(gmask, mine, j0, group)) * row_bytes;
-#pragma unroll
-          for (int c = 0; c < kC; ++c) add(cuda::load_words<16, cuda::LoadHint::kReadOnly>(col[c] + off), c);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kC; ++c) {
-        if (active[c]) {
-          if (p.pooling == cuda::tbe_fwd::kPoolMean && end > start) {
-            const float cnt = static_cast<float>(end - start);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) acc[c][k] = __fdiv_rn(acc[c][k], cnt);
-          }
-          cuda::tbe_fwd::store_out<float, 4>(out + b * p.out_row_stride + out_col + static_cast<int64_t>(u[c]) * 4, acc[c]);
-        }
-      }
-    }
-  }
-}
-
-// coop_feature on 32-bit positions (lookups, bags and items below 2^31; the launcher checks), so that the
-// walk fits 32-40 registers at unroll 2: the rows' byte offsets are 32 x 32 -> 64-bit products, the bag's
-// positions and the loop counters 32-bit.
-template <int kBlock, int kU, int kC>
-__device__ __forceinline__ void coop_feature32(const TbeForwardParams& p, int f, const float* table,
                                                const cuda::tbe_fwd::RowPlan plan, int tile0, int tiles) {
   const auto* indices = static_cast<const int64_t*>(p.indices);
   const auto* offsets = static_cast<const int64_t*>(p.offsets);
@@ -205,18 +122,16 @@ __device__ __forceinline__ void coop_feature32(const TbeForwardParams& p, int f,
 // of at most 2^32 rows) and nothing else, so that its registers alone set the occupancy. kWide: the
 // two-vector walk of wide rows (kernel_plan's vecs == 2), else one 16-byte vector per lane. kCoop: the
 // walk with cooperative index loads (coop_feature) instead of the library's.
-template <typename C, bool kWide, int kCoop>
+template <typename C, bool kWide, bool kCoop>
 __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) single_path_kernel(const TbeForwardParams p) {
   using K = std::conditional_t<kWide, FwdConfig<C::kBlock, C::kMinBlocks, C::kUnroll / 2, 2, false>, C>;
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
     const float* table = static_cast<const float*>(p.weights) + p.weight_offsets[f];
     const cuda::tbe_fwd::RowPlan plan =
         cuda::tbe_fwd::kernel_plan(p.dims[f], 4, reinterpret_cast<uintptr_t>(table), 1);
-    if constexpr (kCoop == 2) {
-      coop_feature32<K::kBlock, K::kUnroll, K::kVecs>(p, f, table, plan, static_cast<int>(blockIdx.x),
-                                                       static_cast<int>(gridDim.x));
-    } else if constexpr (kCoop == 1) {
-      coop_feature<K::kBlock, K::kUnroll, K::kVecs>(p, f, table, plan, blockIdx.x, gridDim.x);
+    if constexpr (kCoop) {
+      coop_feature<K::kBlock, K::kUnroll, K::kVecs>(p, f, table, plan, static_cast<int>(blockIdx.x),
+                                                     static_cast<int>(gridDim.x));
     } else {
       cuda::tbe_fwd::tbe_forward_feature<float, float, int64_t, 16, true, K, true>(p, f, table, plan, blockIdx.x,
                                                                                   gridDim.x);
@@ -226,15 +141,14 @@ __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) single_path_kernel(c
 
 // Launches the single-path kernel when the call is plain and every feature takes one path, else the
 // library's general kernel.
-template <typename C, int kCoop>
+template <typename C, bool kCoop>
 Status launch_single_path(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
-  bool plain = p.check == cuda::tbe_fwd::kCheckOff && p.per_sample_weights == nullptr && p.pooling != cuda::tbe_fwd::kPoolNone &&
-               p.feature_inner == 0;
+  // The cooperative walk counts lookups and items in 32 bits.
+  const bool fits = !kCoop || (p.num_indices < (int64_t{1} << 31) && p.batch_size * p.num_features < (int64_t{1} << 31));
+  const bool plain = p.check == cuda::tbe_fwd::kCheckOff && p.per_sample_weights == nullptr &&
+                     p.pooling != cuda::tbe_fwd::kPoolNone && p.feature_inner == 0 && fits;
   // 0: one vector, 1: wide, 2: mixed or not a 16-byte plain path.
-  // The 32-bit walk (kCoop 2): lookups, items and rows' positions below 2^31.
-  const bool narrow = kCoop != 2 || (p.num_indices < (int64_t{1} << 31) &&
-                                     p.batch_size * p.num_features < (int64_t{1} << 31));
-  const int path = !plain || !narrow ? 2 : p.uniform_plan == 16 * 4 + 1 ? 0 : p.uniform_plan == 16 * 4 + 2 ? 1 : 2;
+  const int path = !plain ? 2 : p.uniform_plan == 16 * 4 + 1 ? 0 : p.uniform_plan == 16 * 4 + 2 ? 1 : 2;
   if (path == 0) {
     single_path_kernel<C, false, kCoop><<<grid, C::kBlock, 0, stream>>>(p);
   } else if (path == 1) {
@@ -246,7 +160,6 @@ Status launch_single_path(const TbeForwardParams& p, dim3 grid, cudaStream_t str
   EMBSCALE_CHECK_LAUNCH("single_path_kernel");
   return Status::Ok();
 }
-
 
 // A variant with the shape it launches (launch null: the library's launchers).
 struct CompiledVariant {
@@ -261,7 +174,7 @@ CompiledVariant variant(const char* name, const char* what) {
   return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_pooled_f32<C>};
 }
 
-template <typename C, int kCoop = 0>
+template <typename C, bool kCoop = false>
 CompiledVariant single_path(const char* name, const char* what) {
   return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_single_path<C, kCoop>};
 }
@@ -280,10 +193,10 @@ const std::vector<CompiledVariant>& compiled() {
       variant<V2U4>("v2u4", "2 vectors/lane, unroll 4, 3 blocks/SM"),
       variant<NoL1>("nol1", "default + row loads with L1::no_allocate"),
       single_path<ForwardPolicy::Bags>("s32", "single-path plain kernels, 128 threads, 8 blocks/SM (32 warps), unroll 4"),
-      single_path<ForwardPolicy::Bags, 1>("s32c", "s32 with cooperative index loads (one per lane, broadcast by shuffles)"),
-      single_path<FwdConfig<128, 12, 2, 1, false>, 2>("s48u2", "s32c on 32-bit positions, 12 blocks/SM (48 warps), unroll 2"),
-      single_path<FwdConfig<128, 16, 2, 1, false>, 2>("s64u2", "s32c on 32-bit positions, 16 blocks/SM (64 warps), unroll 2"),
-      single_path<FwdConfig<128, 12, 4, 1, false>, 2>("s48u4", "s32c on 32-bit positions, 12 blocks/SM (48 warps), unroll 4"),
+      single_path<ForwardPolicy::Bags, true>("s32c", "s32 with cooperative index loads (one per lane, broadcast by shuffles)"),
+      single_path<FwdConfig<128, 12, 2, 1, false>, true>("s48u2", "s32c at 12 blocks/SM (48 warps, 40 registers), unroll 2"),
+      single_path<FwdConfig<128, 16, 2, 1, false>, true>("s64u2", "s32c at 16 blocks/SM (64 warps, 32 registers), unroll 2"),
+      single_path<FwdConfig<128, 12, 4, 1, false>, true>("s48u4", "s32c at 12 blocks/SM (48 warps, 40 registers), unroll 4"),
   };
   return all;
 }
