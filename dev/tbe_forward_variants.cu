@@ -10,6 +10,7 @@
 
 #include "core/cuda/check.cuh"
 #include "tbe/cuda/forward/tbe_forward_launch.cuh"
+#include "tbe/cuda/forward/tbe_forward_plain_kernels.cuh"
 
 namespace embscale {
 namespace dev {
@@ -36,128 +37,18 @@ using V2 = FwdConfig<256, 2, 8, 2, false>;
 using V2U4 = FwdConfig<256, 3, 4, 2, false>;
 using NoL1 = FwdConfig<128, 8, 4, 1, true>;
 
-// The plain pooled walk of one feature with cooperative index loads: the bag's lane group loads up to
-// `group` indices at once, one per lane (one coalesced load), and broadcasts each with a shuffle, where
-// the library's walk has every lane load every index (a request per lookup). 16-byte vectors, fp32
-// weights and output, int64 indices; the same sums in the same order as tbe_forward_feature. On 32-bit
-// positions and counters (lookups and items below 2^31; the launcher checks), to fit 32-40 registers: the
-// rows' byte offsets are 32 x 32 -> 64-bit products.
-template <int kBlock, int kU, int kC>
-__device__ __forceinline__ void coop_feature(const TbeForwardParams& p, int f, const float* table,
-                                               const cuda::tbe_fwd::RowPlan plan, int tile0, int tiles) {
-  const auto* indices = static_cast<const int64_t*>(p.indices);
-  const auto* offsets = static_cast<const int64_t*>(p.offsets);
-  const int B = static_cast<int>(p.batch_size);
-  const int N = static_cast<int>(p.num_indices);
-  const uint32_t row_bytes = static_cast<uint32_t>(p.dims[f]) * 4u;
-  const int group = plan.group;
-  const int gi = static_cast<int>(threadIdx.x) / group;
-  const int rank = static_cast<int>(threadIdx.x) - gi * group;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const unsigned gmask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << (lane - rank);
-  const int bags_per_block = kBlock / group;
-  for (int b = tile0 * bags_per_block + gi; b < B; b += tiles * bags_per_block) {
-    const int item = f * B + b;
-    int start = static_cast<int>(min(max(offsets[item], int64_t{0}), static_cast<int64_t>(N)));
-    int end = static_cast<int>(min(max(offsets[item + 1], static_cast<int64_t>(start)), static_cast<int64_t>(N)));
-    for (int u0 = 0; u0 < plan.units; u0 += group * kC) {
-      float acc[kC][4];
-#pragma unroll
-      for (int c = 0; c < kC; ++c)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[c][k] = 0.0f;
-      const char* col = reinterpret_cast<const char*>(table) + 16 * (u0 + rank < plan.units ? u0 + rank : 0);
-      // The second vector's column, as a byte distance from the first (0 when it is idle: row 0's first).
-      const int u1 = u0 + rank + group;
-      const uint32_t second = kC == 2 && u1 < plan.units ? 16u * static_cast<uint32_t>(group) : 0u;
-      const auto add = [&](const cuda::Words<16>& w, int c) {
-        float x[4];
-        cuda::words_to_floats<float, 16>(w, x);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[c][k] = __fadd_rn(acc[c][k], x[k]);
-      };
-      for (int c0 = start; c0 < end; c0 += group) {
-        const int n = min(end - c0, group);
-        const uint32_t mine = rank < n ? static_cast<uint32_t>(__ldg(reinterpret_cast<const long long*>(indices) + c0 + rank)) : 0u;
-        int j0 = 0;
-        for (; j0 + kU <= n; j0 += kU) {
-          cuda::Words<16> raw[kU][kC];
-#pragma unroll
-          for (int j = 0; j < kU; ++j) {
-            const char* row = col + static_cast<uint64_t>(__shfl_sync(gmask, mine, j0 + j, group)) * row_bytes;
-#pragma unroll
-            for (int c = 0; c < kC; ++c)
-              raw[j][c] = cuda::load_words<16, cuda::LoadHint::kReadOnly>(c == 0 ? row : (second ? row + second : col));
-          }
-#pragma unroll
-          for (int j = 0; j < kU; ++j)
-#pragma unroll
-            for (int c = 0; c < kC; ++c) add(raw[j][c], c);
-        }
-        for (; j0 < n; ++j0) {
-          const char* row = col + static_cast<uint64_t>(__shfl_sync(gmask, mine, j0, group)) * row_bytes;
-#pragma unroll
-          for (int c = 0; c < kC; ++c)
-            add(cuda::load_words<16, cuda::LoadHint::kReadOnly>(c == 0 ? row : (second ? row + second : col)), c);
-        }
-      }
-      float* o = static_cast<float*>(p.output) + static_cast<int64_t>(b) * p.out_row_stride + p.output_offsets[f];
-#pragma unroll
-      for (int c = 0; c < kC; ++c) {
-        const int uc = u0 + rank + c * group;
-        if (uc < plan.units) {
-          if (p.pooling == cuda::tbe_fwd::kPoolMean && end > start) {
-            const float cnt = static_cast<float>(end - start);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) acc[c][k] = __fdiv_rn(acc[c][k], cnt);
-          }
-          cuda::tbe_fwd::store_out<float, 4>(o + static_cast<int64_t>(uc) * 4, acc[c]);
-        }
-      }
-    }
-  }
-}
-
-// Single-path kernels: one vector path of the plain form (pooled, no checks, no per-sample weights, tables
-// of at most 2^32 rows) and nothing else, so that its registers alone set the occupancy. kWide: the
-// two-vector walk of wide rows (kernel_plan's vecs == 2), else one 16-byte vector per lane. kCoop: the
-// walk with cooperative index loads (coop_feature) instead of the library's.
-template <typename C, bool kWide, bool kCoop>
-__global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) single_path_kernel(const TbeForwardParams p) {
-  using K = std::conditional_t<kWide, FwdConfig<C::kBlock, C::kMinBlocks, C::kUnroll / 2, 2, false>, C>;
-  for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
-    const float* table = static_cast<const float*>(p.weights) + p.weight_offsets[f];
-    const cuda::tbe_fwd::RowPlan plan =
-        cuda::tbe_fwd::kernel_plan(p.dims[f], 4, reinterpret_cast<uintptr_t>(table), 1);
-    if constexpr (kCoop) {
-      coop_feature<K::kBlock, K::kUnroll, K::kVecs>(p, f, table, plan, static_cast<int>(blockIdx.x),
-                                                     static_cast<int>(gridDim.x));
-    } else {
-      cuda::tbe_fwd::tbe_forward_feature<float, float, int64_t, 16, true, K, true>(p, f, table, plan, blockIdx.x,
-                                                                                  gridDim.x);
-    }
-  }
-}
-
-// Launches the single-path kernel when the call is plain and every feature takes one path, else the
-// library's general kernel.
-template <typename C, bool kCoop>
-Status launch_single_path(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
-  // The cooperative walk counts lookups and items in 32 bits.
-  const bool fits = !kCoop || (p.num_indices < (int64_t{1} << 31) && p.batch_size * p.num_features < (int64_t{1} << 31));
-  const bool plain = p.check == cuda::tbe_fwd::kCheckOff && p.per_sample_weights == nullptr &&
-                     p.pooling != cuda::tbe_fwd::kPoolNone && p.feature_inner == 0 && fits;
-  // 0: one vector, 1: wide, 2: mixed or not a 16-byte plain path.
-  const int path = !plain ? 2 : p.uniform_plan == 16 * 4 + 1 ? 0 : p.uniform_plan == 16 * 4 + 2 ? 1 : 2;
-  if (path == 0) {
-    single_path_kernel<C, false, kCoop><<<grid, C::kBlock, 0, stream>>>(p);
-  } else if (path == 1) {
-    single_path_kernel<C, true, kCoop><<<grid, C::kBlock, 0, stream>>>(p);
+// The warp kernel (tbe_forward_plain_kernels.cuh) in another shape or vector width, for the calls where the
+// library would run a plain kernel (p.kernel); anything else runs the library's bags kernel. kBytes = 8:
+// rows as 8-byte vectors (fp32 D = 34..64 a whole warp), which the library reads 16 bytes a lane.
+template <typename C, int kBytes>
+Status launch_warp(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
+  if (p.kernel != cuda::tbe_fwd::kKernelBags) {
+    cuda::tbe_fwd::tbe_forward_warp_kernel<float, float, int64_t, C, kBytes><<<grid, C::kBlock, 0, stream>>>(p);
   } else {
     using G = ForwardPolicy::Bags;
     cuda::tbe_fwd::tbe_forward_bags_kernel<float, float, int64_t, true, G><<<grid, G::kBlock, 0, stream>>>(p);
   }
-  EMBSCALE_CHECK_LAUNCH("single_path_kernel");
+  EMBSCALE_CHECK_LAUNCH("tbe_forward_warp_kernel");
   return Status::Ok();
 }
 
@@ -174,14 +65,14 @@ CompiledVariant variant(const char* name, const char* what) {
   return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_pooled_f32<C>};
 }
 
-template <typename C, bool kCoop = false>
-CompiledVariant single_path(const char* name, const char* what) {
-  return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_single_path<C, kCoop>};
+template <typename C, int kBytes>
+CompiledVariant warp(const char* name, const char* what) {
+  return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_warp<C, kBytes>};
 }
 
 const std::vector<CompiledVariant>& compiled() {
   static const std::vector<CompiledVariant> all = {
-      {{"default", "the library's shape (ForwardPolicy::Bags): 128 threads, 8 blocks/SM, unroll 4, 1 vector/lane"},
+      {{"default", "the library's forward (ForwardPolicy): plain kernels where they apply, else the bags kernel"},
        ForwardPolicy::Bags::kBlock,
        ForwardPolicy::Bags::kVecs,
        nullptr},
@@ -192,11 +83,9 @@ const std::vector<CompiledVariant>& compiled() {
       variant<V2>("v2", "2 vectors/lane (D=128 fp32: 16 lanes a bag, 2 bags a warp), unroll 8, 2 blocks/SM"),
       variant<V2U4>("v2u4", "2 vectors/lane, unroll 4, 3 blocks/SM"),
       variant<NoL1>("nol1", "default + row loads with L1::no_allocate"),
-      single_path<ForwardPolicy::Bags>("s32", "single-path plain kernels, 128 threads, 8 blocks/SM (32 warps), unroll 4"),
-      single_path<ForwardPolicy::Bags, true>("s32c", "s32 with cooperative index loads (one per lane, broadcast by shuffles)"),
-      single_path<FwdConfig<128, 12, 2, 1, false>, true>("s48u2", "s32c at 12 blocks/SM (48 warps, 40 registers), unroll 2"),
-      single_path<FwdConfig<128, 16, 2, 1, false>, true>("s64u2", "s32c at 16 blocks/SM (64 warps, 32 registers), unroll 2"),
-      single_path<FwdConfig<128, 12, 4, 1, false>, true>("s48u4", "s32c at 12 blocks/SM (48 warps, 40 registers), unroll 4"),
+      variant<ForwardPolicy::Bags>("bags", "the library's bags kernel for every call (no plain kernels)"),
+      warp<FwdConfig<128, 8, 8, 1, false>, 16>("warp-u8", "plain calls: the warp kernel at unroll 8 (4 for two vectors a lane)"),
+      warp<ForwardPolicy::Warp, 8>("warp-8b", "plain calls: the warp kernel on 8-byte vectors (fp32 D = 34..64 a whole warp)"),
   };
   return all;
 }

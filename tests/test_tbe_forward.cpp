@@ -149,6 +149,55 @@ TEST_P(TbeForward, ExactForEveryDtypeCombination) {
           }
 }
 
+// Plain calls (pooled, bounds checks off, no per-sample weights) where every feature takes one walk run
+// the warp kernel (rows of 17 or more 16-byte vectors; two vectors a lane for 33..64) or the vector kernel
+// (one 16-byte vector a lane): every row width either side of their limits, bags from empty to several
+// chunks of 32 lookups (partial last steps), duplicate rows, every dtype combination, mixed widths.
+TEST_P(TbeForward, PlainKernels) {
+  struct Dims {
+    DType weights;
+    std::vector<int> dims;
+  };
+  const std::vector<Dims> sets = {
+      // warp kernel, fp32: 17, 32, 33, 40, 48, 63, 64, 65, 128 vectors; mixed widths
+      {DType::kF32, {68}}, {DType::kF32, {128, 128}}, {DType::kF32, {132}}, {DType::kF32, {160, 192}},
+      {DType::kF32, {252}}, {DType::kF32, {256}}, {DType::kF32, {260}}, {DType::kF32, {512}},
+      {DType::kF32, {128, 256, 160, 516}},
+      // warp kernel, 16-bit weights: 17, 32, 33, 64, 65 vectors
+      {DType::kF16, {136}}, {DType::kBF16, {256}}, {DType::kF16, {264}}, {DType::kBF16, {512}}, {DType::kF16, {520}},
+      // vector kernel: 1..16 vectors, and 16-vector rows next to whole-warp ones
+      {DType::kF32, {4}}, {DType::kF32, {8, 32}}, {DType::kF32, {64}}, {DType::kF32, {100, 128, 36}},
+      {DType::kF16, {8, 64}}, {DType::kBF16, {128}},
+      // neither: a row not a multiple of 16 bytes sends the call to the bags kernel
+      {DType::kF32, {128, 6}},
+  };
+  const DType kOut[] = {DType::kF32, DType::kF16, DType::kBF16};
+  const uint64_t seed = 707;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  int n = 0;
+  for (const Dims& set : sets) {
+    for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
+      for (bool integer : {false, true}) {
+        TbeCase c;
+        c.dims = set.dims;
+        for (size_t t = 0; t < set.dims.size(); ++t) c.num_rows.push_back(t % 2 == 0 ? 3000 : 2);
+        c.batch_size = 23;
+        c.bag_size = 70;  // 0..70 lookups: up to three chunks, partial steps
+        c.variable_bag_size = true;
+        c.alpha = n % 3 == 0 ? 1.15 : 0.0;
+        c.weights_dtype = set.weights;
+        c.output_dtype = kOut[n % 3];
+        c.index_dtype = n % 2 == 0 ? DType::kI64 : DType::kI32;
+        c.pooling = pool;
+        c.bounds = BoundsCheckMode::kOff;
+        c.integer_values = integer;
+        c.seed = seed + n++;
+        EXPECT_TRUE(expect_case(c));
+      }
+    }
+  }
+}
+
 TEST_P(TbeForward, ManyFeatures) {
   TbeCase c;
   for (int t = 0; t < 40; ++t) {

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
+#include <utility>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -281,6 +284,85 @@ TEST_P(TbeForwardErrors, BadOffsets) {
           expect_contains(st, "offsets");
         }
         pr.expect_weights_unchanged();
+      }
+    }
+  }
+}
+
+// Off mode on CUDA with broken offsets on the plain kernels (rows of a whole warp, one or two vectors a
+// lane, and rows of one vector a lane): every bag is clamped to [0, N] (empty when its end is below its
+// start) and pooled from the clamped range, nothing outside the indices is read (memcheck runs this test),
+// the call succeeds. Every table has the same rows, so a clamped bag's lookups are valid in any table.
+TEST_P(TbeForwardErrors, OffModeClampsBrokenOffsetsOnThePlainKernels) {
+  if (GetParam() != Backend::kCuda) GTEST_SKIP() << "the CPU backend reports bad offsets in every mode";
+  constexpr int64_t kRows = 40;
+  constexpr int64_t B = 5;
+  const uint64_t seed = 909;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  for (const std::vector<int>& dims : {std::vector<int>{128, 128}, std::vector<int>{160}, std::vector<int>{32, 32}}) {
+    const Context ctx = Context::cuda();
+    TbeConfig cfg;
+    for (int d : dims) cfg.tables.push_back(TableSpec{kRows, d});
+    std::unique_ptr<TableBatchedEmbedding> tbe;
+    ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+    const int T = static_cast<int>(dims.size());
+    std::vector<float> w(static_cast<size_t>(tbe->num_weights()));
+    for (float& x : w) x = static_cast<float>(static_cast<int>(rng() % 17) - 8);
+    std::vector<int64_t> indices, offsets{0};
+    for (int64_t item = 0; item < T * B; ++item) {
+      for (int l = static_cast<int>(rng() % 41); l > 0; --l) indices.push_back(static_cast<int64_t>(rng() % kRows));
+      offsets.push_back(static_cast<int64_t>(indices.size()));
+    }
+    const int64_t N = static_cast<int64_t>(indices.size());
+    const std::vector<std::pair<const char*, std::function<void(std::vector<int64_t>&)>>> breaks = {
+        {"first far below 0", [](std::vector<int64_t>& o) { o[0] = -(int64_t{1} << 40); }},
+        {"last far above N", [](std::vector<int64_t>& o) { o.back() = int64_t{1} << 40; }},
+        {"decreasing", [](std::vector<int64_t>& o) { o[3] = o[2] - 1; }},
+        {"middle far above N", [](std::vector<int64_t>& o) { o[4] = int64_t{1} << 40; }},
+        {"middle negative", [](std::vector<int64_t>& o) { o[2] = -7; }},
+    };
+    for (const auto& br : breaks) {
+      std::vector<int64_t> off = offsets;
+      br.second(off);
+      for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
+        Buffer d_w(GetParam(), w.size() * 4), d_idx(GetParam(), indices.size() * 8), d_off(GetParam(), off.size() * 8),
+            d_out(GetParam(), static_cast<size_t>(B * tbe->total_dim()) * 4);
+        ASSERT_TRUE(copy_to_backend(ctx, d_w.data(), w.data(), w.size() * 4).ok());
+        ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), indices.data(), indices.size() * 8).ok());
+        ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), off.data(), off.size() * 8).ok());
+        ASSERT_TRUE(fill_bytes(ctx, d_out.data(), 0xff, d_out.bytes()).ok());
+        TbeForwardArgs a;
+        a.weights = TensorView::vec(d_w.data(), DType::kF32, tbe->num_weights());
+        a.indices = TensorView::vec(d_idx.data(), DType::kI64, N);
+        a.offsets = TensorView::vec(d_off.data(), DType::kI64, static_cast<int64_t>(off.size()));
+        a.batch_size = B;
+        a.pooling = pool;
+        a.bounds_check = BoundsCheckMode::kOff;
+        a.output = TensorView::mat(d_out.data(), DType::kF32, B, tbe->total_dim());
+        const std::string at = std::string(br.first) + ", D=" + std::to_string(dims[0]) + ", " + pooling_mode_name(pool);
+        Status st = tbe->forward(ctx, a);
+        if (st.ok()) st = synchronize(ctx);
+        ASSERT_TRUE(st.ok()) << at << ": " << st.to_string();
+        std::vector<float> got(static_cast<size_t>(B * tbe->total_dim()));
+        ASSERT_TRUE(copy_to_host(ctx, got.data(), d_out.data(), got.size() * 4).ok());
+        // The clamped bags, summed exactly (small integers) in double.
+        int64_t col0 = 0;
+        for (int f = 0; f < T; ++f) {
+          const int64_t D = dims[f];
+          for (int64_t b = 0; b < B; ++b) {
+            const int64_t item = f * B + b;
+            const int64_t start = std::min(std::max(off[item], int64_t{0}), N);
+            const int64_t end = std::max(start, std::min(std::max(off[item + 1], int64_t{0}), N));
+            for (int64_t d = 0; d < D; ++d) {
+              double sum = 0;
+              for (int64_t q = start; q < end; ++q) sum += w[tbe->weight_offset(f) + indices[q] * D + d];
+              const double want = pool == PoolingMode::kMean && end > start ? static_cast<float>(sum) / static_cast<float>(end - start) : sum;
+              ASSERT_EQ(got[b * tbe->total_dim() + col0 + d], static_cast<float>(want)) << at << ", bag " << item << ", column " << d;
+            }
+          }
+          col0 += D;
+        }
       }
     }
   }

@@ -44,7 +44,16 @@ struct ForwardPolicySm90 {
   // uniform 639.7 -> 643.2 and D=256 1281.5 -> 1287.8 within noise) and lost on narrow rows (D=8
   // 143.0 -> 152.4, D=32 176.1 -> 181.3).
   static constexpr int kBagsPerWarpGroup = 2;
+  // The warp kernel of plain calls whose rows take a whole warp (tbe_forward_plain_kernels.cuh): the
+  // bags kernel's shape, unroll 4 (two vectors a lane: 2). Against the bags kernel, fp32 T=32 B=8192
+  // L=20, Zipf 1.15: D=128 247.5 -> 230.6 us, D=160 368.8 -> 315.7, D=192 376.4 -> 324.3, D=256 410.8 ->
+  // 358.4 (two vectors a lane in one walk; in passes of 32, 394.4), uniform D=160 878.2 -> 836.5, D=128
+  // and D=256 within 1%; unroll 8 slower at every D (D=160 Zipf 344.9)
+  // (2026-12-02-nvidia-h200-fwd-plain.md).
+  using Warp = FwdConfig<128, 8, 4, 1, false>;
 };
+// The launch grid is sized for the bags kernel's block; the plain kernels take the same.
+static_assert(ForwardPolicySm90::Warp::kBlock == ForwardPolicySm90::Bags::kBlock, "one grid for every forward kernel");
 
 // The policy every architecture runs (only sm_90 is measured; see above).
 using ForwardPolicy = ForwardPolicySm90;

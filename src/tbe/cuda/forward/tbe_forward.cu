@@ -113,7 +113,7 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
             : skips                                      ? tbe_fwd::kCheckSkip
                                                          : tbe_fwd::kCheckOff;
   p.feature_inner = shape.feature_inner ? 1 : 0;
-  p.uniform_plan = 0;
+  p.kernel = tbe_fwd::kKernelBags;
 
   // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
   // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
@@ -132,17 +132,26 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
     const int bags_per_group = shape.bags_per_group > 0 ? shape.bags_per_group
                                : max_group == ArchTraits::kWarpSize ? tbe_fwd::ForwardPolicy::kBagsPerWarpGroup
                                                                     : 1;
+    // The kernel (tbe_forward_plain_kernels.cuh): a plain call runs the warp kernel when every feature's
+    // rows take a whole warp of 16-byte vectors, the vector kernel when every feature reads one 16-byte
+    // vector a lane; anything else the bags kernel. Only the library's own shape chooses (dev/'s shapes
+    // launch their kernels themselves).
+    const bool plain = !sequence && p.check == tbe_fwd::kCheckOff && p.per_sample_weights == nullptr &&
+                       N < (int64_t{1} << 31) && static_cast<int64_t>(T) * B < (int64_t{1} << 31) &&
+                       !shape.feature_inner && shape.vecs == 1;
+    bool all_warp = plain;
+    bool all_vector = plain;
     int64_t tiles = 1;
-    p.uniform_plan = -1;
     for (int f = 0; f < T; ++f) {
       const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
       const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, shape.vecs);
       const int64_t bags_per_block = static_cast<int64_t>(shape.block / plan.group) * bags_per_group;
       tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
       const bool small = tbe.config().tables[tbe.feature_table(f)].num_rows <= (int64_t{1} << 32);
-      const int code = small ? plan.vec_bytes * 4 + plan.vecs : 0;
-      p.uniform_plan = p.uniform_plan == -1 || p.uniform_plan == code ? code : 0;
+      all_warp = all_warp && small && plan.vec_bytes == 16 && plan.group == ArchTraits::kWarpSize;
+      all_vector = all_vector && small && plan.vec_bytes == 16 && plan.vecs == 1;
     }
+    p.kernel = all_warp ? tbe_fwd::kKernelWarp : all_vector ? tbe_fwd::kKernelVector : tbe_fwd::kKernelBags;
     const dim3 grid = shape.feature_inner
                           ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))
                           : dim3(static_cast<unsigned>(std::min(tiles, kMaxGridX)),

@@ -3,6 +3,7 @@
 
 #include "core/cuda/check.cuh"
 #include "tbe/cuda/forward/tbe_forward_launch.cuh"
+#include "tbe/cuda/forward/tbe_forward_plain_kernels.cuh"
 
 namespace embscale {
 namespace cuda {
@@ -11,12 +12,19 @@ namespace tbe_fwd {
 template <typename W, typename O, typename I>
 Status launch_tbe_forward(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
   using C = ForwardPolicy::Bags;
-  if (p.pooling == kPoolNone) {
+  if (p.kernel == kKernelWarp) {
+    tbe_forward_warp_kernel<W, O, I, ForwardPolicy::Warp><<<grid, ForwardPolicy::Warp::kBlock, 0, stream>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_forward_warp_kernel");
+  } else if (p.kernel == kKernelVector) {
+    tbe_forward_vector_kernel<W, O, I, C><<<grid, C::kBlock, 0, stream>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_forward_vector_kernel");
+  } else if (p.pooling == kPoolNone) {
     tbe_forward_bags_kernel<W, O, I, false, C><<<grid, C::kBlock, 0, stream>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_forward_bags_kernel");
   } else {
     tbe_forward_bags_kernel<W, O, I, true, C><<<grid, C::kBlock, 0, stream>>>(p);
+    EMBSCALE_CHECK_LAUNCH("tbe_forward_bags_kernel");
   }
-  EMBSCALE_CHECK_LAUNCH("tbe_forward_bags_kernel");
   return Status::Ok();
 }
 

@@ -75,10 +75,14 @@ struct TbeForwardParams {
   int pooling;                    // PoolKind
   int check;                      // CheckKind
   int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
-  // Host-side summary of the features' row plans (kernel_plan): vec_bytes * 4 + vecs when every feature
-  // has that plan and a table of at most 2^32 rows, else 0. For a launcher that specialises on one path
-  // (dev/'s single-path kernels); the library's kernels do not read it.
-  int uniform_plan;
+  int kernel;                     // FwdKernel: which kernel runs the call (chosen on the host)
+};
+
+// The kernels a forward call can run (tbe_forward.cu chooses, tbe_forward_plain_kernels.cuh has the rule).
+enum FwdKernel : int {
+  kKernelBags = 0,    // tbe_forward_bags_kernel: every call
+  kKernelWarp = 1,    // tbe_forward_warp_kernel: plain, every feature a whole warp of 16-byte vectors
+  kKernelVector = 2,  // tbe_forward_vector_kernel: plain, every feature one 16-byte vector per lane
 };
 
 // How one feature's rows are read: vector bytes per lane, vectors per row, lanes per bag.

@@ -1,0 +1,138 @@
+// CUDA table-batched embedding forward: the two plain kernels. A call is plain when it pools (sum or
+// mean), checks no bounds, has no per-sample weights, every table has at most 2^32 rows, and its lookups
+// and bags count below 2^31 (tbe_forward.cu tests it on the host). Such a call needs none of the general
+// form's predicates and 64-bit positions, and when every feature also takes one kind of walk, a kernel
+// holding only that walk runs it, its registers alone setting the occupancy (docs/tbe_forward_cuda.md,
+// "Plain kernels"):
+//
+//  * tbe_forward_warp_kernel: every feature's rows take a whole warp of 16-byte vectors (17 or more:
+//    fp32 D >= 68, fp16/bf16 D >= 136, multiples of 4 / 8). The warp loads up to 32 of the bag's indices
+//    at once, one per lane, and broadcasts each with a shuffle (the general walk has every lane load
+//    every index), and the bag's last, partial step keeps all its row loads in flight too.
+//  * tbe_forward_vector_kernel: every feature reads one 16-byte vector per lane (the general walk's
+//    plain form, tbe_forward_feature with kPlain, alone).
+//
+// Same grid, same bags per lane, same sums in the same order as the bags kernel: the results are
+// bit-identical to it.
+#pragma once
+
+#include <type_traits>
+
+#include "tbe/cuda/forward/tbe_forward_kernels.cuh"
+
+namespace embscale {
+namespace cuda {
+namespace tbe_fwd {
+
+// One feature's bags on the warp walk: vectors of kBytes, kC of them per lane (2: rows of 33..64 vectors
+// in one walk over the bag, else passes of 32 vectors), C::kUnroll lookups a step (halved for kC = 2: as
+// many row loads in flight). Positions and items are 32-bit (the plain call's limits).
+template <typename W, typename O, typename I, int kBytes, int kC, typename C>
+__device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams& p, int f, const W* table, int units,
+                                                         int tile0, int tiles) {
+  constexpr int V = kBytes / static_cast<int>(sizeof(W));  // elements per vector
+  constexpr int kU = kC == 2 && C::kUnroll > 1 ? C::kUnroll / 2 : C::kUnroll;
+  static_assert(32 % kU == 0, "a step divides a warp's chunk of indices");
+  constexpr int kWarps = C::kBlock / 32;
+  const I* indices = static_cast<const I*>(p.indices);
+  const I* offsets = static_cast<const I*>(p.offsets);
+  const int B = static_cast<int>(p.batch_size);
+  const int N = static_cast<int>(p.num_indices);
+  const uint32_t row_bytes = static_cast<uint32_t>(p.dims[f]) * static_cast<uint32_t>(sizeof(W));
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  O* out = static_cast<O*>(p.output) + p.output_offsets[f];
+  for (int b = tile0 * kWarps + warp; b < B; b += tiles * kWarps) {
+    const int item = f * B + b;
+    // Clamped as in the general walk: broken offsets never read outside the indices.
+    const int64_t s64 = static_cast<int64_t>(offsets[item]);
+    const int64_t e64 = static_cast<int64_t>(offsets[item + 1]);
+    const int start = static_cast<int>(s64 < 0 ? 0 : (s64 > N ? N : s64));
+    const int end = static_cast<int>(e64 < start ? start : (e64 > N ? N : e64));
+    for (int u0 = 0; u0 < units; u0 += 32 * kC) {
+      float acc[kC][V];
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[c][k] = 0.0f;
+      // Lane owns vectors u0 + lane and (kC = 2) u0 + lane + 32. An idle first vector reads row 0's
+      // first column, an idle second one its own first vector again: loads need no predicate.
+      const char* col = reinterpret_cast<const char*>(table) + kBytes * (u0 + lane < units ? u0 + lane : 0);
+      const uint32_t second = kC == 2 && u0 + lane + 32 < units ? kBytes * 32u : 0u;
+      for (int c0 = start; c0 < end; c0 += 32) {
+        const int n = end - c0 < 32 ? end - c0 : 32;
+        // The chunk's indices, one per lane; row 0 past the bag's end (read, then dropped).
+        const uint32_t mine = lane < n ? static_cast<uint32_t>(load_index(indices + c0 + lane)) : 0u;
+        // kU lookups from j0: every row load, then the adds in index order; only the last step of a
+        // chunk may be partial (lookups j0 + j >= n are dropped).
+        const auto step = [&](int j0, auto full) {
+          constexpr bool kFull = decltype(full)::value;
+          Words<kBytes> raw[kU][kC];
+#pragma unroll
+          for (int j = 0; j < kU; ++j) {
+            const char* row = col + static_cast<uint64_t>(__shfl_sync(0xffffffffu, mine, j0 + j)) * row_bytes;
+#pragma unroll
+            for (int c = 0; c < kC; ++c) raw[j][c] = load_words<kBytes, LoadHint::kReadOnly>(c == 0 ? row : row + second);
+          }
+#pragma unroll
+          for (int j = 0; j < kU; ++j) {
+            if (kFull || j0 + j < n) {
+#pragma unroll
+              for (int c = 0; c < kC; ++c) {
+                float x[V];
+                words_to_floats<W, kBytes>(raw[j][c], x);
+#pragma unroll
+                for (int k = 0; k < V; ++k) acc[c][k] = __fadd_rn(acc[c][k], x[k]);
+              }
+            }
+          }
+        };
+        int j0 = 0;
+        for (; j0 + kU <= n; j0 += kU) step(j0, std::true_type{});
+        if (j0 < n) step(j0, std::false_type{});
+      }
+      O* o = out + static_cast<int64_t>(b) * p.out_row_stride;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        const int uc = u0 + lane + 32 * c;
+        if (uc < units) {
+          if (p.pooling == kPoolMean && end > start) {
+            const float n = static_cast<float>(end - start);
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[c][k] = __fdiv_rn(acc[c][k], n);
+          }
+          store_out<O, V>(o + static_cast<int64_t>(uc) * V, acc[c]);
+        }
+      }
+    }
+  }
+}
+
+// grid = (bag tiles, features); block = C::kBlock. Every feature: rows of 17 or more kBytes vectors (the
+// library: 16; dev/ also measures 8), aligned to them.
+template <typename W, typename O, typename I, typename C, int kBytes = 16>
+__global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_warp_kernel(const TbeForwardParams p) {
+  for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
+    const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
+    const int units = p.dims[f] * static_cast<int>(sizeof(W)) / kBytes;
+    if (units > 32 && units <= 64) {
+      tbe_forward_warp_feature<W, O, I, kBytes, 2, C>(p, f, table, units, blockIdx.x, gridDim.x);
+    } else {
+      tbe_forward_warp_feature<W, O, I, kBytes, 1, C>(p, f, table, units, blockIdx.x, gridDim.x);
+    }
+  }
+}
+
+// grid = (bag tiles, features); block = C::kBlock. Every feature: one 16-byte vector per lane.
+template <typename W, typename O, typename I, typename C>
+__global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_vector_kernel(const TbeForwardParams p) {
+  for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
+    const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
+    const RowPlan plan = kernel_plan(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), 1);
+    tbe_forward_feature<W, O, I, 16, true, C, true>(p, f, table, plan, blockIdx.x, gridDim.x);
+  }
+}
+
+}  // namespace tbe_fwd
+}  // namespace cuda
+}  // namespace embscale
