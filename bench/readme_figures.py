@@ -13,9 +13,10 @@ Where a record was measured more than once, a table shows the first measurement 
 runs after it re-checked the same build; the tuning notes discuss their spread).
 
 The tables against the real FBGEMM and TransformerEngine (impl "fbgemm" and "te", from
-bench/tbe_vs_fbgemm.py and bench/te_peer/) come from the newest run of each in bench/results/: the
-file and date of the newest such record, and embscale's records of that run; they are left out while
-no such record exists.
+bench/tbe_vs_fbgemm.py and bench/te_peer/) come from the newest run in bench/results/: the file and date
+of the newest such record, and embscale's records of that run; they are left out while no such record
+exists. The FBGEMM table takes each case from the newest run that measured it (a later partial run, of the
+cases a change touched, overrides those cases only); every ratio is still of one run.
 """
 import argparse
 import glob
@@ -217,13 +218,32 @@ def newest_run(results_dir, peer):
     return name, [r for r in recs if r.get("date", "") == date]
 
 
+def runs_of(results_dir, peer):
+    """Every run holding records of impl `peer`, oldest first: (date, file name, that file's records of that
+    date), ordered by date and then file name (of one date, the file named last is the newer)."""
+    runs = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
+        with open(path) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        for date in sorted({r.get("date", "") for r in recs if r.get("impl") == peer}):
+            runs.append((date, os.path.basename(path), [r for r in recs if r.get("date", "") == date]))
+    return sorted(runs, key=lambda run: (run[0], run[1]))
+
+
 def dim_key(d):
     return (isinstance(d, str), d if isinstance(d, int) else 0)
 
 
-def vs_fbgemm(name, recs):
-    peers = [r for r in recs if r["impl"] == "fbgemm"]
-    first_peer = peers[0]
+def vs_fbgemm(runs):
+    """The FBGEMM table over `runs` (runs_of): each case from the newest run that measured it."""
+    newest = {}  # case -> (file name, that run's records)
+    for _, name, recs in runs:
+        for r in recs:
+            if r["impl"] == "fbgemm":
+                newest[(r["op"], r["weights_precision"], r["alpha"], r["embedding_dim"])] = (name, recs)
+    peers = [r for _, _, recs in runs for r in recs if r["impl"] == "fbgemm"]
+    first_peer = runs[-1][2][0] if runs[-1][2][0]["impl"] == "fbgemm" else next(r for r in runs[-1][2] if r["impl"] == "fbgemm")
+    used = []
     dims = sorted({r["embedding_dim"] for r in peers}, key=dim_key)
     ops = [op for op in ("tbe_forward", "tbe_train_rowwise_adagrad", "tbe_train_sgd") if any(r["op"] == op for r in peers)]
     labels = {"tbe_forward": "forward", "tbe_train_rowwise_adagrad": "train, row-wise Adagrad",
@@ -235,6 +255,9 @@ def vs_fbgemm(name, recs):
                 row = [f"{labels[op]}, {dtype}, {alpha_name(alpha)}"]
                 for d in dims:
                     case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d)
+                    name, recs = newest.get((op, dtype, alpha, d), (None, []))
+                    if name and name not in used:
+                        used.append(name)
                     peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)
                     cell = ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—"
                     if peer and mine and peer.get("kernel_us") and mine.get("kernel_us"):
@@ -251,7 +274,8 @@ def vs_fbgemm(name, recs):
             f"L={first_peer['bag_size']}, {first_peer.get('tables_gib', '?')} GiB of fp32 tables per impl "
             f"({first_peer['num_embeddings']:,} rows per table at D={first_peer['embedding_dim']}); exact optimizers, no bounds checks; {first_peer['device']}, {first_peer['date']}). FBGEMM's "
             f"time / embscale's, wall time per step (CUDA events), above 1× where embscale is faster.{kernel_text} "
-            f"Records: `{RESULTS}/{name}`.\n\n" + table(["", *[f"D={d}" for d in dims]], rows))
+            f"Records (each case from the newest run that measured it): "
+            f"{', '.join(f'`{RESULTS}/{n}`' for n in sorted(used))}.\n\n" + table(["", *[f"D={d}" for d in dims]], rows))
 
 
 def vs_te(name, recs):
@@ -291,10 +315,12 @@ def vs_te(name, recs):
 def peer_sections(results_dir):
     """The vs-FBGEMM and vs-TE parts, each from its newest run (none while there are no such records)."""
     parts = []
-    for peer, section in (("fbgemm", vs_fbgemm), ("te", vs_te)):
-        run = newest_run(results_dir, peer)
-        if run:
-            parts.append(section(*run))
+    runs = runs_of(results_dir, "fbgemm")
+    if runs:
+        parts.append(vs_fbgemm(runs))
+    run = newest_run(results_dir, "te")
+    if run:
+        parts.append(vs_te(*run))
     return parts
 
 

@@ -61,9 +61,11 @@ std::vector<TbeCase> variant_cases() {
   e.index_dtype = DType::kI32;
   e.seed = 703;
   cases.push_back(e);
-  // Plain calls whose features all take one vector path (the single-path kernels' cases): one 16-byte
-  // vector per lane (D=128, 64) and the wide rows' two-vector walk (D=160, 192).
-  for (const std::vector<int>& dims : {std::vector<int>{128, 64, 128}, std::vector<int>{160, 192, 160}}) {
+  // Plain calls whose features all take one walk (the plain kernels' cases): one 16-byte vector per lane
+  // (D=128, 64: the vector kernel; the warp variants run it on the warp walk), whole-warp rows of two
+  // vectors a lane (D=160, 192; D=256's 64 vectors) and of passes (D=512).
+  for (const std::vector<int>& dims :
+       {std::vector<int>{128, 64, 128}, std::vector<int>{160, 192, 160}, std::vector<int>{256, 128, 512}}) {
     TbeCase s;
     s.num_rows = {700, 300, 50};
     s.dims = dims;

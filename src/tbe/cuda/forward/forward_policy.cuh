@@ -51,6 +51,18 @@ struct ForwardPolicySm90 {
   // and D=256 within 1%; unroll 8 slower at every D (D=160 Zipf 344.9)
   // (2026-12-02-nvidia-h200-fwd-plain.md).
   using Warp = FwdConfig<128, 8, 4, 1, false>;
+  // Bags each warp of the warp kernel walks: 4 when every row is at most a warp's vectors (one a lane),
+  // else 2. Under Zipf more bags a warp win, uniform rows lose a little; the rule keeps both ahead of
+  // FBGEMM (2026-12-02-nvidia-h200-fwd-bags.jsonl, fp32 T=32 B=8192 L=20, us for 1 / 2 / 4 / 8 bags:
+  // D=128 Zipf 1.15 244.1 / 225.2 / 219.3 / 223.1, uniform 635.6 / 639.8 / 650.9 / 663.3; D=256 Zipf
+  // 370.4 / 354.7 / 362.9 / 387.6, uniform 1236.7 / 1249.6 / 1275.9 / 1309.1; D=160 Zipf 2 / 4 bags
+  // 305.6 / 302.1).
+  static constexpr int warp_bags_per_warp(bool long_rows) { return long_rows ? 2 : 4; }
+  // Bags each lane group of the vector kernel walks, by the launch's widest group: 2 for groups of 8 or
+  // more lanes, else 1 (same record: D=64 Zipf 150.3 / 139.7 / 134.8 / 134.8, uniform 334.5 / 337.8 /
+  // 341.7 / 346.1; D=32 Zipf 88.6 / 84.3 / 82.6 / 82.5, uniform 185.5 / 187.0 / 188.7 / 190.0; fp16
+  // D=128 Zipf 201.6 / 188.1 / 182.9 / 184.2; D=8 Zipf 57.2 / 62.2 / 66.2, uniform 158.0 / 159.9 / 161.1).
+  static constexpr int vector_bags_per_group(int widest_group) { return widest_group >= 8 ? 2 : 1; }
 };
 // The launch grid is sized for the bags kernel's block; the plain kernels take the same.
 static_assert(ForwardPolicySm90::Warp::kBlock == ForwardPolicySm90::Bags::kBlock, "one grid for every forward kernel");
