@@ -42,8 +42,9 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   O* out = static_cast<O*>(p.output) + p.output_offsets[f];
-  for (int b = tile0 * kWarps + warp; b < B; b += tiles * kWarps) {
-    const int item = f * B + b;
+  // Bags in 64 bits: B may come close to 2^31, and b + stride must not wrap.
+  for (int64_t b = static_cast<int64_t>(tile0) * kWarps + warp; b < B; b += static_cast<int64_t>(tiles) * kWarps) {
+    const int item = f * B + static_cast<int>(b);
     // Clamped as in the general walk: broken offsets never read outside the indices.
     const int64_t s64 = static_cast<int64_t>(offsets[item]);
     const int64_t e64 = static_cast<int64_t>(offsets[item + 1]);
@@ -59,8 +60,8 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
       // first column, an idle second one its own first vector again: loads need no predicate.
       const char* col = reinterpret_cast<const char*>(table) + kBytes * (u0 + lane < units ? u0 + lane : 0);
       const uint32_t second = kC == 2 && u0 + lane + 32 < units ? kBytes * 32u : 0u;
-      for (int c0 = start; c0 < end; c0 += 32) {
-        const int n = end - c0 < 32 ? end - c0 : 32;
+      for (int c0 = start, n = 0; c0 < end; c0 += n) {  // chunks of n <= 32 lookups; c0 never passes end
+        n = end - c0 < 32 ? end - c0 : 32;
         // The chunk's indices, one per lane; row 0 past the bag's end (read, then dropped).
         const uint32_t mine = lane < n ? static_cast<uint32_t>(load_index(indices + c0 + lane)) : 0u;
         // kU lookups from j0: every row load, then the adds in index order; only the last step of a
