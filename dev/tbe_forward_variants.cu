@@ -58,16 +58,17 @@ struct CompiledVariant {
   int block;
   int vecs;
   Status (*launch)(const TbeForwardParams& p, dim3 grid, cudaStream_t stream);
+  bool plain_kernels;  // runs the warp kernel where the library would run a plain kernel
 };
 
 template <typename C>
 CompiledVariant variant(const char* name, const char* what) {
-  return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_pooled_f32<C>};
+  return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_pooled_f32<C>, false};
 }
 
 template <typename C, int kBytes>
 CompiledVariant warp(const char* name, const char* what) {
-  return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_warp<C, kBytes>};
+  return CompiledVariant{{name, what}, C::kBlock, C::kVecs, &launch_warp<C, kBytes>, true};
 }
 
 const std::vector<CompiledVariant>& compiled() {
@@ -75,7 +76,8 @@ const std::vector<CompiledVariant>& compiled() {
       {{"default", "the library's forward (ForwardPolicy): plain kernels where they apply, else the bags kernel"},
        ForwardPolicy::Bags::kBlock,
        ForwardPolicy::Bags::kVecs,
-       nullptr},
+       nullptr,
+       true},
       variant<B256U8>("b256u8", "256 threads, 3 blocks/SM, unroll 8 (the first default)"),
       variant<U4>("u4", "256 threads, 4 blocks/SM, unroll 4 (64 registers)"),
       variant<U16>("u16", "unroll 16, 2 blocks/SM (128 registers)"),
@@ -133,7 +135,7 @@ Status variant_forward(const Context& ctx, const TableBatchedEmbedding& tbe, con
                        args.output.dtype == DType::kF32 && args.indices.dtype == DType::kI64;
   const CompiledVariant& c = covered ? *find_compiled(launch.variant) : compiled().front();
   return cuda::tbe_fwd::tbe_forward_shaped(
-      ctx, tbe, args, ForwardShape{c.block, c.vecs, launch.feature_inner, launch.bags_per_group, c.launch});
+      ctx, tbe, args, ForwardShape{c.block, c.vecs, launch.feature_inner, launch.bags_per_group, c.launch, c.plain_kernels});
 }
 
 Status set_l2_fetch_granularity(int bytes) {

@@ -5,6 +5,9 @@
 // EMBSCALE_BUILD_DEV, which needs the CUDA backend); without a GPU they report themselves skipped.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,7 +99,7 @@ TEST(TbeForwardVariants, EveryVariantOrderAndBagsPerGroup) {
   const std::vector<TbeCase> cases = variant_cases();
   for (const dev::FwdVariant& v : variants) {
     for (bool feature_inner : {false, true}) {
-      for (int bags : {0, 1, 3}) {  // 0: the policy's rule (2 for the cases' whole-warp rows)
+      for (int bags : {0, 1, 3}) {  // 0: the policy's rule (forward_plan.h)
         dev::FwdLaunch launch;
         launch.variant = v.name;
         launch.feature_inner = feature_inner;
@@ -111,6 +114,66 @@ TEST(TbeForwardVariants, EveryVariantOrderAndBagsPerGroup) {
                                          << ", " << bags << " bags per group: " << o.failure;
         }
       }
+    }
+  }
+}
+
+// The library's plain kernels (the `default` launch of a plain call) and the bags kernel alone (`bags`) sum
+// the same values in the same order: real-valued rows, outputs compared bit for bit.
+TEST(TbeForwardVariants, PlainKernelsMatchTheBagsKernelBitForBit) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "cuda backend not available";
+  const Context ctx = Context::cuda();
+  const uint64_t seed = 720;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  int n = 0;
+  // The warp kernel (one and two vectors a lane, passes) and the vector kernel (narrow and whole-warp rows).
+  for (const std::vector<int>& dims : {std::vector<int>{128, 256, 160, 516}, std::vector<int>{64, 32, 128}}) {
+    for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
+      TbeConfig cfg;
+      for (int d : dims) cfg.tables.push_back(TableSpec{3000, d});
+      std::unique_ptr<TableBatchedEmbedding> tbe;
+      ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+      TbeInputSpec spec;
+      spec.batch_size = 29;
+      spec.bag_size = 70;
+      spec.variable_bag_size = true;
+      spec.num_rows.assign(dims.size(), 3000);
+      spec.alpha = 1.15;
+      spec.seed = seed + n++;
+      TbeInputs in;
+      ASSERT_TRUE(generate_tbe_inputs(spec, &in).ok());
+      std::vector<float> w(static_cast<size_t>(tbe->num_weights()));
+      ASSERT_TRUE(init_uniform_weights(DType::kF32, 1.0f, spec.seed, 0, tbe->num_weights(), w.data()).ok());
+      const size_t out_bytes = static_cast<size_t>(spec.batch_size * tbe->total_dim()) * 4;
+      Buffer d_w(Backend::kCuda, w.size() * 4), d_idx(Backend::kCuda, in.indices_bytes()),
+          d_off(Backend::kCuda, in.offsets_bytes()), d_out(Backend::kCuda, out_bytes);
+      ASSERT_TRUE(copy_to_backend(ctx, d_w.data(), w.data(), w.size() * 4).ok());
+      ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), in.indices_data(), in.indices_bytes()).ok());
+      ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), in.offsets_data(), in.offsets_bytes()).ok());
+      TbeForwardArgs a;
+      a.weights = TensorView::vec(d_w.data(), DType::kF32, tbe->num_weights());
+      a.indices = TensorView::vec(d_idx.data(), DType::kI64, in.num_indices());
+      a.offsets = TensorView::vec(d_off.data(), DType::kI64, static_cast<int64_t>(in.offsets.size()));
+      a.batch_size = spec.batch_size;
+      a.pooling = pool;
+      a.bounds_check = BoundsCheckMode::kOff;
+      a.output = TensorView::mat(d_out.data(), DType::kF32, spec.batch_size, tbe->total_dim());
+      std::vector<std::vector<unsigned char>> got;
+      for (const char* variant : {"default", "bags"}) {
+        ASSERT_TRUE(fill_bytes(ctx, d_out.data(), 0xff, out_bytes).ok());
+        dev::FwdLaunch launch;
+        launch.variant = variant;
+        Status st = dev::variant_forward(ctx, *tbe, a, launch);
+        if (st.ok()) st = synchronize(ctx);
+        ASSERT_TRUE(st.ok()) << variant << ": " << st.to_string();
+        got.emplace_back(out_bytes);
+        ASSERT_TRUE(copy_to_host(ctx, got.back().data(), d_out.data(), out_bytes).ok());
+      }
+      bool nonzero = false;
+      for (size_t i = 0; i < out_bytes && !nonzero; ++i) nonzero = got[0][i] != 0;
+      EXPECT_TRUE(nonzero) << "D=" << dims[0] << ": all-zero output";
+      EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), out_bytes))
+          << "D=" << dims[0] << ", " << pooling_mode_name(pool) << ": the plain kernels and the bags kernel differ";
     }
   }
 }

@@ -165,9 +165,10 @@ TEST_P(TbeForward, PlainKernels) {
       {DType::kF32, {128, 256, 160, 516}},
       // warp kernel, 16-bit weights: 17, 32, 33, 64, 65 vectors
       {DType::kF16, {136}}, {DType::kBF16, {256}}, {DType::kF16, {264}}, {DType::kBF16, {512}}, {DType::kF16, {520}},
-      // vector kernel: 1..16 vectors, and 16-vector rows next to whole-warp ones
+      // vector kernel: 1..16 vectors, 16-vector rows next to whole-warp ones, and rows in passes of 32
+      // vectors next to narrow ones
       {DType::kF32, {4}}, {DType::kF32, {8, 32}}, {DType::kF32, {64}}, {DType::kF32, {100, 128, 36}},
-      {DType::kF16, {8, 64}}, {DType::kBF16, {128}},
+      {DType::kF16, {8, 64}}, {DType::kBF16, {128}}, {DType::kF32, {4, 512}}, {DType::kF32, {64, 260}},
       // neither: a row not a multiple of 16 bytes sends the call to the bags kernel
       {DType::kF32, {128, 6}},
   };
@@ -182,7 +183,7 @@ TEST_P(TbeForward, PlainKernels) {
         c.dims = set.dims;
         for (size_t t = 0; t < set.dims.size(); ++t) c.num_rows.push_back(t % 2 == 0 ? 3000 : 2);
         c.batch_size = 23;
-        c.bag_size = 70;  // 0..70 lookups: up to three chunks, partial steps
+        c.bag_size = 70;  // 0..140 lookups: up to five chunks of 32, partial steps
         c.variable_bag_size = true;
         c.alpha = n % 3 == 0 ? 1.15 : 0.0;
         c.weights_dtype = set.weights;
@@ -195,6 +196,20 @@ TEST_P(TbeForward, PlainKernels) {
         EXPECT_TRUE(expect_case(c));
       }
     }
+  }
+  // Features sharing tables (feature_table_map), on each kernel.
+  for (const std::vector<int>& dims : {std::vector<int>{128, 256}, std::vector<int>{32, 64}}) {
+    TbeCase c;
+    c.dims = dims;
+    c.num_rows = {500, 40};
+    c.feature_table = {1, 0, 1, 1, 0};
+    c.batch_size = 19;
+    c.bag_size = 40;
+    c.variable_bag_size = true;
+    c.alpha = 1.15;
+    c.bounds = BoundsCheckMode::kOff;
+    c.seed = seed + n++;
+    EXPECT_TRUE(expect_case(c));
   }
 }
 

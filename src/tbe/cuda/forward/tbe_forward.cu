@@ -71,7 +71,7 @@ Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* nu
 
 Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
   using Policy = tbe_fwd::ForwardPolicy;
-  const tbe_fwd::ForwardShape shape{Policy::Bags::kBlock, Policy::Bags::kVecs, Policy::kFeatureInner, 0, nullptr};
+  const tbe_fwd::ForwardShape shape{Policy::Bags::kBlock, Policy::Bags::kVecs, Policy::kFeatureInner, 0, nullptr, true};
   return tbe_fwd::tbe_forward_shaped(ctx, tbe, args, shape);
 }
 
@@ -122,40 +122,24 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
   if (T > 0 && B > 0) {
     const int es = static_cast<int>(dtype_size(args.weights.dtype));
     const auto base = reinterpret_cast<uintptr_t>(args.weights.data);
-    // The kernel (tbe_forward_plain_kernels.cuh): a plain call runs the warp kernel when every feature's
-    // rows take a whole warp of 16-byte vectors, the vector kernel when every feature reads one 16-byte
-    // vector a lane; anything else the bags kernel. Only the library's own shape chooses (dev/'s shapes
-    // launch their kernels themselves).
-    const bool plain = !sequence && p.check == tbe_fwd::kCheckOff && p.per_sample_weights == nullptr &&
-                       N < (int64_t{1} << 31) && static_cast<int64_t>(T) * B < (int64_t{1} << 31) &&
-                       !shape.feature_inner && shape.vecs == 1;
-    bool all_warp = plain;
-    bool all_vector = plain;
-    bool long_rows = false;  // a row of more than a warp's vectors (two a lane, or passes)
-    int max_group = 1;
-    for (int f = 0; f < T; ++f) {
-      const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
-      const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, shape.vecs);
-      max_group = std::max(max_group, plan.group);
-      const bool small = tbe.config().tables[tbe.feature_table(f)].num_rows <= (int64_t{1} << 32);
-      all_warp = all_warp && small && plan.vec_bytes == 16 && plan.group == ArchTraits::kWarpSize;
-      all_vector = all_vector && small && plan.vec_bytes == 16 && plan.vecs == 1;
-      long_rows = long_rows || plan.units > ArchTraits::kWarpSize;
-    }
-    p.kernel = all_warp ? tbe_fwd::kKernelWarp : all_vector ? tbe_fwd::kKernelVector : tbe_fwd::kKernelBags;
-    using Policy = tbe_fwd::ForwardPolicy;
-    const int bags_per_group = shape.bags_per_group > 0 ? shape.bags_per_group
-                               : p.kernel == tbe_fwd::kKernelWarp   ? Policy::warp_bags_per_warp(long_rows)
-                               : p.kernel == tbe_fwd::kKernelVector ? Policy::vector_bags_per_group(max_group)
-                               : max_group == ArchTraits::kWarpSize ? Policy::kBagsPerWarpGroup
-                                                                    : 1;
-    int64_t tiles = 1;
-    for (int f = 0; f < T; ++f) {
-      const uintptr_t table = base + static_cast<uintptr_t>(tbe.weight_offset(tbe.feature_table(f))) * es;
-      const tbe_fwd::RowPlan plan = tbe_fwd::kernel_plan(tbe.feature_dim(f), es, table, shape.vecs);
-      const int64_t bags_per_block = static_cast<int64_t>(shape.block / plan.group) * bags_per_group;
-      tiles = std::max(tiles, (B + bags_per_block - 1) / bags_per_block);
-    }
+    // The kernel, bags per lane group and tiles (forward_plan.h). dev/'s bags-kernel shapes launch their
+    // own kernels and keep the bags kernel's grid rule.
+    tbe_fwd::CallShape call;
+    call.elem_bytes = es;
+    call.batch_size = B;
+    call.plain = !sequence && p.check == tbe_fwd::kCheckOff && p.per_sample_weights == nullptr &&
+                 N < (int64_t{1} << 31) && static_cast<int64_t>(T) * B < (int64_t{1} << 31) && !shape.feature_inner;
+    call.plain_kernels = shape.plain_kernels;
+    call.block = shape.block;
+    call.vecs = shape.vecs;
+    call.bags_per_group = shape.bags_per_group;
+    const tbe_fwd::LaunchPlan plan = tbe_fwd::plan_launch(call, T, [&](int f) {
+      const int t = tbe.feature_table(f);
+      return tbe_fwd::FeatureRows{tbe.feature_dim(f), tbe.config().tables[t].num_rows,
+                                  base + static_cast<uintptr_t>(tbe.weight_offset(t)) * es};
+    });
+    p.kernel = plan.kernel;
+    const int64_t tiles = plan.tiles;
     const dim3 grid = shape.feature_inner
                           ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))
                           : dim3(static_cast<unsigned>(std::min(tiles, kMaxGridX)),

@@ -46,6 +46,7 @@
 #include "core/cuda/arch_traits.cuh"
 #include "core/cuda/vec.cuh"
 #include "tbe/cuda/bounds_check.cuh"
+#include "tbe/cuda/forward/forward_plan.h"
 #include "tbe/cuda/forward/forward_policy.cuh"
 
 namespace embscale {
@@ -77,63 +78,6 @@ struct TbeForwardParams {
   int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
   int kernel;                     // FwdKernel: which kernel runs the call (chosen on the host)
 };
-
-// The kernels a forward call can run (tbe_forward.cu chooses, tbe_forward_plain_kernels.cuh has the rule).
-enum FwdKernel : int {
-  kKernelBags = 0,    // tbe_forward_bags_kernel: every call
-  kKernelWarp = 1,    // tbe_forward_warp_kernel: plain, every feature a whole warp of 16-byte vectors
-  kKernelVector = 2,  // tbe_forward_vector_kernel: plain, every feature one 16-byte vector per lane
-};
-
-// How one feature's rows are read: vector bytes per lane, vectors per row, lanes per bag.
-struct RowPlan {
-  int vec_bytes;
-  int units;
-  int group;
-  int vecs = 1;  // vectors per lane (kernel_plan)
-};
-
-// vecs: vectors per lane per pass (FwdConfig::kVecs); the group is the power of two of lanes that
-// covers the row with vecs vectors each, at most a warp.
-__host__ __device__ inline RowPlan plan_row(int dim, int elem_bytes, uintptr_t table_addr, int vecs = 1) {
-  const int64_t row_bytes = static_cast<int64_t>(dim) * elem_bytes;
-  int vb = elem_bytes;
-  for (int cand = ArchTraits::kVectorBytes; cand > elem_bytes; cand /= 2) {
-    if (row_bytes % cand == 0 && table_addr % cand == 0) {
-      vb = cand;
-      break;
-    }
-  }
-  RowPlan plan;
-  plan.vec_bytes = vb;
-  plan.units = static_cast<int>(row_bytes / vb);
-  const int lanes = (plan.units + vecs - 1) / vecs;
-  int g = 1;
-  while (g < lanes && g < ArchTraits::kWarpSize) g *= 2;
-  plan.group = g;
-  return plan;
-}
-
-// Rows of 33..63 16-byte vectors (fp32 D = 132..252) take two vectors per lane at half the unroll (as
-// many loads in flight), one walk over the bag. In passes of 32 vectors the second pass would re-walk
-// the bag for what is left of the row, as little as one vector, a separate far access per lookup. The
-// same for 9..31 vectors on half as many lanes was slower (docs/tbe_forward_cuda.md, History).
-__host__ __device__ inline bool wide_row(int units) {
-  return units > ArchTraits::kWarpSize && units < 2 * ArchTraits::kWarpSize;
-}
-
-// The plan the bags kernel runs for a row of a kernel shape with `vecs` vectors per lane: plan_row, or
-// for a wide_row under a one-vector shape, two vectors per lane (vecs = 2 in the result). The host sizes
-// the grid with it.
-__host__ __device__ inline RowPlan kernel_plan(int dim, int elem_bytes, uintptr_t table_addr, int vecs) {
-  RowPlan plan = plan_row(dim, elem_bytes, table_addr, vecs);
-  plan.vecs = vecs;
-  if (vecs == 1 && plan.vec_bytes == 16 && wide_row(plan.units)) {
-    plan = plan_row(dim, elem_bytes, table_addr, 2);
-    plan.vecs = 2;
-  }
-  return plan;
-}
 
 // ---- loads and stores: core/cuda/vec.cuh. Weights are read-only for the kernel's lifetime: the
 // non-coherent path (LDG.E.*.CONSTANT), without L1 allocation where the config says kNoAlloc (rows of
@@ -197,9 +141,9 @@ __device__ __forceinline__ int64_t load_index(const I* p) {
 
 // ---- one feature's bags, for one vector width and pooled or sequence output ----
 
-// kPlain: no bounds checks, no per-sample weights and a table of at most 2^32 rows (the caller tested
-// all three), so every lookup of a full step is present, its row's byte offset is a 32 x 32-bit
-// product, and it adds its row as is (w = 1 is exact: the same bits, without the multiply and the
+// kPlain: no bounds checks, no per-sample weights, a table of at most 2^32 rows and rows of fewer than
+// 2^32 bytes (the caller tested all four), so every lookup of a full step is present, its row's byte
+// offset is a 32 x 32-bit product, and it adds its row as is (w = 1 is exact: the same bits, without the multiply and the
 // per-lookup predicate arithmetic). Under Zipf, where most rows come from L1/L2, the kernel is bound by
 // issued instructions (docs/tbe_forward_cuda.md, History).
 template <typename W, typename O, typename I, int kBytes, bool kPooled, typename C, bool kPlain>
@@ -384,8 +328,10 @@ __global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBl
         kernel_plan(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs);
     // The plain form (no checks, no per-sample weights) for the vector paths; the narrow paths
     // (rows not a multiple of 8 bytes) keep one general form.
+    // (Row byte offsets are 32 x 32-bit products: tables of at most 2^32 rows of fewer than 2^32 bytes.)
     const bool plain = p.check == kCheckOff && p.per_sample_weights == nullptr &&
-                       p.num_rows[f] <= (int64_t{1} << 32);
+                       p.num_rows[f] <= (int64_t{1} << 32) &&
+                       static_cast<int64_t>(p.dims[f]) * static_cast<int64_t>(sizeof(W)) < (int64_t{1} << 32);
     switch (plan.vec_bytes) {
       case 16:
         if (C::kVecs == 1 && plan.vecs == 2) {

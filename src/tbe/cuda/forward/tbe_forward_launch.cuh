@@ -40,6 +40,10 @@ struct ForwardShape {
   int bags_per_group;   // bags each lane group walks, 1..64; 0: ForwardPolicy's rule
   // Launches the bags kernel; null: the library's launchers (ForwardPolicy::Bags, every dtype).
   Status (*launch)(const TbeForwardParams& p, dim3 grid, cudaStream_t stream);
+  // Whether `launch` runs the plain kernels where forward_plan.h picks them (TbeForwardParams::kernel):
+  // the library's launchers do; a launcher that runs only the bags kernel does not, and then the grid
+  // follows the bags kernel's rule and p.kernel is kKernelBags.
+  bool plain_kernels;
 };
 
 // The forward of tbe_backend.h with an explicit shape (arguments already validated by tbe.cpp); an

@@ -9,8 +9,11 @@
 //    fp32 D >= 68, fp16/bf16 D >= 136, multiples of 4 / 8). The warp loads up to 32 of the bag's indices
 //    at once, one per lane, and broadcasts each with a shuffle (the general walk has every lane load
 //    every index), and the bag's last, partial step keeps all its row loads in flight too.
-//  * tbe_forward_vector_kernel: every feature reads one 16-byte vector per lane (the general walk's
-//    plain form, tbe_forward_feature with kPlain, alone).
+//  * tbe_forward_vector_kernel: every feature reads 16-byte vectors, one a lane a pass (rows of any
+//    width but the 33..63 vectors the bags kernel takes two a lane; the general walk's plain form,
+//    tbe_forward_feature with kPlain, alone).
+//
+// The choice and the bags each lane group walks: forward_plan.h (plan_launch).
 //
 // Same grid, same bags per lane, same sums in the same order as the bags kernel: the results are
 // bit-identical to it.
@@ -56,8 +59,8 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
       for (int c = 0; c < kC; ++c)
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[c][k] = 0.0f;
-      // Lane owns vectors u0 + lane and (kC = 2) u0 + lane + 32. An idle first vector reads row 0's
-      // first column, an idle second one its own first vector again: loads need no predicate.
+      // Lane owns vectors u0 + lane and (kC = 2) u0 + lane + 32. An idle first vector reads the looked-up
+      // row's first vector, an idle second one the lane's first vector again: loads need no predicate.
       const char* col = reinterpret_cast<const char*>(table) + kBytes * (u0 + lane < units ? u0 + lane : 0);
       const uint32_t second = kC == 2 && u0 + lane + 32 < units ? kBytes * 32u : 0u;
       for (int c0 = start, n = 0; c0 < end; c0 += n) {  // chunks of n <= 32 lookups; c0 never passes end
@@ -115,7 +118,7 @@ template <typename W, typename O, typename I, typename C, int kBytes = 16>
 __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_warp_kernel(const TbeForwardParams p) {
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
-    const int units = p.dims[f] * static_cast<int>(sizeof(W)) / kBytes;
+    const int units = static_cast<int>(static_cast<int64_t>(p.dims[f]) * static_cast<int64_t>(sizeof(W)) / kBytes);
     if (units > 32 && units <= 64) {
       tbe_forward_warp_feature<W, O, I, kBytes, 2, C>(p, f, table, units, blockIdx.x, gridDim.x);
     } else {
@@ -124,7 +127,7 @@ __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_warp_ker
   }
 }
 
-// grid = (bag tiles, features); block = C::kBlock. Every feature: one 16-byte vector per lane.
+// grid = (bag tiles, features); block = C::kBlock. Every feature: 16-byte vectors, one a lane a pass.
 template <typename W, typename O, typename I, typename C>
 __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_vector_kernel(const TbeForwardParams p) {
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
