@@ -178,6 +178,85 @@ TEST(TbeForwardVariants, PlainKernelsMatchTheBagsKernelBitForBit) {
   }
 }
 
+// The warp kernel's checked walk (`warp-checked`) against the library's bags kernel, which runs checked
+// calls (and is tested against the reference): invalid indices (negative, = E, far above) and broken
+// offsets in skip, warn and error modes, SUM and MEAN: the same output bits, skip count and Status.
+TEST(TbeForwardVariants, CheckedWarpWalkMatchesTheBagsKernel) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "cuda backend not available";
+  const Context ctx = Context::cuda();
+  const uint64_t seed = 730;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::vector<int> dims = {128, 256, 160, 516};
+  TbeConfig cfg;
+  for (int d : dims) cfg.tables.push_back(TableSpec{3000, d});
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+  TbeInputSpec spec;
+  spec.batch_size = 29;
+  spec.bag_size = 40;
+  spec.variable_bag_size = true;
+  spec.num_rows.assign(dims.size(), 3000);
+  spec.alpha = 1.15;
+  spec.seed = seed;
+  TbeInputs clean;
+  ASSERT_TRUE(generate_tbe_inputs(spec, &clean).ok());
+  ASSERT_GT(clean.num_indices(), 200);
+  std::vector<float> w(static_cast<size_t>(tbe->num_weights()));
+  ASSERT_TRUE(init_uniform_weights(DType::kF32, 1.0f, seed, 0, tbe->num_weights(), w.data()).ok());
+  const size_t out_bytes = static_cast<size_t>(spec.batch_size * tbe->total_dim()) * 4;
+  Buffer d_w(Backend::kCuda, w.size() * 4), d_out(Backend::kCuda, out_bytes), d_skipped(Backend::kCuda, 8);
+  ASSERT_TRUE(copy_to_backend(ctx, d_w.data(), w.data(), w.size() * 4).ok());
+  // Inputs: valid; bad indices spread over bags and chunks; and a decreasing offset as well.
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<int64_t> idx = clean.indices, off = clean.offsets;
+    if (kind >= 1) {
+      const int64_t bad[] = {-1, 3000, int64_t{1} << 40, -(int64_t{1} << 33)};
+      for (size_t i = 7, k = 0; i < idx.size(); i += 37, ++k) idx[i] = bad[k % 4];
+    }
+    if (kind == 2) off[5] = off[4] - 1;
+    Buffer d_idx(Backend::kCuda, idx.size() * 8), d_off(Backend::kCuda, off.size() * 8);
+    ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), idx.data(), idx.size() * 8).ok());
+    ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), off.data(), off.size() * 8).ok());
+    for (BoundsCheckMode mode : {BoundsCheckMode::kSkip, BoundsCheckMode::kWarn, BoundsCheckMode::kError}) {
+      for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
+        TbeForwardArgs a;
+        a.weights = TensorView::vec(d_w.data(), DType::kF32, tbe->num_weights());
+        a.indices = TensorView::vec(d_idx.data(), DType::kI64, static_cast<int64_t>(idx.size()));
+        a.offsets = TensorView::vec(d_off.data(), DType::kI64, static_cast<int64_t>(off.size()));
+        a.batch_size = spec.batch_size;
+        a.pooling = pool;
+        a.bounds_check = mode;
+        a.num_skipped = d_skipped.as<int64_t>();
+        a.output = TensorView::mat(d_out.data(), DType::kF32, spec.batch_size, tbe->total_dim());
+        const std::string at = "inputs " + std::to_string(kind) + ", " + bounds_check_mode_name(mode) + ", " +
+                               pooling_mode_name(pool);
+        std::vector<std::vector<unsigned char>> got;
+        std::vector<Status> status;
+        std::vector<int64_t> skipped;
+        for (const char* variant : {"default", "warp-checked"}) {
+          ASSERT_TRUE(fill_bytes(ctx, d_out.data(), 0xff, out_bytes).ok());
+          ASSERT_TRUE(fill_bytes(ctx, d_skipped.data(), 0x5a, 8).ok());
+          dev::FwdLaunch launch;
+          launch.variant = variant;
+          Status st = dev::variant_forward(ctx, *tbe, a, launch);
+          const Status sync = synchronize(ctx);
+          status.push_back(st.ok() ? sync : st);
+          got.emplace_back(out_bytes);
+          ASSERT_TRUE(copy_to_host(ctx, got.back().data(), d_out.data(), out_bytes).ok());
+          int64_t n = 0;
+          ASSERT_TRUE(copy_to_host(ctx, &n, d_skipped.data(), 8).ok());
+          skipped.push_back(n);
+        }
+        EXPECT_EQ(status[0].code(), status[1].code()) << at << ": " << status[1].to_string();
+        EXPECT_EQ(status[0].message(), status[1].message()) << at;
+        EXPECT_EQ(skipped[0], skipped[1]) << at;
+        if (kind == 1 && mode == BoundsCheckMode::kSkip) EXPECT_GT(skipped[1], 0) << at;
+        if (status[0].ok()) EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), out_bytes)) << at;
+      }
+    }
+  }
+}
+
 TEST(TbeForwardVariants, UnknownVariantAndBadBagsAreRefused) {
   dev::FwdLaunch launch;
   launch.variant = "no-such-variant";

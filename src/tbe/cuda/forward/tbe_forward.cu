@@ -114,6 +114,7 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
                                                          : tbe_fwd::kCheckOff;
   p.feature_inner = shape.feature_inner ? 1 : 0;
   p.kernel = tbe_fwd::kKernelBags;
+  p.walk = tbe_fwd::kKernelBags;
 
   // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
   // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
@@ -127,8 +128,9 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
     tbe_fwd::CallShape call;
     call.elem_bytes = es;
     call.batch_size = B;
-    call.plain = !sequence && p.check == tbe_fwd::kCheckOff && p.per_sample_weights == nullptr &&
-                 N < (int64_t{1} << 31) && static_cast<int64_t>(T) * B < (int64_t{1} << 31) && !shape.feature_inner;
+    call.plain = !sequence && p.per_sample_weights == nullptr && N < (int64_t{1} << 31) &&
+                 static_cast<int64_t>(T) * B < (int64_t{1} << 31) && !shape.feature_inner;
+    call.checked = p.check != tbe_fwd::kCheckOff;
     call.plain_kernels = shape.plain_kernels;
     call.block = shape.block;
     call.vecs = shape.vecs;
@@ -139,6 +141,7 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
                                   base + static_cast<uintptr_t>(tbe.weight_offset(t)) * es};
     });
     p.kernel = plan.kernel;
+    p.walk = plan.walk;
     const int64_t tiles = plan.tiles;
     const dim3 grid = shape.feature_inner
                           ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))

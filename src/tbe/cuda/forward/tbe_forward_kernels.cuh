@@ -77,6 +77,7 @@ struct TbeForwardParams {
   int check;                      // CheckKind
   int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
   int kernel;                     // FwdKernel: which kernel runs the call (chosen on the host)
+  int walk;                       // FwdKernel: the plain kernel the rows take unchecked (forward_plan.h)
 };
 
 // ---- loads and stores: core/cuda/vec.cuh. Weights are read-only for the kernel's lifetime: the

@@ -30,7 +30,13 @@ namespace tbe_fwd {
 // One feature's bags on the warp walk: vectors of kBytes, kC of them per lane (2: rows of 33..64 vectors
 // in one walk over the bag, else passes of 32 vectors), C::kUnroll lookups a step (halved for kC = 2: as
 // many row loads in flight). Positions and items are 32-bit (the plain call's limits).
-template <typename W, typename O, typename I, int kBytes, int kC, typename C>
+//
+// kCheck: the bounds-checked form (p.check skip or error, as the bags kernel's general form: bags of
+// decreasing offsets and the first invalid position recorded in p.scratch, invalid indices dropped and,
+// in skip mode, counted, MEAN over the valid ones). Each lane tests its own index against the table
+// before the shuffle; a ballot of the valid lanes predicates the adds. The library runs kCheck = false;
+// dev/ measures the checked form before checked calls are routed to it.
+template <typename W, typename O, typename I, int kBytes, int kC, typename C, bool kCheck = false>
 __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams& p, int f, const W* table, int units,
                                                          int tile0, int tiles) {
   constexpr int V = kBytes / static_cast<int>(sizeof(W));  // elements per vector
@@ -45,6 +51,7 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   O* out = static_cast<O*>(p.output) + p.output_offsets[f];
+  const uint64_t E = kCheck ? static_cast<uint64_t>(p.num_rows[f]) : 0;  // checked: the table's rows
   // Bags in 64 bits: B may come close to 2^31, and b + stride must not wrap.
   for (int64_t b = static_cast<int64_t>(tile0) * kWarps + warp; b < B; b += static_cast<int64_t>(tiles) * kWarps) {
     const int item = f * B + static_cast<int>(b);
@@ -53,6 +60,8 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
     const int64_t e64 = static_cast<int64_t>(offsets[item + 1]);
     const int start = static_cast<int>(s64 < 0 ? 0 : (s64 > N ? N : s64));
     const int end = static_cast<int>(e64 < start ? start : (e64 > N ? N : e64));
+    if (kCheck && e64 < s64 && lane == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
+    int valid = end - start;  // checked: the lookups with an index in the table
     for (int u0 = 0; u0 < units; u0 += 32 * kC) {
       float acc[kC][V];
 #pragma unroll
@@ -65,8 +74,22 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
       const uint32_t second = kC == 2 && u0 + lane + 32 < units ? kBytes * 32u : 0u;
       for (int c0 = start, n = 0; c0 < end; c0 += n) {  // chunks of n <= 32 lookups; c0 never passes end
         n = end - c0 < 32 ? end - c0 : 32;
-        // The chunk's indices, one per lane; row 0 past the bag's end (read, then dropped).
-        const uint32_t mine = lane < n ? static_cast<uint32_t>(load_index(indices + c0 + lane)) : 0u;
+        // The chunk's indices, one per lane; row 0 past the bag's end (read, then dropped), and checked,
+        // row 0 for an invalid index (dropped too). Bit j of `ok`: lookup c0 + j is added.
+        uint32_t mine = 0;
+        unsigned ok = 0;
+        if constexpr (kCheck) {
+          const int64_t idx = lane < n ? load_index(indices + c0 + lane) : 0;
+          const bool in_table = static_cast<uint64_t>(idx) < E;
+          mine = in_table ? static_cast<uint32_t>(idx) : 0u;
+          ok = __ballot_sync(0xffffffffu, lane < n && in_table);
+          const unsigned bad = __ballot_sync(0xffffffffu, lane < n && !in_table);
+          if (u0 == 0) valid -= __popc(bad);
+          if (bad != 0 && p.check == kCheckError && u0 == 0 && lane == 0)
+            record_min_position(p.scratch + kBadIndexKey, c0 + __ffs(bad) - 1);
+        } else {
+          mine = lane < n ? static_cast<uint32_t>(load_index(indices + c0 + lane)) : 0u;
+        }
         // kU lookups from j0: every row load, then the adds in index order; only the last step of a
         // chunk may be partial (lookups j0 + j >= n are dropped).
         const auto step = [&](int j0, auto full) {
@@ -80,7 +103,7 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
           }
 #pragma unroll
           for (int j = 0; j < kU; ++j) {
-            if (kFull || j0 + j < n) {
+            if (kCheck ? ((ok >> (j0 + j)) & 1u) != 0 : (kFull || j0 + j < n)) {
 #pragma unroll
               for (int c = 0; c < kC; ++c) {
                 float x[V];
@@ -100,8 +123,8 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
       for (int c = 0; c < kC; ++c) {
         const int uc = u0 + lane + 32 * c;
         if (uc < units) {
-          if (p.pooling == kPoolMean && end > start) {
-            const float n = static_cast<float>(end - start);
+          if (p.pooling == kPoolMean && (kCheck ? valid > 0 : end > start)) {
+            const float n = static_cast<float>(kCheck ? valid : end - start);
 #pragma unroll
             for (int k = 0; k < V; ++k) acc[c][k] = __fdiv_rn(acc[c][k], n);
           }
@@ -109,20 +132,23 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
         }
       }
     }
+    if (kCheck && p.check == kCheckSkip && lane == 0 && valid < end - start)
+      atomicAdd(reinterpret_cast<unsigned long long*>(p.scratch + kSkipCount),
+                static_cast<unsigned long long>(end - start - valid));
   }
 }
 
 // grid = (bag tiles, features); block = C::kBlock. Every feature: rows of 17 or more kBytes vectors (the
-// library: 16; dev/ also measures 8), aligned to them.
-template <typename W, typename O, typename I, typename C, int kBytes = 16>
+// library: 16; dev/ also measures 8), aligned to them. kCheck: the checked walk (dev/ only, so far).
+template <typename W, typename O, typename I, typename C, int kBytes = 16, bool kCheck = false>
 __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_warp_kernel(const TbeForwardParams p) {
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
     const int units = static_cast<int>(static_cast<int64_t>(p.dims[f]) * static_cast<int64_t>(sizeof(W)) / kBytes);
     if (units > 32 && units <= 64) {
-      tbe_forward_warp_feature<W, O, I, kBytes, 2, C>(p, f, table, units, blockIdx.x, gridDim.x);
+      tbe_forward_warp_feature<W, O, I, kBytes, 2, C, kCheck>(p, f, table, units, blockIdx.x, gridDim.x);
     } else {
-      tbe_forward_warp_feature<W, O, I, kBytes, 1, C>(p, f, table, units, blockIdx.x, gridDim.x);
+      tbe_forward_warp_feature<W, O, I, kBytes, 1, C, kCheck>(p, f, table, units, blockIdx.x, gridDim.x);
     }
   }
 }
