@@ -5,6 +5,7 @@
 // EMBSCALE_BUILD_DEV, which needs the CUDA backend); without a GPU they report themselves skipped.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -169,8 +170,15 @@ TEST(TbeForwardVariants, PlainKernelsMatchTheBagsKernelBitForBit) {
         got.emplace_back(out_bytes);
         ASSERT_TRUE(copy_to_host(ctx, got.back().data(), d_out.data(), out_bytes).ok());
       }
-      bool nonzero = false;
-      for (size_t i = 0; i < out_bytes && !nonzero; ++i) nonzero = got[0][i] != 0;
+      // Every element written (none left as the all-ones poison), and not all zeros.
+      bool poisoned = false, nonzero = false;
+      for (size_t i = 0; i < out_bytes; i += 4) {
+        uint32_t bits;
+        std::memcpy(&bits, got[0].data() + i, 4);
+        poisoned = poisoned || bits == 0xffffffffu;
+        nonzero = nonzero || (bits & 0x7fffffffu) != 0;
+      }
+      EXPECT_FALSE(poisoned) << "D=" << dims[0] << ": an output element was not written";
       EXPECT_TRUE(nonzero) << "D=" << dims[0] << ": all-zero output";
       EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), out_bytes))
           << "D=" << dims[0] << ", " << pooling_mode_name(pool) << ": the plain kernels and the bags kernel differ";

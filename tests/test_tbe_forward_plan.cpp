@@ -151,10 +151,14 @@ TEST(TbeForwardPlan, BagsKernelShapesKeepTheirGrid) {
   const LaunchPlan p = cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return f; });
   EXPECT_EQ(p.kernel, kKernelBags);
   EXPECT_EQ(p.bags_per_group, 2);
-  // So does a two-vectors-a-lane bags shape.
+  // So does a two-vectors-a-lane bags shape, also where its groups are whole warps.
   c.plain_kernels = true;
   c.vecs = 2;
   EXPECT_EQ(cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return f; }).kernel, kKernelBags);
+  for (int d : {256, 512}) {
+    const FeatureRows wide{d, 1000, kBase};
+    EXPECT_EQ(cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return wide; }).kernel, kKernelBags) << "D=" << d;
+  }
 }
 
 }  // namespace
