@@ -243,6 +243,7 @@ def _group_worker(rank, world, port, results):
     x = torch.full((100,), float(rank + 1)) * (1.0 if rank == 0 else -3.0)  # amax: 1 on rank 0, 6 on rank 1
     y, si, a = embscale.quantize_current_scaling(x, group=dist.group.WORLD, return_amax=True)
     results[rank] = (a.item(), si.item())
+    dist.barrier()  # no process tears its connections down while another still uses them
     dist.destroy_process_group()
 
 

@@ -227,6 +227,7 @@ def _distributed_worker(rank, world, init_file, out_dir):
         torch.save({"amax": results, "calls": calls, "steps": steps, "stale_detected": stale,
                     "group_amax": a.item(), "group_flag": flag.item()},
                    os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.barrier()  # no process tears its connections down while another still uses them
     finally:
         dist.all_reduce = real_all_reduce
         dist.destroy_process_group()
