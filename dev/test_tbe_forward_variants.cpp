@@ -119,6 +119,30 @@ TEST(TbeForwardVariants, EveryVariantOrderAndBagsPerGroup) {
   }
 }
 
+// Tables of 3000 rows of `dims` with fp32 weights uniform in [-1, 1], and Zipf 1.15 inputs of B = 29 bags
+// of 0..2L lookups for them, from `seed`.
+struct ZipfProblem {
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  TbeInputSpec spec;
+  TbeInputs in;
+  std::vector<float> weights;
+};
+
+void make_zipf_problem(const Context& ctx, const std::vector<int>& dims, int bag_size, uint64_t seed, ZipfProblem* z) {
+  TbeConfig cfg;
+  for (int d : dims) cfg.tables.push_back(TableSpec{3000, d});
+  ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &z->tbe).ok());
+  z->spec.batch_size = 29;
+  z->spec.bag_size = bag_size;
+  z->spec.variable_bag_size = true;
+  z->spec.num_rows.assign(dims.size(), 3000);
+  z->spec.alpha = 1.15;
+  z->spec.seed = seed;
+  ASSERT_TRUE(generate_tbe_inputs(z->spec, &z->in).ok());
+  z->weights.resize(static_cast<size_t>(z->tbe->num_weights()));
+  ASSERT_TRUE(init_uniform_weights(DType::kF32, 1.0f, seed, 0, z->tbe->num_weights(), z->weights.data()).ok());
+}
+
 // The library's plain kernels (the `default` launch of a plain call) and the bags kernel alone (`bags`) sum
 // the same values in the same order: real-valued rows, outputs compared bit for bit.
 TEST(TbeForwardVariants, PlainKernelsMatchTheBagsKernelBitForBit) {
@@ -130,21 +154,13 @@ TEST(TbeForwardVariants, PlainKernelsMatchTheBagsKernelBitForBit) {
   // The warp kernel (one and two vectors a lane, passes) and the vector kernel (narrow and whole-warp rows).
   for (const std::vector<int>& dims : {std::vector<int>{128, 256, 160, 516}, std::vector<int>{64, 32, 128}}) {
     for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
-      TbeConfig cfg;
-      for (int d : dims) cfg.tables.push_back(TableSpec{3000, d});
-      std::unique_ptr<TableBatchedEmbedding> tbe;
-      ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
-      TbeInputSpec spec;
-      spec.batch_size = 29;
-      spec.bag_size = 70;
-      spec.variable_bag_size = true;
-      spec.num_rows.assign(dims.size(), 3000);
-      spec.alpha = 1.15;
-      spec.seed = seed + n++;
-      TbeInputs in;
-      ASSERT_TRUE(generate_tbe_inputs(spec, &in).ok());
-      std::vector<float> w(static_cast<size_t>(tbe->num_weights()));
-      ASSERT_TRUE(init_uniform_weights(DType::kF32, 1.0f, spec.seed, 0, tbe->num_weights(), w.data()).ok());
+      ZipfProblem z;
+      make_zipf_problem(ctx, dims, 70, seed + n++, &z);
+      if (HasFatalFailure()) return;
+      const TableBatchedEmbedding* tbe = z.tbe.get();
+      const TbeInputSpec& spec = z.spec;
+      const TbeInputs& in = z.in;
+      const std::vector<float>& w = z.weights;
       const size_t out_bytes = static_cast<size_t>(spec.batch_size * tbe->total_dim()) * 4;
       Buffer d_w(Backend::kCuda, w.size() * 4), d_idx(Backend::kCuda, in.indices_bytes()),
           d_off(Backend::kCuda, in.offsets_bytes()), d_out(Backend::kCuda, out_bytes);
@@ -194,23 +210,14 @@ TEST(TbeForwardVariants, CheckedWarpWalkMatchesTheBagsKernel) {
   const Context ctx = Context::cuda();
   const uint64_t seed = 730;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  const std::vector<int> dims = {128, 256, 160, 516};
-  TbeConfig cfg;
-  for (int d : dims) cfg.tables.push_back(TableSpec{3000, d});
-  std::unique_ptr<TableBatchedEmbedding> tbe;
-  ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
-  TbeInputSpec spec;
-  spec.batch_size = 29;
-  spec.bag_size = 40;
-  spec.variable_bag_size = true;
-  spec.num_rows.assign(dims.size(), 3000);
-  spec.alpha = 1.15;
-  spec.seed = seed;
-  TbeInputs clean;
-  ASSERT_TRUE(generate_tbe_inputs(spec, &clean).ok());
+  ZipfProblem z;
+  make_zipf_problem(ctx, {128, 256, 160, 516}, 40, seed, &z);
+  if (HasFatalFailure()) return;
+  const TableBatchedEmbedding* tbe = z.tbe.get();
+  const TbeInputSpec& spec = z.spec;
+  const TbeInputs& clean = z.in;
   ASSERT_GT(clean.num_indices(), 200);
-  std::vector<float> w(static_cast<size_t>(tbe->num_weights()));
-  ASSERT_TRUE(init_uniform_weights(DType::kF32, 1.0f, seed, 0, tbe->num_weights(), w.data()).ok());
+  const std::vector<float>& w = z.weights;
   const size_t out_bytes = static_cast<size_t>(spec.batch_size * tbe->total_dim()) * 4;
   Buffer d_w(Backend::kCuda, w.size() * 4), d_out(Backend::kCuda, out_bytes), d_skipped(Backend::kCuda, 8);
   ASSERT_TRUE(copy_to_backend(ctx, d_w.data(), w.data(), w.size() * 4).ok());
