@@ -104,7 +104,7 @@ struct LaunchPlan {
 // vectors (a whole warp), the vector kernel one whose every row is read one 16-byte vector a lane a pass;
 // both need tables of at most 2^32 rows and rows of fewer than 2^32 bytes (32-bit row offsets). Bags per
 // lane group: ForwardPolicy's rule for the kernel that runs. Tiles: enough for the feature whose plan packs
-// the fewest bags per block.
+// the fewest bags per block (at least one tile).
 template <class FeatureAt>
 LaunchPlan plan_launch(const CallShape& c, int T, FeatureAt feature_at) {
   bool all_warp = c.plain && c.plain_kernels && c.vecs == 1;
@@ -115,7 +115,8 @@ LaunchPlan plan_launch(const CallShape& c, int T, FeatureAt feature_at) {
     const FeatureRows r = feature_at(f);
     const RowPlan plan = kernel_plan(r.dim, c.elem_bytes, r.table_addr, c.vecs);
     max_group = max_group > plan.group ? max_group : plan.group;
-    const bool offsets_32 = r.num_rows <= (int64_t{1} << 32) && static_cast<int64_t>(r.dim) * c.elem_bytes < (int64_t{1} << 32);
+    const bool offsets_32 =
+        r.num_rows <= (int64_t{1} << 32) && static_cast<int64_t>(r.dim) * c.elem_bytes < (int64_t{1} << 32);
     all_warp = all_warp && offsets_32 && plan.vec_bytes == 16 && plan.group == ArchTraits::kWarpSize;
     all_vector = all_vector && offsets_32 && plan.vec_bytes == 16 && plan.vecs == 1;
     long_rows = long_rows || plan.units > ArchTraits::kWarpSize;
@@ -128,13 +129,9 @@ LaunchPlan plan_launch(const CallShape& c, int T, FeatureAt feature_at) {
                        : out.kernel == kKernelVector        ? ForwardPolicy::vector_bags_per_group(max_group)
                        : max_group == ArchTraits::kWarpSize ? ForwardPolicy::kBagsPerWarpGroup
                                                             : 1;
-  for (int f = 0; f < T; ++f) {
-    const FeatureRows r = feature_at(f);
-    const RowPlan plan = kernel_plan(r.dim, c.elem_bytes, r.table_addr, c.vecs);
-    const int64_t bags_per_block = static_cast<int64_t>(c.block / plan.group) * out.bags_per_group;
-    const int64_t t = (c.batch_size + bags_per_block - 1) / bags_per_block;
-    out.tiles = out.tiles > t ? out.tiles : t;
-  }
+  // The widest group packs the fewest bags per block (groups are powers of two up to a warp).
+  const int64_t bags_per_block = static_cast<int64_t>(c.block / max_group) * out.bags_per_group;
+  out.tiles = (c.batch_size + bags_per_block - 1) / bags_per_block;
   return out;
 }
 

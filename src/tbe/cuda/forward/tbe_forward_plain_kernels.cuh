@@ -1,6 +1,6 @@
 // CUDA table-batched embedding forward: the two plain kernels. A call is plain when it pools (sum or
 // mean), checks no bounds, has no per-sample weights, every table has at most 2^32 rows, and its lookups
-// and bags count below 2^31 (tbe_forward.cu tests it on the host). Such a call needs none of the general
+// and bags count below 2^31 (forward_plan.h decides on the host). Such a call needs none of the general
 // form's predicates and 64-bit positions, and when every feature also takes one kind of walk, a kernel
 // holding only that walk runs it, its registers alone setting the occupancy (docs/tbe_forward_cuda.md,
 // "Plain kernels"):
