@@ -234,13 +234,18 @@ def dim_key(d):
     return (isinstance(d, str), d if isinstance(d, int) else 0)
 
 
+def checks(rec):
+    """A tbe_vs_fbgemm record's bounds-check mode ("off" or "warn")."""
+    return rec.get("bounds_check", "off")
+
+
 def vs_fbgemm(runs):
     """The FBGEMM table over `runs` (runs_of): each case from the newest run that measured it."""
     newest = {}  # case -> (file name, that run's records)
     for _, name, recs in runs:
         for r in recs:
             if r["impl"] == "fbgemm":
-                newest[(r["op"], r["weights_precision"], r["alpha"], r["embedding_dim"])] = (name, recs)
+                newest[(r["op"], r["weights_precision"], r["alpha"], r["embedding_dim"], checks(r))] = (name, recs)
     peers = [r for _, _, recs in runs for r in recs if r["impl"] == "fbgemm"]
     first_peer = runs[-1][2][0] if runs[-1][2][0]["impl"] == "fbgemm" else next(r for r in runs[-1][2] if r["impl"] == "fbgemm")
     used = []
@@ -249,22 +254,24 @@ def vs_fbgemm(runs):
     labels = {"tbe_forward": "forward", "tbe_train_rowwise_adagrad": "train, row-wise Adagrad",
               "tbe_train_sgd": "train, SGD"}
     rows, kernel = [], []
-    for op in ops:
-        for dtype in sorted({r["weights_precision"] for r in peers if r["op"] == op}, reverse=True):  # fp32 first
-            for alpha in sorted({r["alpha"] for r in peers if r["op"] == op}):
-                row = [f"{labels[op]}, {dtype}, {alpha_name(alpha)}"]
-                for d in dims:
-                    case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d)
-                    name, recs = newest.get((op, dtype, alpha, d), (None, []))
-                    if name and name not in used:
-                        used.append(name)
-                    peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)
-                    cell = ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—"
-                    if peer and mine and peer.get("kernel_us") and mine.get("kernel_us"):
-                        kernel.append(peer["kernel_us"] / mine["kernel_us"])
-                        cell += f" ({ratio(kernel[-1])})"
-                    row.append(cell)
-                rows.append(row)
+    # Rows without bounds checks first, then those in each library's default checked mode (warn).
+    for bc in sorted({checks(r) for r in peers}, key=lambda m: m != "off"):
+        for op in ops:
+            for dtype in sorted({r["weights_precision"] for r in peers if r["op"] == op}, reverse=True):  # fp32 first
+                for alpha in sorted({r["alpha"] for r in peers if r["op"] == op and checks(r) == bc}):
+                    row = [f"{labels[op]}, {dtype}, {alpha_name(alpha)}" + ("" if bc == "off" else f", bounds checks {bc}")]
+                    for d in dims:
+                        case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d, bounds_check=bc)
+                        name, recs = newest.get((op, dtype, alpha, d, bc), (None, []))
+                        if name and name not in used:
+                            used.append(name)
+                        peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)
+                        cell = ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—"
+                        if peer and mine and peer.get("kernel_us") and mine.get("kernel_us"):
+                            kernel.append(peer["kernel_us"] / mine["kernel_us"])
+                            cell += f" ({ratio(kernel[-1])})"
+                        row.append(cell)
+                    rows.append(row)
     kernel_text = (f" In brackets the same on kernel time alone (torch.profiler, the step's CUDA kernels summed): "
                    f"{ratio(min(kernel))} to {ratio(max(kernel))}; embscale's backward kernels overlap through "
                    f"programmatic dependent launch, so its sum can exceed its wall time." if kernel else "")
@@ -272,7 +279,7 @@ def vs_fbgemm(runs):
             f"and embscale's torch module in one process on identical tables, indices and gradients, outputs and "
             f"updates checked equal first; T={first_peer['num_tables']}, B={first_peer['batch_size']}, "
             f"L={first_peer['bag_size']}, {first_peer.get('tables_gib', '?')} GiB of fp32 tables per impl "
-            f"({first_peer['num_embeddings']:,} rows per table at D={first_peer['embedding_dim']}); exact optimizers, no bounds checks; {first_peer['device']}, {first_peer['date']}). FBGEMM's "
+            f"({first_peer['num_embeddings']:,} rows per table at D={first_peer['embedding_dim']}); exact optimizers; no bounds checks except in the rows marked warn, where each library runs its default checked mode (FBGEMM's WARNING, embscale's warn); {first_peer['device']}, {first_peer['date']}). FBGEMM's "
             f"time / embscale's, wall time per step (CUDA events), above 1× where embscale is faster.{kernel_text} "
             f"Records (each case from the newest run that measured it): "
             f"{', '.join(f'`{RESULTS}/{n}`' for n in sorted(used))}.\n\n" + table(["", *[f"D={d}" for d in dims]], rows))

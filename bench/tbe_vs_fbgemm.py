@@ -5,7 +5,9 @@ In one process, for each case, FBGEMM's SplitTableBatchedEmbeddingBagsCodegen (i
 embscale.TableBatchedEmbeddingBags (impl "embscale_torch") hold the same tables: FBGEMM's, initialised
 uniformly in [-1, 1], are copied into embscale's, and before each input distribution the weights and the
 optimizer state are copied again, so both start every check from the same state. Both run exact
-optimizers (no stochastic rounding), without bounds checks, pooled SUM, fp32 output.
+optimizers (no stochastic rounding), pooled SUM, fp32 output, without bounds checks (--bounds-check off) or
+each in its default checked mode (--bounds-check warn: FBGEMM's WARNING, embscale's warn; both drop an invalid
+index and report it without stopping the step).
 
 Cases: T tables of one D (or "mixed": each table's D a multiple of 4 in [16, 256], seeded), B bags of L
 lookups per table, rows per table E from the --gb budget of fp32 tables (E = gb GiB / (4 * sum of D)), so
@@ -111,6 +113,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help=f"D {QUICK_DIMS} and fewer steps (unless given)")
     p.add_argument("--seed", type=int, default=20261130)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--bounds-check", choices=("off", "warn"), default="off",
+                   help="off: no bounds checks (default); warn: FBGEMM's WARNING mode and embscale's warn mode")
     p.add_argument("--out", default="", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
     if a.dims is None:
@@ -164,12 +168,12 @@ class Case:
             optimizer={"rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "sgd": EmbOptimType.EXACT_SGD}[optimizer],
             weights_precision={"fp32": SparseType.FP32, "fp16": SparseType.FP16}[dtype], output_dtype=SparseType.FP32,
             stochastic_rounding=False, learning_rate=a.learning_rate, eps=a.eps, pooling_mode=PoolingMode.SUM,
-            bounds_check_mode=BoundsCheckMode.NONE, device=dev)
+            bounds_check_mode=BoundsCheckMode.WARNING if a.bounds_check == "warn" else BoundsCheckMode.NONE, device=dev)
         self.fb.init_embedding_weights_uniform(-1.0, 1.0)  # FBGEMM's tables start at zero
         self.es = embscale.TableBatchedEmbeddingBags(
             [(E, d) for d in dims], optimizer=optimizer, learning_rate=a.learning_rate, eps=a.eps,
             weights_dtype={"fp32": torch.float32, "fp16": torch.float16}[dtype], output_dtype=torch.float32,
-            bounds_check="off", stochastic_rounding=False, device=dev, data_parallel_group=None)
+            bounds_check=a.bounds_check, stochastic_rounding=False, device=dev, data_parallel_group=None)
         self.modules = {"fbgemm": self.fb, "embscale_torch": self.es}
 
     def copy_fbgemm_state(self):
@@ -331,7 +335,7 @@ class Run:
     def run_alpha(self, case, d, dims, E, dtype, optimizer, alpha):
         torch, a = self.torch, self.a
         T, B, L = a.num_tables, a.batch_size, a.bag_size
-        what = f"{dtype} D={d} E={E} {optimizer} alpha={alpha:g}"
+        what = f"{dtype} D={d} E={E} {optimizer} alpha={alpha:g}" + (" bounds checks warn" if a.bounds_check == "warn" else "")
         nbytes = 4 * B * sum(dims) + (4 if dtype == "fp32" else 2) * B * sum(dims) * L
         n_sets = 1 if (not self.cuda or nbytes >= 3 * self.l2) else min(16, math.ceil(3 * self.l2 / nbytes))
         sets, grad = self.inputs(dims, E, alpha, n_sets)
@@ -342,7 +346,7 @@ class Run:
         base = dict(date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(), device=self.device_name,
                     backend=a.device, harness="tbe_vs_fbgemm", num_tables=T, batch_size=B, embedding_dim=d,
                     bag_size=L, num_embeddings=E, tables_gib=a.gb, alpha=alpha, weights_precision=dtype,
-                    output_dtype="fp32", pooling="sum", weighted=False, indices_dtype="int64", bounds_check="off",
+                    output_dtype="fp32", pooling="sum", weighted=False, indices_dtype="int64", bounds_check=a.bounds_check,
                     num_lookups=T * B * L, unique_rows=int(torch.unique(keys).numel()), input_sets=n_sets,
                     torch=torch.__version__, fbgemm_gpu=self.fbgemm_version, seed=a.seed, **checks)
         del keys
