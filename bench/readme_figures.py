@@ -257,12 +257,15 @@ def vs_fbgemm(runs):
     # Rows without bounds checks first, then those in each library's default checked mode (warn).
     for bc in sorted({checks(r) for r in peers}, key=lambda m: m != "off"):
         for op in ops:
-            for dtype in sorted({r["weights_precision"] for r in peers if r["op"] == op}, reverse=True):  # fp32 first
-                for alpha in sorted({r["alpha"] for r in peers if r["op"] == op and checks(r) == bc}):
+            for dtype in sorted({r["weights_precision"] for r in peers if r["op"] == op and checks(r) == bc},
+                                reverse=True):  # fp32 first
+                for alpha in sorted({r["alpha"] for r in peers
+                                     if r["op"] == op and checks(r) == bc and r["weights_precision"] == dtype}):
                     row = [f"{labels[op]}, {dtype}, {alpha_name(alpha)}" + ("" if bc == "off" else f", bounds checks {bc}")]
                     for d in dims:
-                        case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d, bounds_check=bc)
+                        case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d)
                         name, recs = newest.get((op, dtype, alpha, d, bc), (None, []))
+                        recs = [r for r in recs if checks(r) == bc]
                         if name and name not in used:
                             used.append(name)
                         peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)

@@ -52,18 +52,6 @@ Status launch_warp(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
   return Status::Ok();
 }
 
-// The warp kernel's checked walk for calls whose rows the warp kernel takes (p.walk) with bounds checks on
-// (skip, warn or error; per-sample weights still go to the bags kernel); everything else as the library.
-Status launch_warp_checked(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
-  using W = ForwardPolicy::Warp;
-  if (p.walk == cuda::tbe_fwd::kKernelWarp && p.check != cuda::tbe_fwd::kCheckOff) {
-    cuda::tbe_fwd::tbe_forward_warp_kernel<float, float, int64_t, W, 16, true><<<grid, W::kBlock, 0, stream>>>(p);
-    EMBSCALE_CHECK_LAUNCH("tbe_forward_warp_kernel (checked)");
-    return Status::Ok();
-  }
-  return cuda::tbe_fwd::launch_tbe_forward<float, float, int64_t>(p, grid, stream);
-}
-
 // A variant with the shape it launches (launch null: the library's launchers).
 struct CompiledVariant {
   FwdVariant v;
@@ -100,11 +88,6 @@ const std::vector<CompiledVariant>& compiled() {
       variant<ForwardPolicy::Bags>("bags", "the library's bags kernel for every call (no plain kernels)"),
       warp<FwdConfig<128, 8, 8, 1, false>, 16>("warp-u8", "plain calls: the warp kernel at unroll 8 (4 for two vectors a lane)"),
       warp<ForwardPolicy::Warp, 8>("warp-8b", "plain calls: the warp kernel on 8-byte vectors (fp32 D = 34..64 a whole warp)"),
-      {{"warp-checked", "the library, and calls with bounds checks whose rows take a whole warp on the warp kernel's checked walk"},
-       ForwardPolicy::Bags::kBlock,
-       ForwardPolicy::Bags::kVecs,
-       &launch_warp_checked,
-       true},
   };
   return all;
 }

@@ -368,6 +368,107 @@ TEST_P(TbeForwardErrors, OffModeClampsBrokenOffsetsOnThePlainKernels) {
   }
 }
 
+// Skip, warn and error modes on the plain kernels' checked forms (CUDA: rows of a whole warp, one or two
+// vectors a lane or in passes, and rows of one vector a lane; the CPU runs its own kernel on the same
+// cases): invalid indices spread over bags and 32-lookup chunks, among them values that are valid in
+// their low 32 bits (2^32 + 3), against the reference: skip and warn pool the valid lookups (MEAN over
+// their count) and count the rest, error mode names the first invalid lookup. Small-integer weights, so
+// sums are exact.
+TEST_P(TbeForwardErrors, CheckedModesOnThePlainKernels) {
+  constexpr int64_t kRows = 40;
+  constexpr int64_t B = 6;
+  const uint64_t seed = 919;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  const Context ctx = GetParam() == Backend::kCuda ? Context::cuda() : Context::cpu();
+  for (const std::vector<int>& dims : {std::vector<int>{128, 128}, std::vector<int>{160}, std::vector<int>{516},
+                                       std::vector<int>{32, 64}, std::vector<int>{4}}) {
+    for (DType index_dtype : {DType::kI64, DType::kI32}) {
+      TbeConfig cfg;
+      for (int d : dims) cfg.tables.push_back(TableSpec{kRows, d});
+      std::unique_ptr<TableBatchedEmbedding> tbe;
+      ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
+      const int T = static_cast<int>(dims.size());
+      ref::Config rc;
+      rc.num_rows.assign(dims.size(), kRows);
+      rc.dims = dims;
+      for (int f = 0; f < T; ++f) rc.feature_table.push_back(f);
+      std::vector<float> w(static_cast<size_t>(tbe->num_weights()));
+      for (float& x : w) x = static_cast<float>(static_cast<int>(rng() % 17) - 8);
+      std::vector<int64_t> indices, offsets{0};
+      for (int64_t item = 0; item < T * B; ++item) {
+        for (int l = static_cast<int>(rng() % 75); l > 0; --l) indices.push_back(static_cast<int64_t>(rng() % kRows));
+        offsets.push_back(static_cast<int64_t>(indices.size()));
+      }
+      const int64_t N = static_cast<int64_t>(indices.size());
+      ASSERT_GT(N, 100);
+      const std::vector<int64_t> bad =
+          index_dtype == DType::kI64
+              ? std::vector<int64_t>{-1, kRows, (int64_t{1} << 32) + 3, int64_t{1} << 40, -(int64_t{1} << 33)}
+              : std::vector<int64_t>{-1, kRows, INT32_MAX, INT32_MIN};
+      for (int k = 0; k < 12; ++k) indices[static_cast<size_t>(rng() % N)] = bad[static_cast<size_t>(k) % bad.size()];
+      Buffer d_w(GetParam(), w.size() * 4), d_idx(GetParam(), static_cast<size_t>(N) * 8),
+          d_off(GetParam(), offsets.size() * 8), d_out(GetParam(), static_cast<size_t>(B * tbe->total_dim()) * 4),
+          d_skipped(GetParam(), 8);
+      ASSERT_TRUE(copy_to_backend(ctx, d_w.data(), w.data(), w.size() * 4).ok());
+      if (index_dtype == DType::kI64) {
+        ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), indices.data(), indices.size() * 8).ok());
+        ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), offsets.data(), offsets.size() * 8).ok());
+      } else {
+        const std::vector<int32_t> i32(indices.begin(), indices.end()), o32(offsets.begin(), offsets.end());
+        ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), i32.data(), i32.size() * 4).ok());
+        ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), o32.data(), o32.size() * 4).ok());
+      }
+      for (BoundsCheckMode mode : {BoundsCheckMode::kSkip, BoundsCheckMode::kWarn, BoundsCheckMode::kError}) {
+        for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
+          const std::string at = "D=" + std::to_string(dims[0]) + ", " + dtype_name(index_dtype) + ", " +
+                                 bounds_check_mode_name(mode) + ", " + pooling_mode_name(pool);
+          ASSERT_TRUE(fill_bytes(ctx, d_out.data(), 0xff, d_out.bytes()).ok());
+          ASSERT_TRUE(fill_bytes(ctx, d_skipped.data(), 0xff, 8).ok());
+          TbeForwardArgs a;
+          a.weights = TensorView::vec(d_w.data(), DType::kF32, tbe->num_weights());
+          a.indices = TensorView::vec(d_idx.data(), index_dtype, N);
+          a.offsets = TensorView::vec(d_off.data(), index_dtype, static_cast<int64_t>(offsets.size()));
+          a.batch_size = B;
+          a.pooling = pool;
+          a.bounds_check = mode;
+          a.num_skipped = d_skipped.as<int64_t>();
+          a.output = TensorView::mat(d_out.data(), DType::kF32, B, tbe->total_dim());
+          Status st = tbe->forward(ctx, a);
+          const Status sync = synchronize(ctx);
+          if (st.ok()) st = sync;
+          // The reference's sums (exact integers) and counts of valid lookups; MEAN is formed from them below.
+          const ref::Result r = ref::tbe_forward(rc, w.data(), indices, offsets, nullptr, B, PoolingMode::kSum, mode);
+          if (mode == BoundsCheckMode::kError) {
+            ASSERT_FALSE(r.ok) << at;
+            ASSERT_EQ(st.code(), StatusCode::kOutOfRange) << at << ": " << st.to_string();
+            expect_contains(st, "feature " + std::to_string(r.feature));
+            expect_contains(st, "bag " + std::to_string(r.bag));
+            expect_contains(st, "position " + std::to_string(r.position));
+            expect_contains(st, std::to_string(r.value));
+            continue;
+          }
+          ASSERT_TRUE(st.ok()) << at << ": " << st.to_string();
+          ASSERT_TRUE(r.ok) << at;
+          int64_t skipped = -1;
+          ASSERT_TRUE(copy_to_host(ctx, &skipped, d_skipped.data(), 8).ok());
+          EXPECT_EQ(skipped, r.skipped) << at;
+          EXPECT_GT(r.skipped, 0) << at;
+          std::vector<float> got(r.out.size());
+          ASSERT_TRUE(copy_to_host(ctx, got.data(), d_out.data(), got.size() * 4).ok());
+          for (size_t i = 0; i < got.size(); ++i) {
+            // SUM: an exact integer; MEAN: the exact fp32 sum divided by the valid count, correctly rounded.
+            const float sum = static_cast<float>(r.out[i]);
+            const float want =
+                pool == PoolingMode::kMean && r.terms[i] > 0 ? sum / static_cast<float>(r.terms[i]) : sum;
+            ASSERT_EQ(got[i], want) << at << ", output element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Off mode on the CPU drops a bad index instead of reading it (the sanitizer build runs this test to
 // check the buffers' bounds): the call succeeds. The CUDA forward trusts indices in off mode (tbe.h).
 TEST_P(TbeForwardErrors, OffModeBadIndicesStayInsideTheTables) {

@@ -118,29 +118,6 @@ TEST(TbeForwardPlan, GivenBagsPerGroupAndTiles) {
   EXPECT_EQ(plan({64, 128}, 4, 8192).tiles, 8192 / (4 * 2));
 }
 
-TEST(TbeForwardPlan, CheckedCallsRunTheBagsKernel) {
-  // Bounds checks on: the bags kernel and its grid rule, while `walk` names the plain kernel the rows
-  // would take unchecked (dev/ measures a checked warp walk on it).
-  CallShape c;
-  c.batch_size = 8192;
-  c.plain = true;
-  c.checked = true;
-  FeatureRows f{128, 1000, kBase};
-  LaunchPlan p = cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return f; });
-  EXPECT_EQ(p.kernel, kKernelBags);
-  EXPECT_EQ(p.walk, kKernelWarp);
-  EXPECT_EQ(p.bags_per_group, 2);
-  f.dim = 64;
-  p = cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return f; });
-  EXPECT_EQ(p.kernel, kKernelBags);
-  EXPECT_EQ(p.walk, kKernelVector);
-  EXPECT_EQ(p.bags_per_group, 1);
-  c.checked = false;
-  p = cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return f; });
-  EXPECT_EQ(p.kernel, kKernelVector);
-  EXPECT_EQ(p.walk, kKernelVector);
-}
-
 TEST(TbeForwardPlan, BagsKernelShapesKeepTheirGrid) {
   // A launch that runs only the bags kernel (dev/'s shapes) gets kKernelBags and the bags kernel's rule.
   CallShape c;

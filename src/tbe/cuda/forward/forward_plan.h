@@ -82,9 +82,8 @@ struct CallShape {
   int elem_bytes = 4;         // bytes of one weight
   int64_t batch_size = 0;     // B
   // Pooled, no per-sample weights, fewer than 2^31 lookups and bags, tile-major grid: a call whose rows
-  // the plain kernels may walk (they count positions and items in 32 bits).
+  // the plain kernels may walk (they count positions and items in 32 bits), with bounds checks or not.
   bool plain = false;
-  bool checked = false;       // bounds checks on: the library runs the bags kernel (see LaunchPlan::walk)
   bool plain_kernels = true;  // the launch runs the plain kernels where the plan picks them (dev/'s bags
                               // shapes: no, and they keep the bags kernel's grid rule)
   int block = ForwardPolicy::Bags::kBlock;  // threads per block
@@ -94,15 +93,15 @@ struct CallShape {
 
 struct LaunchPlan {
   int kernel = kKernelBags;  // FwdKernel
-  int walk = kKernelBags;    // the plain kernel the rows take with checks off (dev/ measures checked forms)
   int bags_per_group = 1;
   int64_t tiles = 1;         // bag tiles of the grid (before folding)
 };
 
 // The kernel, bags per lane group and tiles of a call of T >= 1 features, B >= 1; feature_at(f) gives
-// feature f's FeatureRows. The warp kernel runs a plain, unchecked call whose every row is at least 17 16-byte
+// feature f's FeatureRows. The warp kernel runs a plain call whose every row is at least 17 16-byte
 // vectors (a whole warp), the vector kernel one whose every row is read one 16-byte vector a lane a pass;
-// both need tables of at most 2^32 rows and rows of fewer than 2^32 bytes (32-bit row offsets). Bags per
+// both need tables of at most 2^32 rows and rows of fewer than 2^32 bytes (32-bit row offsets), and
+// either runs with bounds checks or without (its checked or unchecked form). Bags per
 // lane group: ForwardPolicy's rule for the kernel that runs. Tiles: enough for the feature whose plan packs
 // the fewest bags per block (at least one tile).
 template <class FeatureAt>
@@ -122,8 +121,7 @@ LaunchPlan plan_launch(const CallShape& c, int T, FeatureAt feature_at) {
     long_rows = long_rows || plan.units > ArchTraits::kWarpSize;
   }
   LaunchPlan out;
-  out.walk = all_warp ? kKernelWarp : all_vector ? kKernelVector : kKernelBags;
-  out.kernel = c.checked ? kKernelBags : out.walk;
+  out.kernel = all_warp ? kKernelWarp : all_vector ? kKernelVector : kKernelBags;
   out.bags_per_group = c.bags_per_group > 0                 ? c.bags_per_group
                        : out.kernel == kKernelWarp          ? ForwardPolicy::warp_bags_per_warp(long_rows)
                        : out.kernel == kKernelVector        ? ForwardPolicy::vector_bags_per_group(max_group)

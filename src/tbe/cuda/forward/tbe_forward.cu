@@ -1,10 +1,11 @@
 // CUDA table-batched embedding forward: grid sizing, the runtime -> compile-time dtype dispatch (core/dispatch.h),
-// and the bounds-check protocol around the bags kernel (tbe_forward_kernels.cuh).
+// and the bounds-check protocol around the forward kernel (tbe_forward_kernels.cuh, tbe_forward_plain_kernels.cuh).
 //
 // Enqueued on ctx.stream, in order:
-//   1. tbe_forward_bags_kernel: grid (bag tiles, features), sized from each feature's row plan so the
-//      feature needing the most blocks gets exactly enough; blocks of other features past their last
-//      bag exit at once.
+//   1. the forward kernel forward_plan.h picks (the bags kernel, or a plain kernel in its checked or
+//      unchecked form): grid (bag tiles, features), sized from each feature's row plan so the feature
+//      needing the most blocks gets exactly enough; blocks of other features past their last bag exit at
+//      once.
 //   2. (error and skip modes) tbe_bounds_finalize_kernel, one thread: first/last offset checks, the
 //      report or the skip count, and the scratch records cleared for the next call.
 //   3. the 5-word report is copied to the host and the stream synchronised; a report becomes a
@@ -14,7 +15,7 @@
 //        Status as on the CPU backend. Inside a capture skip mode never synchronises: broken bags are
 //        skipped (nothing is read out of bounds) and *num_skipped is set to -1 instead of the count;
 //      * warn mode: never (skip mode as inside a capture, always).
-// Off mode only launches the bags kernel. No mode allocates.
+// Off mode only launches the forward kernel. No mode allocates.
 //
 // Launch parameters: ForwardPolicy (forward_policy.cuh). tbe_forward_shaped takes them as an argument,
 // for dev/ to measure other shapes on the same path; nothing here is global or mutable.
@@ -40,7 +41,8 @@ using tbe_fwd::TbeForwardParams;
 constexpr int64_t kMaxGridX = INT_MAX;
 constexpr int kMaxGridY = 65535;
 
-// The bags kernel of the weights, output and index dtypes (instantiated in tbe_forward_{f32,f16,bf16}.cu).
+// The forward kernel of the weights, output and index dtypes (launch_tbe_forward, instantiated in
+// tbe_forward_{f32,f16,bf16}.cu).
 Status launch_bags(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DType index_dtype, dim3 grid,
                    cudaStream_t s) {
   return dispatch_float(w_dtype, "weights", [&](auto tw) {
@@ -114,7 +116,6 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
                                                          : tbe_fwd::kCheckOff;
   p.feature_inner = shape.feature_inner ? 1 : 0;
   p.kernel = tbe_fwd::kKernelBags;
-  p.walk = tbe_fwd::kKernelBags;
 
   // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
   // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
@@ -130,7 +131,6 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
     call.batch_size = B;
     call.plain = !sequence && p.per_sample_weights == nullptr && N < (int64_t{1} << 31) &&
                  static_cast<int64_t>(T) * B < (int64_t{1} << 31) && !shape.feature_inner;
-    call.checked = p.check != tbe_fwd::kCheckOff;
     call.plain_kernels = shape.plain_kernels;
     call.block = shape.block;
     call.vecs = shape.vecs;
@@ -141,7 +141,6 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
                                   base + static_cast<uintptr_t>(tbe.weight_offset(t)) * es};
     });
     p.kernel = plan.kernel;
-    p.walk = plan.walk;
     const int64_t tiles = plan.tiles;
     const dim3 grid = shape.feature_inner
                           ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))

@@ -12,11 +12,15 @@ namespace tbe_fwd {
 template <typename W, typename O, typename I>
 Status launch_tbe_forward(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
   using C = ForwardPolicy::Bags;
+  using Warp = ForwardPolicy::Warp;
+  const bool checked = p.check != kCheckOff;
   if (p.kernel == kKernelWarp) {
-    tbe_forward_warp_kernel<W, O, I, ForwardPolicy::Warp><<<grid, ForwardPolicy::Warp::kBlock, 0, stream>>>(p);
+    if (checked) tbe_forward_warp_kernel<W, O, I, Warp, 16, true><<<grid, Warp::kBlock, 0, stream>>>(p);
+    else tbe_forward_warp_kernel<W, O, I, Warp><<<grid, Warp::kBlock, 0, stream>>>(p);
     EMBSCALE_CHECK_LAUNCH("tbe_forward_warp_kernel");
   } else if (p.kernel == kKernelVector) {
-    tbe_forward_vector_kernel<W, O, I, C><<<grid, C::kBlock, 0, stream>>>(p);
+    if (checked) tbe_forward_vector_kernel<W, O, I, C, true><<<grid, C::kBlock, 0, stream>>>(p);
+    else tbe_forward_vector_kernel<W, O, I, C><<<grid, C::kBlock, 0, stream>>>(p);
     EMBSCALE_CHECK_LAUNCH("tbe_forward_vector_kernel");
   } else if (p.pooling == kPoolNone) {
     tbe_forward_bags_kernel<W, O, I, false, C><<<grid, C::kBlock, 0, stream>>>(p);

@@ -77,7 +77,6 @@ struct TbeForwardParams {
   int check;                      // CheckKind
   int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
   int kernel;                     // FwdKernel: which kernel runs the call (chosen on the host)
-  int walk;                       // FwdKernel: the plain kernel the rows take unchecked (forward_plan.h)
 };
 
 // ---- loads and stores: core/cuda/vec.cuh. Weights are read-only for the kernel's lifetime: the
@@ -142,12 +141,13 @@ __device__ __forceinline__ int64_t load_index(const I* p) {
 
 // ---- one feature's bags, for one vector width and pooled or sequence output ----
 
-// kPlain: no bounds checks, no per-sample weights, a table of at most 2^32 rows and rows of fewer than
-// 2^32 bytes (the caller tested all four), so every lookup of a full step is present, its row's byte
-// offset is a 32 x 32-bit product, and it adds its row as is (w = 1 is exact: the same bits, without the multiply and the
-// per-lookup predicate arithmetic). Under Zipf, where most rows come from L1/L2, the kernel is bound by
-// issued instructions (docs/tbe_forward_cuda.md, History).
-template <typename W, typename O, typename I, int kBytes, bool kPooled, typename C, bool kPlain>
+// kPlain: no per-sample weights, a table of at most 2^32 rows and rows of fewer than 2^32 bytes (the
+// caller tested all three), so a row's byte offset is a 32 x 32-bit product and it adds its row as is
+// (w = 1 is exact: the same bits, without the multiply). Without kCheck (bounds checks off) every lookup
+// of a full step is also present, so the step carries no per-lookup predicate; with kCheck (p.check skip
+// or error) each index is tested against the table as in the general form. Under Zipf, where most rows
+// come from L1/L2, the kernel is bound by issued instructions (docs/tbe_forward_cuda.md, History).
+template <typename W, typename O, typename I, int kBytes, bool kPooled, typename C, bool kPlain, bool kCheck = false>
 __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, int f, const W* table,
                                                     const RowPlan plan, int64_t tile0, int64_t tiles) {
   constexpr int V = kBytes / static_cast<int>(sizeof(W));  // elements per lane per vector
@@ -162,7 +162,8 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
   const int64_t N = p.num_indices;
   const int64_t D = p.dims[f];
   const int64_t E = p.num_rows[f];
-  const bool check = !kPlain && p.check != kCheckOff;
+  static_assert(kPlain || !kCheck, "kCheck selects the plain form's checked variant");
+  const bool check = kPlain ? kCheck : p.check != kCheckOff;
   const uint32_t row_bytes = static_cast<uint32_t>(D) * static_cast<uint32_t>(sizeof(W));
   const int group = plan.group;
   const int pass = group * kC;  // vectors covered by one pass over the bag's lookups
@@ -221,11 +222,11 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
 #pragma unroll
         for (int j = 0; j < kU; ++j) {
           const bool in = kFull || s + j < end;
-          const bool ok = !check || (idx[j] >= 0 && idx[j] < E);
+          const bool ok = !check || static_cast<uint64_t>(idx[j]) < static_cast<uint64_t>(E);
           present |= static_cast<unsigned>(in && ok) << j;
           invalid |= static_cast<unsigned>(in && !ok) << j;
         }
-        if (!kPlain && invalid != 0 && p.check == kCheckError && first_pass && rank == 0)
+        if ((!kPlain || kCheck) && invalid != 0 && p.check == kCheckError && first_pass && rank == 0)
           record_min_position(p.scratch + kBadIndexKey, s + __ffs(invalid) - 1);
         Words<kBytes> raw[kU][kC];
 #pragma unroll
@@ -233,9 +234,8 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
           if constexpr (kPlain) {
             // Valid indices below 2^32 (the caller's condition): a 32 x 32 -> 64-bit byte offset, one
             // multiply-add per row instead of a 64-bit multiply and a scaled add.
-            const uint64_t off = (kFull || s + j < end)
-                                     ? static_cast<uint64_t>(static_cast<uint32_t>(idx[j])) * row_bytes
-                                     : 0;
+            const bool load = kCheck ? (present >> j & 1u) != 0 : (kFull || s + j < end);
+            const uint64_t off = load ? static_cast<uint64_t>(static_cast<uint32_t>(idx[j])) * row_bytes : 0;
 #pragma unroll
             for (int c = 0; c < kC; ++c)
               raw[j][c] = load_words<kBytes, kRowLoad<C>>(reinterpret_cast<const char*>(col[c]) + off);

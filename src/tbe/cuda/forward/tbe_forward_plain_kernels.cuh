@@ -1,9 +1,11 @@
 // CUDA table-batched embedding forward: the two plain kernels. A call is plain when it pools (sum or
-// mean), checks no bounds, has no per-sample weights, every table has at most 2^32 rows, and its lookups
-// and bags count below 2^31 (forward_plan.h decides on the host). Such a call needs none of the general
-// form's predicates and 64-bit positions, and when every feature also takes one kind of walk, a kernel
-// holding only that walk runs it, its registers alone setting the occupancy (docs/tbe_forward_cuda.md,
-// "Plain kernels"):
+// mean), has no per-sample weights, every table has at most 2^32 rows, and its lookups and bags count
+// below 2^31 (forward_plan.h decides on the host). Such a call needs none of the general form's weights
+// and 64-bit positions, and when every feature also takes one kind of walk, a kernel holding only that
+// walk runs it, its registers alone setting the occupancy (docs/tbe_forward_cuda.md, "Plain kernels").
+// Each kernel has an unchecked form (bounds checks off) and a checked one (kCheck: skip, warn and error
+// modes, with the bags kernel's records: invalid indices dropped and counted or the first one kept,
+// decreasing offsets kept, MEAN over the valid lookups):
 //
 //  * tbe_forward_warp_kernel: every feature's rows take a whole warp of 16-byte vectors (17 or more:
 //    fp32 D >= 68, fp16/bf16 D >= 136, multiples of 4 / 8). The warp loads up to 32 of the bag's indices
@@ -34,8 +36,7 @@ namespace tbe_fwd {
 // kCheck: the bounds-checked form (p.check skip or error, as the bags kernel's general form: bags of
 // decreasing offsets and the first invalid position recorded in p.scratch, invalid indices dropped and,
 // in skip mode, counted, MEAN over the valid ones). Each lane tests its own index against the table
-// before the shuffle; a ballot of the valid lanes predicates the adds. The library runs kCheck = false;
-// dev/ measures the checked form before checked calls are routed to it.
+// before the shuffle; a ballot of the valid lanes predicates the adds.
 template <typename W, typename O, typename I, int kBytes, int kC, typename C, bool kCheck = false>
 __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams& p, int f, const W* table, int units,
                                                          int tile0, int tiles) {
@@ -139,7 +140,7 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
 }
 
 // grid = (bag tiles, features); block = C::kBlock. Every feature: rows of 17 or more kBytes vectors (the
-// library: 16; dev/ also measures 8), aligned to them. kCheck: the checked walk (dev/ only, so far).
+// library: 16; dev/ also measures 8), aligned to them. kCheck: the checked walk.
 template <typename W, typename O, typename I, typename C, int kBytes = 16, bool kCheck = false>
 __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_warp_kernel(const TbeForwardParams p) {
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
@@ -154,12 +155,13 @@ __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_warp_ker
 }
 
 // grid = (bag tiles, features); block = C::kBlock. Every feature: 16-byte vectors, one a lane a pass.
-template <typename W, typename O, typename I, typename C>
+// kCheck: the plain form's checked variant (bounds checks skip, warn or error).
+template <typename W, typename O, typename I, typename C, bool kCheck = false>
 __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_vector_kernel(const TbeForwardParams p) {
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
     const RowPlan plan = kernel_plan(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), 1);
-    tbe_forward_feature<W, O, I, 16, true, C, true>(p, f, table, plan, blockIdx.x, gridDim.x);
+    tbe_forward_feature<W, O, I, 16, true, C, true, kCheck>(p, f, table, plan, blockIdx.x, gridDim.x);
   }
 }
 
