@@ -37,17 +37,15 @@ using V2 = FwdConfig<256, 2, 8, 2, false>;
 using V2U4 = FwdConfig<256, 3, 4, 2, false>;
 using NoL1 = FwdConfig<128, 8, 4, 1, true>;
 
-// The warp kernel (tbe_forward_plain_kernels.cuh) in another shape or vector width, for the calls where the
-// library would run a plain kernel (p.kernel); anything else runs the library's bags kernel. kBytes = 8:
-// rows as 8-byte vectors (fp32 D = 34..64 a whole warp), which the library reads 16 bytes a lane.
+// The warp kernel (tbe_forward_plain_kernels.cuh) in another shape or vector width, unchecked, for the calls
+// without bounds checks where the library would run a plain kernel (p.kernel); anything else runs the
+// library's launcher (checked calls its checked plain kernels). kBytes = 8: rows as 8-byte vectors (fp32
+// D = 34..64 a whole warp), which the library reads 16 bytes a lane.
 template <typename C, int kBytes>
 Status launch_warp(const TbeForwardParams& p, dim3 grid, cudaStream_t stream) {
-  if (p.kernel != cuda::tbe_fwd::kKernelBags) {
-    cuda::tbe_fwd::tbe_forward_warp_kernel<float, float, int64_t, C, kBytes><<<grid, C::kBlock, 0, stream>>>(p);
-  } else {
-    using G = ForwardPolicy::Bags;
-    cuda::tbe_fwd::tbe_forward_bags_kernel<float, float, int64_t, true, G><<<grid, G::kBlock, 0, stream>>>(p);
-  }
+  if (p.kernel == cuda::tbe_fwd::kKernelBags || p.check != cuda::tbe_fwd::kCheckOff)
+    return cuda::tbe_fwd::launch_tbe_forward<float, float, int64_t>(p, grid, stream);
+  cuda::tbe_fwd::tbe_forward_warp_kernel<float, float, int64_t, C, kBytes><<<grid, C::kBlock, 0, stream>>>(p);
   EMBSCALE_CHECK_LAUNCH("tbe_forward_warp_kernel");
   return Status::Ok();
 }
@@ -86,8 +84,8 @@ const std::vector<CompiledVariant>& compiled() {
       variant<V2U4>("v2u4", "2 vectors/lane, unroll 4, 3 blocks/SM"),
       variant<NoL1>("nol1", "default + row loads with L1::no_allocate"),
       variant<ForwardPolicy::Bags>("bags", "the library's bags kernel for every call (no plain kernels)"),
-      warp<FwdConfig<128, 8, 8, 1, false>, 16>("warp-u8", "plain calls: the warp kernel at unroll 8 (4 for two vectors a lane)"),
-      warp<ForwardPolicy::Warp, 8>("warp-8b", "plain calls: the warp kernel on 8-byte vectors (fp32 D = 34..64 a whole warp)"),
+      warp<FwdConfig<128, 8, 8, 1, false>, 16>("warp-u8", "plain calls without bounds checks: the warp kernel at unroll 8 (4 for two vectors a lane)"),
+      warp<ForwardPolicy::Warp, 8>("warp-8b", "plain calls without bounds checks: the warp kernel on 8-byte vectors (fp32 D = 34..64 a whole warp)"),
   };
   return all;
 }

@@ -65,9 +65,9 @@ std::vector<TbeCase> variant_cases() {
   e.index_dtype = DType::kI32;
   e.seed = 703;
   cases.push_back(e);
-  // Plain calls whose features all take one walk (the plain kernels' cases): one 16-byte vector per lane
-  // (D=128, 64: the vector kernel; the warp variants run it on the warp walk), whole-warp rows of two
-  // vectors a lane (D=160, 192; D=256's 64 vectors) and of passes (D=512).
+  // Plain calls whose features all take one walk (the plain kernels' cases), without and with bounds
+  // checks: one 16-byte vector per lane (D=128, 64: the vector kernel; the warp variants run it on the warp
+  // walk), whole-warp rows of two vectors a lane (D=160, 192; D=256's 64 vectors) and of passes (D=512).
   for (const std::vector<int>& dims :
        {std::vector<int>{128, 64, 128}, std::vector<int>{160, 192, 160}, std::vector<int>{256, 128, 512}}) {
     TbeCase s;
@@ -78,6 +78,11 @@ std::vector<TbeCase> variant_cases() {
     s.variable_bag_size = true;
     s.alpha = 1.15;
     s.bounds = BoundsCheckMode::kOff;
+    s.seed = 710 + cases.size();
+    cases.push_back(s);
+    // The same rows with bounds checks: the library's checked plain kernels (the warp variants leave
+    // checked calls to them).
+    s.bounds = BoundsCheckMode::kWarn;
     s.seed = 710 + cases.size();
     cases.push_back(s);
   }

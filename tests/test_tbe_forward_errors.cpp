@@ -368,12 +368,28 @@ TEST_P(TbeForwardErrors, OffModeClampsBrokenOffsetsOnThePlainKernels) {
   }
 }
 
+// A small integer (|k| <= 8) as fp16 / bf16 bits (exact).
+uint16_t small_int_bits(int k, DType dtype) {
+  if (dtype == DType::kBF16) {
+    const float f = static_cast<float>(k);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+  }
+  if (k == 0) return 0;
+  const int a = k < 0 ? -k : k;
+  int e = 0;
+  while ((2 << e) <= a) ++e;  // 2^e <= a < 2^(e+1)
+  const int mantissa = (a - (1 << e)) << (10 - e);
+  return static_cast<uint16_t>((k < 0 ? 0x8000 : 0) | ((e + 15) << 10) | mantissa);
+}
+
 // Skip, warn and error modes on the plain kernels' checked forms (CUDA: rows of a whole warp, one or two
-// vectors a lane or in passes, and rows of one vector a lane; the CPU runs its own kernel on the same
-// cases): invalid indices spread over bags and 32-lookup chunks, among them values that are valid in
-// their low 32 bits (2^32 + 3), against the reference: skip and warn pool the valid lookups (MEAN over
-// their count) and count the rest, error mode names the first invalid lookup. Small-integer weights, so
-// sums are exact.
+// vectors a lane or in passes, and rows of one vector a lane, alone or with passes; the CPU runs its own
+// kernel on the same cases), every weights and output dtype: invalid indices spread over bags and 32-lookup
+// chunks, among them values that are valid in their low 32 bits (2^32 + 3), against the reference: skip
+// and warn pool the valid lookups (MEAN over their count) and count the rest, error mode names the first
+// invalid lookup. Small-integer weights, so sums are exact before the output's rounding.
 TEST_P(TbeForwardErrors, CheckedModesOnThePlainKernels) {
   constexpr int64_t kRows = 40;
   constexpr int64_t B = 6;
@@ -381,20 +397,43 @@ TEST_P(TbeForwardErrors, CheckedModesOnThePlainKernels) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   const Context ctx = GetParam() == Backend::kCuda ? Context::cuda() : Context::cpu();
-  for (const std::vector<int>& dims : {std::vector<int>{128, 128}, std::vector<int>{160}, std::vector<int>{516},
-                                       std::vector<int>{32, 64}, std::vector<int>{4}}) {
+  struct Set {
+    std::vector<int> dims;
+    DType weights, output;
+  };
+  const std::vector<Set> sets = {
+      {{128, 128}, DType::kF32, DType::kF32}, {{160}, DType::kF32, DType::kF32},  // warp: 1, 2 vectors a lane
+      {{516}, DType::kF32, DType::kBF16},                                      // warp: passes
+      {{32, 64}, DType::kF32, DType::kF32},   {{4}, DType::kF32, DType::kF16},   // vector kernel
+      {{4, 512}, DType::kF32, DType::kF32},                                    // vector kernel with passes
+      {{256}, DType::kF16, DType::kF16},      {{136}, DType::kBF16, DType::kF32},  // 16-bit weights: warp
+      {{520}, DType::kF16, DType::kF32},      {{64, 8}, DType::kBF16, DType::kBF16},  // passes; vector
+  };
+  for (const Set& set : sets) {
+    const std::vector<int>& dims = set.dims;
     for (DType index_dtype : {DType::kI64, DType::kI32}) {
       TbeConfig cfg;
       for (int d : dims) cfg.tables.push_back(TableSpec{kRows, d});
+      cfg.weights_dtype = set.weights;
       std::unique_ptr<TableBatchedEmbedding> tbe;
       ASSERT_TRUE(TableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
       const int T = static_cast<int>(dims.size());
       ref::Config rc;
       rc.num_rows.assign(dims.size(), kRows);
       rc.dims = dims;
+      rc.weights_dtype = set.weights;
       for (int f = 0; f < T; ++f) rc.feature_table.push_back(f);
-      std::vector<float> w(static_cast<size_t>(tbe->num_weights()));
-      for (float& x : w) x = static_cast<float>(static_cast<int>(rng() % 17) - 8);
+      const size_t w_size = dtype_size(set.weights);
+      std::vector<unsigned char> w(static_cast<size_t>(tbe->num_weights()) * w_size);
+      for (int64_t i = 0; i < tbe->num_weights(); ++i) {
+        const int k = static_cast<int>(rng() % 17) - 8;
+        if (set.weights == DType::kF32) {
+          reinterpret_cast<float*>(w.data())[i] = static_cast<float>(k);
+        } else {
+          reinterpret_cast<uint16_t*>(w.data())[i] = small_int_bits(k, set.weights);
+          ASSERT_EQ(ref::decode(w.data(), set.weights, i), k);
+        }
+      }
       std::vector<int64_t> indices, offsets{0};
       for (int64_t item = 0; item < T * B; ++item) {
         for (int l = static_cast<int>(rng() % 75); l > 0; --l) indices.push_back(static_cast<int64_t>(rng() % kRows));
@@ -407,10 +446,11 @@ TEST_P(TbeForwardErrors, CheckedModesOnThePlainKernels) {
               ? std::vector<int64_t>{-1, kRows, (int64_t{1} << 32) + 3, int64_t{1} << 40, -(int64_t{1} << 33)}
               : std::vector<int64_t>{-1, kRows, INT32_MAX, INT32_MIN};
       for (int k = 0; k < 12; ++k) indices[static_cast<size_t>(rng() % N)] = bad[static_cast<size_t>(k) % bad.size()];
-      Buffer d_w(GetParam(), w.size() * 4), d_idx(GetParam(), static_cast<size_t>(N) * 8),
-          d_off(GetParam(), offsets.size() * 8), d_out(GetParam(), static_cast<size_t>(B * tbe->total_dim()) * 4),
+      const size_t out_size = dtype_size(set.output);
+      Buffer d_w(GetParam(), w.size()), d_idx(GetParam(), static_cast<size_t>(N) * 8),
+          d_off(GetParam(), offsets.size() * 8), d_out(GetParam(), static_cast<size_t>(B * tbe->total_dim()) * out_size),
           d_skipped(GetParam(), 8);
-      ASSERT_TRUE(copy_to_backend(ctx, d_w.data(), w.data(), w.size() * 4).ok());
+      ASSERT_TRUE(copy_to_backend(ctx, d_w.data(), w.data(), w.size()).ok());
       if (index_dtype == DType::kI64) {
         ASSERT_TRUE(copy_to_backend(ctx, d_idx.data(), indices.data(), indices.size() * 8).ok());
         ASSERT_TRUE(copy_to_backend(ctx, d_off.data(), offsets.data(), offsets.size() * 8).ok());
@@ -421,19 +461,20 @@ TEST_P(TbeForwardErrors, CheckedModesOnThePlainKernels) {
       }
       for (BoundsCheckMode mode : {BoundsCheckMode::kSkip, BoundsCheckMode::kWarn, BoundsCheckMode::kError}) {
         for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean}) {
-          const std::string at = "D=" + std::to_string(dims[0]) + ", " + dtype_name(index_dtype) + ", " +
+          const std::string at = "D=" + std::to_string(dims[0]) + ", " + dtype_name(set.weights) + " -> " +
+                                 dtype_name(set.output) + ", " + dtype_name(index_dtype) + ", " +
                                  bounds_check_mode_name(mode) + ", " + pooling_mode_name(pool);
           ASSERT_TRUE(fill_bytes(ctx, d_out.data(), 0xff, d_out.bytes()).ok());
           ASSERT_TRUE(fill_bytes(ctx, d_skipped.data(), 0xff, 8).ok());
           TbeForwardArgs a;
-          a.weights = TensorView::vec(d_w.data(), DType::kF32, tbe->num_weights());
+          a.weights = TensorView::vec(d_w.data(), set.weights, tbe->num_weights());
           a.indices = TensorView::vec(d_idx.data(), index_dtype, N);
           a.offsets = TensorView::vec(d_off.data(), index_dtype, static_cast<int64_t>(offsets.size()));
           a.batch_size = B;
           a.pooling = pool;
           a.bounds_check = mode;
           a.num_skipped = d_skipped.as<int64_t>();
-          a.output = TensorView::mat(d_out.data(), DType::kF32, B, tbe->total_dim());
+          a.output = TensorView::mat(d_out.data(), set.output, B, tbe->total_dim());
           Status st = tbe->forward(ctx, a);
           const Status sync = synchronize(ctx);
           if (st.ok()) st = sync;
@@ -454,14 +495,17 @@ TEST_P(TbeForwardErrors, CheckedModesOnThePlainKernels) {
           ASSERT_TRUE(copy_to_host(ctx, &skipped, d_skipped.data(), 8).ok());
           EXPECT_EQ(skipped, r.skipped) << at;
           EXPECT_GT(r.skipped, 0) << at;
-          std::vector<float> got(r.out.size());
-          ASSERT_TRUE(copy_to_host(ctx, got.data(), d_out.data(), got.size() * 4).ok());
-          for (size_t i = 0; i < got.size(); ++i) {
-            // SUM: an exact integer; MEAN: the exact fp32 sum divided by the valid count, correctly rounded.
+          std::vector<unsigned char> got(r.out.size() * out_size);
+          ASSERT_TRUE(copy_to_host(ctx, got.data(), d_out.data(), got.size()).ok());
+          for (size_t i = 0; i < r.out.size(); ++i) {
+            // SUM: the exact integer; MEAN: the exact fp32 sum divided by the valid count (correctly rounded
+            // in fp32); then rounded once to the output dtype.
             const float sum = static_cast<float>(r.out[i]);
-            const float want =
+            const float value =
                 pool == PoolingMode::kMean && r.terms[i] > 0 ? sum / static_cast<float>(r.terms[i]) : sum;
-            ASSERT_EQ(got[i], want) << at << ", output element " << i;
+            ASSERT_EQ(ref::decode(got.data(), set.output, static_cast<int64_t>(i)),
+                      ref::round_to_dtype(value, set.output))
+                << at << ", output element " << i;
           }
         }
       }
