@@ -6,8 +6,9 @@ embscale.TableBatchedEmbeddingBags (impl "embscale_torch") hold the same tables:
 uniformly in [-1, 1], are copied into embscale's, and before each input distribution the weights and the
 optimizer state are copied again, so both start every check from the same state. Both run exact
 optimizers (no stochastic rounding), pooled SUM, fp32 output, without bounds checks (--bounds-check off) or
-each in its default checked mode (--bounds-check warn: FBGEMM's WARNING, embscale's warn; both drop an invalid
-index and report it without stopping the step).
+each in its default checked mode (--bounds-check warn: FBGEMM's WARNING, a bounds-check kernel before the lookup
+that replaces an invalid index with row 0 and counts it; embscale's warn, which drops it and counts it; neither
+stops the step).
 
 Cases: T tables of one D (or "mixed": each table's D a multiple of 4 in [16, 256], seeded), B bags of L
 lookups per table, rows per table E from the --gb budget of fp32 tables (E = gb GiB / (4 * sum of D)), so
