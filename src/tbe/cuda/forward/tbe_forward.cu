@@ -43,7 +43,7 @@ constexpr int kMaxGridY = 65535;
 
 // The forward kernel of the weights, output and index dtypes (launch_tbe_forward, instantiated in
 // tbe_forward_{f32,f16,bf16}.cu).
-Status launch_bags(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DType index_dtype, dim3 grid,
+Status launch_forward(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DType index_dtype, dim3 grid,
                    cudaStream_t s) {
   return dispatch_float(w_dtype, "weights", [&](auto tw) {
     return dispatch_float(out_dtype, "output", [&](auto to) {
@@ -149,7 +149,7 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
     if (shape.launch != nullptr) {
       EMBSCALE_RETURN_IF_ERROR(shape.launch(p, grid, stream));
     } else {
-      EMBSCALE_RETURN_IF_ERROR(launch_bags(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
+      EMBSCALE_RETURN_IF_ERROR(launch_forward(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
     }
   }
   if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
