@@ -220,14 +220,16 @@ def newest_run(results_dir, peer):
 
 def runs_of(results_dir, peer):
     """Every run holding records of impl `peer`, oldest first: (date, file name, that file's records of that
-    date), ordered by date and then file name (of one date, the file named last is the newer)."""
+    date), ordered by date, then by the records' UTC start time ("time", HH:MM; records without one count as
+    the day's earliest), then by file name."""
     runs = []
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
         with open(path) as f:
             recs = [json.loads(line) for line in f if line.strip()]
         for date in sorted({r.get("date", "") for r in recs if r.get("impl") == peer}):
-            runs.append((date, os.path.basename(path), [r for r in recs if r.get("date", "") == date]))
-    return sorted(runs, key=lambda run: (run[0], run[1]))
+            of_date = [r for r in recs if r.get("date", "") == date]
+            runs.append((date, max(r.get("time", "") for r in of_date), os.path.basename(path), of_date))
+    return [(date, name, recs) for date, _, name, recs in sorted(runs, key=lambda run: run[:3])]
 
 
 def dim_key(d):

@@ -344,7 +344,8 @@ class Run:
         if checks is None:
             return
         keys = sets[0][0].view(T, -1) + torch.arange(T, device=self.dev).unsqueeze(1) * E
-        base = dict(date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(), device=self.device_name,
+        now = datetime.datetime.now(datetime.timezone.utc)
+        base = dict(date=now.date().isoformat(), time=now.strftime("%H:%M"), device=self.device_name,
                     backend=a.device, harness="tbe_vs_fbgemm", num_tables=T, batch_size=B, embedding_dim=d,
                     bag_size=L, num_embeddings=E, tables_gib=a.gb, alpha=alpha, weights_precision=dtype,
                     output_dtype="fp32", pooling="sum", weighted=False, indices_dtype="int64", bounds_check=a.bounds_check,

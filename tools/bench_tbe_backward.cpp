@@ -119,6 +119,9 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
     return refuse("--optimizer", "'" + a.optimizer + "'; expected sgd, rowwise_adagrad, adam, partial_rowwise_adam or none");
   if (!(a.learning_rate >= 0.0f) || !std::isfinite(a.learning_rate))
     return refuse("--learning-rate", "expected a finite value >= 0");
+  if (a.rounding != "nearest" && a.rounding != "stochastic")
+    return refuse("--rounding", "'" + a.rounding + "'; expected nearest or stochastic");
+  const WeightRounding rounding = a.rounding == "nearest" ? WeightRounding::kNearest : WeightRounding::kStochastic;
   std::vector<TbeBackwardTuning> tunings;
   if (sweep == nullptr || sweep->tunings.empty()) {
     if (a.max_warp_segment < 0 || a.max_block_segment < 0 || a.block_threads < 0)
@@ -188,6 +191,7 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
                              : TensorView::mat(grad_out.data(), p.out_dtype, p.B, tbe->total_dim());
     b.optimizer.type = o;
     b.optimizer.learning_rate = a.learning_rate;
+    b.rounding = rounding;
     if (o == OptimizerType::kRowwiseAdagrad) b.optimizer.eps = 0.1f;  // FBGEMM's benchmark default
     const int64_t n1 = static_cast<int64_t>(state_floats(o, true, *tbe)), n2 = static_cast<int64_t>(state_floats(o, false, *tbe));
     if (n1 > 0) b.momentum1 = TensorView::vec(m1.data(), DType::kF32, n1);
@@ -328,6 +332,7 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
     tbe_bench::config_fields(p, &rec);
     rec["optimizer"] = optimizer_name(otype);
     rec["learning_rate"] = a.learning_rate;
+    rec["rounding"] = a.rounding;
     rec["max_warp_segment"] = tuning.max_warp_segment;
     rec["max_block_segment"] = tuning.max_block_segment;
     rec["block_threads"] = tuning.block_threads;
@@ -368,6 +373,8 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
       std::snprintf(tune_note, sizeof tune_note, " warp<=%d block<=%d threads=%d", tuning.max_warp_segment,
                     tuning.max_block_segment, tuning.block_threads);
     if (tuning.short_key_sort) std::strncat(tune_note, " short-key-sort", sizeof tune_note - std::strlen(tune_note) - 1);
+    if (rounding == WeightRounding::kNearest && p.w_dtype != DType::kF32)
+      std::strncat(tune_note, " nearest", sizeof tune_note - std::strlen(tune_note) - 1);
     char line[768];
     std::snprintf(line, sizeof line,
                   "%s %s T=%d B=%lld D=%s L=%d%s E=%lld alpha=%g %s grad=%s idx=%s %s%s bounds=%s lr=%g%s: %.1f us, "
@@ -399,6 +406,8 @@ void add_backward_options(CLI::App* sub, BwdArgs* a) {
                 "several tables interleave)");
   add_real_option(sub, "--learning-rate", &a->learning_rate, 0.0f, FLT_MAX, "learning rate (finite, >= 0)")
       ->default_str("0.1");
+  sub->add_option("--rounding", a->rounding, "fp16/bf16 weights after an update: stochastic or nearest")
+      ->capture_default_str();
 }
 
 }  // namespace tools

@@ -25,6 +25,7 @@ struct BwdArgs {
   int block_threads = 0;
   bool short_key_sort = false;
   float learning_rate = 0.1f;  // FBGEMM's benchmark default (row-wise Adagrad lr=0.1, eps=0.1)
+  std::string rounding = "stochastic";  // fp16/bf16 weights: TbeBackwardArgs::rounding (the library's default)
 };
 
 // Adds BwdArgs's flags to a subcommand.

@@ -84,6 +84,7 @@ TBE_BACKWARD = dict(TBE_COMMON, **{
     "--block-threads": (None, "number:0,32,64"),
     "--learning-rate": (None, "real:0,0.1,1"),
     "--short-key-sort": (None, "flag"),
+    "--rounding": (None, "text:stochastic,nearest"),
 })
 SUBCOMMANDS = {
     "info": (["info"], {}),

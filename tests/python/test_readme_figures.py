@@ -89,6 +89,23 @@ def test_peer_tables_come_from_the_newest_run(tmp_path):
     assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part
 
 
+def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):
+    """Of two runs on one date, the later by its records' time wins whatever the file names; a run without
+    a time counts as the day's earliest."""
+    gen = load_generator()
+    def run(fb, time=None):
+        recs = [tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 128, fb, fb),
+                tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, 128, 100.0, 100.0)]
+        return [dict(r, time=time) if time else r for r in recs]
+    for name, recs in (("2026-12-02-a.jsonl", run(300.0, "14:05")), ("2026-12-02-b.jsonl", run(200.0, "09:30")),
+                       ("2026-12-02-c.jsonl", run(400.0))):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert [name for _, name, _ in gen.runs_of(str(tmp_path), "fbgemm")] == [
+        "2026-12-02-c.jsonl", "2026-12-02-b.jsonl", "2026-12-02-a.jsonl"]
+    fbgemm = gen.peer_sections(str(tmp_path))[0]
+    assert "| forward, fp32, uniform | 3× (3×) |" in fbgemm
+
+
 def test_cpu_peer_table_comes_from_the_newest_run(tmp_path):
     gen = load_generator()
     assert gen.cpu_peer_sections(str(tmp_path)) == []  # no FBGEMM CPU records: no table

@@ -40,10 +40,10 @@ constexpr int kLinearizeLoads = 4;    // indices a linearize thread loads at onc
 constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
 constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
 // The lane-group variant, per weights dtype (see the doc's History): fp32 rows run best without spills (2 blocks,
-// <= 128 registers), fp16/bf16 rows, whose stochastic rounding makes them compute-bound, with more
-// warps (4 blocks, <= 64 registers).
+// <= 128 registers), fp16/bf16 rows with 3 blocks (<= 80 registers): more warps hide the rounding's
+// arithmetic, while at 4 blocks (<= 64 registers) the spills cost more than the warps bring.
 template <typename W>
-constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 4; }
+constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 3; }
 
 // Counters in the workspace (zeroed at the start of every call).
 enum Counter : int {
