@@ -39,11 +39,16 @@ constexpr int kLinearizeSpan = 8192;  // lookups of a linearize block whose bags
 constexpr int kLinearizeLoads = 4;    // indices a linearize thread loads at once
 constexpr int kRowThreads = 256;      // threads per block of the warp-per-row, combine and psw kernels
 constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads per SM (<= 85 registers)
-// The lane-group variant, per weights dtype (see the doc's History): fp32 rows run best without spills (2 blocks,
-// <= 128 registers), fp16/bf16 rows with 3 blocks (<= 80 registers): more warps hide the rounding's
+// Blocks per SM of the lane-group kernel, by weights dtype and shape (kRows: rows per warp; 8 and 16 are
+// the narrow shapes, rows up to 32 columns), measured (see the doc's History): fp32 rows of the wide
+// shapes run best without spills (2 blocks, <= 128 registers); fp16/bf16 rows and fp32 rows of the
+// narrow shapes with 3 (<= 80 registers): more warps in flight for short rows and the rounding's
 // arithmetic, while at 4 blocks (<= 64 registers) the spills cost more than the warps bring.
-template <typename W>
-constexpr int group_rows_min_blocks() { return sizeof(W) == 4 ? 2 : 3; }
+template <typename W, int kRows>
+constexpr int group_rows_min_blocks() {
+  if constexpr (sizeof(W) == 4) return kRows >= 8 ? 3 : 2;
+  else return 3;
+}
 
 // Counters in the workspace (zeroed at the start of every call).
 enum Counter : int {
