@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Host overhead of a TableBatchedEmbeddingBags step on the CPU: what the Python path adds to the C call.
+"""Host overhead of a TableBatchedEmbeddingBags step: what the Python path adds to the C call.
 
 For each config, one thread (torch.set_num_threads(1); the library takes torch's thread count), times:
 
@@ -13,6 +13,12 @@ median and min of --reps calls (wall clock, time.perf_counter) after --warmup ca
 interleaved rep by rep so the load of a shared machine falls on all of them, and the overhead of each
 against the C call. --profile prints a cProfile of the module's step (cumulative time, top entries):
 where module - capi goes.
+
+--device cuda: the same on the GPU, where each call only enqueues work: the host time of a call is timed
+with the device idle before it (synchronised outside the timed region), and a last column gives the
+device time of the step's kernels (CUDA events around it, the queue drained before), the time the host
+path has to stay under for the GPU never to wait. The "bench" config is the GPU benchmarks' shape
+(T=32 tables of 2^22 rows, D=32, B=8192, L=20: 16 GiB of fp32 tables).
 
 Needs embscale importable (PYTHONPATH=python, EMBSCALE_LIBRARY=<build>/libembscale_c.so).
 """
@@ -32,23 +38,24 @@ from embscale import _capi, ops
 from embscale._ops_common import _context, _desc, _optional_desc
 
 # name -> (T, E, D, B, L)
-CONFIGS = {"tiny": (2, 100, 16, 8, 2), "medium": (8, 10_000, 64, 256, 20)}
+CONFIGS = {"tiny": (2, 100, 16, 8, 2), "medium": (8, 10_000, 64, 256, 20), "bench": (32, 1 << 22, 32, 8192, 20)}
 
 
-def make_inputs(T, E, D, B, L, seed):
+def make_inputs(T, E, D, B, L, seed, device):
     """Uniform indices, bags of exactly L, and an output gradient [B, T*D], all from `seed`."""
     g = torch.Generator().manual_seed(seed)
     indices = torch.randint(0, E, (T * B * L,), generator=g, dtype=torch.int64)
     offsets = torch.arange(0, T * B * L + 1, L, dtype=torch.int64)
-    return indices, offsets, torch.randn(B, T * D, generator=g)
+    return indices.to(device), offsets.to(device), torch.randn(B, T * D, generator=g).to(device)
 
 
 def capi_calls(tbe, indices, offsets, grad_output):
     """The forward and the backward as bare ctypes calls, everything prebuilt."""
     h = ops.tbe_handle(tbe._handle_id)
-    ptr, ctx = ctypes.c_void_p(h.ptr), _context(torch.device("cpu"))
-    out = torch.empty(grad_output.shape)
-    skipped = torch.zeros(1, dtype=torch.int64)
+    dev = grad_output.device
+    ptr, ctx = ctypes.c_void_p(h.ptr), _context(dev)
+    out = torch.empty(grad_output.shape, device=dev)
+    skipped = torch.zeros(1, dtype=torch.int64, device=dev)
     f = _capi.TbeForwardArgs()
     f.weights, f.indices, f.offsets = _desc(tbe.weights), _desc(indices), _desc(offsets)
     f.batch_size, f.pooling, f.bounds_check = grad_output.shape[0], _capi.POOLING["sum"], _capi.BOUNDS_CHECK["off"]
@@ -62,7 +69,7 @@ def capi_calls(tbe, indices, offsets, grad_output):
     nbytes = ctypes.c_size_t(0)
     _capi.check(_capi.lib.embscale_tbe_backward_workspace_size(ptr, ctypes.byref(ctx), ctypes.byref(b),
                                                                ctypes.byref(nbytes)))
-    ws = torch.empty(nbytes.value, dtype=torch.uint8)
+    ws = torch.empty(nbytes.value, dtype=torch.uint8, device=dev)
     ws_ptr = ws.data_ptr() if nbytes.value else None
     fwd_fn, bwd_fn = _capi.lib.embscale_tbe_forward, _capi.lib.embscale_tbe_backward
     ctx_ref, f_ref, b_ref = ctypes.byref(ctx), ctypes.byref(f), ctypes.byref(b)
@@ -78,10 +85,10 @@ def capi_calls(tbe, indices, offsets, grad_output):
     return forward, step, keep
 
 
-def variants(T, E, D, B, L, seed):
+def variants(T, E, D, B, L, seed, device):
     tbe = embscale.TableBatchedEmbeddingBags([(E, D)] * T, optimizer="sgd", learning_rate=1e-6, bounds_check="off",
-                                             data_parallel_group=None)
-    indices, offsets, grad_output = make_inputs(T, E, D, B, L, seed)
+                                             data_parallel_group=None, device=device)
+    indices, offsets, grad_output = make_inputs(T, E, D, B, L, seed, device)
     capi_forward, capi_step, keep = capi_calls(tbe, indices, offsets, grad_output)
     cfg = (tbe._handle_id, B, "sum", "off", T * D, torch.float32)
 
@@ -109,19 +116,32 @@ def variants(T, E, D, B, L, seed):
             "module step": module_step}, keep
 
 
-def time_variants(fns, reps, warmup):
+def time_variants(fns, reps, warmup, cuda):
+    """name -> (median, min) host µs, and on CUDA name -> median device µs (events, queue drained first)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     samples = {name: [] for name in fns}
+    events = {name: [] for name in fns}
     names = list(fns)
     for r in range(reps):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
+            if cuda:
+                torch.cuda.synchronize()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
             t0 = time.perf_counter()
             fns[name]()
             samples[name].append(time.perf_counter() - t0)
-    return {name: (statistics.median(s) * 1e6, min(s) * 1e6) for name, s in samples.items()}
+            if cuda:
+                e1.record()
+                events[name].append((e0, e1))
+    if cuda:
+        torch.cuda.synchronize()
+    host = {name: (statistics.median(s) * 1e6, min(s) * 1e6) for name, s in samples.items()}
+    dev = {name: statistics.median(a.elapsed_time(b) * 1e3 for a, b in ev) for name, ev in events.items() if ev}
+    return host, dev
 
 
 def main(argv):
@@ -131,24 +151,29 @@ def main(argv):
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--seed", type=int, default=20261201)
     p.add_argument("--profile", action="store_true", help="also print a cProfile of the module step")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = p.parse_args(argv)
+    device = torch.device(a.device)
     torch.set_num_threads(1)
     print(f"embscale {_capi.version()}, torch "
           f"{torch.__version__}, seed {a.seed}, reps {a.reps}, load average {os.getloadavg()[0]:.2f}")
     for name in a.configs.split(","):
         T, E, D, B, L = CONFIGS[name]
-        fns, keep = variants(T, E, D, B, L, a.seed)
-        res = time_variants(fns, a.reps, a.warmup)
-        print(f"\n{name}: T={T} E={E} D={D} B={B} L={L} (sgd, bounds_check off)")
-        print(f"{'':28s} {'median us':>10s} {'min us':>10s} {'+median vs capi':>16s}")
+        fns, keep = variants(T, E, D, B, L, a.seed, device)
+        res, dev = time_variants(fns, a.reps, a.warmup, device.type == "cuda")
+        print(f"\n{name}: T={T} E={E} D={D} B={B} L={L} (sgd, bounds_check off, {a.device})")
+        print(f"{'':28s} {'median us':>10s} {'min us':>10s} {'+median vs capi':>16s}"
+              + (f" {'device us':>10s}" if dev else ""))
         for v, (med, mn) in res.items():
             base = res["capi step" if "step" in v else "capi forward"][0]
-            print(f"{v:28s} {med:10.1f} {mn:10.1f} {med - base:16.1f}")
+            print(f"{v:28s} {med:10.1f} {mn:10.1f} {med - base:16.1f}" + (f" {dev[v]:10.1f}" if dev else ""))
         if a.profile:
             prof = cProfile.Profile()
             prof.enable()
             for _ in range(a.reps):
                 fns["module step"]()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
             prof.disable()
             print(f"\ncProfile of {a.reps} module steps ({name}), by own time:")
             pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)

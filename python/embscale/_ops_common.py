@@ -94,23 +94,33 @@ def _optional_desc(t):
     return d
 
 
+# The current stream of a CUDA device as a raw cudaStream_t, without building a torch.cuda.Stream (the
+# accessor torch's own generated code uses; torch.cuda.current_stream where a build lacks it).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _context(device):
     c = _capi.Context()
     c.backend = _capi.BACKEND[device.type]
     if device.type == "cuda":
-        c.stream = torch.cuda.current_stream(device).cuda_stream
+        c.stream = (_raw_stream(device.index) if _raw_stream is not None and device.index is not None
+                    else torch.cuda.current_stream(device).cuda_stream)
     else:
         c.num_threads = torch.get_num_threads()
     return c
 
 
+def _call(device, fn, *args):
+    """Calls C function fn with args on the right CUDA device; returns its status code."""
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return fn(*args)
+    return fn(*args)
+
+
 def _run(device, fn, *args):
     """Calls C function fn with args on the right CUDA device; raises on a failed status."""
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            _capi.check(fn(*args))
-    else:
-        _capi.check(fn(*args))
+    _capi.check(_call(device, fn, *args))
 
 
 def _workspace(device, size_fn, *args):

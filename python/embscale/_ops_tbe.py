@@ -20,8 +20,8 @@ from torch.utils import _python_dispatch
 from torch import Tensor
 
 from . import _capi
-from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _check_backend, _check_dtype, _context, _desc,
-                          _lookup, _optional_desc, _ptr, _run, _same_device)
+from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _call, _check_backend, _check_dtype, _context,
+                          _desc, _lookup, _optional_desc, _ptr, _run, _same_device)
 
 # Layout of a TBE module's hyper-parameter tensor (CPU float64), read by tbe_backward at every call so
 # a learning rate set between steps is seen even inside a compiled graph. tbe_backward advances `step`.
@@ -58,7 +58,8 @@ class TbeHandle:
         self.feature_dims = [int(dims[t]) for t in feature_table_map]
         self.num_features = len(self.feature_dims)
         self.lock = threading.Lock()
-        self.cpu_workspace = torch.empty(0, dtype=torch.uint8)  # see _backward_workspace
+        self.workspace_bytes = 0  # the backward's, see _run_backward
+        self.cpu_workspace = torch.empty(0, dtype=torch.uint8)
         self.ptr = None
         ctx = _capi.Context()
         ctx.backend = _capi.BACKEND["cpu" if device.type == "meta" else device.type]
@@ -212,8 +213,10 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
 
 
 def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
-                      output_cols, output_dtype):
-    """tbe_forward's body, which the module calls directly in eager mode (eager_call)."""
+                      output_cols, output_dtype, count_skipped=True):
+    """tbe_forward's body, which the module calls directly in eager mode (eager_call). With count_skipped
+    False the count of skipped indices is None in the modes that skip none ("off", "error"): the module
+    does not read it there, and a zeroed tensor costs an allocation and a fill on the device per call."""
     dev, h, pooling_code, bounds_code, rows = _tbe_forward_checks(
         weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check, output_cols,
         output_dtype)
@@ -221,14 +224,15 @@ def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, bat
     weights, indices, offsets = weights.contiguous(), indices.contiguous(), offsets.contiguous()
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
     out = torch.empty((rows, output_cols), dtype=output_dtype, device=dev)
-    num_skipped = torch.zeros(1, dtype=torch.int64, device=dev)
+    num_skipped = (torch.zeros(1, dtype=torch.int64, device=dev) if count_skipped or bounds_check in ("skip", "warn")
+                   else None)
     a = _capi.TbeForwardArgs()
     a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
     a.per_sample_weights = _optional_desc(psw)
     a.batch_size = batch_size
     a.pooling, a.bounds_check = pooling_code, bounds_code
     a.output = _desc(out, (rows, output_cols))
-    a.num_skipped = num_skipped.data_ptr()
+    a.num_skipped = None if num_skipped is None else num_skipped.data_ptr()
     with h.lock:
         _run(dev, _capi.lib.embscale_tbe_forward, ctypes.c_void_p(h.ptr), ctypes.byref(_context(dev)),
              ctypes.byref(a))
@@ -271,21 +275,33 @@ def _checked_step(value):
     return int(value)
 
 
-def _backward_workspace(dev, h, ctx, a):
-    """The backward's workspace (a uint8 tensor of the size the library asks) and that size. On the CPU a
-    view of the handle's buffer, kept between calls and grown to the largest size asked: the call has
-    finished with it when it returns, and the caller holds the handle's lock, so no other call uses it
-    meanwhile (a new buffer per call costs an allocation, and above the C allocator's mmap threshold the
-    page faults of fresh memory: a large batch's workspace is tens of MiB). On CUDA a new one from torch's
-    caching allocator on the current stream, which is cheap and follows the stream's order."""
-    nbytes = ctypes.c_size_t(0)
-    _run(dev, _capi.lib.embscale_tbe_backward_workspace_size, ctypes.c_void_p(h.ptr), ctypes.byref(ctx),
-         ctypes.byref(a), ctypes.byref(nbytes))
-    if dev.type != "cpu":
-        return torch.empty(nbytes.value, dtype=torch.uint8, device=dev), nbytes.value
-    if h.cpu_workspace.numel() < nbytes.value:
-        h.cpu_workspace = torch.empty(nbytes.value, dtype=torch.uint8)
-    return h.cpu_workspace[:nbytes.value], nbytes.value
+def _run_backward(dev, h, ctx, a):
+    """The C backward with a workspace of the largest size this handle's calls have asked for, so most
+    calls skip the size query: a call whose workspace is too small is refused before it writes anything
+    (WORKSPACE_TOO_SMALL), and is then made again after the size query. On the CPU the buffer itself is
+    kept on the handle: the call has finished with it when it returns, and the caller holds the handle's
+    lock, so no other call uses it meanwhile (a new buffer per call costs an allocation, and above the C
+    allocator's mmap threshold the page faults of fresh memory: a large batch's workspace is tens of MiB).
+    On CUDA each call takes one from torch's caching allocator on the current stream, which is cheap and
+    follows the stream's order."""
+    tbe = ctypes.c_void_p(h.ptr)
+    for attempt in range(2):
+        if attempt == 1:
+            nbytes = ctypes.c_size_t(0)
+            _run(dev, _capi.lib.embscale_tbe_backward_workspace_size, tbe, ctypes.byref(ctx), ctypes.byref(a),
+                 ctypes.byref(nbytes))
+            h.workspace_bytes = max(h.workspace_bytes, nbytes.value)
+        size = h.workspace_bytes
+        if dev.type == "cpu":
+            if h.cpu_workspace.numel() < size:
+                h.cpu_workspace = torch.empty(size, dtype=torch.uint8)
+            ws = h.cpu_workspace
+        else:
+            ws = torch.empty(size, dtype=torch.uint8, device=dev)
+        rc = _call(dev, _capi.lib.embscale_tbe_backward, tbe, ctypes.byref(ctx), ctypes.byref(a), _ptr(ws), size)
+        if rc != _capi.WORKSPACE_TOO_SMALL or attempt == 1:
+            _capi.check(rc)
+            return
 
 
 def _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code, grad_psw):
@@ -312,25 +328,26 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
     The hyper-parameters are read from hparams when the call starts, under the handle's lock, and the
     step is advanced under it, so concurrent calls on one handle each see and advance their own step.
     Any error leaves weights, optimizer state and step as they were."""
-    return tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indices, offsets,
-                              per_sample_weights, handle, batch_size, pooling, bounds_check, optimizer,
-                              weight_decay_mode, stochastic_rounding, seed, grad_per_sample_weights)
+    grad_psw = tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indices, offsets,
+                                  per_sample_weights, handle, batch_size, pooling, bounds_check, optimizer,
+                                  weight_decay_mode, stochastic_rounding, seed, grad_per_sample_weights)
+    return weights.new_empty((0,), dtype=torch.float32) if grad_psw is None else grad_psw
 
 
 def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights,
                        handle, batch_size, pooling, bounds_check, optimizer, weight_decay_mode, stochastic_rounding,
                        seed, grad_per_sample_weights):
     """tbe_backward's body, which the module calls directly in eager mode (eager_call); the caller bumps
-    the version counters of what it updated, as the operator's dispatch does."""
+    the version counters of what it updated, as the operator's dispatch does. Returns the per-sample
+    weights' gradient, or None when it was not asked for (the operator returns an empty tensor)."""
     dev, h, pooling_code, bounds_code, (opt_code, wd_code) = _tbe_backward_checks(
         weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights, handle,
         batch_size, pooling, bounds_check, optimizer, weight_decay_mode)
     _check_backend(dev)
     indices, offsets, grad_output = indices.contiguous(), offsets.contiguous(), grad_output.contiguous()
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
-    grad_psw = torch.empty(indices.numel() if grad_per_sample_weights else 0, dtype=torch.float32, device=dev)
-    a = _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code,
-                       grad_psw if grad_per_sample_weights else None)
+    grad_psw = torch.empty(indices.numel(), dtype=torch.float32, device=dev) if grad_per_sample_weights else None
+    a = _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code, grad_psw)
     # Optimizer state: an empty buffer is how a module says "this optimizer keeps none".
     a.momentum1 = _optional_desc(momentum1 if momentum1.numel() > 0 else None)
     a.momentum2 = _optional_desc(momentum2 if momentum2.numel() > 0 else None)
@@ -350,9 +367,7 @@ def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indi
         o.weight_decay, o.max_norm = hp[HPARAM["weight_decay"]], hp[HPARAM["max_norm"]]
         o.gradient_clipping = hp[HPARAM["gradient_clipping"]]
         o.step = step
-        ws, nbytes = _backward_workspace(dev, h, ctx, a)
-        _run(dev, _capi.lib.embscale_tbe_backward, ctypes.c_void_p(h.ptr), ctypes.byref(ctx), ctypes.byref(a),
-             _ptr(ws), nbytes)
+        _run_backward(dev, h, ctx, a)
         hparams[HPARAM["step"]] = step + 1
     return grad_psw
 
@@ -408,9 +423,7 @@ def tbe_dense_grad_eager(weights, grad_output, indices, offsets, per_sample_weig
     a.optimizer.step = 1  # read by no rule here, but a step is always checked to be >= 1
     ctx = _context(dev)
     with h.lock:
-        ws, nbytes = _backward_workspace(dev, h, ctx, a)
-        _run(dev, _capi.lib.embscale_tbe_backward, ctypes.c_void_p(h.ptr), ctypes.byref(ctx), ctypes.byref(a),
-             _ptr(ws), nbytes)
+        _run_backward(dev, h, ctx, a)
     return unique_rows, num_unique, unique_grads, grad_psw
 
 

@@ -98,8 +98,12 @@ class _Lookup(torch.autograd.Function):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
         forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
                    else torch.ops.embscale.tbe_forward)
-        out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
-                                   bounds_check, output_cols, output_dtype)
+        if forward is ops.tbe_forward_eager:  # no count where the module reads none (bounds_check off, error)
+            out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                                       bounds_check, output_cols, output_dtype, count_skipped=False)
+        else:
+            out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
+                                       bounds_check, output_cols, output_dtype)
         # The tables, the optimizer state and the hyper-parameters are held, not saved: the backward updates
         # them as they are when it runs (saved tensors would make autograd refuse a learning rate set after
         # the forward, and the second of two lookups of one module once the first one's backward has
@@ -107,7 +111,8 @@ class _Lookup(torch.autograd.Function):
         ctx.state = (weights, momentum1, momentum2, hparams)
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         ctx.cfg = cfg
-        ctx.mark_non_differentiable(num_skipped)
+        if num_skipped is not None:
+            ctx.mark_non_differentiable(num_skipped)
         return out, num_skipped
 
     @staticmethod

@@ -113,14 +113,25 @@ def test_training_steps(device, gen, optimizer, extra, pooling):
     assert tbe.weights.grad is None
 
 
-def test_training_steps_of_changing_batch_sizes(device, gen):
-    """Batches small, large, small, large: on the CPU the backward's workspace is kept by the module and
-    grown when a batch needs more, and every step still matches the reference."""
+def test_training_steps_of_changing_batch_sizes(device, gen, monkeypatch):
+    """Batches small, large, small, large: the module keeps the largest backward workspace size asked and
+    asks the library again only when a batch needs more (a too-small workspace is refused before anything
+    is written, then the call is made again); on the CPU it keeps the buffer too. Every step still matches
+    the reference."""
+    from embscale import _capi
+    queries = []
+    size_query = _capi.lib.embscale_tbe_backward_workspace_size
+
+    def counted(*args):
+        queries.append(len(workspaces))
+        return size_query(*args)
+
+    monkeypatch.setattr(_capi.lib, "embscale_tbe_backward_workspace_size", counted)
     specs, fmap = [(50, 8), (30, 5)], [0, 1, 0]
     tbe = make_module(specs, fmap, device, optimizer="rowwise_adagrad", **HP)
     tables = tables64(tbe)
     state = [{"m1": torch.zeros(r, dtype=torch.float64), "m2": None} for r, _ in specs]
-    workspaces = []
+    workspaces, sizes = [], []
     for step, B in enumerate((2, 60, 3, 90), start=1):
         indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), B, 6)
         grad_out = torch.randn(B, tbe.total_dim, generator=gen)
@@ -130,9 +141,11 @@ def test_training_steps_of_changing_batch_sizes(device, gen):
         for got, want in zip(tables64(tbe), tables):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         workspaces.append(embscale.ops.tbe_handle(tbe._handle_id).cpu_workspace)
+        sizes.append(embscale.ops.tbe_handle(tbe._handle_id).workspace_bytes)
+    assert sizes[0] < sizes[1] == sizes[2] < sizes[3]
+    assert queries == [0, 1, 3]  # steps 1, 2 and 4 grew it; step 3 fit
     if device.type == "cpu":  # grown for the larger batches, reused for the smaller one between them
-        sizes = [w.numel() for w in workspaces]
-        assert sizes[0] < sizes[1] == sizes[2] < sizes[3]
+        assert [w.numel() for w in workspaces] == sizes
         assert workspaces[2].data_ptr() == workspaces[1].data_ptr()
 
 

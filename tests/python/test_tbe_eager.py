@@ -130,3 +130,22 @@ def test_a_module_built_in_inference_mode_refuses_to_train_and_changes_nothing(g
     with pytest.raises(ValueError, match="hparams: an inference tensor"):
         m(indices, offsets).sum().backward()
     assert torch.equal(m.weights, before) and m.step == 1
+
+
+@pytest.mark.parametrize("bounds_check", ["off", "error", "skip", "warn"])
+def test_eager_forward_counts_skipped_indices_only_where_asked(device, gen, bounds_check):
+    """The module's eager forward asks for no count of skipped indices in the modes that skip none (no
+    allocation and fill per call); skip and warn still count, and the operator always returns one."""
+    m = embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=FMAP, device=device, bounds_check=bounds_check)
+    indices, offsets, _ = lookups(gen, device)
+    if bounds_check in ("skip", "warn"):
+        indices[0] = 10_000  # out of range: dropped and counted
+    args = (m.weights, indices, offsets, None, m._handle_id, B, "sum", bounds_check, TOTAL_DIM, torch.float32)
+    out, counted = ops.tbe_forward_eager(*args, count_skipped=False)
+    want_out, want_count = torch.ops.embscale.tbe_forward(*args)
+    assert torch.equal(out, want_out)
+    assert int(want_count) == (1 if bounds_check in ("skip", "warn") else 0)
+    if bounds_check in ("skip", "warn"):
+        assert int(counted) == 1
+    else:
+        assert counted is None
