@@ -6,6 +6,8 @@
 //    by chance (bf16 and fp16);
 //  * the sort keeps every row's lookups together when the linearised rows need a 12th key bit (rows
 //    2048 apart share their low 11 bits): dense-gradient mode and row-wise Adagrad against the reference;
+//    and when the rows fill a power of two (the sentinel key of lookups outside every bag needs a bit
+//    more) and lookups sit before offsets[0];
 //  * arguments refused with a message naming them, nothing written: eps = 0 for the Adam variants,
 //    negative tuning hints, written buffers aliasing inputs (unique_grads, grad_per_sample_weights);
 //  * buffers that touch without overlapping (one allocation cut into consecutive views) are accepted and
@@ -178,6 +180,119 @@ TEST_P(TbeBackwardContract, SortUsesEveryKeyBit) {
       const testing_tbe::BwdOutcome o = testing_tbe::run_backward_case(backend(), c);
       EXPECT_TRUE(o.failure.empty()) << o.failure;
       EXPECT_TRUE(o.reference_nonzero);
+    }
+  }
+}
+
+// Two tables of 256 rows: 512 = 2^9 rows, keys 0..511, and the sentinel key 512 of a lookup outside every
+// bag needs a 10th bit; a sort on the rows' 9 bits alone would rank the sentinel with row 0 (low bits 0).
+// The lookups outside every bag (3 before offsets[0], all naming row 0) must change nothing, and row 0 (a
+// hot row of features 0 and 2) must be updated once with exactly its bagged lookups' gradients, as the
+// reference does, and row 511 (the largest key, hot in feature 1) too. SGD (exact: integer values times
+// 0.25), row-wise Adagrad and dense mode (the unique rows ascending, with their summed gradients), in off
+// and error modes.
+TEST_P(TbeBackwardContract, PowerOfTwoRowsWithLookupsOutsideEveryBag) {
+  const uint64_t seed = 8128;
+  std::mt19937_64 rng(seed);
+  const std::vector<int64_t> rows = {256, 256};
+  const std::vector<int> dims = {4, 3}, fmap = {0, 1, 0};
+  const int64_t B = 8, T = 3;
+  std::vector<int64_t> idx = {0, 0, 0}, off;
+  for (int64_t f = 0; f < T; ++f) {
+    const int64_t hot = fmap[f] == 0 ? 0 : 255;
+    for (int64_t b = 0; b < B; ++b) {
+      off.push_back(static_cast<int64_t>(idx.size()));
+      const int64_t len = static_cast<int64_t>(rng() % 13);
+      for (int64_t l = 0; l < len; ++l)
+        idx.push_back(rng() % 10 < 4 ? hot : static_cast<int64_t>(rng() % rows[fmap[f]]));
+    }
+  }
+  off.push_back(static_cast<int64_t>(idx.size()));
+  const int64_t N = static_cast<int64_t>(idx.size());
+  TbeConfig cfg;
+  cfg.tables = {TableSpec{rows[0], dims[0]}, TableSpec{rows[1], dims[1]}};
+  cfg.feature_table_map = fmap;
+  std::unique_ptr<TableBatchedEmbedding> tbe;
+  ASSERT_TRUE(TableBatchedEmbedding::create(ctx(), cfg, &tbe).ok());
+  const int64_t NW = tbe->num_weights(), R = tbe->total_rows(), cols = tbe->total_dim();
+  std::vector<float> w0(NW), m0(R, 0.5f), go(B * cols);
+  for (int64_t i = 0; i < NW; ++i) w0[i] = static_cast<float>(i % 7) - 3.0f;
+  for (int64_t i = 0; i < B * cols; ++i) go[i] = static_cast<float>(i % 5) - 2.0f;
+  Buffer d_w(backend(), NW * 4), d_m1(backend(), R * 4), d_idx(backend(), N * 8), d_off(backend(), off.size() * 8),
+      d_go(backend(), go.size() * 4);
+  ASSERT_TRUE(copy_to_backend(ctx(), d_idx.data(), idx.data(), N * 8).ok());
+  ASSERT_TRUE(copy_to_backend(ctx(), d_off.data(), off.data(), off.size() * 8).ok());
+  ASSERT_TRUE(copy_to_backend(ctx(), d_go.data(), go.data(), go.size() * 4).ok());
+  ref::BwdInput in;
+  in.indices = idx;
+  in.offsets = off;
+  in.batch_size = B;
+  in.grad_output.assign(go.begin(), go.end());
+  const ref::BwdConfig rc{rows, dims, fmap};
+  for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad, OptimizerType::kNone}) {
+    for (BoundsCheckMode mode : {BoundsCheckMode::kOff, BoundsCheckMode::kError}) {
+      const std::string what = std::string(optimizer_name(opt)) + ", " + bounds_check_mode_name(mode) +
+                               ", seed " + std::to_string(seed);
+      ASSERT_TRUE(copy_to_backend(ctx(), d_w.data(), w0.data(), NW * 4).ok());
+      ASSERT_TRUE(copy_to_backend(ctx(), d_m1.data(), m0.data(), R * 4).ok());
+      Buffer d_rows(backend(), N * 8), d_count(backend(), 8), d_grads(backend(), N * tbe->max_dim() * 4);
+      TbeBackwardArgs a;
+      a.weights = TensorView::vec(d_w.data(), DType::kF32, NW);
+      a.indices = TensorView::vec(d_idx.data(), DType::kI64, N);
+      a.offsets = TensorView::vec(d_off.data(), DType::kI64, static_cast<int64_t>(off.size()));
+      a.batch_size = B;
+      a.bounds_check = mode;
+      a.grad_output = TensorView::mat(d_go.data(), DType::kF32, B, cols);
+      a.optimizer.type = opt;
+      a.optimizer.learning_rate = 0.25f;
+      a.optimizer.eps = 0.125f;
+      if (opt == OptimizerType::kRowwiseAdagrad) a.momentum1 = TensorView::vec(d_m1.data(), DType::kF32, R);
+      if (opt == OptimizerType::kNone) {
+        a.unique_rows = TensorView::vec(d_rows.data(), DType::kI64, N);
+        a.num_unique = d_count.as<int64_t>();
+        a.unique_grads = TensorView::vec(d_grads.data(), DType::kF32, N * tbe->max_dim());
+      }
+      size_t bytes = 0;
+      ASSERT_TRUE(tbe->backward_workspace_size(ctx(), a, &bytes).ok()) << what;
+      Buffer d_ws(backend(), bytes);
+      const Status st = tbe->backward(ctx(), a, d_ws.data(), bytes);
+      ASSERT_TRUE(st.ok()) << what << ": " << st.to_string();
+      ASSERT_TRUE(synchronize(ctx()).ok());
+      ref::BwdState rs;
+      rs.w.assign(w0.begin(), w0.end());
+      rs.m1.assign(m0.begin(), m0.end());
+      OptimizerParams p = a.optimizer;
+      const ref::BwdOutput want = ref::tbe_backward(rc, in, p, &rs);
+      ASSERT_GT(want.row_count.at(0), 5) << what << ": row 0 should be hot";
+      ASSERT_GT(want.row_count.at(R - 1), 3) << what << ": row 511 should be hot";
+      if (opt == OptimizerType::kNone) {
+        int64_t count = -1;
+        ASSERT_TRUE(copy_to_host(ctx(), &count, d_count.data(), 8).ok());
+        ASSERT_EQ(count, static_cast<int64_t>(want.row_grad.size())) << what;
+        std::vector<int64_t> urows(count);
+        std::vector<float> grads(N * tbe->max_dim());
+        ASSERT_TRUE(copy_to_host(ctx(), urows.data(), d_rows.data(), count * 8).ok());
+        ASSERT_TRUE(copy_to_host(ctx(), grads.data(), d_grads.data(), grads.size() * 4).ok());
+        int64_t u = 0;
+        for (const auto& kv : want.row_grad) {
+          ASSERT_EQ(urows[u], kv.first) << what << ": unique row " << u;
+          for (size_t d = 0; d < kv.second.size(); ++d)
+            EXPECT_EQ(grads[u * tbe->max_dim() + d], kv.second[d]) << what << ": row " << kv.first << ", column " << d;
+          ++u;
+        }
+        continue;
+      }
+      std::vector<float> w(NW), m1(R);
+      ASSERT_TRUE(copy_to_host(ctx(), w.data(), d_w.data(), NW * 4).ok());
+      ASSERT_TRUE(copy_to_host(ctx(), m1.data(), d_m1.data(), R * 4).ok());
+      for (int64_t i = 0; i < NW; ++i) {
+        if (opt == OptimizerType::kSgd)
+          EXPECT_EQ(w[i], rs.w[i]) << what << ": weights[" << i << "]";
+        else
+          EXPECT_NEAR(w[i], rs.w[i], 1e-5 * std::max(1.0, std::fabs(rs.w[i]))) << what << ": weights[" << i << "]";
+      }
+      if (opt == OptimizerType::kRowwiseAdagrad)
+        for (int64_t r = 0; r < R; ++r) EXPECT_NEAR(m1[r], rs.m1[r], 1e-5 * std::fabs(rs.m1[r])) << what << ": momentum1[" << r << "]";
     }
   }
 }
