@@ -26,7 +26,10 @@ Measurements (op names as `embscale bench tbe-forward` / `tbe-train` write them)
 Wall time: events around each step (CUDA events on the GPU, the host clock on the CPU), the two impls
 alternating step by step after warm-up; median_us is the median step. Kernel time (GPU only):
 torch.profiler over --profile-steps steps of one impl, the CUDA kernels' durations summed per step
-(kernel_us; copies and memsets are left out). Input sets rotate when one set's bytes are under three
+(kernel_us; copies and memsets are left out). Loop time (GPU only): --iters steps of one impl back to
+back, the device synchronised only before and after, per step (loop_us): a training loop's pace, where
+the host's time per step shows only where it exceeds the kernels'; loop_us / kernel_us is what the
+host path costs there. Input sets rotate when one set's bytes are under three
 times the L2, as in the other peer scripts. Bytes as FBGEMM counts them: 4*B*sum(D) (fp32 output) +
 w_bytes*B*sum(D)*L for the forward, 3 times that for a training step.
 
@@ -243,6 +246,17 @@ def wall_us(torch, cuda, steps, n_sets, warmup, iters):
     return {n: statistics.median(timers[n].take_us()) for n in names}
 
 
+def loop_us(torch, step, n_sets, iters):
+    """Time per step of `iters` steps back to back, the device synchronised before and after only (a training
+    loop: the host enqueues ahead, and its time shows only where it exceeds the kernels')."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(iters):
+        step(i % n_sets)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / iters
+
+
 def kernel_us(torch, step, n_sets, n_steps):
     """CUDA kernel time per step from torch.profiler: the kernels' durations summed (copies, memsets left out)."""
     from torch.autograd import DeviceType
@@ -331,7 +345,8 @@ class Run:
         steps = {n: make_step(m) for n, m in case.modules.items()}
         wall = wall_us(torch, self.cuda, steps, len(sets), a.warmup, a.iters)
         kern = {n: kernel_us(torch, s, len(sets), a.profile_steps) for n, s in steps.items()} if self.cuda else {}
-        return wall, kern
+        loop = {n: loop_us(torch, s, len(sets), a.iters) for n, s in steps.items()} if self.cuda else {}
+        return wall, kern, loop
 
     def run_alpha(self, case, d, dims, E, dtype, optimizer, alpha):
         torch, a = self.torch, self.a
@@ -357,7 +372,7 @@ class Run:
         # The forward does not depend on the optimizer: measured with the first one only.
         ops = (["tbe_forward"] if optimizer == a.optimizers[0] else []) + [f"tbe_train_{optimizer}"]
         for op in ops:
-            wall, kern = self.measure(case, op, sets, grad)
+            wall, kern, loop = self.measure(case, op, sets, grad)
             factor = 1.0 if op == "tbe_forward" else 3.0
             for n in IMPLS:
                 rec = dict(base, op=op, impl=n)
@@ -367,8 +382,11 @@ class Run:
                            iters=a.iters, warmup=a.warmup)
                 if n in kern:
                     rec.update(kernel_us=kern[n], profile_steps=a.profile_steps)
+                if n in loop:
+                    rec.update(loop_us=loop[n])
                 self.emit(rec)
-            kern_text = f"; kernels fbgemm {kern['fbgemm']:.1f} us, embscale {kern['embscale_torch']:.1f} us" if kern else ""
+            kern_text = (f"; kernels fbgemm {kern['fbgemm']:.1f} us, embscale {kern['embscale_torch']:.1f} us; back to "
+                         f"back fbgemm {loop['fbgemm']:.1f} us, embscale {loop['embscale_torch']:.1f} us") if kern else ""
             log(f"{what} {op}: fbgemm {wall['fbgemm']:.1f} us, embscale {wall['embscale_torch']:.1f} us "
                 f"(fbgemm/embscale {wall['fbgemm'] / wall['embscale_torch']:.2f}){kern_text}  "
                 f"[{time.time() - self.t_start:.0f}s]")
