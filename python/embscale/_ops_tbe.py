@@ -285,12 +285,8 @@ def _run_backward(dev, h, ctx, a):
     On CUDA each call takes one from torch's caching allocator on the current stream, which is cheap and
     follows the stream's order."""
     tbe = ctypes.c_void_p(h.ptr)
-    for attempt in range(2):
-        if attempt == 1:
-            nbytes = ctypes.c_size_t(0)
-            _run(dev, _capi.lib.embscale_tbe_backward_workspace_size, tbe, ctypes.byref(ctx), ctypes.byref(a),
-                 ctypes.byref(nbytes))
-            h.workspace_bytes = max(h.workspace_bytes, nbytes.value)
+
+    def call():
         size = h.workspace_bytes
         if dev.type == "cpu":
             if h.cpu_workspace.numel() < size:
@@ -298,10 +294,16 @@ def _run_backward(dev, h, ctx, a):
             ws = h.cpu_workspace
         else:
             ws = torch.empty(size, dtype=torch.uint8, device=dev)
-        rc = _call(dev, _capi.lib.embscale_tbe_backward, tbe, ctypes.byref(ctx), ctypes.byref(a), _ptr(ws), size)
-        if rc != _capi.WORKSPACE_TOO_SMALL or attempt == 1:
-            _capi.check(rc)
-            return
+        return _call(dev, _capi.lib.embscale_tbe_backward, tbe, ctypes.byref(ctx), ctypes.byref(a), _ptr(ws), size)
+
+    rc = call()
+    if rc == _capi.WORKSPACE_TOO_SMALL:
+        nbytes = ctypes.c_size_t(0)
+        _run(dev, _capi.lib.embscale_tbe_backward_workspace_size, tbe, ctypes.byref(ctx), ctypes.byref(a),
+             ctypes.byref(nbytes))
+        h.workspace_bytes = max(h.workspace_bytes, nbytes.value)
+        rc = call()
+    _capi.check(rc)
 
 
 def _backward_args(weights, indices, offsets, psw, grad_output, batch_size, pooling_code, bounds_code, grad_psw):
