@@ -7,7 +7,7 @@
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
 //               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
-//   sort        CUB's onesweep radix sort of pairs (stable) on bits [0, bit_width(total_rows)), 8 or 9
+//   sort        CUB's onesweep radix sort of pairs (stable) on bits [0, bit_width(max key)), 8 or 9
 //               bits a pass (sort_pairs), or, with tuning.short_key_sort, on fewer low bits when that
 //               saves a pass (sort_end_bit).
 //   encode      counters cleared, cub::DeviceSelect::UniqueByKey (each run's key and start), then the
@@ -134,9 +134,19 @@ int sort_passes(int end_bit, bool key64) {
 // and skip mode (the sentinel key of a skipped lookup may sit between a row's lookups).
 constexpr int kMaxInterleaveBits = 2;  // at most 4 row ranges interleaved
 
+// The full sort covers the largest key. That is the sentinel total_rows where its place matters: dense
+// mode (unique rows ascending) and skip/warn modes (a skipped lookup's sentinel may sit between a row's
+// lookups). Elsewhere the sentinel marks only lookups before offsets[0] or from offsets[T*B] on, so
+// sorting it as its low bits (row 0 when total_rows is a power of two) leaves its run (UniqueByKey
+// compares whole keys; classify and the row kernels skip it) before or after all of row 0's lookups,
+// whose run stays whole: the bit it needs is dropped (a power-of-two total saves a pass at 2^8, 2^27..).
 int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) {
-  const int full = std::max(1, bit_width(static_cast<uint64_t>(tbe.total_rows())));
-  const bool key64 = static_cast<uint64_t>(tbe.total_rows()) >= UINT32_MAX;
+  const uint64_t total_rows = static_cast<uint64_t>(tbe.total_rows());
+  const bool sentinel_ordered =
+      args.optimizer.type == OptimizerType::kNone || embscale::tbe_bounds::skips_bad_indices(args.bounds_check);
+  const uint64_t max_key = sentinel_ordered || total_rows == 0 ? total_rows : total_rows - 1;
+  const int full = std::max(1, bit_width(max_key));
+  const bool key64 = total_rows >= UINT32_MAX;
   int s = full - 1;
   while (s > 0 && sort_passes(s, key64) >= sort_passes(full, key64)) --s;
   if (!args.tuning.short_key_sort || args.optimizer.type == OptimizerType::kNone ||
