@@ -73,8 +73,10 @@ constexpr int kNumSchedCounters = 3;
 // ones take a whole warp (second launch of the warp-row kernel, over the warp list).
 constexpr int kGroupMaxLookups = 8;
 constexpr int kNarrowGroupMaxLookups = 32;
-// The whole-warp kernel over the warp list hands out about this many batches per warp.
-constexpr int kWarpListGrabs = 4;
+// The one-row lane groups walk this many rows a batch when the widest row has at least
+// kWideWalkMinDim columns (docs/tuning.md, "Backward: rows in flight").
+constexpr int kWideWalkRows = 8;
+constexpr int kWideWalkMinDim = 385;
 // The lane-group path orders rows by length and prefetches when lookups per unique row exceed this.
 constexpr int kRepeatLookups = 2;
 

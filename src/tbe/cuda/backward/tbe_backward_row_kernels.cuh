@@ -53,18 +53,17 @@ __global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks
   }
   const int lane = static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1);
   // kRows == 0 after the lane groups: the rows they leave are listed by classify (warp_list, key order)
-  // and the warps walk that list in batches of about count / (kWarpListGrabs * warps) rows (a few, so
-  // the long rows spread over all warps); otherwise the warps walk the unique rows, 32 at a time. The
-  // next batch is taken from the counter when this one starts, so the atomic's latency is hidden.
+  // and the warps walk that list one row at a time; otherwise the warps walk the unique rows, 32 at a
+  // time, or kWideWalkRows for the one-row lane groups over rows of at least kWideWalkMinDim columns.
+  // The rows in flight (warps x batch, consecutive in key order) set how many gradient rows L2 must
+  // hold for their reuse. The next batch is taken from the counter when this one starts, so the
+  // atomic's latency is hidden.
   const bool listed = kRows == 0 && p.group_max_lookups > 0;
   const int64_t runs = p.counters[kNumRuns];
   const int64_t count = listed ? static_cast<int64_t>(p.counters[kWarpCount]) : runs;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kRowThreads / ArchTraits::kWarpSize);
-  int64_t batch = ArchTraits::kWarpSize;
-  if (listed) {
-    batch = (count + kWarpListGrabs * warps - 1) / (kWarpListGrabs * warps);
-    batch = batch < 1 ? 1 : (batch > ArchTraits::kWarpSize ? ArchTraits::kWarpSize : batch);
-  }
+  const int64_t batch =
+      listed ? 1 : (kRows == 1 && p.max_dim >= kWideWalkMinDim ? kWideWalkRows : ArchTraits::kWarpSize);
   uint32_t* const next_batch = p.counters + (kRows > 0 ? kGroupNext : kWarpNext);
   // Lane groups of several rows (kRows >= 2: rows of up to 256 columns) with fp32 weights: see below.
   // Measured there only: fp16/bf16 rows are compute-bound, and with the second loop compiled in, the
