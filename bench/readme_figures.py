@@ -257,7 +257,7 @@ def vs_fbgemm(runs):
     ops = [op for op in ("tbe_forward", "tbe_train_rowwise_adagrad", "tbe_train_sgd") if any(r["op"] == op for r in peers)]
     labels = {"tbe_forward": "forward", "tbe_train_rowwise_adagrad": "train, row-wise Adagrad",
               "tbe_train_sgd": "train, SGD"}
-    rows, kernel = [], []
+    rows, kernel, loop = [], [], {}
     # Rows without bounds checks first, then those in each library's default checked mode (warn).
     for bc in sorted({checks(r) for r in peers}, key=lambda m: m != "off"):
         for op in ops:
@@ -279,11 +279,18 @@ def vs_fbgemm(runs):
                             if bc == "off":
                                 kernel.append(k)
                             cell += f" ({ratio(k)})"
+                        if peer and mine and peer.get("loop_us") and mine.get("loop_us") and bc == "off":
+                            loop.setdefault(op == "tbe_forward", []).append(peer["loop_us"] / mine["loop_us"])
                         row.append(cell)
                     rows.append(row)
     kernel_text = (f" In brackets the same on kernel time alone (torch.profiler, the step's CUDA kernels summed): "
                    f"{ratio(min(kernel))} to {ratio(max(kernel))} without bounds checks; embscale's backward kernels overlap through "
                    f"programmatic dependent launch, so its sum can exceed its wall time." if kernel else "")
+    spans = [f"{what} {ratio(min(loop[fwd]))} to {ratio(max(loop[fwd]))}"
+             for what, fwd in (("training steps", False), ("forwards", True)) if loop.get(fwd)]
+    if spans:
+        kernel_text += (" Back to back (each library's steps queued one after another, as in a training loop, "
+                        f"no bounds checks): {' and '.join(spans)}.")
     return (f"**vs FBGEMM** (FBGEMM_GPU {first_peer.get('fbgemm_gpu', '?')}'s `SplitTableBatchedEmbeddingBagsCodegen` "
             f"and embscale's torch module in one process on identical tables, indices and gradients, outputs and "
             f"updates checked equal first; T={first_peer['num_tables']}, B={first_peer['batch_size']}, "

@@ -89,6 +89,31 @@ def test_peer_tables_come_from_the_newest_run(tmp_path):
     assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part
 
 
+def test_back_to_back_ratios_span_the_unchecked_cases_that_have_them(tmp_path):
+    gen = load_generator()
+    def loop(rec, us):
+        return dict(rec, loop_us=us)
+    recs = [loop(tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 64, 300.0, 200.0), 330.0),
+            loop(tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, 64, 250.0, 100.0), 110.0),  # 3x
+            loop(tbe_record("fbgemm", "tbe_train_sgd", "fp32", 1.15, 64, 900.0, 800.0), 1200.0),
+            loop(tbe_record("embscale_torch", "tbe_train_sgd", "fp32", 1.15, 64, 600.0, 500.0), 1000.0),  # 1.2x
+            loop(tbe_record("fbgemm", "tbe_train_sgd", "fp32", 1.15, 128, 900.0, 800.0), 1400.0),
+            loop(tbe_record("embscale_torch", "tbe_train_sgd", "fp32", 1.15, 128, 600.0, 500.0), 1000.0),  # 1.4x
+            # no loop_us: left out of the span
+            tbe_record("fbgemm", "tbe_train_sgd", "fp32", 0.0, 64, 900.0, 800.0),
+            tbe_record("embscale_torch", "tbe_train_sgd", "fp32", 0.0, 64, 100.0, 100.0),
+            # checked mode: left out of the span
+            dict(loop(tbe_record("fbgemm", "tbe_train_sgd", "fp32", 1.15, 64, 900.0, 800.0), 9000.0), bounds_check="warn"),
+            dict(loop(tbe_record("embscale_torch", "tbe_train_sgd", "fp32", 1.15, 64, 600.0, 500.0), 1000.0),
+                 bounds_check="warn")]
+    (tmp_path / "2026-12-02-a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    fbgemm = gen.peer_sections(str(tmp_path))[0]
+    assert "no bounds checks): training steps 1.2× to 1.4× and forwards 3× to 3×." in fbgemm
+    (tmp_path / "2026-12-02-a.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "loop_us"}) + "\n"
+                                                         for r in recs))
+    assert "Back to back" not in gen.peer_sections(str(tmp_path))[0]  # records without loop_us: no sentence
+
+
 def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):
     """Of two runs on one date, the later by its records' time wins whatever the file names; a run without
     a time counts as the day's earliest."""
