@@ -190,7 +190,8 @@ TEST_P(TbeBackwardContract, SortUsesEveryKeyBit) {
 // hot row of features 0 and 2) must be updated once with exactly its bagged lookups' gradients, as the
 // reference does, and row 511 (the largest key, hot in feature 1) too. SGD (exact: integer values times
 // 0.25), row-wise Adagrad and dense mode (the unique rows ascending, with their summed gradients), in off
-// and error modes.
+// and error modes, and in skip and warn modes with out-of-range lookups among the bags' (their sentinel
+// keys then sit between row 0's lookups, so there the sort must keep the sentinel's bit).
 TEST_P(TbeBackwardContract, PowerOfTwoRowsWithLookupsOutsideEveryBag) {
   const uint64_t seed = 8128;
   std::mt19937_64 rng(seed);
@@ -209,6 +210,9 @@ TEST_P(TbeBackwardContract, PowerOfTwoRowsWithLookupsOutsideEveryBag) {
   }
   off.push_back(static_cast<int64_t>(idx.size()));
   const int64_t N = static_cast<int64_t>(idx.size());
+  // For skip and warn modes: every fifth bagged lookup out of range (past the end or negative).
+  std::vector<int64_t> idx_bad = idx;
+  for (int64_t i = 3; i < N; i += 5) idx_bad[i] = i % 2 != 0 ? 256 + i % 7 : -1 - i % 3;
   TbeConfig cfg;
   cfg.tables = {TableSpec{rows[0], dims[0]}, TableSpec{rows[1], dims[1]}};
   cfg.feature_table_map = fmap;
@@ -218,30 +222,35 @@ TEST_P(TbeBackwardContract, PowerOfTwoRowsWithLookupsOutsideEveryBag) {
   std::vector<float> w0(NW), m0(R, 0.5f), go(B * cols);
   for (int64_t i = 0; i < NW; ++i) w0[i] = static_cast<float>(i % 7) - 3.0f;
   for (int64_t i = 0; i < B * cols; ++i) go[i] = static_cast<float>(i % 5) - 2.0f;
-  Buffer d_w(backend(), NW * 4), d_m1(backend(), R * 4), d_idx(backend(), N * 8), d_off(backend(), off.size() * 8),
-      d_go(backend(), go.size() * 4);
+  Buffer d_w(backend(), NW * 4), d_m1(backend(), R * 4), d_idx(backend(), N * 8), d_idx_bad(backend(), N * 8),
+      d_off(backend(), off.size() * 8), d_go(backend(), go.size() * 4);
   ASSERT_TRUE(copy_to_backend(ctx(), d_idx.data(), idx.data(), N * 8).ok());
+  ASSERT_TRUE(copy_to_backend(ctx(), d_idx_bad.data(), idx_bad.data(), N * 8).ok());
   ASSERT_TRUE(copy_to_backend(ctx(), d_off.data(), off.data(), off.size() * 8).ok());
   ASSERT_TRUE(copy_to_backend(ctx(), d_go.data(), go.data(), go.size() * 4).ok());
   ref::BwdInput in;
-  in.indices = idx;
   in.offsets = off;
   in.batch_size = B;
   in.grad_output.assign(go.begin(), go.end());
   const ref::BwdConfig rc{rows, dims, fmap};
   for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad, OptimizerType::kNone}) {
-    for (BoundsCheckMode mode : {BoundsCheckMode::kOff, BoundsCheckMode::kError}) {
+    for (BoundsCheckMode mode :
+         {BoundsCheckMode::kOff, BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kWarn}) {
       const std::string what = std::string(optimizer_name(opt)) + ", " + bounds_check_mode_name(mode) +
                                ", seed " + std::to_string(seed);
+      const bool skips = mode == BoundsCheckMode::kSkip || mode == BoundsCheckMode::kWarn;
+      in.indices = skips ? idx_bad : idx;
       ASSERT_TRUE(copy_to_backend(ctx(), d_w.data(), w0.data(), NW * 4).ok());
       ASSERT_TRUE(copy_to_backend(ctx(), d_m1.data(), m0.data(), R * 4).ok());
-      Buffer d_rows(backend(), N * 8), d_count(backend(), 8), d_grads(backend(), N * tbe->max_dim() * 4);
+      Buffer d_rows(backend(), N * 8), d_count(backend(), 8), d_grads(backend(), N * tbe->max_dim() * 4),
+          d_skipped(backend(), 8);
       TbeBackwardArgs a;
       a.weights = TensorView::vec(d_w.data(), DType::kF32, NW);
-      a.indices = TensorView::vec(d_idx.data(), DType::kI64, N);
+      a.indices = TensorView::vec(skips ? d_idx_bad.data() : d_idx.data(), DType::kI64, N);
       a.offsets = TensorView::vec(d_off.data(), DType::kI64, static_cast<int64_t>(off.size()));
       a.batch_size = B;
       a.bounds_check = mode;
+      if (skips) a.num_skipped = d_skipped.as<int64_t>();
       a.grad_output = TensorView::mat(d_go.data(), DType::kF32, B, cols);
       a.optimizer.type = opt;
       a.optimizer.learning_rate = 0.25f;
@@ -263,6 +272,12 @@ TEST_P(TbeBackwardContract, PowerOfTwoRowsWithLookupsOutsideEveryBag) {
       rs.m1.assign(m0.begin(), m0.end());
       OptimizerParams p = a.optimizer;
       const ref::BwdOutput want = ref::tbe_backward(rc, in, p, &rs);
+      ASSERT_EQ(want.skipped > 0, skips) << what;
+      if (skips) {
+        int64_t skipped = -1;
+        ASSERT_TRUE(copy_to_host(ctx(), &skipped, d_skipped.data(), 8).ok());
+        EXPECT_EQ(skipped, want.skipped) << what;
+      }
       ASSERT_GT(want.row_count.at(0), 5) << what << ": row 0 should be hot";
       ASSERT_GT(want.row_count.at(R - 1), 3) << what << ": row 511 should be hot";
       if (opt == OptimizerType::kNone) {
