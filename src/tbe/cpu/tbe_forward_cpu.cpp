@@ -34,10 +34,9 @@ namespace {
 // D=32 Zipf 0.89-0.93 -> 1.03-1.08 and D=128 uniform 0.98-1.01 -> 1.06-1.07, D=128 Zipf -3%; 64 was no
 // better except at D=32 uniform (bench/results/2026-12-02-cpu-fwd-prefetch.md).
 constexpr int64_t kPrefetchDistance = 32;
-// fp32 rows of 128 columns or more with AVX-512 are summed 128 columns at a time, and each lookup
-// prefetches the row this many lookups on from inside the loop: against FBGEMM's CPU TBE on an AMD EPYC
-// VM, D=128 Zipf 0.74-0.86 -> 0.92-0.97, uniform 1.44-1.73 -> 1.65-1.83, D=512 Zipf 1.04-1.12 -> 1.42-1.43
-// (bench/results/2026-12-02-cpu-interleaved-prefetch.md).
+// fp32 rows of 128 columns or more with AVX-512 are summed 128 columns at a time, each lookup prefetching
+// the row this many lookups on from inside the loop (docs/tbe_cpu.md,
+// bench/results/2026-12-02-cpu-interleaved-prefetch.md).
 constexpr int64_t kInterleavedPrefetch = 16;
 
 using tbe_checks::BadIndex;
