@@ -149,8 +149,7 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
   const bool key64 = total_rows >= UINT32_MAX;
   int s = full - 1;
   while (s > 0 && sort_passes(s, key64) >= sort_passes(full, key64)) --s;
-  if (!args.tuning.short_key_sort || args.optimizer.type == OptimizerType::kNone ||
-      embscale::tbe_bounds::skips_bad_indices(args.bounds_check) || s == 0 || full - s > kMaxInterleaveBits)
+  if (!args.tuning.short_key_sort || sentinel_ordered || s == 0 || full - s > kMaxInterleaveBits)
     return full;
   int64_t max_rows = 0, prev = 0;
   for (int t = 0; t < tbe.num_tables(); ++t) max_rows = std::max(max_rows, tbe.config().tables[t].num_rows);

@@ -74,7 +74,7 @@ constexpr int kNumSchedCounters = 3;
 constexpr int kGroupMaxLookups = 8;
 constexpr int kNarrowGroupMaxLookups = 32;
 // The one-row lane groups walk this many rows a batch when the widest row has at least
-// kWideWalkMinDim columns (docs/tuning.md, "Backward: rows in flight").
+// kWideWalkMinDim columns (bench/results/2026-12-02-nvidia-h200-rows-in-flight.md).
 constexpr int kWideWalkRows = 8;
 constexpr int kWideWalkMinDim = 385;
 // The lane-group path orders rows by length and prefetches when lookups per unique row exceed this.
