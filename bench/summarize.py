@@ -5,8 +5,8 @@ Prints one row per record (op, impl, dtype, n, median_us, GB/s, % of copy), grou
 each case measured by embscale and at least one peer, embscale's speed relative to the fastest peer:
 speedup = best peer's median_us / embscale's median_us (above 1: embscale is faster); and the ratio
 table: every peer record set against embscale's record of the same case from the same run (same file
-and date), ratio = peer time / embscale time, on wall time and, where both records carry it, on kernel
-time (kernel_us). embscale's records are impl "embscale" (the CLI and the C++ harnesses) and
+and date), ratio = peer time / embscale time, on wall time and, where both records carry them, on kernel
+time (kernel_us, the kernels' durations summed) and GPU busy time (busy_us, overlapping kernels counted once). embscale's records are impl "embscale" (the CLI and the C++ harnesses) and
 "embscale_torch" (its torch module, bench/tbe_vs_fbgemm.py); a peer is paired with embscale's record
 from the same harness when there is one (field "harness"), else with impl "embscale".
 
@@ -150,18 +150,21 @@ def main(argv=None):
     if pairs:
         print()
         print("embscale vs each peer, same run (ratio = peer time / embscale time; > 1: embscale is faster; "
-              "kernel: the same on kernel_us)")
+              "kernel: the same on kernel_us, the kernels' durations summed; busy: on busy_us, the time at least "
+              "one kernel ran)")
         head = (f"{'op':<30}{'dtype':<6}{'case':>22}{'embscale':>16}{'us':>11}{'peer':>27}{'us':>11}{'ratio':>8}"
-                f"{'kernel':>8}")
+                f"{'kernel':>8}{'busy':>8}")
         print(head)
         print("-" * len(head))
         for ours, peer in pairs:
-            kernel = "-"
+            kernel, busy = "-", "-"
             if ours.get("kernel_us") and peer.get("kernel_us"):
                 kernel = f"{peer['kernel_us'] / ours['kernel_us']:.2f}"
+            if ours.get("busy_us") and peer.get("busy_us"):
+                busy = f"{peer['busy_us'] / ours['busy_us']:.2f}"
             print(f"{str(ours.get('op')):<30}{dtype_text(ours):<6}{case_text(ours):>22}{str(ours['impl']):>16}"
                   f"{ours['median_us']:>11.2f}{str(peer.get('impl')):>27}{peer['median_us']:>11.2f}"
-                  f"{ratio_text(peer['median_us'], ours['median_us']):>8}{kernel:>8}")
+                  f"{ratio_text(peer['median_us'], ours['median_us']):>8}{kernel:>8}{busy:>8}")
     return 0
 
 

@@ -26,7 +26,9 @@ Measurements (op names as `embscale bench tbe-forward` / `tbe-train` write them)
 Wall time: events around each step (CUDA events on the GPU, the host clock on the CPU), the two impls
 alternating step by step after warm-up; median_us is the median step. Kernel time (GPU only):
 torch.profiler over --profile-steps steps of one impl, the CUDA kernels' durations summed per step
-(kernel_us; copies and memsets are left out). Loop time (GPU only): --iters steps of one impl back to
+(kernel_us; copies and memsets are left out), and the time at least one kernel ran (busy_us, the union of
+their intervals: below kernel_us where kernels overlap, as embscale's do under programmatic dependent
+launch); --kernel-breakdown adds each kernel's share (kernels). Loop time (GPU only): --iters steps of one impl back to
 back, the device synchronised only before and after, per step (loop_us): a training loop's pace, where
 the host's time per step shows only where it exceeds the kernels'; loop_us / kernel_us is what the
 host path costs there. Input sets rotate when one set's bytes are under three
@@ -114,6 +116,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=nonneg_int, default=None, help="untimed steps per impl (default 5; quick 2)")
     p.add_argument("--profile-steps", type=positive_int, default=None,
                    help="steps per impl under torch.profiler for kernel_us (default 5; quick 3)")
+    p.add_argument("--kernel-breakdown", action="store_true",
+                   help="also record each kernel's time per step (kernels: {name: us}, templates summed)")
     p.add_argument("--quick", action="store_true", help=f"D {QUICK_DIMS} and fewer steps (unless given)")
     p.add_argument("--seed", type=int, default=20261130)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -258,7 +262,9 @@ def loop_us(torch, step, n_sets, iters):
 
 
 def kernel_us(torch, step, n_sets, n_steps):
-    """CUDA kernel time per step from torch.profiler: the kernels' durations summed (copies, memsets left out)."""
+    """CUDA kernel time per step from torch.profiler (copies and memsets left out): the kernels' durations
+    summed, the time at least one of them ran (busy: the union of their intervals; below the sum where
+    kernels overlap, as under programmatic dependent launch) and the sum per kernel name."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     step(0)
@@ -267,9 +273,46 @@ def kernel_us(torch, step, n_sets, n_steps):
         for i in range(n_steps):
             step(i % n_sets)
         torch.cuda.synchronize()
-    total = sum(e.time_range.elapsed_us() for e in prof.events()
-                if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset")))
-    return total / n_steps
+    kernels = [e for e in prof.events()
+               if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+    per_name = {}
+    for e in kernels:
+        per_name[e.name] = per_name.get(e.name, 0.0) + e.time_range.elapsed_us() / n_steps
+    busy = busy_time((e.time_range.start, e.time_range.end) for e in kernels)
+    return sum(per_name.values()), busy / n_steps, per_name
+
+
+def busy_time(intervals):
+    """The length of the union of (start, end) intervals."""
+    busy, end = 0.0, -math.inf
+    for start, stop in sorted(intervals):
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return busy
+
+
+def kernel_breakdown(per_name):
+    """{short kernel name: us per step}, the longest first (instantiations of one template summed)."""
+    out = {}
+    for name, us in per_name.items():
+        key = short_kernel_name(name)
+        out[key] = out.get(key, 0.0) + us
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+def short_kernel_name(name, width=90):
+    """A kernel's name without its template arguments and parameter list, cut to width."""
+    out, depth = [], 0
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip() or name
+    return text[:width]
 
 
 class Run:
@@ -381,11 +424,14 @@ class Run:
                 rec.update(bytes=factor * nbytes, median_us=wall[n], GBps=factor * nbytes / (wall[n] * 1e-6) / 1e9,
                            iters=a.iters, warmup=a.warmup)
                 if n in kern:
-                    rec.update(kernel_us=kern[n], profile_steps=a.profile_steps)
+                    k_sum, k_busy, k_names = kern[n]
+                    rec.update(kernel_us=k_sum, busy_us=k_busy, profile_steps=a.profile_steps)
+                    if a.kernel_breakdown:
+                        rec.update(kernels=kernel_breakdown(k_names))
                 if n in loop:
                     rec.update(loop_us=loop[n])
                 self.emit(rec)
-            kern_text = (f"; kernels fbgemm {kern['fbgemm']:.1f} us, embscale {kern['embscale_torch']:.1f} us; back to "
+            kern_text = (f"; kernels fbgemm {kern['fbgemm'][0]:.1f} us, embscale {kern['embscale_torch'][0]:.1f} us; back to "
                          f"back fbgemm {loop['fbgemm']:.1f} us, embscale {loop['embscale_torch']:.1f} us") if kern else ""
             log(f"{what} {op}: fbgemm {wall['fbgemm']:.1f} us, embscale {wall['embscale_torch']:.1f} us "
                 f"(fbgemm/embscale {wall['fbgemm'] / wall['embscale_torch']:.2f}){kern_text}  "

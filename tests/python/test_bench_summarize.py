@@ -77,8 +77,8 @@ def fp8(impl, us, **fields):
 def test_ratio_table_pairs_each_peer_with_embscale_of_the_same_run(tmp_path, capsys):
     rows = ratio_rows(tmp_path, capsys, {
         "fbgemm.jsonl": [
-            tbe("embscale_torch", 500.0, date="2026-12-01", harness="tbe_vs_fbgemm", kernel_us=400.0),
-            tbe("fbgemm", 750.0, date="2026-12-01", harness="tbe_vs_fbgemm", kernel_us=600.0),
+            tbe("embscale_torch", 500.0, date="2026-12-01", harness="tbe_vs_fbgemm", kernel_us=400.0, busy_us=300.0),
+            tbe("fbgemm", 750.0, date="2026-12-01", harness="tbe_vs_fbgemm", kernel_us=600.0, busy_us=600.0),
             # a training step: the optimizer is part of the case
             tbe("embscale_torch", 2000.0, op="tbe_train_sgd", optimizer="sgd", date="2026-12-01",
                 harness="tbe_vs_fbgemm"),
@@ -95,8 +95,8 @@ def test_ratio_table_pairs_each_peer_with_embscale_of_the_same_run(tmp_path, cap
         ],
         "other.jsonl": [tbe("fbgemm", 700.0, date="2026-12-01", harness="tbe_vs_fbgemm")],  # another file: another run
     })
-    # op dtype case... embscale-impl us peer us ratio kernel (the case has spaces: count from the end)
-    got = {(r[0], r[-6], r[-4]): (float(r[-5]), float(r[-3]), r[-2]) for r in rows}
+    # op dtype case... embscale-impl us peer us ratio kernel busy (the case has spaces: count from the end)
+    got = {(r[0], r[-7], r[-5]): (float(r[-6]), float(r[-4]), r[-3]) for r in rows}
     assert len(rows) == len(got)
     assert got == {
         ("amax", "embscale", "te"): (8.0, 12.0, "1.50"),
@@ -104,5 +104,7 @@ def test_ratio_table_pairs_each_peer_with_embscale_of_the_same_run(tmp_path, cap
         ("tbe_forward", "embscale_torch", "fbgemm"): (500.0, 750.0, "1.50"),
         ("tbe_train_sgd", "embscale_torch", "fbgemm"): (2000.0, 3000.0, "1.50"),
     }
-    kernel = {(r[0], r[-4]): r[-1] for r in rows}
+    kernel = {(r[0], r[-5]): r[-2] for r in rows}
     assert kernel[("tbe_forward", "fbgemm")] == "1.50" and kernel[("tbe_train_sgd", "fbgemm")] == "-"
+    busy = {(r[0], r[-5]): r[-1] for r in rows}
+    assert busy[("tbe_forward", "fbgemm")] == "2.00" and busy[("tbe_train_sgd", "fbgemm")] == "-"

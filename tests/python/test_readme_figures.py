@@ -114,6 +114,23 @@ def test_back_to_back_ratios_span_the_unchecked_cases_that_have_them(tmp_path):
     assert "Back to back" not in gen.peer_sections(str(tmp_path))[0]  # records without loop_us: no sentence
 
 
+def test_gpu_time_is_the_busy_time_where_both_records_have_it(tmp_path):
+    gen = load_generator()
+    def busy(rec, us):
+        return dict(rec, busy_us=us)
+    recs = [busy(tbe_record("fbgemm", "tbe_train_sgd", "fp32", 1.15, 64, 900.0, 800.0), 800.0),
+            busy(tbe_record("embscale_torch", "tbe_train_sgd", "fp32", 1.15, 64, 600.0, 700.0), 500.0),  # 1.6x, sum 1.14x
+            busy(tbe_record("fbgemm", "tbe_train_sgd", "fp32", 1.15, 128, 900.0, 900.0), 900.0),
+            busy(tbe_record("embscale_torch", "tbe_train_sgd", "fp32", 1.15, 128, 600.0, 600.0), 450.0),  # 2x, sum 1.5x
+            # an older record pair without busy_us: its summed kernel time
+            tbe_record("fbgemm", "tbe_train_sgd", "fp32", 1.15, 256, 900.0, 1200.0),
+            tbe_record("embscale_torch", "tbe_train_sgd", "fp32", 1.15, 256, 600.0, 1000.0)]  # 1.2x
+    (tmp_path / "2026-12-02-a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    fbgemm = gen.peer_sections(str(tmp_path))[0]
+    assert "| train, SGD, fp32, Zipf 1.15 | 1.5× (1.6×) | 1.5× (2×) | 1.5× (1.2×) |" in fbgemm
+    assert "1.2× to 2× without bounds checks" in fbgemm and "on the sums the ratios are 1.14× to 1.5×" in fbgemm
+
+
 def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):
     """Of two runs on one date, the later by its records' time wins whatever the file names; a run without
     a time counts as the day's earliest."""

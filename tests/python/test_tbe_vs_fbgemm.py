@@ -32,6 +32,22 @@ def test_max_rel_err_is_the_largest_difference_over_the_largest_reference_value(
     assert tv.max_rel_err(torch.ones(3), torch.zeros(3)) == float("inf")
 
 
+def test_busy_time_is_the_union_of_the_kernels_intervals():
+    tv = load_script()
+    assert tv.busy_time([]) == 0.0
+    assert tv.busy_time([(0.0, 10.0), (20.0, 25.0)]) == 15.0  # apart: the sum
+    assert tv.busy_time([(0.0, 10.0), (8.0, 12.0)]) == 12.0  # overlapping: counted once
+    assert tv.busy_time([(5.0, 6.0), (0.0, 10.0), (9.0, 11.0)]) == 11.0  # nested, unsorted
+
+
+def test_kernel_names_lose_template_arguments_and_parameters():
+    tv = load_script()
+    name = "void ns::kernel_a<float, 4>(ns::Params<float>, int)"
+    assert tv.short_kernel_name(name) == "void ns::kernel_a"
+    parts = tv.kernel_breakdown({name: 2.0, "void ns::kernel_a<double, 4>(int)": 3.0, "k2": 1.0})
+    assert parts == {"void ns::kernel_a": 5.0, "k2": 1.0} and list(parts) == ["void ns::kernel_a", "k2"]
+
+
 def test_mixed_dims_are_seeded_multiples_of_4_from_16_to_256():
     tv = load_script()
     dims = tv.table_dims("mixed", 32, 7)
