@@ -42,9 +42,9 @@ TEST(Fp8CudaGraph, CaptureOnceReplayWithNewData) {
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const Context ctx = Context::cuda(stream);
 
-  DevTensor x(b, xdt, n, 1), y(b, fp8, n), act_y(b, DType::kBF16, n), ct_y(b, fp8, n), ct_yt(b, fp8, n);
+  DevTensor x(b, xdt, n, 1), y(b, fp8, n), y_auto(b, fp8, n), act_y(b, DType::kBF16, n), ct_y(b, fp8, n), ct_yt(b, fp8, n);
   DevScalar<float> amax_atomic(b), amax_two(b), scale(b), scale_inv(b), cs_amax(b), cs_scale(b), cs_scale_inv(b),
-      act_amax(b), noop(b);
+      act_amax(b), noop(b), auto_amax(b), auto_scale(b), auto_scale_inv(b);
   DevScalar<int32_t> flag_atomic(b), flag_two(b);
   noop.set(ctx, 0.0f);
 
@@ -54,8 +54,9 @@ TEST(Fp8CudaGraph, CaptureOnceReplayWithNewData) {
   two_opts.algo = AmaxAlgo::kTwoStage;
   two_opts.nonfinite_flag = flag_two.ptr();
   act_opts.algo = AmaxAlgo::kAuto;
-  CurrentScalingOptions cs_opts;
+  CurrentScalingOptions cs_opts, auto_opts;  // auto: no workspace
   cs_opts.amax.algo = AmaxAlgo::kTwoStage;
+  auto_opts.amax.algo = AmaxAlgo::kAuto;
   ScaleOptions scale_opts;
   scale_opts.power_of_2 = true;
 
@@ -63,6 +64,9 @@ TEST(Fp8CudaGraph, CaptureOnceReplayWithNewData) {
   API_OK(amax_workspace_size(ctx, x.vec(), atomic_opts, &ws_atomic));
   API_OK(amax_workspace_size(ctx, x.vec(), two_opts, &ws_two));
   API_OK(quantize_current_scaling_workspace_size(ctx, x.vec(), cs_opts, &ws_cs));
+  size_t ws_auto = 1;
+  API_OK(quantize_current_scaling_workspace_size(ctx, x.vec(), auto_opts, &ws_auto));
+  ASSERT_EQ(ws_auto, 0u);
   API_OK(activation_amax_workspace_size(ctx, x.vec(), act_opts, &ws_act));
   Buffer wa(b, ws_atomic), wt(b, ws_two), wc(b, ws_cs), wact(b, ws_act);
 
@@ -73,6 +77,8 @@ TEST(Fp8CudaGraph, CaptureOnceReplayWithNewData) {
   API_OK(compute_scale(ctx, amax_atomic.ptr(), fp8, scale_opts, scale.ptr(), scale_inv.ptr()));
   API_OK(quantize_current_scaling(ctx, x.vec(), y.vec(), cs_amax.ptr(), cs_scale.ptr(), cs_scale_inv.ptr(), cs_opts,
                                   wc.data(), ws_cs));
+  API_OK(quantize_current_scaling(ctx, x.vec(), y_auto.vec(), auto_amax.ptr(), auto_scale.ptr(), auto_scale_inv.ptr(),
+                                  auto_opts, nullptr, 0));
   API_OK(activation_amax(ctx, Activation::kGeluTanh, x.vec(), act_y.vec(), act_amax.ptr(), act_opts, wact.data(), ws_act));
   API_OK(cast_transpose(ctx, x.mat(rows, cols), scale.ptr(), ct_y.mat(rows, cols), ct_yt.mat(cols, rows), noop.ptr()));
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
@@ -114,6 +120,10 @@ TEST(Fp8CudaGraph, CaptureOnceReplayWithNewData) {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; ++i) bad += !ref::same_code(got_y.code(i), want_y.code(i), f8);
     EXPECT_EQ(bad, 0) << "quantize_current_scaling codes";
+    EXPECT_EQ(float_bits_of(auto_amax.get(ctx)), float_bits_of(ra.amax));
+    EXPECT_EQ(float_bits_of(auto_scale.get(ctx)), float_bits_of(rcs));
+    EXPECT_EQ(float_bits_of(auto_scale_inv.get(ctx)), float_bits_of(ref::scale_inv(rcs)));
+    EXPECT_EQ(y_auto.download(ctx).bytes, got_y.bytes) << "quantize_current_scaling (kAuto) codes";
 
     const HostTensor got_act = act_y.download(ctx);
     const ref::Format fb = ref::format_of(DType::kBF16);

@@ -127,9 +127,16 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
     EMBSCALE_RETURN_IF_ERROR(
         launch_amax(stream, x, amax_out, opts.amax.nonfinite_flag, opts.amax.noop_flag, opts.amax.algo, ws));
     // With n == 0 the cast has nothing to do, but scale and scale_inv must still be written.
-    return launch_kernel("quantize_from_amax_kernel", quantize_from_amax_kernel<Tin, Tout>,
-                         dim3(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll)), dim3(Fp8Policy::kCastThreads), 0,
-                         stream, p);
+    // The cast's grid and cache hints by the size of x (Fp8Policy): evict-first stores while x fits L2,
+    // no grid cap from kQcsUncappedMinBytes on.
+    const int64_t x_bytes = n * static_cast<int64_t>(sizeof(Tin));
+    const dim3 grid(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll, x_bytes < Fp8Policy::kQcsUncappedMinBytes));
+    if (x_bytes <= Fp8Policy::kQcsStreamingMaxBytes) {
+      return launch_kernel("quantize_from_amax_kernel", quantize_from_amax_kernel<Tin, Tout, true>, grid,
+                           dim3(Fp8Policy::kCastThreads), 0, stream, p);
+    }
+    return launch_kernel("quantize_from_amax_kernel", quantize_from_amax_kernel<Tin, Tout, false>, grid,
+                         dim3(Fp8Policy::kCastThreads), 0, stream, p);
   });
 }
 

@@ -41,17 +41,21 @@ struct CastParams {
   bool reverse = true;     // from-amax variant: walk the vectors last to first (see above)
 };
 
-template <typename Tin, typename Tout, int kUnroll>
+// kStreaming: loads that do not allocate in L1 and evict-first stores (the output does not push the
+// input out of L2 before it is read; Fp8Policy::kQcsStreamingMaxBytes).
+template <typename Tin, typename Tout, int kUnroll, bool kStreaming = false>
 __device__ __forceinline__ void cast_range(const CastParams& p, float s, int64_t start, int64_t stride,
                                            bool reverse) {
+  constexpr LoadHint kLoad = kStreaming ? LoadHint::kReadOnlyNoL1 : LoadHint::kReadOnly;
+  constexpr StoreHint kStore = kStreaming ? StoreHint::kStreaming : StoreHint::kDefault;
   constexpr int kN = Vec16<Tin>::kN;
   const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin));
   void* yb = static_cast<char*>(p.y) + p.split.head * static_cast<int64_t>(sizeof(Tout));
-  stream_vectors<Tin, kUnroll>(xb, p.split.nvec, start, stride, reverse, [&](int64_t i, const Vec16<Tin>& v) {
+  stream_vectors<Tin, kUnroll, kLoad>(xb, p.split.nvec, start, stride, reverse, [&](int64_t i, const Vec16<Tin>& v) {
     OutPack<Tout, kN> o;
 #pragma unroll
     for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(load_float(v.elem(k)) * s));
-    o.store(yb, i);
+    o.template store<kStore>(yb, i);
   });
   stream_scalars(p.split, start, stride, [&](int64_t i) {
     const float v = load_float(load_elem<Tin>(p.x, i, p.split.in_aligned));
@@ -69,7 +73,7 @@ __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_scaled_kerne
 }
 
 // scale = rule(*amax); block 0 stores scale and scale_inv; y = fp8(x * scale).
-template <typename Tin, typename Tout>
+template <typename Tin, typename Tout, bool kStreaming>
 __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const float s = scale_from_amax_rule(*p.amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
@@ -77,8 +81,8 @@ __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_ke
     *p.scale_out = s;
     *p.scale_inv_out = scale_inv_from_scale(s);
   }
-  cast_range<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                                     static_cast<int64_t>(gridDim.x) * blockDim.x, p.reverse);
+  cast_range<Tin, Tout, Fp8Policy::kCastUnroll, kStreaming>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                                                 static_cast<int64_t>(gridDim.x) * blockDim.x, p.reverse);
 }
 
 // x = float(y) * *scale_inv, rounded to x's dtype. Here p.x is the fp8 input and p.y the output.

@@ -136,9 +136,9 @@ struct Vec16 {
 };
 
 // Vector i of a 16-byte aligned body (read-only for the kernel's lifetime).
-template <typename T>
+template <typename T, LoadHint H = LoadHint::kReadOnly>
 __device__ __forceinline__ Vec16<T> load_vec(const void* body, int64_t i) {
-  const Words<16> r = load_words<16>(static_cast<const uint4*>(body) + i);
+  const Words<16> r = load_words<16, H>(static_cast<const uint4*>(body) + i);
   Vec16<T> v;
   v.raw = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
   return v;
@@ -164,12 +164,13 @@ struct OutPack {
     }
   }
   // Stores the pack at element offset i * kN of a buffer aligned to min(kBytes, 16).
+  template <StoreHint H = StoreHint::kDefault>
   __device__ __forceinline__ void store(void* body, int64_t i) const {
     constexpr int kChunk = kBytes < 16 ? kBytes : 16;  // bytes per store
     using Chunk = std::conditional_t<kChunk == 4, uint32_t, std::conditional_t<kChunk == 8, uint2, uint4>>;
     Chunk* p = static_cast<Chunk*>(body) + i * (kBytes / kChunk);
 #pragma unroll
-    for (int q = 0; q < kBytes / kChunk; ++q) store_words<kChunk>(p + q, w + q * (kChunk / 4));
+    for (int q = 0; q < kBytes / kChunk; ++q) store_words<kChunk, H>(p + q, w + q * (kChunk / 4));
   }
 };
 
@@ -187,8 +188,9 @@ __device__ __forceinline__ float load_float(T v) {
 // ---- grid-stride traversal ----------------------------------------------------------------------
 // Vector body: kUnroll independent 16-byte loads in flight per thread before any is consumed (the
 // remainder too, as predicated loads). With reverse, vector i is visited as nvec-1-i (used by a second
-// pass so it starts on what the first pass left in L2). proc(vector index, vector) consumes.
-template <typename T, int kUnroll, class Proc>
+// pass so it starts on what the first pass left in L2). proc(vector index, vector) consumes. H: the
+// loads' cache hint.
+template <typename T, int kUnroll, LoadHint H = LoadHint::kReadOnly, class Proc>
 __device__ __forceinline__ void stream_vectors(const void* body, int64_t nvec, int64_t start, int64_t stride,
                                                bool reverse, Proc&& proc) {
   int64_t i = start;
@@ -197,7 +199,7 @@ __device__ __forceinline__ void stream_vectors(const void* body, int64_t nvec, i
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = i + u * stride;
-      v[u] = load_vec<T>(body, reverse ? nvec - 1 - j : j);
+      v[u] = load_vec<T, H>(body, reverse ? nvec - 1 - j : j);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -215,7 +217,7 @@ __device__ __forceinline__ void stream_vectors(const void* body, int64_t nvec, i
       for (int u = 0; u < kUnroll - 1; ++u) {
         const int64_t j = i + u * stride;
         v[u].raw = make_uint4(0u, 0u, 0u, 0u);
-        if (j < nvec) v[u] = load_vec<T>(body, reverse ? nvec - 1 - j : j);
+        if (j < nvec) v[u] = load_vec<T, H>(body, reverse ? nvec - 1 - j : j);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll - 1; ++u) {

@@ -56,6 +56,14 @@ struct Fp8PolicySm90 {
   // vectors per thread, and at most kQcsClusterMaxBytes of input (the amax cluster's limit).
   static constexpr int kQcsVecPerThread = 4;  // not swept
   static constexpr int64_t kQcsClusterMaxBytes = int64_t(1) << 20;
+  // The from-amax cast's loads skip L1 and its stores are evict-first for x of at most this many bytes,
+  // so y does not push x out of L2 before the cast reads it again (2026-12-02-nvidia-h200-fp8-grids.md,
+  // column nl1: bf16 2^24 (32 MiB) 23.4 -> 21.9 us, fp32 2^24 (64 MiB) 38.8 -> 37.4; 2^26 3-6% slower).
+  static constexpr int64_t kQcsStreamingMaxBytes = int64_t(64) << 20;
+  // From this many bytes of x on the from-amax cast's grid is not capped (one block per kCastThreads x
+  // kCastUnroll vectors, as quantize's): same record, column one: bf16 2^28 (512 MiB) 318 -> 313 us,
+  // fp32 2^28 559 -> 549; at 2^26 (128 and 256 MiB) level or 1% slower, so those keep the cap.
+  static constexpr int64_t kQcsUncappedMinBytes = int64_t(512) << 20;
   // The from-amax cast walks x last to first, starting on what the amax pass read last and may still
   // sit in L2 (tuning, A/B column norev: bf16 2^28 351 against 365 us forwards).
   static constexpr bool kQcsReverse = true;
