@@ -266,7 +266,7 @@ def vs_fbgemm(runs):
     ops = [op for op in ("tbe_forward", "tbe_train_rowwise_adagrad", "tbe_train_sgd") if any(r["op"] == op for r in peers)]
     labels = {"tbe_forward": "forward", "tbe_train_rowwise_adagrad": "train, row-wise Adagrad",
               "tbe_train_sgd": "train, SGD"}
-    rows, kernel, summed, loop = [], [], [], {}
+    rows, kernel, summed, loop = [], {}, [], {}
     # Rows without bounds checks first, then those in each library's default checked mode (warn).
     for bc in sorted({checks(r) for r in peers}, key=lambda m: m != "off"):
         for op in ops:
@@ -286,24 +286,26 @@ def vs_fbgemm(runs):
                         k = gpu_time_ratio(peer, mine) if peer and mine else None
                         if k is not None:
                             if bc == "off":
-                                kernel.append(k)
-                                if peer.get("busy_us") and mine.get("busy_us"):
+                                kernel.setdefault(op == "tbe_forward", []).append(k)
+                                if peer.get("busy_us") and mine.get("busy_us") and op != "tbe_forward":
                                     summed.append(peer["kernel_us"] / mine["kernel_us"])
                             cell += f" ({ratio(k)})"
                         if peer and mine and peer.get("loop_us") and mine.get("loop_us") and bc == "off":
                             loop.setdefault(op == "tbe_forward", []).append(peer["loop_us"] / mine["loop_us"])
                         row.append(cell)
                     rows.append(row)
+    spans_k = [f"{what} {ratio(min(kernel[fwd]))} to {ratio(max(kernel[fwd]))}"
+               for what, fwd in (("training steps", False), ("forwards", True)) if kernel.get(fwd)]
     kernel_text = ""
-    if kernel and summed:
+    if spans_k and summed:
         kernel_text = (f" In brackets the same on GPU time alone (torch.profiler: the time at least one of the step's "
-                       f"CUDA kernels ran, so the host's part is left out and kernels that overlap are counted once): "
-                       f"{ratio(min(kernel))} to {ratio(max(kernel))} without bounds checks. embscale's backward kernels "
-                       f"overlap through programmatic dependent launch (FBGEMM's do not), so their durations summed "
-                       f"exceed that time: on the sums the ratios are {ratio(min(summed))} to {ratio(max(summed))}.")
-    elif kernel:
-        kernel_text = (f" In brackets the same on kernel time alone (torch.profiler, the step's CUDA kernels summed): "
-                       f"{ratio(min(kernel))} to {ratio(max(kernel))} without bounds checks; embscale's backward kernels overlap through "
+                       f"CUDA kernels ran, so the host's part is left out and kernels that overlap are counted once), "
+                       f"without bounds checks: {' and '.join(spans_k)}. embscale's backward kernels overlap through "
+                       f"programmatic dependent launch (FBGEMM's do not), so their durations summed exceed that time: "
+                       f"on the sums the training steps are {ratio(min(summed))} to {ratio(max(summed))}.")
+    elif spans_k:
+        kernel_text = (f" In brackets the same on kernel time alone (torch.profiler, the step's CUDA kernels summed), "
+                       f"without bounds checks: {' and '.join(spans_k)}; embscale's backward kernels overlap through "
                        f"programmatic dependent launch, so its sum can exceed its wall time.")
     spans = [f"{what} {ratio(min(loop[fwd]))} to {ratio(max(loop[fwd]))}"
              for what, fwd in (("training steps", False), ("forwards", True)) if loop.get(fwd)]

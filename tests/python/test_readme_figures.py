@@ -83,8 +83,8 @@ def test_peer_tables_come_from_the_newest_run(tmp_path):
     assert fbgemm.endswith("| train, SGD, fp16, Zipf 1.15 | — | 2× (1.5×) | — |\n"
                            "| forward, fp32, uniform, bounds checks warn | 1.1× (4×) | — | — |")
     assert "| D=64 | D=128 | D=mixed |" in fbgemm
-    # kernel: 150/100, 250/100, 225/100, 1500/1000 (not the older 800/90, nor the warn row's 400/100)
-    assert "1.5× to 2.5× without bounds checks" in fbgemm
+    # kernel: 150/100, 250/100, 225/100 (forwards; not the older 800/90, nor the warn row's 400/100), 1500/1000
+    assert "without bounds checks: training steps 1.5× to 1.5× and forwards 1.5× to 2.5×;" in fbgemm
     assert "| amax, bf16 | 1.5× | 1× |" in te_part and "| 2^20 | 2^24 |" in te_part
     assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part
 
@@ -128,7 +128,8 @@ def test_gpu_time_is_the_busy_time_where_both_records_have_it(tmp_path):
     (tmp_path / "2026-12-02-a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     fbgemm = gen.peer_sections(str(tmp_path))[0]
     assert "| train, SGD, fp32, Zipf 1.15 | 1.5× (1.6×) | 1.5× (2×) | 1.5× (1.2×) |" in fbgemm
-    assert "1.2× to 2× without bounds checks" in fbgemm and "on the sums the ratios are 1.14× to 1.5×" in fbgemm
+    assert "without bounds checks: training steps 1.2× to 2×." in fbgemm
+    assert "on the sums the training steps are 1.14× to 1.5×." in fbgemm
 
 
 def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):

@@ -63,13 +63,38 @@ __device__ __forceinline__ void cast_range(const CastParams& p, float s, int64_t
   });
 }
 
-// y = fp8(x * *scale)
+// y = fp8(x * *scale). With Fp8Policy::kQuantizeBlockContiguous, block b casts the contiguous vectors
+// [b * kCastThreads * kCastUnroll, (b + 1) * kCastThreads * kCastUnroll) (the grid covers the input once),
+// so the blocks resident at once read and write one contiguous stretch; else the vectors grid-stride.
 template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_scaled_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
   const float s = *p.scale;
-  cast_range<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                                     static_cast<int64_t>(gridDim.x) * blockDim.x, false);
+  const int64_t gstart = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t gstride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if constexpr (Fp8Policy::kQuantizeBlockContiguous) {
+    static_assert(!Fp8Policy::kQuantizeGridCapped, "contiguous blocks need a grid that covers the input");
+    constexpr int kN = Vec16<Tin>::kN;
+    const int64_t per = static_cast<int64_t>(blockDim.x) * Fp8Policy::kCastUnroll;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * per < p.split.nvec ? blockIdx.x * per : p.split.nvec;
+    const int64_t count = (first + per < p.split.nvec ? first + per : p.split.nvec) - first;
+    const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin)) + first * 16;
+    void* yb = static_cast<char*>(p.y) + (p.split.head + first * kN) * static_cast<int64_t>(sizeof(Tout));
+    stream_vectors<Tin, Fp8Policy::kCastUnroll>(xb, count, threadIdx.x, blockDim.x, false,
+                                                [&](int64_t i, const Vec16<Tin>& v) {
+                                                  OutPack<Tout, kN> o;
+#pragma unroll
+                                                  for (int k = 0; k < kN; ++k)
+                                                    o.set(k, from_float<Tout>(load_float(v.elem(k)) * s));
+                                                  o.store(yb, i);
+                                                });
+    stream_scalars(p.split, gstart, gstride, [&](int64_t i) {
+      const float xv = load_float(load_elem<Tin>(p.x, i, p.split.in_aligned));
+      store_elem<Tout>(p.y, i, from_float<Tout>(xv * s), p.split.out_aligned);
+    });
+  } else {
+    cast_range<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, gstart, gstride, false);
+  }
 }
 
 // scale = rule(*amax); block 0 stores scale and scale_inv; y = fp8(x * scale).
