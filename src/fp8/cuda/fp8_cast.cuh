@@ -41,26 +41,41 @@ struct CastParams {
   bool reverse = true;     // from-amax variant: walk the vectors last to first (see above)
 };
 
-// kStreaming: loads that do not allocate in L1 and evict-first stores (the output does not push the
-// input out of L2 before it is read; Fp8Policy::kQcsStreamingMaxBytes).
+// y = fp8(x * s) over vectors [first, first + count) of the body, this thread's from start by stride
+// (relative to first), last to first with reverse. kStreaming: loads that do not allocate in L1 and
+// evict-first stores (the output does not push the input out of L2 before it is read;
+// Fp8Policy::kQcsStreamingMaxBytes).
 template <typename Tin, typename Tout, int kUnroll, bool kStreaming = false>
-__device__ __forceinline__ void cast_range(const CastParams& p, float s, int64_t start, int64_t stride,
-                                           bool reverse) {
+__device__ __forceinline__ void cast_vectors(const CastParams& p, float s, int64_t first, int64_t count, int64_t start,
+                                             int64_t stride, bool reverse) {
   constexpr LoadHint kLoad = kStreaming ? LoadHint::kReadOnlyNoL1 : LoadHint::kReadOnly;
   constexpr StoreHint kStore = kStreaming ? StoreHint::kStreaming : StoreHint::kDefault;
   constexpr int kN = Vec16<Tin>::kN;
-  const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin));
-  void* yb = static_cast<char*>(p.y) + p.split.head * static_cast<int64_t>(sizeof(Tout));
-  stream_vectors<Tin, kUnroll, kLoad>(xb, p.split.nvec, start, stride, reverse, [&](int64_t i, const Vec16<Tin>& v) {
+  const void* xb = static_cast<const char*>(p.x) + (p.split.head + first * kN) * static_cast<int64_t>(sizeof(Tin));
+  void* yb = static_cast<char*>(p.y) + (p.split.head + first * kN) * static_cast<int64_t>(sizeof(Tout));
+  stream_vectors<Tin, kUnroll, kLoad>(xb, count, start, stride, reverse, [&](int64_t i, const Vec16<Tin>& v) {
     OutPack<Tout, kN> o;
 #pragma unroll
     for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(load_float(v.elem(k)) * s));
     o.template store<kStore>(yb, i);
   });
+}
+
+// y = fp8(x * s) over the scalar head and tail, this thread's elements from start by stride.
+template <typename Tin, typename Tout>
+__device__ __forceinline__ void cast_scalars(const CastParams& p, float s, int64_t start, int64_t stride) {
   stream_scalars(p.split, start, stride, [&](int64_t i) {
     const float v = load_float(load_elem<Tin>(p.x, i, p.split.in_aligned));
     store_elem<Tout>(p.y, i, from_float<Tout>(v * s), p.split.out_aligned);
   });
+}
+
+// The whole range, grid-stride: this thread's vectors and scalars from start by stride.
+template <typename Tin, typename Tout, int kUnroll, bool kStreaming = false>
+__device__ __forceinline__ void cast_range(const CastParams& p, float s, int64_t start, int64_t stride,
+                                           bool reverse) {
+  cast_vectors<Tin, Tout, kUnroll, kStreaming>(p, s, 0, p.split.nvec, start, stride, reverse);
+  cast_scalars<Tin, Tout>(p, s, start, stride);
 }
 
 // y = fp8(x * *scale). With Fp8Policy::kQuantizeBlockContiguous, block b casts the contiguous vectors
@@ -74,24 +89,12 @@ __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_scaled_kerne
   const int64_t gstride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if constexpr (Fp8Policy::kQuantizeBlockContiguous) {
     static_assert(!Fp8Policy::kQuantizeGridCapped, "contiguous blocks need a grid that covers the input");
-    constexpr int kN = Vec16<Tin>::kN;
     const int64_t per = static_cast<int64_t>(blockDim.x) * Fp8Policy::kCastUnroll;
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * per < p.split.nvec ? blockIdx.x * per : p.split.nvec;
+    const int64_t b0 = static_cast<int64_t>(blockIdx.x) * per;
+    const int64_t first = b0 < p.split.nvec ? b0 : p.split.nvec;
     const int64_t count = (first + per < p.split.nvec ? first + per : p.split.nvec) - first;
-    const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin)) + first * 16;
-    void* yb = static_cast<char*>(p.y) + (p.split.head + first * kN) * static_cast<int64_t>(sizeof(Tout));
-    stream_vectors<Tin, Fp8Policy::kCastUnroll>(xb, count, threadIdx.x, blockDim.x, false,
-                                                [&](int64_t i, const Vec16<Tin>& v) {
-                                                  OutPack<Tout, kN> o;
-#pragma unroll
-                                                  for (int k = 0; k < kN; ++k)
-                                                    o.set(k, from_float<Tout>(load_float(v.elem(k)) * s));
-                                                  o.store(yb, i);
-                                                });
-    stream_scalars(p.split, gstart, gstride, [&](int64_t i) {
-      const float xv = load_float(load_elem<Tin>(p.x, i, p.split.in_aligned));
-      store_elem<Tout>(p.y, i, from_float<Tout>(xv * s), p.split.out_aligned);
-    });
+    cast_vectors<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, first, count, threadIdx.x, blockDim.x, false);
+    cast_scalars<Tin, Tout>(p, s, gstart, gstride);
   } else {
     cast_range<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, gstart, gstride, false);
   }
