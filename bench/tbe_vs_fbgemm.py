@@ -431,7 +431,8 @@ class Run:
                 if n in loop:
                     rec.update(loop_us=loop[n])
                 self.emit(rec)
-            kern_text = (f"; kernels fbgemm {kern['fbgemm'][0]:.1f} us, embscale {kern['embscale_torch'][0]:.1f} us; back to "
+            kern_text = (f"; kernels fbgemm {kern['fbgemm'][0]:.1f} us (busy {kern['fbgemm'][1]:.1f}), embscale "
+                         f"{kern['embscale_torch'][0]:.1f} us (busy {kern['embscale_torch'][1]:.1f}); back to "
                          f"back fbgemm {loop['fbgemm']:.1f} us, embscale {loop['embscale_torch']:.1f} us") if kern else ""
             log(f"{what} {op}: fbgemm {wall['fbgemm']:.1f} us, embscale {wall['embscale_torch']:.1f} us "
                 f"(fbgemm/embscale {wall['fbgemm'] / wall['embscale_torch']:.2f}){kern_text}  "
