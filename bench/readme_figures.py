@@ -242,12 +242,13 @@ def checks(rec):
 
 
 def gpu_time_ratio(peer, mine):
-    """FBGEMM's GPU time / embscale's for one case: on busy_us (the union of the step's kernel intervals)
-    where both records have it, else on kernel_us (their durations summed); None without either."""
+    """(FBGEMM's GPU time / embscale's, the key it is on) for one case: busy_us (the union of the step's
+    kernel intervals) where both records have it, else kernel_us (their durations summed); (None, None)
+    without either."""
     for key in ("busy_us", "kernel_us"):
         if peer.get(key) and mine.get(key):
-            return peer[key] / mine[key]
-    return None
+            return peer[key] / mine[key], key
+    return None, None
 
 
 def vs_fbgemm(runs):
@@ -266,7 +267,7 @@ def vs_fbgemm(runs):
     ops = [op for op in ("tbe_forward", "tbe_train_rowwise_adagrad", "tbe_train_sgd") if any(r["op"] == op for r in peers)]
     labels = {"tbe_forward": "forward", "tbe_train_rowwise_adagrad": "train, row-wise Adagrad",
               "tbe_train_sgd": "train, SGD"}
-    rows, kernel, summed, loop = [], {}, [], {}
+    rows, kernel, summed, loop, keys = [], {}, [], {}, set()
     # Rows without bounds checks first, then those in each library's default checked mode (warn).
     for bc in sorted({checks(r) for r in peers}, key=lambda m: m != "off"):
         for op in ops:
@@ -283,11 +284,12 @@ def vs_fbgemm(runs):
                             used.append(name)
                         peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)
                         cell = ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—"
-                        k = gpu_time_ratio(peer, mine) if peer and mine else None
+                        k, key = gpu_time_ratio(peer, mine) if peer and mine else (None, None)
                         if k is not None:
+                            keys.add(key)
                             if bc == "off":
                                 kernel.setdefault(op == "tbe_forward", []).append(k)
-                                if peer.get("busy_us") and mine.get("busy_us") and op != "tbe_forward":
+                                if key == "busy_us" and op != "tbe_forward":
                                     summed.append(peer["kernel_us"] / mine["kernel_us"])
                             cell += f" ({ratio(k)})"
                         if peer and mine and peer.get("loop_us") and mine.get("loop_us") and bc == "off":
@@ -302,7 +304,9 @@ def vs_fbgemm(runs):
                        f"CUDA kernels ran, so the host's part is left out and kernels that overlap are counted once), "
                        f"without bounds checks: {' and '.join(spans_k)}. embscale's backward kernels overlap through "
                        f"programmatic dependent launch (FBGEMM's do not), so their durations summed exceed that time: "
-                       f"on the sums the training steps are {ratio(min(summed))} to {ratio(max(summed))}.")
+                       f"on the sums the training steps are {ratio(min(summed))} to {ratio(max(summed))}." +
+                       (" Rows from records without the busy time (the warn rows' older runs) are on the sums."
+                        if "kernel_us" in keys else ""))
     elif spans_k:
         kernel_text = (f" In brackets the same on kernel time alone (torch.profiler, the step's CUDA kernels summed), "
                        f"without bounds checks: {' and '.join(spans_k)}; embscale's backward kernels overlap through "

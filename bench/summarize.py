@@ -6,9 +6,10 @@ each case measured by embscale and at least one peer, embscale's speed relative 
 speedup = best peer's median_us / embscale's median_us (above 1: embscale is faster); and the ratio
 table: every peer record set against embscale's record of the same case from the same run (same file
 and date), ratio = peer time / embscale time, on wall time and, where both records carry them, on kernel
-time (kernel_us, the kernels' durations summed) and GPU busy time (busy_us, overlapping kernels counted once). embscale's records are impl "embscale" (the CLI and the C++ harnesses) and
-"embscale_torch" (its torch module, bench/tbe_vs_fbgemm.py); a peer is paired with embscale's record
-from the same harness when there is one (field "harness"), else with impl "embscale".
+time (kernel_us, the kernels' durations summed) and GPU busy time (busy_us, overlapping kernels counted
+once). embscale's records are impl "embscale" (the CLI and the C++ harnesses) and "embscale_torch" (its
+torch module, bench/tbe_vs_fbgemm.py); a peer is paired with embscale's record from the same harness when
+there is one (field "harness"), else with impl "embscale".
 
 A case is (backend, op, dtype, n) plus, when present, rows/cols and any "config" field. Embedding
 (TBE) records carry their workload as separate fields (tables, batch, D, bag size, rows, alpha, dtypes,

@@ -129,7 +129,11 @@ def test_gpu_time_is_the_busy_time_where_both_records_have_it(tmp_path):
     fbgemm = gen.peer_sections(str(tmp_path))[0]
     assert "| train, SGD, fp32, Zipf 1.15 | 1.5× (1.6×) | 1.5× (2×) | 1.5× (1.2×) |" in fbgemm
     assert "without bounds checks: training steps 1.2× to 2×." in fbgemm
+    assert "on the sums the training steps are 1.14× to 1.5×. Rows from records without the busy time" in fbgemm
+    (tmp_path / "2026-12-02-a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:4]))
+    fbgemm = gen.peer_sections(str(tmp_path))[0]  # every bracket on busy time: no such sentence
     assert "on the sums the training steps are 1.14× to 1.5×." in fbgemm
+    assert "Rows from records without the busy time" not in fbgemm
 
 
 def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):

@@ -131,12 +131,9 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
     // no grid cap from kQcsUncappedMinBytes on.
     const int64_t x_bytes = n * static_cast<int64_t>(sizeof(Tin));
     const dim3 grid(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll, x_bytes < Fp8Policy::kQcsUncappedMinBytes));
-    if (x_bytes <= Fp8Policy::kQcsStreamingMaxBytes) {
-      return launch_kernel("quantize_from_amax_kernel", quantize_from_amax_kernel<Tin, Tout, true>, grid,
-                           dim3(Fp8Policy::kCastThreads), 0, stream, p);
-    }
-    return launch_kernel("quantize_from_amax_kernel", quantize_from_amax_kernel<Tin, Tout, false>, grid,
-                         dim3(Fp8Policy::kCastThreads), 0, stream, p);
+    const auto kernel = x_bytes <= Fp8Policy::kQcsStreamingMaxBytes ? quantize_from_amax_kernel<Tin, Tout, true>
+                                                                     : quantize_from_amax_kernel<Tin, Tout, false>;
+    return launch_kernel("quantize_from_amax_kernel", kernel, grid, dim3(Fp8Policy::kCastThreads), 0, stream, p);
   });
 }
 
