@@ -223,28 +223,99 @@ TEST_P(Fp8Cast, CurrentScalingMatchesReference) {
   }
 }
 
+// kAuto on CUDA from 1 MiB to 8 MiB of x: the resident path (x held in registers by one block per SM, one
+// grid barrier), amax + cast above. Sizes from one vector per thread to four (bf16 2^22 - 9, fp32 2^21:
+// the most a 132-SM H200 holds) and one past the range (fp32 2^21 + 1); unaligned heads and scalar
+// tails; the maximum near the end (the last block's last vectors), in the scalar tail, or an infinity;
+// a NaN everywhere.
+TEST_P(Fp8Cast, CurrentScalingResidentSizes) {
+  if (backend() != Backend::kCuda) GTEST_SKIP() << "the resident path is CUDA's";
+  struct Case {
+    DType dt;
+    int64_t n;
+    DType fp8;
+    int64_t offset;
+    int64_t max_at;  // index of the maximum counted from the end (1: the last element)
+    double max_value;
+  };
+  const Case cases[] = {
+      {DType::kBF16, (int64_t(1) << 21) + 3, DType::kF8E4M3, 1, 1, 900.0},
+      {DType::kBF16, (int64_t(1) << 22) - 9, DType::kF8E5M2, 0, 5000, -3000.0},
+      {DType::kF16, (int64_t(3) << 20) + 1, DType::kF8E4M3, 3, 70000, INFINITY},
+      {DType::kF32, (int64_t(1) << 19) + 5, DType::kF8E4M3, 2, 2, 1e6},
+      {DType::kF32, int64_t(1) << 21, DType::kF8E5M2, 0, 100, -7e4},
+      {DType::kF32, (int64_t(1) << 21) + 1, DType::kF8E4M3, 1, 3, 5e5},
+  };
+  uint64_t salt = 700;
+  for (const Case& c : cases) {
+    const uint64_t seed = fp8test::case_seed(++salt);
+    SCOPED_TRACE(std::string(dtype_name(c.dt)) + "->" + dtype_name(c.fp8) + " n=" + std::to_string(c.n) +
+                 " seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    HostTensor x(c.dt, c.n);
+    fp8test::fill_random(&x, rng, 2.0);
+    x.set(c.n / 7, std::nan(""));
+    x.set(c.n - c.max_at, c.max_value);
+    const ref::AmaxResult ra = ref::amax(x);
+    const float rs = ref::scale(ra.amax, fp8_max(c.fp8), 0.0f, false);
+    HostTensor want(c.fp8, c.n);
+    ref::quantize(x, rs, &want);
+
+    DevTensor dx(backend(), c.dt, c.n, c.offset), dy(backend(), c.fp8, c.n, 2);
+    ASSERT_TRUE(dx.upload(ctx(), x).ok());
+    ASSERT_TRUE(dy.poison(ctx()).ok());
+    DevScalar<float> a(backend()), s(backend()), si(backend());
+    DevScalar<int32_t> flag(backend());
+    a.poison(ctx());
+    s.poison(ctx());
+    si.poison(ctx());
+    flag.poison(ctx());
+    CurrentScalingOptions opts;
+    opts.amax.nonfinite_flag = flag.ptr();
+    size_t ws_bytes = 0;
+    ASSERT_TRUE(quantize_current_scaling_workspace_size(ctx(), dx.vec(), opts, &ws_bytes).ok());
+    Buffer ws(backend(), ws_bytes);
+    if (ws_bytes > 0) ASSERT_TRUE(fill_bytes(ctx(), ws.data(), fp8test::kPoisonByte, ws_bytes).ok());
+    const Status st = quantize_current_scaling(ctx(), dx.vec(), dy.vec(), a.ptr(), s.ptr(), si.ptr(), opts, ws.data(),
+                                               ws_bytes);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(float_bits_of(a.get(ctx())), float_bits_of(ra.amax));
+    EXPECT_EQ(float_bits_of(s.get(ctx())), float_bits_of(rs));
+    EXPECT_EQ(float_bits_of(si.get(ctx())), float_bits_of(ref::scale_inv(rs)));
+    EXPECT_EQ(flag.get(ctx()), ra.nonfinite ? 1 : 0);
+    EXPECT_TRUE(dy.guards_intact(ctx()));
+    const HostTensor got = dy.download(ctx());
+    const int64_t bad = first_mismatch(got, want);
+    EXPECT_EQ(bad, -1) << (bad >= 0 ? describe(x, got, want, bad) : "");
+  }
+}
+
 TEST_P(Fp8Cast, CurrentScalingNoop) {
-  HostTensor x(DType::kF32, 70000);
-  for (int64_t i = 0; i < x.numel(); ++i) x.set(i, std::sin(0.001 * static_cast<double>(i)) * 50.0);
-  DevTensor dx(backend(), x.dtype, x.numel()), dy(backend(), DType::kF8E5M2, x.numel());
-  ASSERT_TRUE(dx.upload(ctx(), x).ok());
-  ASSERT_TRUE(dy.poison(ctx()).ok());
-  DevScalar<float> a(backend()), s(backend()), si(backend()), noop(backend());
-  a.poison(ctx());
-  s.poison(ctx());
-  si.poison(ctx());
-  noop.set(ctx(), 1.0f);
-  CurrentScalingOptions opts;
-  opts.amax.noop_flag = noop.ptr();
-  size_t ws_bytes = 0;
-  ASSERT_TRUE(quantize_current_scaling_workspace_size(ctx(), dx.vec(), opts, &ws_bytes).ok());
-  Buffer ws(backend(), ws_bytes);
-  ASSERT_TRUE(quantize_current_scaling(ctx(), dx.vec(), dy.vec(), a.ptr(), s.ptr(), si.ptr(), opts, ws.data(), ws_bytes).ok());
-  EXPECT_EQ(float_bits_of(a.get(ctx())), 0xA5A5A5A5u);
-  EXPECT_EQ(float_bits_of(s.get(ctx())), 0xA5A5A5A5u);
-  EXPECT_EQ(float_bits_of(si.get(ctx())), 0xA5A5A5A5u);
-  const HostTensor y = dy.download(ctx());
-  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.code(i), fp8test::kPoisonByte) << i;
+  // 70000 elements: the cluster path under kAuto; 2^20 + 3: the resident path.
+  for (int64_t n : {int64_t(70000), (int64_t(1) << 20) + 3}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    HostTensor x(DType::kF32, n);
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, std::sin(0.001 * static_cast<double>(i)) * 50.0);
+    DevTensor dx(backend(), x.dtype, x.numel()), dy(backend(), DType::kF8E5M2, x.numel());
+    ASSERT_TRUE(dx.upload(ctx(), x).ok());
+    ASSERT_TRUE(dy.poison(ctx()).ok());
+    DevScalar<float> a(backend()), s(backend()), si(backend()), noop(backend());
+    a.poison(ctx());
+    s.poison(ctx());
+    si.poison(ctx());
+    noop.set(ctx(), 1.0f);
+    CurrentScalingOptions opts;
+    opts.amax.noop_flag = noop.ptr();
+    size_t ws_bytes = 0;
+    ASSERT_TRUE(quantize_current_scaling_workspace_size(ctx(), dx.vec(), opts, &ws_bytes).ok());
+    Buffer ws(backend(), ws_bytes);
+    ASSERT_TRUE(quantize_current_scaling(ctx(), dx.vec(), dy.vec(), a.ptr(), s.ptr(), si.ptr(), opts, ws.data(), ws_bytes).ok());
+    EXPECT_EQ(float_bits_of(a.get(ctx())), 0xA5A5A5A5u);
+    EXPECT_EQ(float_bits_of(s.get(ctx())), 0xA5A5A5A5u);
+    EXPECT_EQ(float_bits_of(si.get(ctx())), 0xA5A5A5A5u);
+    const HostTensor y = dy.download(ctx());
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.code(i), fp8test::kPoisonByte) << i;
+  }
 }
 
 EMBSCALE_FP8_INSTANTIATE(Fp8Cast);

@@ -64,5 +64,38 @@ Status launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim
   return Status::Ok();
 }
 
+// Launches kernel<<<grid, block, smem, stream>>> as a cooperative grid: every block resident at once, so
+// the kernel may synchronise grid-wide (cooperative_groups::this_grid().sync()); the launch fails when
+// the grid cannot be resident. With programmatic stream serialization where enabled, as launch_kernel.
+// Returns a Status naming `what` on failure (the error is cleared).
+template <typename... Params, typename... Args>
+Status launch_cooperative_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  attrs[n].id = cudaLaunchAttributeCooperative;
+  attrs[n].val.cooperative = 1;
+  ++n;
+  if (pdl_enabled()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_status(err, what);
+  }
+  EMBSCALE_CHECK_LAUNCH(what);
+  return Status::Ok();
+}
+
 }  // namespace cuda
 }  // namespace embscale

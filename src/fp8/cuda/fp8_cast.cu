@@ -39,6 +39,50 @@ int qcs_cluster_size(int64_t n, AmaxAlgo algo) {
   return n <= capacity ? c : 0;
 }
 
+// Whether the resident kernel of Tin -> Tout can run one block of kQcsResidentThreads threads on every
+// SM of the current device as a cooperative grid (cached per device and kernel).
+template <typename Tin, typename Tout>
+bool resident_available() {
+  constexpr auto kKernel = quantize_current_scaling_resident_kernel<Tin, Tout>;
+  return per_kernel_cached<kKernel>([]() -> int {
+    int dev = 0, coop = 0, blocks = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, Fp8Policy::kQcsResidentThreads, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return coop != 0 && blocks >= 1 ? 1 : -1;
+  }) > 0;
+}
+
+// The resident path's shape for x split as `split`: one block per SM and vecs_per_thread vectors a
+// thread; blocks == 0 when the path does not apply (explicit amax algorithm, outside
+// [kQcsResidentMinBytes, kQcsResidentMaxBytes], no vectors, more than the device holds, or unavailable).
+struct ResidentShape {
+  int blocks = 0;
+  int vecs_per_thread = 0;
+};
+template <typename Tin, typename Tout>
+ResidentShape qcs_resident_shape(const RangeSplit& split, AmaxAlgo algo) {
+  const int64_t bytes = split.n * static_cast<int64_t>(sizeof(Tin));
+  if (algo != AmaxAlgo::kAuto || bytes < Fp8Policy::kQcsResidentMinBytes || bytes > Fp8Policy::kQcsResidentMaxBytes ||
+      split.nvec == 0 || !resident_available<Tin, Tout>())
+    return {};
+  const int blocks = sm_count();
+  const int64_t k = ceil_div(split.nvec, static_cast<int64_t>(blocks) * Fp8Policy::kQcsResidentThreads);
+  if (k > Fp8Policy::kQcsResidentVecs) return {};
+  return {blocks, static_cast<int>(k)};
+}
+
+// Workspace of the resident path: two 32-bit partials for each block it may launch, whenever x's size
+// lies in the path's range (the size query sees neither y nor the pointers' alignment).
+size_t qcs_resident_workspace_bytes(const TensorView& x, AmaxAlgo algo) {
+  const int64_t bytes = x.numel() * static_cast<int64_t>(dtype_size(x.dtype));
+  if (algo != AmaxAlgo::kAuto || bytes < Fp8Policy::kQcsResidentMinBytes || bytes > Fp8Policy::kQcsResidentMaxBytes)
+    return 0;
+  return 2 * sizeof(uint32_t) * static_cast<size_t>(sm_count());
+}
+
 }  // namespace
 
 // ---- backend entry points (fp8/fp8_backend.h) ---------------------------------------------------
@@ -89,7 +133,7 @@ Status dequantize(const Context& ctx, const TensorView& y, const float* scale_in
 
 Status quantize_current_scaling_workspace_size(const TensorView& x, const CurrentScalingOptions& opts,
                                                size_t* bytes) {
-  *bytes = launch_amax_workspace_bytes(x, opts.amax.algo);
+  *bytes = std::max(launch_amax_workspace_bytes(x, opts.amax.algo), qcs_resident_workspace_bytes(x, opts.amax.algo));
   return Status::Ok();
 }
 
@@ -121,6 +165,19 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
                                       dim3(Fp8Policy::kClusterThreads), c, stream, p);
       if (st.ok()) return st;
       // The cluster launch was refused (its error is cleared): fall back to amax + cast below.
+    }
+    const ResidentShape r = qcs_resident_shape<Tin, Tout>(p.split, opts.amax.algo);
+    if (r.blocks > 0) {
+      if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 4 != 0)
+        return invalid_argument("quantize_current_scaling: workspace must be non-null and 4-byte aligned "
+                                "(quantize_current_scaling_workspace_size() is nonzero for this x)");
+      p.vecs_per_thread = r.vecs_per_thread;
+      p.partials = static_cast<uint32_t*>(ws);
+      const Status st = launch_cooperative_kernel("quantize_current_scaling_resident_kernel",
+                                                  quantize_current_scaling_resident_kernel<Tin, Tout>, dim3(r.blocks),
+                                                  dim3(Fp8Policy::kQcsResidentThreads), 0, stream, p);
+      if (st.ok()) return st;
+      // The cooperative launch was refused (its error is cleared): fall back to amax + cast below.
     }
     // amax (any path; none needs a workspace under kAuto), then the cast, PDL-launched: it waits for the
     // amax kernels to finish before reading *amax.

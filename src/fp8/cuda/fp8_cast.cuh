@@ -5,6 +5,9 @@
 //    from the finished *amax with the shared rule (scaling.h), block 0 also stores scale and scale_inv,
 //    so amax -> scale -> cast runs with no host round trip (the cast is PDL-launched after the amax kernels). The cast walks the vectors in
 //    reverse so it starts on the part of x the amax pass read last, which may still sit in L2.
+//  * Mid-size inputs (kAuto, Fp8Policy::kQcsResident*): quantize_current_scaling_resident_kernel, one
+//    cooperative grid of one block per SM that holds x in registers, so x is read from memory once; the
+//    blocks' amax partials meet in a workspace across one grid barrier.
 //  * Small inputs: quantize_current_scaling_cluster_kernel does everything in one launch: one cluster
 //    loads x into registers (at most Fp8Policy::kQcsVecPerThread vectors per thread), reduces amax
 //    across the cluster through distributed shared memory, derives the scale and casts from registers,
@@ -39,6 +42,8 @@ struct CastParams {
   ScaleRule rule;
   const float* noop_flag;
   bool reverse = true;     // from-amax variant: walk the vectors last to first (see above)
+  int vecs_per_thread = 0; // resident variant: vectors each thread holds in registers
+  uint32_t* partials = nullptr; // resident variant: [2 * gridDim.x] workspace, the blocks' amax bits, then flags
 };
 
 // y = fp8(x * s) over vectors [first, first + count) of the body, this thread's from start by stride
@@ -183,6 +188,79 @@ __global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) quantize_curren
     store_elem<Tout>(p.y, i, from_float<Tout>(xv * s), p.split.out_aligned);
   });
   cluster_wait_before_exit();
+}
+
+// ---- resident current scaling ---------------------------------------------------------------------
+// One cooperative grid, every block resident (the host launches one block per SM, only when the whole
+// of x fits: nvec <= gridDim.x * blockDim.x * p.vecs_per_thread, p.vecs_per_thread <=
+// kQcsResidentVecs). Block b holds the contiguous vectors [b * per, (b + 1) * per), per =
+// p.vecs_per_thread * blockDim.x; its thread t holds vector b * per + k * blockDim.x + t in register
+// v[k], all loads issued before any is used. Each block's amax partial goes to p.partials[b] and
+// [gridDim.x + b]; after the grid barrier every block reduces all partials (max and or: exact, so every
+// block gets the same amax), derives the scale and casts what it holds; block 0 stores amax, the flag,
+// scale and scale_inv.
+template <typename Tin, typename Tout>
+__global__ void __launch_bounds__(Fp8Policy::kQcsResidentThreads, 1)
+    quantize_current_scaling_resident_kernel(CastParams p) {
+  if (kernel_prologue_skip(p.noop_flag)) return;
+  constexpr int kN = Vec16<Tin>::kN;
+  constexpr int kVecs = Fp8Policy::kQcsResidentVecs;
+  const int threads = static_cast<int>(blockDim.x);
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t nvec = p.split.nvec;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * p.vecs_per_thread * threads;
+  const auto index = [&](int k) { return first + static_cast<int64_t>(k) * threads + t; };
+  const auto held = [&](int k) { return k < p.vecs_per_thread && index(k) < nvec; };
+  const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin));
+  void* yb = static_cast<char*>(p.y) + p.split.head * static_cast<int64_t>(sizeof(Tout));
+
+  Vec16<Tin> v[kVecs];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    v[k].raw = make_uint4(0u, 0u, 0u, 0u);  // +0 does not change the amax
+    if (held(k)) v[k] = load_vec<Tin, LoadHint::kReadOnlyNoL1>(xb, index(k));
+  }
+  MagAcc<Tin> acc;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) acc.add_vec(v[k]);
+  const int64_t gstart = static_cast<int64_t>(blockIdx.x) * threads + t;
+  const int64_t gstride = static_cast<int64_t>(gridDim.x) * threads;
+  stream_scalars(p.split, gstart, gstride,
+                 [&](int64_t i) { acc.add_bits(elem_bits(load_elem<Tin>(p.x, i, p.split.in_aligned))); });
+  const AmaxPartial part = block_reduce_amax(acc.result());
+  if (t == 0) {
+    p.partials[blockIdx.x] = part.bits;
+    p.partials[gridDim.x + blockIdx.x] = part.nonfinite;
+  }
+  cg::this_grid().sync();
+
+  AmaxPartial all{0u, 0u};
+  for (int b = t; b < static_cast<int>(gridDim.x); b += threads) {
+    all.bits = max(all.bits, __ldcg(p.partials + b));
+    all.nonfinite |= __ldcg(p.partials + gridDim.x + b);
+  }
+  const AmaxPartial total = block_reduce_amax(all);
+  const float amax = bits_float(total.bits);
+  const float s = scale_from_amax_rule(amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
+  if (blockIdx.x == 0 && t == 0) {
+    *p.amax_out = amax;
+    if (p.nonfinite_flag != nullptr) *p.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
+    *p.scale_out = s;
+    *p.scale_inv_out = scale_inv_from_scale(s);
+  }
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (held(k)) {
+      OutPack<Tout, kN> o;
+#pragma unroll
+      for (int e = 0; e < kN; ++e) o.set(e, from_float<Tout>(load_float(v[k].elem(e)) * s));
+      o.store(yb, index(k));
+    }
+  }
+  stream_scalars(p.split, gstart, gstride, [&](int64_t i) {
+    const float xv = load_float(load_elem<Tin>(p.x, i, p.split.in_aligned));
+    store_elem<Tout>(p.y, i, from_float<Tout>(xv * s), p.split.out_aligned);
+  });
 }
 
 }  // namespace cuda

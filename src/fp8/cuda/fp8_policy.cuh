@@ -61,6 +61,17 @@ struct Fp8PolicySm90 {
   // vectors per thread, and at most kQcsClusterMaxBytes of input (the amax cluster's limit).
   static constexpr int kQcsVecPerThread = 4;  // not swept
   static constexpr int64_t kQcsClusterMaxBytes = int64_t(1) << 20;
+  // quantize_current_scaling's resident path (kAuto, above the cluster path): one cooperative grid of one
+  // block of kQcsResidentThreads per SM holds x in registers, at most kQcsResidentVecs vectors a thread
+  // (8.6 MB on a 132-SM H200), so x is read from memory once and the grid synchronises once between amax
+  // and cast. Used from kQcsResidentMinBytes up to kQcsResidentMaxBytes of x, where it fits the device:
+  // against amax + cast (2026-12-03-nvidia-h200-qcs-resident-ab.md, medians of 3 rounds) bf16 2^20 12.0 ->
+  // 7.1 us, bf16 2^22 13.6 -> 9.7, fp32 2^21 13.6 -> 8.6. Past 8 MiB, with shared memory holding the rest
+  // of x, it lost (bf16 2^23 13.3 -> 14.8, bf16 2^24 21.9 -> 24.1).
+  static constexpr int kQcsResidentThreads = 1024;
+  static constexpr int kQcsResidentVecs = 4;
+  static constexpr int64_t kQcsResidentMinBytes = kQcsClusterMaxBytes;
+  static constexpr int64_t kQcsResidentMaxBytes = int64_t(8) << 20;
   // The from-amax cast's loads skip L1 and its stores are evict-first for x of at most this many bytes,
   // so y does not push x out of L2 before the cast reads it again (2026-12-02-nvidia-h200-fp8-grids.md,
   // column nl1: bf16 2^24 (32 MiB) 23.4 -> 21.9 us, fp32 2^24 (64 MiB) 38.8 -> 37.4; 2^26 3-6% slower).
