@@ -42,7 +42,7 @@ TEST(Fp8CudaGraph, CaptureOnceReplayWithNewData) {
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const Context ctx = Context::cuda(stream);
 
-  DevTensor x(b, xdt, n, 1), y(b, fp8, n), y_auto(b, fp8, n), act_y(b, DType::kBF16, n), ct_y(b, fp8, n), ct_yt(b, fp8, n);
+  DevTensor x(b, xdt, n, 1), y(b, fp8, n), y_auto(b, fp8, n, 1), act_y(b, DType::kBF16, n), ct_y(b, fp8, n), ct_yt(b, fp8, n);
   DevScalar<float> amax_atomic(b), amax_two(b), scale(b), scale_inv(b), cs_amax(b), cs_scale(b), cs_scale_inv(b),
       act_amax(b), noop(b), auto_amax(b), auto_scale(b), auto_scale_inv(b);
   DevScalar<int32_t> flag_atomic(b), flag_two(b);
@@ -54,7 +54,9 @@ TEST(Fp8CudaGraph, CaptureOnceReplayWithNewData) {
   two_opts.algo = AmaxAlgo::kTwoStage;
   two_opts.nonfinite_flag = flag_two.ptr();
   act_opts.algo = AmaxAlgo::kAuto;
-  CurrentScalingOptions cs_opts, auto_opts;  // auto: at this size (2 MiB of bf16) the resident path
+  // auto: at this size (2 MiB of bf16) the resident path; y_auto starts 1 byte in, so that x's 7-element
+  // scalar head leaves y's body 8-byte aligned and the path casts whole vectors (else all is scalar).
+  CurrentScalingOptions cs_opts, auto_opts;
   cs_opts.amax.algo = AmaxAlgo::kTwoStage;
   auto_opts.amax.algo = AmaxAlgo::kAuto;
   ScaleOptions scale_opts;
