@@ -2,7 +2,7 @@
 // be scheduled while the previous kernel in the stream is still running. griddepcontrol.wait blocks
 // until the previous kernel (the prerequisite grid) has completed and its memory operations are
 // visible; griddepcontrol.launch_dependents lets the next kernel be scheduled before this one ends.
-// Both are no-ops when the launch has no such dependency. launch_kernel below launches that way.
+// Both are no-ops when the launch has no such dependency. launch_kernel(_with) below launch that way.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,58 +29,43 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
-// Launches kernel<<<grid, block, 0, stream>>> with a cluster of `cluster` blocks (0: none) and, when
-// enabled, programmatic stream serialization; returns a Status naming `what` on failure.
+// How launch_kernel_with launches: a cluster of `cluster` blocks (0: none), `smem` bytes of dynamic shared
+// memory, and whether the grid is cooperative (every block resident at once, so the kernel may
+// synchronise grid-wide with cooperative_groups::this_grid().sync(); the launch fails when the grid cannot
+// be resident).
+struct LaunchShape {
+  dim3 grid;
+  dim3 block;
+  int cluster = 0;
+  size_t smem = 0;
+  bool cooperative = false;
+};
+
+// Launches kernel<<<shape.grid, shape.block, shape.smem, stream>>> with shape's cluster and cooperative
+// attributes and, when enabled, programmatic stream serialization; returns a Status naming `what` on
+// failure (the error is read and cleared here, so it does not surface in the caller's next launch).
 template <typename... Params, typename... Args>
-Status launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, int cluster,
-                     cudaStream_t stream, Args&&... args) {
+Status launch_kernel_with(const char* what, void (*kernel)(Params...), const LaunchShape& shape, cudaStream_t stream,
+                          Args&&... args) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
+  cfg.gridDim = shape.grid;
+  cfg.blockDim = shape.block;
+  cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
+  cudaLaunchAttribute attrs[3];
   unsigned n = 0;
-  if (cluster > 0) {
+  if (shape.cluster > 0) {
     attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attrs[n].val.clusterDim.x = static_cast<unsigned>(shape.cluster);
     attrs[n].val.clusterDim.y = 1;
     attrs[n].val.clusterDim.z = 1;
     ++n;
   }
-  if (pdl_enabled()) {
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+  if (shape.cooperative) {
+    attrs[n].id = cudaLaunchAttributeCooperative;
+    attrs[n].val.cooperative = 1;
     ++n;
   }
-  cfg.attrs = attrs;
-  cfg.numAttrs = n;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // read (clear) it here, so it does not surface in the caller's next launch
-    return cuda_status(err, what);
-  }
-  EMBSCALE_CHECK_LAUNCH(what);
-  return Status::Ok();
-}
-
-// Launches kernel<<<grid, block, smem, stream>>> as a cooperative grid: every block resident at once, so
-// the kernel may synchronise grid-wide (cooperative_groups::this_grid().sync()); the launch fails when
-// the grid cannot be resident. With programmatic stream serialization where enabled, as launch_kernel.
-// Returns a Status naming `what` on failure (the error is cleared).
-template <typename... Params, typename... Args>
-Status launch_cooperative_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  unsigned n = 0;
-  attrs[n].id = cudaLaunchAttributeCooperative;
-  attrs[n].val.cooperative = 1;
-  ++n;
   if (pdl_enabled()) {
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n].val.programmaticStreamSerializationAllowed = 1;
@@ -95,6 +80,18 @@ Status launch_cooperative_kernel(const char* what, void (*kernel)(Params...), di
   }
   EMBSCALE_CHECK_LAUNCH(what);
   return Status::Ok();
+}
+
+// launch_kernel_with for the common shape: a cluster of `cluster` blocks (0: none), no dynamic shared
+// memory, not cooperative.
+template <typename... Params, typename... Args>
+Status launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, int cluster,
+                     cudaStream_t stream, Args&&... args) {
+  LaunchShape shape;
+  shape.grid = grid;
+  shape.block = block;
+  shape.cluster = cluster;
+  return launch_kernel_with(what, kernel, shape, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace cuda

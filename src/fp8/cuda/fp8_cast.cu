@@ -173,9 +173,12 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
                                 "(quantize_current_scaling_workspace_size() is nonzero for this x)");
       p.vecs_per_thread = r.vecs_per_thread;
       p.partials = static_cast<uint32_t*>(ws);
-      const Status st = launch_cooperative_kernel("quantize_current_scaling_resident_kernel",
-                                                  quantize_current_scaling_resident_kernel<Tin, Tout>, dim3(r.blocks),
-                                                  dim3(Fp8Policy::kQcsResidentThreads), 0, stream, p);
+      LaunchShape shape;
+      shape.grid = dim3(r.blocks);
+      shape.block = dim3(Fp8Policy::kQcsResidentThreads);
+      shape.cooperative = true;
+      const Status st = launch_kernel_with("quantize_current_scaling_resident_kernel",
+                                           quantize_current_scaling_resident_kernel<Tin, Tout>, shape, stream, p);
       if (st.ok()) return st;
       // The cooperative launch was refused (its error is cleared): fall back to amax + cast below.
     }
