@@ -50,9 +50,10 @@ class Fp8Cast : public fp8test::Fp8Test {
 
   // quantize_current_scaling of x (starting x_offset elements into its allocation, y y_offset bytes in)
   // with opts, against the oracle: amax, scale and scale_inv bit for bit, the non-finite flag, every code,
-  // nothing written outside y. The workspace is poisoned first. opts.amax.nonfinite_flag is set here.
+  // nothing written outside y. The workspace is poisoned first; *ws_written (when given) says whether the
+  // op wrote any of it. opts.amax.nonfinite_flag is set here.
   void check_current_scaling(const HostTensor& x, DType fp8, CurrentScalingOptions opts, int64_t x_offset,
-                             int64_t y_offset) {
+                             int64_t y_offset, size_t* ws_size = nullptr, bool* ws_written = nullptr) {
     const int64_t n = x.numel();
     const ref::AmaxResult ra = ref::amax(x);
     const float rs = ref::scale(ra.amax, fp8_max(fp8), opts.scale.eps, opts.scale.power_of_2);
@@ -84,6 +85,13 @@ class Fp8Cast : public fp8test::Fp8Test {
     const HostTensor got = dy.download(ctx());
     const int64_t bad = first_mismatch(got, want);
     EXPECT_EQ(bad, -1) << (bad >= 0 ? describe(x, got, want, bad) : "");
+    if (ws_size != nullptr) *ws_size = ws_bytes;
+    if (ws_written != nullptr) {
+      std::vector<uint8_t> w(ws_bytes);
+      ASSERT_TRUE(copy_to_host(ctx(), w.data(), ws.data(), ws_bytes).ok());
+      *ws_written = false;
+      for (uint8_t b : w) *ws_written = *ws_written || b != fp8test::kPoisonByte;
+    }
   }
 };
 
@@ -205,8 +213,9 @@ TEST_P(Fp8Cast, QuantizeAndDequantizeNoop) {
 // ---- quantize with current scaling ----
 
 TEST_P(Fp8Cast, CurrentScalingMatchesReference) {
-  // kAuto on CUDA: the one-launch cluster path up to 1 MiB of x, amax + cast above (4097 + 2^20 elements
-  // of 2 or 4 bytes), so both meet unaligned heads and scalar tails.
+  // kAuto on CUDA: the one-launch cluster path up to 1 MiB of x, the resident path or amax + cast above
+  // (2^20 + 7 and 2^20 + 4097 elements of 2 or 4 bytes; which one depends on y's alignment after x's head),
+  // so they meet unaligned heads and scalar tails.
   const int64_t sizes[] = {0, 1, 3, 31, 4097, 65537, (1 << 20) + 7, (1 << 20) + 4097};
   uint64_t salt = 300;
   for (DType dt : fp8test::kFloatDTypes) {
@@ -248,14 +257,15 @@ TEST_P(Fp8Cast, CurrentScalingResidentSizes) {
     int64_t offset;
     int64_t max_at;  // index of the maximum counted from the end (1: the last element)
     double max_value;
+    bool resident_on_h200;  // the path applies on a 132-SM H200
   };
   const Case cases[] = {
-      {DType::kBF16, (int64_t(1) << 21) + 3, DType::kF8E4M3, 1, 1, 900.0},
-      {DType::kBF16, (int64_t(1) << 22) - 9, DType::kF8E5M2, 0, 5000, -3000.0},
-      {DType::kF16, (int64_t(3) << 20) + 1, DType::kF8E4M3, 3, 70000, INFINITY},
-      {DType::kF32, (int64_t(1) << 19) + 5, DType::kF8E4M3, 2, 2, 1e6},
-      {DType::kF32, int64_t(1) << 21, DType::kF8E5M2, 0, 100, -7e4},
-      {DType::kF32, (int64_t(1) << 21) + 1, DType::kF8E4M3, 1, 3, 5e5},
+      {DType::kBF16, (int64_t(1) << 21) + 3, DType::kF8E4M3, 1, 1, 900.0, true},
+      {DType::kBF16, (int64_t(1) << 22) - 9, DType::kF8E5M2, 0, 5000, -3000.0, true},
+      {DType::kF16, (int64_t(3) << 20) + 1, DType::kF8E4M3, 3, 70000, INFINITY, true},
+      {DType::kF32, (int64_t(1) << 19) + 5, DType::kF8E4M3, 2, 2, 1e6, true},
+      {DType::kF32, int64_t(1) << 21, DType::kF8E5M2, 0, 100, -7e4, true},
+      {DType::kF32, (int64_t(1) << 21) + 1, DType::kF8E4M3, 1, 3, 5e5, false},
   };
   uint64_t salt = 700;
   for (const Case& c : cases) {
@@ -267,8 +277,22 @@ TEST_P(Fp8Cast, CurrentScalingResidentSizes) {
     fp8test::fill_random(&x, rng, 2.0);
     x.set(c.n / 7, std::nan(""));
     x.set(c.n - c.max_at, c.max_value);
-    check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, 2);
+    // y starts where its body is aligned for the cast's vector stores after x's scalar head (else the
+    // whole cast is scalar and the path does not apply): x's head is the elements before its first 16-byte
+    // boundary, and one 16-byte input vector gives 16 / es fp8 bytes.
+    const int64_t es = static_cast<int64_t>(dtype_size(c.dt));
+    const int64_t head = (16 - c.offset * es % 16) % 16 / es;
+    const int64_t y_offset = (16 / es - head % (16 / es)) % (16 / es);
+    size_t ws_bytes = 0;
+    bool ws_written = false;
+    check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, y_offset, &ws_bytes, &ws_written);
     if (HasFatalFailure()) return;
+    // The path ran where it applies: x of 1 to 8 MiB (the workspace is asked for: 8 bytes per SM) and at
+    // most 4 vectors a thread on (workspace / 8) SMs of 1024 threads. Its partials are then in the workspace.
+    const int64_t nvec = (c.n - head) / (16 / es);
+    const bool resident = ws_bytes > 0 && nvec <= 4 * 1024 * static_cast<int64_t>(ws_bytes / 8);
+    EXPECT_EQ(ws_written, resident) << "workspace " << ws_bytes << " bytes, " << nvec << " vectors";
+    if (ws_bytes == 0 || ws_bytes / 8 == 132) EXPECT_EQ(resident, c.resident_on_h200) << "the range on a 132-SM H200";
   }
 }
 
