@@ -30,7 +30,8 @@ __device__ __forceinline__ void allow_dependent_launch() {
 }
 
 // How launch_kernel_with launches: a cluster of `cluster` blocks (0: none), `smem` bytes of dynamic shared
-// memory, and whether the grid is cooperative (every block resident at once, so the kernel may
+// memory (above 48 KiB the caller first raises the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize),
+// and whether the grid is cooperative (every block resident at once, so the kernel may
 // synchronise grid-wide with cooperative_groups::this_grid().sync(); the launch fails when the grid cannot
 // be resident).
 struct LaunchShape {
