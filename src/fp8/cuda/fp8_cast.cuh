@@ -46,6 +46,16 @@ struct CastParams {
   uint32_t* partials = nullptr; // resident variant: [2 * gridDim.x] workspace, the blocks' amax bits, then flags
 };
 
+// Vector i of y's body = fp8(v * s): v's kN elements packed into one wide store (H: its cache hint).
+template <typename Tin, typename Tout, StoreHint H = StoreHint::kDefault>
+__device__ __forceinline__ void cast_vector(const Vec16<Tin>& v, float s, void* yb, int64_t i) {
+  constexpr int kN = Vec16<Tin>::kN;
+  OutPack<Tout, kN> o;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(load_float(v.elem(k)) * s));
+  o.template store<H>(yb, i);
+}
+
 // y = fp8(x * s) over vectors [first, first + count) of the body, this thread's from start by stride
 // (relative to first), last to first with reverse. kStreaming: loads that do not allocate in L1 and
 // evict-first stores (the output does not push the input out of L2 before it is read;
@@ -58,12 +68,8 @@ __device__ __forceinline__ void cast_vectors(const CastParams& p, float s, int64
   constexpr int kN = Vec16<Tin>::kN;
   const void* xb = static_cast<const char*>(p.x) + (p.split.head + first * kN) * static_cast<int64_t>(sizeof(Tin));
   void* yb = static_cast<char*>(p.y) + (p.split.head + first * kN) * static_cast<int64_t>(sizeof(Tout));
-  stream_vectors<Tin, kUnroll, kLoad>(xb, count, start, stride, reverse, [&](int64_t i, const Vec16<Tin>& v) {
-    OutPack<Tout, kN> o;
-#pragma unroll
-    for (int k = 0; k < kN; ++k) o.set(k, from_float<Tout>(load_float(v.elem(k)) * s));
-    o.template store<kStore>(yb, i);
-  });
+  stream_vectors<Tin, kUnroll, kLoad>(xb, count, start, stride, reverse,
+                                      [&](int64_t i, const Vec16<Tin>& v) { cast_vector<Tin, Tout, kStore>(v, s, yb, i); });
 }
 
 // y = fp8(x * s) over the scalar head and tail, this thread's elements from start by stride.
@@ -143,7 +149,6 @@ __global__ void compute_scale_kernel(const float* amax, ScaleRule rule, float* s
 template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) quantize_current_scaling_cluster_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
-  constexpr int kN = Vec16<Tin>::kN;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const void* xb = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(Tin));
@@ -176,17 +181,9 @@ __global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) quantize_curren
 #pragma unroll
   for (int k = 0; k < Fp8Policy::kQcsVecPerThread; ++k) {
     const int64_t i = start + k * stride;
-    if (i < p.split.nvec) {
-      OutPack<Tout, kN> o;
-#pragma unroll
-      for (int e = 0; e < kN; ++e) o.set(e, from_float<Tout>(load_float(v[k].elem(e)) * s));
-      o.store(yb, i);
-    }
+    if (i < p.split.nvec) cast_vector<Tin, Tout>(v[k], s, yb, i);
   }
-  stream_scalars(p.split, start, stride, [&](int64_t i) {
-    const float xv = load_float(load_elem<Tin>(p.x, i, p.split.in_aligned));
-    store_elem<Tout>(p.y, i, from_float<Tout>(xv * s), p.split.out_aligned);
-  });
+  cast_scalars<Tin, Tout>(p, s, start, stride);
   cluster_wait_before_exit();
 }
 
@@ -203,7 +200,6 @@ template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(Fp8Policy::kQcsResidentThreads, 1)
     quantize_current_scaling_resident_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
-  constexpr int kN = Vec16<Tin>::kN;
   constexpr int kVecs = Fp8Policy::kQcsResidentVecs;
   const int threads = static_cast<int>(blockDim.x);
   const int t = static_cast<int>(threadIdx.x);
@@ -249,18 +245,9 @@ __global__ void __launch_bounds__(Fp8Policy::kQcsResidentThreads, 1)
     *p.scale_inv_out = scale_inv_from_scale(s);
   }
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    if (held(k)) {
-      OutPack<Tout, kN> o;
-#pragma unroll
-      for (int e = 0; e < kN; ++e) o.set(e, from_float<Tout>(load_float(v[k].elem(e)) * s));
-      o.store(yb, index(k));
-    }
-  }
-  stream_scalars(p.split, gstart, gstride, [&](int64_t i) {
-    const float xv = load_float(load_elem<Tin>(p.x, i, p.split.in_aligned));
-    store_elem<Tout>(p.y, i, from_float<Tout>(xv * s), p.split.out_aligned);
-  });
+  for (int k = 0; k < kVecs; ++k)
+    if (held(k)) cast_vector<Tin, Tout>(v[k], s, yb, index(k));
+  cast_scalars<Tin, Tout>(p, s, gstart, gstride);
 }
 
 }  // namespace cuda
