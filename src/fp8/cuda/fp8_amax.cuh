@@ -116,8 +116,7 @@ __device__ __forceinline__ AmaxPartial amax_thread_partial(const AmaxParams& p, 
   const void* body = static_cast<const char*>(p.x) + p.split.head * static_cast<int64_t>(sizeof(T));
   stream_vectors<T, kUnroll>(body, p.split.nvec, start, stride, false,
                              [&](int64_t, const Vec16<T>& v) { acc.add_vec(v); });
-  stream_scalars(p.split, start, stride,
-                 [&](int64_t i) { acc.add_bits(elem_bits(load_elem<T>(p.x, i, p.split.in_aligned))); });
+  add_scalars(acc, p.x, p.split, start, stride);
   return acc.result();
 }
 

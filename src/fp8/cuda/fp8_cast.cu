@@ -62,11 +62,14 @@ struct ResidentShape {
   int blocks = 0;
   int vecs_per_thread = 0;
 };
+// x's size (bytes) and the amax algorithm are in the resident path's range.
+bool qcs_resident_range(int64_t bytes, AmaxAlgo algo) {
+  return algo == AmaxAlgo::kAuto && bytes >= Fp8Policy::kQcsResidentMinBytes && bytes <= Fp8Policy::kQcsResidentMaxBytes;
+}
 template <typename Tin, typename Tout>
 ResidentShape qcs_resident_shape(const RangeSplit& split, AmaxAlgo algo) {
-  const int64_t bytes = split.n * static_cast<int64_t>(sizeof(Tin));
-  if (algo != AmaxAlgo::kAuto || bytes < Fp8Policy::kQcsResidentMinBytes || bytes > Fp8Policy::kQcsResidentMaxBytes ||
-      split.nvec == 0 || !resident_available<Tin, Tout>())
+  if (!qcs_resident_range(split.n * static_cast<int64_t>(sizeof(Tin)), algo) || split.nvec == 0 ||
+      !resident_available<Tin, Tout>())
     return {};
   const int blocks = sm_count();
   const int64_t k = ceil_div(split.nvec, static_cast<int64_t>(blocks) * Fp8Policy::kQcsResidentThreads);
@@ -77,9 +80,7 @@ ResidentShape qcs_resident_shape(const RangeSplit& split, AmaxAlgo algo) {
 // Workspace of the resident path: two 32-bit partials for each block it may launch, whenever x's size
 // lies in the path's range (the size query sees neither y nor the pointers' alignment).
 size_t qcs_resident_workspace_bytes(const TensorView& x, AmaxAlgo algo) {
-  const int64_t bytes = x.numel() * static_cast<int64_t>(dtype_size(x.dtype));
-  if (algo != AmaxAlgo::kAuto || bytes < Fp8Policy::kQcsResidentMinBytes || bytes > Fp8Policy::kQcsResidentMaxBytes)
-    return 0;
+  if (!qcs_resident_range(x.numel() * static_cast<int64_t>(dtype_size(x.dtype)), algo)) return 0;
   return 2 * sizeof(uint32_t) * static_cast<size_t>(sm_count());
 }
 

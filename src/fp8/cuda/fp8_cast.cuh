@@ -144,6 +144,20 @@ __global__ void compute_scale_kernel(const float* amax, ScaleRule rule, float* s
   }
 }
 
+// The one-launch kernels' scale from the whole input's amax partial; block 0's thread 0 stores amax, the
+// non-finite flag, scale and scale_inv.
+__device__ __forceinline__ float store_current_scaling(const CastParams& p, const AmaxPartial& total) {
+  const float amax = bits_float(total.bits);
+  const float s = scale_from_amax_rule(amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.amax_out = amax;
+    if (p.nonfinite_flag != nullptr) *p.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
+    *p.scale_out = s;
+    *p.scale_inv_out = scale_inv_from_scale(s);
+  }
+  return s;
+}
+
 // One cluster (gridDim.x == cluster size) holding x on chip; the host guarantees
 // nvec <= Fp8Policy::kQcsVecPerThread * gridDim.x * blockDim.x.
 template <typename Tin, typename Tout>
@@ -165,19 +179,11 @@ __global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) quantize_curren
   for (int k = 0; k < Fp8Policy::kQcsVecPerThread; ++k) {
     if (start + k * stride < p.split.nvec) acc.add_vec(v[k]);
   }
-  stream_scalars(p.split, start, stride,
-                 [&](int64_t i) { acc.add_bits(elem_bits(load_elem<Tin>(p.x, i, p.split.in_aligned))); });
+  add_scalars(acc, p.x, p.split, start, stride);
 
   const AmaxPartial total = cluster_reduce_amax(block_reduce_amax(acc.result()));
   cluster_done_reading();
-  const float amax = bits_float(total.bits);
-  const float s = scale_from_amax_rule(amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    *p.amax_out = amax;
-    if (p.nonfinite_flag != nullptr) *p.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
-    *p.scale_out = s;
-    *p.scale_inv_out = scale_inv_from_scale(s);
-  }
+  const float s = store_current_scaling(p, total);
 #pragma unroll
   for (int k = 0; k < Fp8Policy::kQcsVecPerThread; ++k) {
     const int64_t i = start + k * stride;
@@ -221,8 +227,7 @@ __global__ void __launch_bounds__(Fp8Policy::kQcsResidentThreads, 1)
   for (int k = 0; k < kVecs; ++k) acc.add_vec(v[k]);
   const int64_t gstart = static_cast<int64_t>(blockIdx.x) * threads + t;
   const int64_t gstride = static_cast<int64_t>(gridDim.x) * threads;
-  stream_scalars(p.split, gstart, gstride,
-                 [&](int64_t i) { acc.add_bits(elem_bits(load_elem<Tin>(p.x, i, p.split.in_aligned))); });
+  add_scalars(acc, p.x, p.split, gstart, gstride);
   const AmaxPartial part = block_reduce_amax(acc.result());
   if (t == 0) {
     p.partials[blockIdx.x] = part.bits;
@@ -236,14 +241,7 @@ __global__ void __launch_bounds__(Fp8Policy::kQcsResidentThreads, 1)
     all.nonfinite |= __ldcg(p.partials + gridDim.x + b);
   }
   const AmaxPartial total = block_reduce_amax(all);
-  const float amax = bits_float(total.bits);
-  const float s = scale_from_amax_rule(amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
-  if (blockIdx.x == 0 && t == 0) {
-    *p.amax_out = amax;
-    if (p.nonfinite_flag != nullptr) *p.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
-    *p.scale_out = s;
-    *p.scale_inv_out = scale_inv_from_scale(s);
-  }
+  const float s = store_current_scaling(p, total);
 #pragma unroll
   for (int k = 0; k < kVecs; ++k)
     if (held(k)) cast_vector<Tin, Tout>(v[k], s, yb, index(k));

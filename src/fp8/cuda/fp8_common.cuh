@@ -298,6 +298,13 @@ struct MagAcc<bf16_t> : MagAcc16<0x7f80u, bf16_t> {};
 template <>
 struct MagAcc<fp16_t> : MagAcc16<0x7c00u, fp16_t> {};
 
+// Adds the scalar head and tail elements of x (split as s), this thread's from start by stride, to acc.
+template <typename T>
+__device__ __forceinline__ void add_scalars(MagAcc<T>& acc, const void* x, const RangeSplit& s, int64_t start,
+                                            int64_t stride) {
+  stream_scalars(s, start, stride, [&](int64_t i) { acc.add_bits(elem_bits(load_elem<T>(x, i, s.in_aligned))); });
+}
+
 // ---- reductions ---------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
 #if __CUDA_ARCH__ >= 800
