@@ -68,6 +68,12 @@ constexpr bool valid_group_shape() {
          (S == R ? kGroupVecs % R == 0 : S <= kGroupVecs);
 }
 
+// Lookups whose gradient rows a lane group loads at once while summing a row (group_update_row): a
+// whole batch (L <= 4 lookups) for the narrow shapes, whose lanes hold two vectors; 2 for the wide ones,
+// whose lanes hold up to four (docs/tbe_backward_cuda.md, History, 2026-12-03).
+template <int R, int S>
+constexpr int group_lookups_in_flight() { return S == R ? 2 : ArchTraits::kWarpSize / R; }
+
 // The lane-group shape of a call: rows per warp R and slots per pass S (R = 0: off, one row per warp,
 // update_row). The closed set (16, 2), (8, 2), (4, 4), (2, 2), (1, 1) is what
 // tbe_backward_warp_rows_kernel is instantiated for. Host only.
@@ -287,26 +293,41 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   // Rows of one lookup (most rows of a uniform batch) skip the loop; the hint keeps it out of their
   // straight-line path.
   if (__builtin_expect(len > 1, 0)) {
+    constexpr int K = group_lookups_in_flight<R, S>();
+    // The narrow shapes load a batch's metas one batch early, so their dependent loads (sorted value,
+    // bag, offset) overlap the previous batch's gradient rows instead of following them; in the wide
+    // shapes the registers this holds cost more than it saves.
+    constexpr bool kMetasAhead = S != R;
+    LookupMeta ahead = next;
     for (int64_t b0 = 0; b0 < len; b0 += L) {
-      const LookupMeta mine = b0 == 0 ? next : group_meta(p, start, b0 + gl, len, first);
+      LookupMeta mine = ahead;
+      if constexpr (kMetasAhead) {
+        ahead = group_meta(p, start, b0 + L + gl, len, first);
+      } else if (b0 > 0) {
+        mine = group_meta(p, start, b0 + gl, len, first);
+      }
       const int nb = static_cast<int>(len - b0 < L ? len - b0 : L);
-      // Two lookups' loads in flight; a missing second one re-reads the first (present) row.
-      for (int j = b0 == 0 ? 1 : 0; j < nb; j += 2) {
-        const bool two = j + 1 < nb;
-        const int64_t off0 = __shfl_sync(gmask, mine.grad_off, j, L);
-        const float sc0 = __shfl_sync(gmask, mine.scale, j, L);
-        const int64_t off1 = __shfl_sync(gmask, mine.grad_off, two ? j + 1 : j, L);
-        const float sc1 = __shfl_sync(gmask, mine.scale, two ? j + 1 : j, L);
+      // K lookups' loads in flight; a missing one re-reads lookup j (present) and is not added.
+      for (int j = b0 == 0 ? 1 : 0; j < nb; j += K) {
+        int64_t off[K];
+        float sc[K];
+#pragma unroll
+        for (int u = 0; u < K; ++u) {
+          const int src = j + u < nb ? j + u : j;
+          off[u] = __shfl_sync(gmask, mine.grad_off, src, L);
+          sc[u] = __shfl_sync(gmask, mine.scale, src, L);
+        }
 #pragma unroll
         for (int v = 0; v < V; ++v) {
-          float x0[kVec], x1[kVec];
-          load_vec<G, true, VecAccess::kWhole>(grad + off0 + col[v], true, ncols[v], x0);
-          load_vec<G, true, VecAccess::kWhole>(grad + off1 + col[v], true, ncols[v], x1);
+          float x[K][kVec];
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc0, x0[e]));
-          if (two)
+          for (int u = 0; u < K; ++u)
+            load_vec<G, true, VecAccess::kWhole>(grad + off[u] + col[v], true, ncols[v], x[u]);
 #pragma unroll
-            for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc1, x1[e]));
+          for (int u = 0; u < K; ++u)
+            if (u == 0 || j + u < nb)
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) g[v][e] = __fadd_rn(g[v][e], __fmul_rn(sc[u], x[u][e]));
         }
       }
     }
