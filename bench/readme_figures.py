@@ -398,9 +398,19 @@ def vs_fbgemm_cpu(name, recs):
 
 
 def cpu_peer_sections(results_dir):
-    """The vs-FBGEMM-on-the-CPU part from its newest run (none while there is no such record)."""
-    run = newest_run(results_dir, "fbgemm_cpu")
-    return [vs_fbgemm_cpu(*run)] if run else []
+    """The vs-FBGEMM-on-the-CPU parts: one per CPU model (the records' `device`), each from that model's
+    newest run, the most recent run first (none while there is no such record). The ratios move with the
+    machine (another model, another cache hierarchy), so one machine's run does not replace another's."""
+    newest = {}  # device -> (date, file name, that run's records)
+    for date, name, recs in runs_of(results_dir, "fbgemm_cpu"):  # oldest first: later runs replace
+        by_device = {}
+        for r in recs:
+            by_device.setdefault(r.get("device", "?"), []).append(r)
+        for device, of_device in by_device.items():
+            if any(r.get("impl") == "fbgemm_cpu" for r in of_device):
+                newest[device] = (date, name, of_device)
+    runs = sorted(newest.values(), key=lambda run: run[:2], reverse=True)
+    return [vs_fbgemm_cpu(name, recs) for _, name, recs in runs]
 
 
 # ---- CPU ----------------------------------------------------------------------------------------------

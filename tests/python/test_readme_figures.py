@@ -177,6 +177,27 @@ def test_cpu_peer_table_comes_from_the_newest_run(tmp_path):
     assert "| SGD step, Zipf 1.15 | — | 0.9× (0.8×) |" in part
 
 
+def test_cpu_peer_tables_one_per_cpu_model(tmp_path):
+    gen = load_generator()
+
+    def cpu(device, impl, med, date):
+        return {"date": date, "device": device, "backend": "cpu", "op": "tbe_forward", "impl": impl,
+                "num_tables": 8, "num_embeddings": 100000, "batch_size": 512, "bag_size": 20, "alpha": 0.0,
+                "embedding_dim": 32, "median_us": med, "min_us": med, "fbgemm_gpu": "1.9.0", "threads": 1}
+
+    runs = {"2026-12-01-amd-old.jsonl": [cpu("AMD EPYC", "fbgemm_cpu", 900.0, "2026-12-01"),
+                                         cpu("AMD EPYC", "embscale", 100.0, "2026-12-01")],
+            "2026-12-02-xeon.jsonl": [cpu("Intel Xeon", "fbgemm_cpu", 300.0, "2026-12-02"),
+                                      cpu("Intel Xeon", "embscale", 200.0, "2026-12-02")],
+            "2026-12-03-amd.jsonl": [cpu("AMD EPYC", "fbgemm_cpu", 500.0, "2026-12-03"),
+                                     cpu("AMD EPYC", "embscale", 250.0, "2026-12-03")]}
+    for name, recs in runs.items():
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    amd, xeon = gen.cpu_peer_sections(str(tmp_path))  # the most recent run first, the older AMD run gone
+    assert "AMD EPYC" in amd and "2026-12-03-amd.jsonl" in amd and "| forward, uniform | 2× (2×) |" in amd
+    assert "Intel Xeon" in xeon and "2026-12-02-xeon.jsonl" in xeon and "| forward, uniform | 1.5× (1.5×) |" in xeon
+
+
 def test_backward_phases_from_old_and_new_records():
     gen = load_generator()
 
