@@ -8,7 +8,8 @@
 # Needs, in the repository root: .peers/ with zstandard-*.whl, fbgemm_sm90.tar.zst and te_sm90.tar.zst
 # (docs/benchmarks.md says where they come from). Stages, each timed and reported, a failed one not
 # stopping the next:
-#   unpack   the zstandard wheel to /tmp/site, FBGEMM to /tmp/fb, TE to /tmp/te (each skipped when there)
+#   unpack   the zstandard wheel to /tmp/site, FBGEMM to /tmp/fb, TE to /tmp/te (each skipped when there,
+#            or when only the other peer's stage is in STAGES)
 #   build    embscale's libembscale.a and libembscale_c.so with CUDA into $BUILD_DIR (configured as
 #            scripts/gpu_run.sh does when it is not configured yet)
 #   te       builds bench/te_peer/te_fp8_peer and runs it         -> $OUT/te.jsonl, $OUT/te.log
@@ -32,7 +33,7 @@ export OUT=${OUT:-$ROOT/out}
 export BUILD_DIR=${BUILD_DIR:-build-gpu}
 export PEERS=$ROOT/.peers
 export FULL=${FULL:-0} TE_ARGS=${TE_ARGS:-} TBE_ARGS=${TBE_ARGS:-}
-STAGES=${STAGES:-"unpack build te fbgemm summary"}
+export STAGES=${STAGES:-"unpack build te fbgemm summary"}
 [ -z "${EMBSCALE_EXTRA_PREFIX:-}" ] && [ -d "$ROOT/.deps" ] && EMBSCALE_EXTRA_PREFIX=$ROOT/.deps
 export EMBSCALE_EXTRA_PREFIX=${EMBSCALE_EXTRA_PREFIX:-}
 mkdir -p "$OUT"
@@ -67,10 +68,21 @@ unpack() {
   set -e
   python3 -c 'import zstandard' 2>/dev/null || [ -d /tmp/site/zstandard ] ||
     python3 -m pip install -q --no-index --no-deps --target /tmp/site "$PEERS"/zstandard-*.whl
-  if [ -f /tmp/fb/fbgemm_gpu/__init__.py ]; then echo "FBGEMM: /tmp/fb exists"; else
-    PYTHONPATH=/tmp/site python3 -c "$x" "$PEERS/fbgemm_sm90.tar.zst" /tmp/fb && echo "FBGEMM unpacked to /tmp/fb"; fi
-  if [ -d /tmp/te/transformer_engine ]; then echo "TE: /tmp/te exists"; else
-    PYTHONPATH=/tmp/site python3 -c "$x" "$PEERS/te_sm90.tar.zst" /tmp/te && echo "TE unpacked to /tmp/te"; fi
+  # Only the peers of the stages asked for (a run of one stage carries only that peer's archive); both
+  # when neither stage is (an unpack-only call).
+  local fb=1 te=1
+  if [[ " $STAGES " == *" fbgemm "* || " $STAGES " == *" te "* ]]; then
+    [[ " $STAGES " == *" fbgemm "* ]] || fb=0
+    [[ " $STAGES " == *" te "* ]] || te=0
+  fi
+  if [ "$fb" = 1 ]; then
+    if [ -f /tmp/fb/fbgemm_gpu/__init__.py ]; then echo "FBGEMM: /tmp/fb exists"; else
+      PYTHONPATH=/tmp/site python3 -c "$x" "$PEERS/fbgemm_sm90.tar.zst" /tmp/fb && echo "FBGEMM unpacked to /tmp/fb"; fi
+  fi
+  if [ "$te" = 1 ]; then
+    if [ -d /tmp/te/transformer_engine ]; then echo "TE: /tmp/te exists"; else
+      PYTHONPATH=/tmp/site python3 -c "$x" "$PEERS/te_sm90.tar.zst" /tmp/te && echo "TE unpacked to /tmp/te"; fi
+  fi
 }
 
 build() {
