@@ -469,7 +469,7 @@ def train_section():
 def figures():
     gpu = load(GPU_RECORDS)
     cpu = load(CPU_RECORDS)
-    amax_run = newest_run(RESULTS, "te_atomic")
+    amax_run = newest_run(os.path.join(ROOT, RESULTS), "te_atomic")
     amax_part = gpu_amax(amax_run[1], amax_run[0]) if amax_run else gpu_amax(gpu)
     parts = [gpu_intro(gpu), amax_part, gpu_quantize(gpu), gpu_fusions(gpu), gpu_tbe_forward(gpu),
              gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu),

@@ -24,6 +24,14 @@ def test_readme_figures_match_the_records():
     assert gen.main(["--check"]) == 0
 
 
+def test_figures_do_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    gen = load_generator()
+    monkeypatch.chdir(ROOT)
+    from_root = gen.figures()
+    monkeypatch.chdir(tmp_path)
+    assert gen.figures() == from_root
+
+
 def test_a_figure_edited_by_hand_is_caught(tmp_path, capsys):
     gen = load_generator()
     readme = (ROOT / "README.md").read_text()
