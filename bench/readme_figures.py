@@ -89,8 +89,8 @@ def gpu_intro(recs):
 
 
 def gpu_amax(recs, source=GPU_RECORDS):
-    """The amax table from `recs`: embscale against the in-harness peers of `embscale bench fp8`, whose
-    newest run (amax_peer_run) may be newer than the rest of the GPU records."""
+    """The amax table from `recs` (read from `source`): embscale against the in-harness peers of `embscale
+    bench fp8`, from their newest run, which may be newer than the rest of the GPU records."""
     sizes = sorted({r["n"] for r in recs if r["op"] == "amax"})
     rows = []
     for n in sizes:

@@ -71,9 +71,9 @@ unpack() {
   # Only the peers of the stages asked for (a run of one stage carries only that peer's archive); both
   # when neither stage is (an unpack-only call).
   local fb=1 te=1
-  if [[ " $STAGES " == *" fbgemm "* || " $STAGES " == *" te "* ]]; then
-    [[ " $STAGES " == *" fbgemm "* ]] || fb=0
-    [[ " $STAGES " == *" te "* ]] || te=0
+  if has_stage fbgemm || has_stage te; then
+    has_stage fbgemm || fb=0
+    has_stage te || te=0
   fi
   if [ "$fb" = 1 ]; then
     if [ -f /tmp/fb/fbgemm_gpu/__init__.py ]; then echo "FBGEMM: /tmp/fb exists"; else
