@@ -88,7 +88,7 @@ def gpu_intro(recs):
             f"{copy['GBps'] / 1000:.2f} TB/s (bytes read + written). Records: `{RESULTS}/{GPU_RECORDS}`.")
 
 
-def gpu_amax(recs, source=GPU_RECORDS):
+def gpu_amax(recs, source):
     """The amax table from `recs` (read from `source`): embscale against the in-harness peers of `embscale
     bench fp8`, from their newest run, which may be newer than the rest of the GPU records."""
     sizes = sorted({r["n"] for r in recs if r["op"] == "amax"})
@@ -105,7 +105,7 @@ def gpu_amax(recs, source=GPU_RECORDS):
         rows.append(row)
     date = first(recs, op="amax", impl="embscale")["date"]
     return (f"**amax** (µs; peers in the same run: a TransformerEngine-design atomic kernel with its memset, a "
-            f"two-stage kernel, `cub::DeviceReduce`{', torch' if any(r['impl'] == 'torch' for r in recs) else ''}; "
+            f"two-stage kernel, `cub::DeviceReduce`{', torch' if any(r['impl'].startswith('torch') for r in recs) else ''}; "
             f"speedup over the best of them, in bold where below 1; {date}, `{RESULTS}/{source}`. The real "
             f"TransformerEngine's amax is in the table against it below)\n\n" +
             table(["n", "fp32 embscale", "best peer", "speedup", "bf16 embscale", "best peer", "speedup"], rows))
@@ -406,16 +406,15 @@ def cpu_peer_sections(results_dir):
     """The vs-FBGEMM-on-the-CPU parts: one per CPU model (the records' `device`), each from that model's
     newest run, the most recent run first (none while there is no such record). The ratios move with the
     machine (another model, another cache hierarchy), so one machine's run does not replace another's."""
-    newest = {}  # device -> (date, file name, that run's records)
-    for date, name, recs in runs_of(results_dir, "fbgemm_cpu"):  # oldest first: later runs replace
+    newest = {}  # device -> (position in runs_of's order, file name, that run's records of the device)
+    for i, (_, name, recs) in enumerate(runs_of(results_dir, "fbgemm_cpu")):  # oldest first: later runs replace
         by_device = {}
         for r in recs:
             by_device.setdefault(r.get("device", "?"), []).append(r)
         for device, of_device in by_device.items():
             if any(r.get("impl") == "fbgemm_cpu" for r in of_device):
-                newest[device] = (date, name, of_device)
-    runs = sorted(newest.values(), key=lambda run: run[:2], reverse=True)
-    return [vs_fbgemm_cpu(name, recs) for _, name, recs in runs]
+                newest[device] = (i, name, of_device)
+    return [vs_fbgemm_cpu(name, recs) for _, name, recs in sorted(newest.values(), key=lambda run: -run[0])]
 
 
 # ---- CPU ----------------------------------------------------------------------------------------------
@@ -469,9 +468,8 @@ def train_section():
 def figures():
     gpu = load(GPU_RECORDS)
     cpu = load(CPU_RECORDS)
-    amax_run = newest_run(os.path.join(ROOT, RESULTS), "te_atomic")
-    amax_part = gpu_amax(amax_run[1], amax_run[0]) if amax_run else gpu_amax(gpu)
-    parts = [gpu_intro(gpu), amax_part, gpu_quantize(gpu), gpu_fusions(gpu), gpu_tbe_forward(gpu),
+    amax_source, amax_recs = newest_run(os.path.join(ROOT, RESULTS), "te_atomic")  # GPU_RECORDS has some
+    parts = [gpu_intro(gpu), gpu_amax(amax_recs, amax_source), gpu_quantize(gpu), gpu_fusions(gpu), gpu_tbe_forward(gpu),
              gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu),
              *peer_sections(os.path.join(ROOT, RESULTS)), train_section(),
              cpu_section(cpu), *cpu_peer_sections(os.path.join(ROOT, RESULTS))]
