@@ -150,6 +150,7 @@ def main(argv):
           f"{getattr(sys.modules.get('fbgemm_gpu'), '__version__', '?')}, embscale {embscale.__version__}",
           file=sys.stderr)
     out_file = open(a.out, "a") if a.out else None
+    started = datetime.datetime.now(datetime.timezone.utc)  # the run's UTC start: its records' date and time
     gen = torch.Generator()
     status = 0
     for D in a.dims:
@@ -191,7 +192,8 @@ def main(argv):
                 for name, _ in impls:
                     med, lo = statistics.median(times[name]), min(times[name])
                     rec = {
-                        "date": datetime.date.today().isoformat(), "device": cpu_model(), "backend": "cpu",
+                        "date": started.strftime("%Y-%m-%d"), "time": started.strftime("%H:%M"),
+                        "device": cpu_model(), "backend": "cpu",
                         "op": "tbe_forward" if op == "forward" else f"tbe_train_{op}", "impl": name,
                         "num_tables": T, "batch_size": B, "embedding_dim": D, "bag_size": L, "num_embeddings": E,
                         "alpha": alpha, "weights_precision": "fp32", "output_dtype": "fp32", "pooling": "sum",
