@@ -207,13 +207,19 @@ def gpu_tbe_backward(recs):
 
 
 # ---- the real peers (FBGEMM, TransformerEngine) ----------------------------------------------------------
+def comparison_records(path):
+    """The records of one file that compare the library as built with a peer: a laboratory experiment's
+    records (field "experiment": A/Bs of builds, variants, cost breakdowns) are left out."""
+    with open(path) as f:
+        return [r for r in (json.loads(line) for line in f if line.strip()) if "experiment" not in r]
+
+
 def newest_run(results_dir, peer):
     """(file name, records of the newest run holding records of impl `peer`: that file's records of that
     date; of two files with the same newest date, the one named last), or None."""
     best = None
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
-        with open(path) as f:
-            recs = [json.loads(line) for line in f if line.strip()]
+        recs = comparison_records(path)
         dates = {r.get("date", "") for r in recs if r.get("impl") == peer}
         if dates and (best is None or max(dates) >= best[0]):  # a tie: the file named last
             best = (max(dates), os.path.basename(path), recs)
@@ -229,8 +235,7 @@ def runs_of(results_dir, peer):
     the day's earliest), then by file name."""
     runs = []
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
-        with open(path) as f:
-            recs = [json.loads(line) for line in f if line.strip()]
+        recs = comparison_records(path)
         for date in sorted({r.get("date", "") for r in recs if r.get("impl") == peer}):
             of_date = [r for r in recs if r.get("date", "") == date]
             runs.append((date, max(r.get("time", "") for r in of_date), os.path.basename(path), of_date))

@@ -161,6 +161,24 @@ def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):
     assert "| forward, fp32, uniform | 3× (3×) |" in fbgemm
 
 
+def test_laboratory_experiments_are_not_peer_runs(tmp_path):
+    """Records of a laboratory experiment (field "experiment": build A/Bs, cost breakdowns) never become the
+    run a README table comes from, however new; without that field the same records would."""
+    gen = load_generator()
+    def run(fb, **extra):
+        return [dict(r, **extra) for r in (tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 128, fb, fb),
+                                           tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, 128, 100.0, 100.0))]
+    (tmp_path / "2026-12-02-a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run(300.0)))
+    lab = run(500.0, date="2026-12-03", experiment="some_ab", variant="lab build")
+    (tmp_path / "2026-12-03-b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lab))
+    assert [name for _, name, _ in gen.runs_of(str(tmp_path), "fbgemm")] == ["2026-12-02-a.jsonl"]
+    assert gen.newest_run(str(tmp_path), "fbgemm")[0] == "2026-12-02-a.jsonl"
+    assert "| forward, fp32, uniform | 3× (3×) |" in gen.peer_sections(str(tmp_path))[0]
+    plain = [{k: v for k, v in r.items() if k not in ("experiment", "variant")} for r in lab]
+    (tmp_path / "2026-12-03-b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain))
+    assert gen.newest_run(str(tmp_path), "fbgemm")[0] == "2026-12-03-b.jsonl"
+
+
 def test_cpu_peer_table_comes_from_the_newest_run(tmp_path):
     gen = load_generator()
     assert gen.cpu_peer_sections(str(tmp_path)) == []  # no FBGEMM CPU records: no table

@@ -56,8 +56,8 @@ Status check_device_memory(const char* name, const void* ptr) {
   }
   if (attr.type == cudaMemoryTypeManaged) return Status::Ok();
   if (attr.type == cudaMemoryTypeUnregistered || (attr.type == cudaMemoryTypeHost && attr.devicePointer == nullptr))
-    return invalid_argument(std::string(name) + ": host memory; the CUDA backend needs device memory (or pinned, "
-                            "mapped or managed memory)");
+    return invalid_argument(std::string(name) + ": host memory (or an address no CUDA allocation holds, such as "
+                            "freed memory); the CUDA backend needs device memory (or pinned, mapped or managed memory)");
   int dev = 0;
   EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
   if (attr.type == cudaMemoryTypeDevice && attr.device != dev)
