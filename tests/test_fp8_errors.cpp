@@ -5,6 +5,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -233,6 +234,68 @@ TEST_P(Fp8Errors, FusionArguments) {
   EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), s.ptr(), q.mat(3, 4), q5.mat(4, 3)), kBad, "yt: dtype fp8e5m2");
   EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), s.ptr(), y.mat(3, 4), qt.mat(4, 3)), kBad, "y: dtype fp32");
   EXPECT_STATUS(cast_transpose(ctx(), x.mat(3, 4), nullptr, q.mat(3, 4), qt.mat(4, 3)), kBad, "scale: must not be null");
+}
+
+// Buffers an op writes must share no byte with any other argument: each such call is refused with
+// invalid_argument naming the written argument first and the one it overlaps, and writes nothing (the
+// whole allocation the views are cut from keeps its poison). Views that only touch are accepted.
+TEST_P(Fp8Errors, OverlappingBuffersAreRefused) {
+  DevTensor mem(backend(), DType::kF32, 1024);  // 4096 bytes
+  ASSERT_TRUE(mem.poison(ctx()).ok());
+  char* base = static_cast<char*>(mem.data());
+  auto f32 = [&](size_t byte, int64_t n) { return TensorView::vec(base + byte, DType::kF32, n); };
+  auto e4 = [&](size_t byte, int64_t n) { return TensorView::vec(base + byte, DType::kF8E4M3, n); };
+  auto fp = [&](size_t byte) { return reinterpret_cast<float*>(base + byte); };
+  const TensorView x = f32(0, 64);  // bytes [0, 256)
+  AmaxOptions flag_on_amax;
+  flag_on_amax.nonfinite_flag = reinterpret_cast<int32_t*>(fp(1024));
+  CurrentScalingOptions cs;
+  const struct {
+    const char* what;  // the message's start: "<written>: overlaps <other>"
+    std::function<Status()> call;
+  } cases[] = {
+      {"amax: overlaps x", [&] { return amax(ctx(), x, fp(128), {}, nullptr, 0); }},
+      {"amax: overlaps opts.nonfinite_flag", [&] { return amax(ctx(), x, fp(1024), flag_on_amax, nullptr, 0); }},
+      {"scale: overlaps scale_inv", [&] { return compute_scale(ctx(), fp(1024), DType::kF8E4M3, {}, fp(1028), fp(1028)); }},
+      {"scale: overlaps amax", [&] { return compute_scale(ctx(), fp(1024), DType::kF8E4M3, {}, fp(1024), fp(1028)); }},
+      {"y: overlaps x", [&] { return quantize(ctx(), x, fp(1024), e4(192, 64)); }},
+      {"y: overlaps scale", [&] { return quantize(ctx(), x, fp(1024), e4(1000, 64)); }},
+      {"x: overlaps y", [&] { return dequantize(ctx(), e4(512, 64), fp(1024), f32(448, 64)); }},
+      {"scale: overlaps x", [&] { return quantize_current_scaling(ctx(), x, e4(512, 64), fp(1024), fp(4), fp(1028), cs, nullptr, 0); }},
+      {"y: overlaps amax", [&] { return quantize_current_scaling(ctx(), x, e4(512, 64), fp(560), fp(1024), fp(1028), cs, nullptr, 0); }},
+      {"y: overlaps x", [&] { return activation_amax(ctx(), Activation::kRelu, x, x, fp(1024), {}, nullptr, 0); }},
+      {"y: overlaps amax", [&] { return activation_amax(ctx(), Activation::kRelu, x, f32(512, 64), fp(600), {}, nullptr, 0); }},
+      {"y: overlaps yt", [&] {
+         return cast_transpose(ctx(), TensorView::mat(base, DType::kF32, 8, 8), fp(1024),
+                               TensorView::mat(base + 512, DType::kF8E4M3, 8, 8), TensorView::mat(base + 560, DType::kF8E4M3, 8, 8));
+       }},
+  };
+  for (const auto& c : cases) {
+    const Status st = c.call();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.what << " -> " << st.to_string();
+    EXPECT_EQ(st.message().rfind(c.what, 0), 0u) << "message \"" << st.message() << "\" should start with " << c.what;
+    ASSERT_TRUE(synchronize(ctx()).ok());
+    std::vector<uint8_t> all(mem.buf.bytes());
+    ASSERT_TRUE(copy_to_host(ctx(), all.data(), mem.buf.data(), all.size()).ok());
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], fp8test::kPoisonByte) << c.what << ": byte " << i << " written";
+  }
+  // A workspace the call uses must not overlap either (where the size query asks for one).
+  size_t ws_bytes = 0;
+  AmaxOptions two_stage;
+  two_stage.algo = AmaxAlgo::kTwoStage;
+  ASSERT_TRUE(amax_workspace_size(ctx(), x, two_stage, &ws_bytes).ok());
+  if (ws_bytes > 0) {
+    DevTensor ws(backend(), DType::kF32, static_cast<int64_t>(ws_bytes / 4 + 1));
+    EXPECT_STATUS(amax(ctx(), x, reinterpret_cast<float*>(ws.data()), two_stage, ws.data(), ws_bytes), StatusCode::kInvalidArgument,
+                  "amax: overlaps workspace");
+    EXPECT_STATUS(amax(ctx(), TensorView::vec(ws.data(), DType::kF32, 4), fp(1024), two_stage, ws.data(), ws_bytes),
+                  StatusCode::kInvalidArgument, "workspace: overlaps x");
+  }
+  // Buffers that only touch: x [0, 256), y [256, 320), scale [320, 324) in one allocation.
+  const float one = 1.0f;
+  ASSERT_TRUE(copy_to_backend(ctx(), fp(320), &one, 4).ok());
+  const Status touching = quantize(ctx(), x, fp(320), e4(256, 64));
+  EXPECT_TRUE(touching.ok()) << "buffers that only touch must be accepted: " << touching.to_string();
 }
 
 TEST_P(Fp8Errors, ContextArguments) {

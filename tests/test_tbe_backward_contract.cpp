@@ -465,6 +465,18 @@ TEST_P(TbeBackwardContract, RefusedArgumentsNameThemselvesAndWriteNothing) {
          dense(a);
          a.unique_rows.data = p.at(o_off);
        }},
+      {"num_unique", [&](TbeBackwardArgs& a) {  // written over grad_output
+         dense(a);
+         a.num_unique = reinterpret_cast<int64_t*>(p.at(o_go + 8));
+       }},
+      {"weights: overlaps num_skipped", [&](TbeBackwardArgs& a) {  // the skip count written into a table
+         a.bounds_check = BoundsCheckMode::kSkip;
+         a.num_skipped = reinterpret_cast<int64_t*>(p.at(o_w + 8));
+       }},
+      {"num_skipped: overlaps offsets", [&](TbeBackwardArgs& a) {
+         a.bounds_check = BoundsCheckMode::kSkip;
+         a.num_skipped = reinterpret_cast<int64_t*>(p.at(o_off));
+       }},
       {"grad_per_sample_weights", [&](TbeBackwardArgs& a) {  // written over the per-sample weights
          a.per_sample_weights = TensorView::vec(p.at(o_psw), DType::kF32, static_cast<int64_t>(N));
          a.grad_per_sample_weights = TensorView::vec(p.at(o_psw), DType::kF32, static_cast<int64_t>(N));
@@ -482,6 +494,21 @@ TEST_P(TbeBackwardContract, RefusedArgumentsNameThemselvesAndWriteNothing) {
     EXPECT_EQ(p.get(o_go, G), p.go) << b.what << ": grad_output written";
     EXPECT_EQ(p.get(o_psw, N), p.psw) << b.what << ": per_sample_weights written";
   }
+  // The workspace is written too: laid over the weights (or any other argument) it is refused.
+  const TbeBackwardArgs a = base();
+  size_t bytes = 0;
+  ASSERT_TRUE(p.tbe->backward_workspace_size(p.ctx, a, &bytes).ok());
+  ASSERT_GT(bytes, 0u);
+  Buffer big(p.backend, o_spare + bytes);
+  for (size_t at : {o_w, o_go, o_idx}) {
+    const Status st = p.tbe->backward(p.ctx, a, p.at(at), bytes);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_EQ(st.message().rfind("workspace: overlaps ", 0), 0u) << st.message();
+  }
+  ASSERT_TRUE(synchronize(p.ctx).ok());
+  EXPECT_EQ(p.get(o_w, NW), p.w0) << "workspace: weights written";
+  EXPECT_EQ(p.get(o_m1, NW), state) << "workspace: momentum1 written";
+  EXPECT_EQ(p.get(o_go, G), p.go) << "workspace: grad_output written";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TbeBackwardContract, ::testing::Values(Backend::kCpu, Backend::kCuda),

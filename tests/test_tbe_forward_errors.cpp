@@ -1,6 +1,7 @@
 // TBE forward: bounds-check modes (error names feature, bag and position; skip counts exactly and
 // pools only valid lookups; weights are never written), bad offsets, bad arguments and bad configs
 // (each Status naming the argument), and 64-bit weight addressing.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -677,6 +678,41 @@ TEST_P(TbeForwardErrors, CudaRefusesHostMemory) {
   for (float v : host_out) ASSERT_EQ(v, 0.0f);
   pr.expect_weights_unchanged();
   ASSERT_TRUE(pr.run(pr.args()).ok()) << "the context must still work after the refusals";
+}
+
+// The skip count is written too: over the weights, an input or the output it is refused, naming
+// num_skipped (or the output it overlaps), and nothing is written.
+TEST_P(TbeForwardErrors, NumSkippedOverlappingAnotherBufferIsRefused) {
+  Problem pr(GetParam());
+  auto at = [](const Buffer& b, size_t byte) { return reinterpret_cast<int64_t*>(static_cast<char*>(b.data()) + byte); };
+  const struct {
+    const char* what;
+    int64_t* num_skipped;
+  } cases[] = {
+      {"num_skipped: overlaps weights", at(*pr.d_w, 8)},
+      {"num_skipped: overlaps indices", at(*pr.d_idx, 0)},
+      {"num_skipped: overlaps offsets", at(*pr.d_off, 8)},
+      {"output: overlaps num_skipped", at(*pr.d_out, 16)},
+  };
+  for (const auto& c : cases) {
+    TbeForwardArgs a = pr.args();
+    a.bounds_check = BoundsCheckMode::kSkip;
+    a.num_skipped = c.num_skipped;
+    const Status st = pr.run(a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.what << ": " << st.to_string();
+    EXPECT_EQ(st.message().rfind(c.what, 0), 0u) << "message \"" << st.message() << "\" should start with " << c.what;
+  }
+  pr.expect_weights_unchanged();
+  for (float v : pr.output(16)) EXPECT_TRUE(std::isnan(v)) << "a refused call wrote the output";  // 0xff bytes
+  std::vector<int64_t> idx(pr.indices.size()), off(pr.offsets.size());
+  ASSERT_TRUE(copy_to_host(pr.ctx, idx.data(), pr.d_idx->data(), idx.size() * 8).ok());
+  ASSERT_TRUE(copy_to_host(pr.ctx, off.data(), pr.d_off->data(), off.size() * 8).ok());
+  EXPECT_EQ(idx, pr.indices);
+  EXPECT_EQ(off, pr.offsets);
+  TbeForwardArgs ok = pr.args();
+  ok.bounds_check = BoundsCheckMode::kSkip;
+  ok.num_skipped = static_cast<int64_t*>(pr.d_skipped->data());
+  ASSERT_TRUE(pr.run(ok).ok());
 }
 
 TEST_P(TbeForwardErrors, NullIndicesAllowedWhenEmpty) {

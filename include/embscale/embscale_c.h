@@ -117,7 +117,8 @@ EMBSCALE_C_EXPORT int embscale_cast_transpose_noop(const embscale_context* ctx, 
 /* ---- table-batched embeddings --------------------------------------------------------------------- */
 typedef struct embscale_tbe embscale_tbe; /* a TableBatchedEmbedding */
 
-/* feature_table_map may be NULL (one feature per table; num_features must then equal num_tables). */
+/* num_tables >= 1 tables of num_rows[t] x dims[t]. feature_table_map holds the table of each of the
+ * num_features >= 1 features, or is NULL (one feature per table; num_features must then equal num_tables). */
 EMBSCALE_C_EXPORT int embscale_tbe_create(const embscale_context* ctx, int32_t num_tables, const int64_t* num_rows,
                                           const int32_t* dims, int32_t num_features,
                                           const int32_t* feature_table_map, int32_t weights_dtype,

@@ -52,6 +52,12 @@ class TbeHandle:
             device = torch.device("cuda", torch.cuda.current_device())
         self.args = (device, [int(r) for r in num_rows], [int(d) for d in dims],
                      [int(t) for t in feature_table_map], weights_dtype)
+        # The C API takes int64 rows and int32 dims and table numbers: a value beyond them would wrap.
+        for name, values, bits in (("num_rows", self.args[1], 64), ("dims", self.args[2], 32),
+                                   ("feature_table_map", self.args[3], 32)):
+            for i, v in enumerate(values):
+                if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+                    raise ValueError(f"{name}[{i}]: {v} does not fit in the C API's int{bits}")
         self.device = device
         self.weights_dtype = weights_dtype
         self.table_dims = [int(d) for d in dims]

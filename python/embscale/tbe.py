@@ -238,8 +238,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         if not specs:
             raise ValueError("embedding_specs: at least one table is needed")
         for t, s in enumerate(specs):
-            if len(s) != 2 or s[0] < 1 or s[1] < 1:
-                raise ValueError(f"embedding_specs[{t}]: {s} is not (num_embeddings >= 1, embedding_dim >= 1)")
+            if len(s) != 2 or not 1 <= s[0] < 1 << 63 or not 1 <= s[1] < 1 << 31:
+                raise ValueError(f"embedding_specs[{t}]: {s} is not (num_embeddings, embedding_dim) with "
+                                 f"1 <= num_embeddings < 2^63 and 1 <= embedding_dim < 2^31")
         try:
             fmap = list(range(len(specs))) if feature_table_map is None else [int(t) for t in feature_table_map]
         except (TypeError, ValueError):
@@ -467,7 +468,11 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise ValueError(f"state_dict: the checkpoint was written with optimizer '{state['optimizer']}'; this "
                              f"module's optimizer is '{self.optimizer}' (to load only the tables, pass the "
                              "'<table>.weight' entries with strict=False)")
-        specs = [tuple(s) for s in state["embedding_specs"]]
+        try:
+            specs = [tuple(s) for s in state["embedding_specs"]]
+        except TypeError:
+            raise ValueError(f"state_dict: _extra_state's embedding_specs {state['embedding_specs']!r} is not a list "
+                             "of (num_embeddings, embedding_dim)") from None
         if specs != self.embedding_specs:
             raise ValueError(f"state_dict: the checkpoint's tables (num_embeddings, embedding_dim) are {specs}; "
                              f"this module's are {self.embedding_specs}")
@@ -502,10 +507,19 @@ class TableBatchedEmbeddingBags(nn.Module):
             handled = {extra_key}
         else:
             entries = [(prefix + key, view) for key, view in self._table_entries()]
-            for key, view in entries:  # every shape first: a refused checkpoint changes nothing
-                if key in rest and tuple(rest[key].shape) != tuple(view.shape):
+            # Every entry this module loads is checked first (the tables here, its own buffers below in
+            # torch's loader), so a refused checkpoint changes nothing.
+            own = [(prefix + name, buf) for name, buf in self._buffers.items()
+                   if buf is not None and name not in self._non_persistent_buffers_set]
+            for i, (key, view) in enumerate(entries + own):
+                if key not in rest:
+                    continue
+                if not isinstance(rest[key], torch.Tensor):
+                    raise ValueError(f"state_dict: {key} is a {type(rest[key]).__name__}, not a tensor")
+                if tuple(rest[key].shape) != tuple(view.shape):
                     raise ValueError(f"state_dict: {key} has shape {list(rest[key].shape)}; this module's is "
-                                     f"{list(view.shape)} (the checkpoint holds other tables)")
+                                     f"{list(view.shape)}" + (" (the checkpoint holds other tables)"
+                                                              if i < len(entries) else ""))
             with torch.no_grad():
                 for key, view in entries:
                     if key in rest:

@@ -366,16 +366,18 @@ int embscale_tbe_create(const embscale_context* ctx, int32_t num_tables, const i
     *out = nullptr;
     embscale::Context c;
     EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    if (num_tables < 0) return embscale::invalid_argument("num_tables: must be >= 0");
-    if (num_tables > 0 && (num_rows == nullptr || dims == nullptr)) {
-      return embscale::invalid_argument("num_rows, dims: must not be null when num_tables > 0");
-    }
+    if (num_tables < 1)
+      return embscale::invalid_argument("num_tables: " + std::to_string(num_tables) + "; at least one table is required");
+    if (num_rows == nullptr || dims == nullptr) return embscale::invalid_argument("num_rows, dims: must not be null");
     EMBSCALE_RETURN_IF_ERROR(enum_in_range("weights_dtype", weights_dtype, static_cast<int32_t>(embscale::DType::kI64)));
     embscale::TbeConfig cfg;
     cfg.weights_dtype = static_cast<embscale::DType>(weights_dtype);
     for (int32_t t = 0; t < num_tables; ++t) cfg.tables.push_back({num_rows[t], dims[t]});
     if (feature_table_map != nullptr) {
-      if (num_features < 0) return embscale::invalid_argument("num_features: must be >= 0");
+      if (num_features < 1)
+        return embscale::invalid_argument("num_features: " + std::to_string(num_features) +
+                                          " with a feature_table_map; at least one feature is required (a NULL map "
+                                          "gives one feature per table)");
       cfg.feature_table_map.assign(feature_table_map, feature_table_map + num_features);
     } else if (num_features != num_tables) {
       return embscale::invalid_argument("num_features: must equal num_tables when feature_table_map is null");

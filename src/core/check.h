@@ -1,9 +1,12 @@
 // Host-side argument checks every op shares (FP8 in fp8/fp8.cpp, TBE in tbe/tbe_validate.h): the
 // context, a tensor's shape (ndim, extents, element and byte counts that fit in int64) and its data
-// pointer (present unless empty, aligned to the element size). Messages name the argument.
+// pointer (present unless empty, aligned to the element size), the memory space of a pointer, and that
+// what an op writes overlaps nothing else it is given. Messages name the argument.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "core/cuda_runtime.h"
@@ -77,12 +80,46 @@ inline Status memory(const Context& ctx, const char* name, const void* p) {
   return Status::Ok();
 }
 
-// Whether the byte ranges of two non-empty tensors overlap (an in-place output aliasing an input that
-// the op reads or writes separately).
-inline bool overlap(const TensorView& a, const TensorView& b) {
-  if (a.data == nullptr || b.data == nullptr || a.numel() == 0 || b.numel() == 0) return false;
-  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
-  return a0 < b0 + static_cast<uintptr_t>(b.size_bytes()) && b0 < a0 + static_cast<uintptr_t>(a.size_bytes());
+// The bytes an op reads or writes through one argument, named for the error (null or no bytes: none).
+struct Region {
+  const char* name;
+  const void* p;
+  size_t bytes;
+};
+inline Region region(const char* name, const TensorView& t) {
+  return Region{name, t.data, t.numel() > 0 ? static_cast<size_t>(t.size_bytes()) : 0};
+}
+template <typename T>
+inline Region scalar(const char* name, const T* p) {  // one value (an amax, a scale, a flag, a count)
+  return Region{name, p, sizeof(T)};
+}
+
+// Whether two regions share a byte.
+inline bool overlap(const Region& a, const Region& b) {
+  if (a.p == nullptr || b.p == nullptr || a.bytes == 0 || b.bytes == 0) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.p), b0 = reinterpret_cast<uintptr_t>(b.p);
+  return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
+}
+inline bool overlap(const TensorView& a, const TensorView& b) { return overlap(region("", a), region("", b)); }
+
+// What an op writes must share no byte with anything else it is given: each written region against the
+// written ones after it and every read one. The first overlap found is refused, naming both arguments
+// (a write into an input, or two outputs into one buffer, would silently corrupt either).
+inline Status disjoint(const Region* written, size_t num_written, const Region* read, size_t num_read) {
+  for (size_t i = 0; i < num_written; ++i) {
+    const Region* other = nullptr;
+    for (size_t j = i + 1; j < num_written && other == nullptr; ++j)
+      if (overlap(written[i], written[j])) other = &written[j];
+    for (size_t j = 0; j < num_read && other == nullptr; ++j)
+      if (overlap(written[i], read[j])) other = &read[j];
+    if (other != nullptr)
+      return invalid_argument(std::string(written[i].name) + ": overlaps " + other->name +
+                              "; a buffer the op writes must not share memory with another argument");
+  }
+  return Status::Ok();
+}
+inline Status disjoint(std::initializer_list<Region> written, std::initializer_list<Region> read) {
+  return disjoint(written.begin(), written.size(), read.begin(), read.size());
 }
 
 }  // namespace check

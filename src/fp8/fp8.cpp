@@ -143,6 +143,14 @@ Status check_amax_flags(const Context& ctx, const char* prefix, const AmaxOption
   return check::memory(ctx, (std::string(prefix) + "noop_flag").c_str(), o.noop_flag);
 }
 
+// What an op writes against everything else it is given (check::disjoint). The workspace counts only
+// when the call uses one (needed > 0), with all the bytes the caller gave.
+using check::region;
+using check::scalar;
+check::Region workspace_region(const void* ws, size_t ws_bytes, size_t needed) {
+  return check::Region{"workspace", needed > 0 ? ws : nullptr, ws_bytes};
+}
+
 // The amax algorithm: one of AmaxAlgo's values (a C or Python caller may pass any integer).
 Status check_algo(const char* name, AmaxAlgo algo) {
   if (algo == AmaxAlgo::kAuto || algo == AmaxAlgo::kAtomic || algo == AmaxAlgo::kTwoStage) return Status::Ok();
@@ -181,6 +189,10 @@ Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOpti
   EMBSCALE_RETURN_IF_ERROR(amax_workspace_size(ctx, x, opts, &needed));
   EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed, "amax_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint(
+      {scalar("amax", amax), scalar("opts.nonfinite_flag", opts.nonfinite_flag),
+       workspace_region(workspace, workspace_bytes, needed)},
+      {region("x", x), scalar("opts.noop_flag", opts.noop_flag)}));
   EMBSCALE_FP8_DISPATCH(ctx, amax, ctx, x, amax, opts, workspace, workspace_bytes);
 }
 
@@ -195,6 +207,8 @@ Status compute_scale(const Context& ctx, const float* amax, DType fp8_dtype, con
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale_inv", scale_inv));
   EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint({scalar("scale", scale), scalar("scale_inv", scale_inv)},
+                                           {scalar("amax", amax), scalar("noop_flag", noop_flag)}));
   EMBSCALE_FP8_DISPATCH(ctx, compute_scale, ctx, amax, fp8_max(fp8_dtype), opts, scale, scale_inv, noop_flag);
 }
 
@@ -208,6 +222,8 @@ Status quantize(const Context& ctx, const TensorView& x, const float* scale, con
   EMBSCALE_RETURN_IF_ERROR(check_same_numel("x", x, "y", y));
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
   EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
+  EMBSCALE_RETURN_IF_ERROR(
+      check::disjoint({region("y", y)}, {region("x", x), scalar("scale", scale), scalar("noop_flag", noop_flag)}));
   EMBSCALE_FP8_DISPATCH(ctx, quantize, ctx, x, scale, y, noop_flag);
 }
 
@@ -219,6 +235,8 @@ Status dequantize(const Context& ctx, const TensorView& y, const float* scale_in
   EMBSCALE_RETURN_IF_ERROR(check_same_numel("y", y, "x", x));
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale_inv", scale_inv));
   EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint(
+      {region("x", x)}, {region("y", y), scalar("scale_inv", scale_inv), scalar("noop_flag", noop_flag)}));
   EMBSCALE_FP8_DISPATCH(ctx, dequantize, ctx, y, scale_inv, x, noop_flag);
 }
 
@@ -248,6 +266,11 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
   EMBSCALE_RETURN_IF_ERROR(
       check_workspace(ctx, workspace, workspace_bytes, needed, "quantize_current_scaling_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.amax.", opts.amax));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint(
+      {region("y", y), scalar("amax", amax), scalar("scale", scale), scalar("scale_inv", scale_inv),
+       scalar("opts.amax.nonfinite_flag", opts.amax.nonfinite_flag),
+       workspace_region(workspace, workspace_bytes, needed)},
+      {region("x", x), scalar("opts.amax.noop_flag", opts.amax.noop_flag)}));
   EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling, ctx, x, y, amax, scale, scale_inv, opts, workspace,
                         workspace_bytes);
 }
@@ -277,6 +300,10 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
   EMBSCALE_RETURN_IF_ERROR(
       check_workspace(ctx, workspace, workspace_bytes, needed, "activation_amax_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint(
+      {region("y", y), scalar("amax", amax), scalar("opts.nonfinite_flag", opts.nonfinite_flag),
+       workspace_region(workspace, workspace_bytes, needed)},
+      {region("x", x), scalar("opts.noop_flag", opts.noop_flag)}));
   EMBSCALE_FP8_DISPATCH(ctx, activation_amax, ctx, act, x, y, amax, opts, workspace, workspace_bytes);
 }
 
@@ -300,6 +327,8 @@ Status cast_transpose(const Context& ctx, const TensorView& x, const float* scal
                             dtype_name(y.dtype) + "; both must be the same fp8 format");
   EMBSCALE_RETURN_IF_ERROR(check_device_ptr(ctx, "scale", scale));
   EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "noop_flag", noop_flag));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint({region("y", y), region("yt", yt)},
+                                           {region("x", x), scalar("scale", scale), scalar("noop_flag", noop_flag)}));
   EMBSCALE_FP8_DISPATCH(ctx, cast_transpose, ctx, x, scale, y, yt, noop_flag);
 }
 

@@ -8,6 +8,7 @@
 // by the backend against the layout it builds once per call (core/workspace.h), also before it writes.
 // Values in backend memory (offsets, indices) are checked by the backend per args.bounds_check, also
 // before it writes anything (tbe/tbe_backend.h).
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -106,6 +107,23 @@ Status check_optimizer(const TbeBackwardArgs& a) {
   return Status::Ok();
 }
 
+// The buffers a backward call writes and those it only reads (the workspace aside: backward() checks it
+// against all of these).
+struct BackwardRegions {
+  std::array<check::Region, 8> written;
+  std::array<check::Region, 4> read;
+};
+BackwardRegions backward_regions(const TbeBackwardArgs& a) {
+  using check::region;
+  return BackwardRegions{
+      {region("weights", a.weights), region("momentum1", a.momentum1), region("momentum2", a.momentum2),
+       region("grad_per_sample_weights", a.grad_per_sample_weights), region("unique_rows", a.unique_rows),
+       region("unique_grads", a.unique_grads), check::scalar("num_unique", a.num_unique),
+       check::scalar("num_skipped", a.num_skipped)},
+      {region("indices", a.indices), region("offsets", a.offsets), region("per_sample_weights", a.per_sample_weights),
+       region("grad_output", a.grad_output)}};
+}
+
 // State and dense-gradient outputs: present exactly when the optimizer uses them, fp32 (int64 for the
 // unique rows) and of the length the layout gives.
 Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a) {
@@ -157,19 +175,8 @@ Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a)
                                                             "N (the number of indices)"));
 
   // What the backward writes must not share memory with anything else it reads or writes.
-  const struct { const char* name; const TensorView* v; } all[] = {
-      {"weights", &a.weights},     {"momentum1", &a.momentum1},
-      {"momentum2", &a.momentum2}, {"grad_per_sample_weights", &a.grad_per_sample_weights},
-      {"unique_rows", &a.unique_rows}, {"unique_grads", &a.unique_grads},
-      {"indices", &a.indices},     {"offsets", &a.offsets},
-      {"per_sample_weights", &a.per_sample_weights}, {"grad_output", &a.grad_output}};
-  constexpr int kWritten = 6;  // the first six entries are written
-  for (int i = 0; i < kWritten; ++i)
-    for (int j = i + 1; j < static_cast<int>(sizeof(all) / sizeof(all[0])); ++j)
-      if (check::overlap(*all[i].v, *all[j].v))
-        return invalid_argument(std::string(all[i].name) + ": overlaps " + all[j].name +
-                                "; buffers the backward writes must be separate");
-  return Status::Ok();
+  const BackwardRegions r = backward_regions(a);
+  return check::disjoint(r.written.data(), r.written.size(), r.read.data(), r.read.size());
 }
 
 // Every buffer in memory the backend can use (on CUDA: the current device's).
@@ -254,6 +261,11 @@ Status TableBatchedEmbedding::backward_workspace_size(const Context& ctx, const 
 Status TableBatchedEmbedding::backward(const Context& ctx, const TbeBackwardArgs& args, void* workspace,
                                        size_t workspace_bytes) const {
   EMBSCALE_RETURN_IF_ERROR(check_backward(*this, ctx, args));
+  // The workspace is written too: none of its bytes may be another argument's.
+  const BackwardRegions r = backward_regions(args);
+  const check::Region ws{"workspace", workspace, workspace_bytes};
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint(&ws, 1, r.written.data(), r.written.size()));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint(&ws, 1, r.read.data(), r.read.size()));
   // The backend builds the workspace layout of this call once and checks the workspace against it.
   if (ctx.backend == Backend::kCpu) return cpu::tbe_backward(ctx, *this, args, workspace, workspace_bytes);
 #if EMBSCALE_WITH_CUDA

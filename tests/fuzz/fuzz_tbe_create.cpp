@@ -113,10 +113,10 @@ void case_tbe_create(Case& c, bool cuda) {
   }
   if (!bad_args && total > kMax) bad_args = true;
   if (!bad_args) {
-    // An empty map (num_features 0) means one feature per table, as a NULL one does.
-    const bool mapped = use_map && num_features != 0;
+    // A map holds num_features >= 1 entries; only a NULL one means one feature per table.
+    const bool mapped = use_map;
     const int32_t nf = mapped ? num_features : T;
-    if (use_map && num_features < 0) bad_args = true;
+    if (use_map && num_features < 1) bad_args = true;
     if (!use_map && num_features != T) bad_args = true;
     double cols = 0;
     for (int32_t f = 0; f < nf && !bad_args; ++f) {

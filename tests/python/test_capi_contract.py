@@ -84,6 +84,29 @@ def test_create_without_map_needs_one_feature_per_table():
     _capi.lib.embscale_tbe_destroy(handle)
 
 
+def test_create_refuses_no_tables_and_an_empty_map_by_their_c_names():
+    """num_tables < 1 is refused as num_tables (not the C++ config's field), and a feature_table_map of
+    num_features = 0 is refused as num_features (it must not fall back to one feature per table)."""
+    rows = (ctypes.c_int64 * 2)(5, 7)
+    dims = (ctypes.c_int32 * 2)(4, 3)
+    fmap = (ctypes.c_int32 * 1)(0)
+    handle = ctypes.c_void_p()
+    for num_tables, num_features, map_, name in ((0, 0, None, "num_tables"), (-1, 0, None, "num_tables"),
+                                                 (2, 0, fmap, "num_features"), (2, -3, fmap, "num_features")):
+        handle.value = 12345
+        rc = _capi.lib.embscale_tbe_create(cpu(), num_tables, rows, dims, num_features, map_, F32,
+                                           ctypes.byref(handle))
+        assert rc == _capi.INVALID_ARGUMENT, (num_tables, num_features)
+        assert last_error().startswith(name + ": "), last_error()
+        assert handle.value is None
+    rc = _capi.lib.embscale_tbe_create(cpu(), 2, rows, dims, 1, fmap, F32, ctypes.byref(handle))
+    assert rc == _capi.OK, last_error()
+    layout = _capi.TbeLayout()
+    assert _capi.lib.embscale_tbe_layout_get(handle, ctypes.byref(layout)) == _capi.OK
+    assert layout.total_dim == 4  # one feature, of table 0
+    _capi.lib.embscale_tbe_destroy(handle)
+
+
 def header_fields(struct):
     """Field names of `typedef struct <struct> { ... }` in the C header, in order."""
     header = (Path(__file__).resolve().parents[2] / "include" / "embscale" / "embscale_c.h").read_text()

@@ -1,0 +1,105 @@
+"""Regression tests for the defects an adversarial review of 2026-12-03 found through the Python package
+(the C++ side of each is in the C++ suite: Fp8Errors.OverlappingBuffersAreRefused,
+TbeForwardErrors.NumSkippedOverlappingAnotherBufferIsRefused, TbeBackwardContract): outputs of the FP8
+operators aliasing another argument (defect 18), table sizes beyond the C API's integers (19), hostile
+checkpoints (20) and a TBE handle with an empty feature map (21). Each refused call leaves every buffer
+as it was."""
+import pytest
+import torch
+
+import embscale
+from embscale import ops
+from hostile_module import SPECS, make, snapshot, assert_unchanged
+
+E4 = torch.float8_e4m3fn
+
+
+# ---- defect 18: FP8 outputs aliasing another argument ------------------------------------------------------
+def _cast_transpose_same_output(device):
+    x = torch.arange(16.0, device=device).view(4, 4)
+    buf = torch.zeros(4, 4, dtype=E4, device=device)
+    return (lambda: torch.ops.embscale.cast_transpose_out(x, torch.ones(1, device=device), buf, buf, None),
+            "y: overlaps yt", [buf])
+
+
+def _scale_is_scale_inv(device):
+    s = torch.full((1,), 5.0, device=device)
+    return (lambda: torch.ops.embscale.compute_scale_out(torch.ones(1, device=device), s, s, E4, None),
+            "scale: overlaps scale_inv", [s])
+
+
+def _amax_into_x(device):
+    x = torch.arange(1.0, 9.0, device=device)
+    return (lambda: torch.ops.embscale.amax_out(x, x[0:1], None, None), "amax: overlaps x", [x])
+
+
+def _quantize_into_x(device):
+    x = torch.arange(1.0, 17.0, device=device)
+    y = x.view(torch.uint8)[:16].view(E4)  # x's first 16 bytes as the fp8 output
+    return (lambda: torch.ops.embscale.quantize_out(x, torch.ones(1, device=device), y, None), "y: overlaps x", [x])
+
+
+@pytest.mark.parametrize("case", [_cast_transpose_same_output, _scale_is_scale_inv, _amax_into_x, _quantize_into_x])
+def test_defect18_fp8_outputs_aliasing_an_argument_are_refused(device, case):
+    call, message, buffers = case(device)
+    before = [b.clone() for b in buffers]
+    with pytest.raises(ValueError, match=message):
+        call()
+    for b, was in zip(buffers, before):
+        assert torch.equal(b.view(torch.uint8), was.view(torch.uint8)), f"{message}: a refused call wrote"
+
+
+# ---- defect 19: table sizes beyond the C API's int64 rows and int32 dims ------------------------------------
+@pytest.mark.parametrize("spec", [(10, 2**32 + 4), (10, 2**31), (2**63, 1), (2**64 + 10, 4)])
+def test_defect19_huge_embedding_specs_are_refused_by_name(spec):
+    with pytest.raises(ValueError, match=r"embedding_specs\[1\]: .* 1 <= num_embeddings < 2\^63 and "
+                                         r"1 <= embedding_dim < 2\^31"):
+        embscale.TableBatchedEmbeddingBags([(5, 4), spec])
+
+
+@pytest.mark.parametrize("rows, dims, fmap, message", [
+    ([10, 5], [4, 2**32 + 4], [0, 1], r"dims\[1\]: 4294967300 does not fit in the C API's int32"),
+    ([2**64, 5], [4, 4], [0, 1], r"num_rows\[0\]: 18446744073709551616 does not fit in the C API's int64"),
+    ([10, 5], [4, 4], [0, 2**32 + 1], r"feature_table_map\[1\]: 4294967297 does not fit"),
+])
+def test_defect19_tbe_handle_values_beyond_the_c_integers(rows, dims, fmap, message):
+    with pytest.raises(ValueError, match=message):
+        ops.TbeHandle("cpu", rows, dims, fmap, torch.float32)
+
+
+# ---- defect 20: hostile checkpoints ---------------------------------------------------------------------------
+def test_defect20_non_tensor_entry_is_refused_by_name():
+    m = make("cpu")
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"state_dict: table_0.weight is a float, not a tensor"):
+        m.load_state_dict({"table_0.weight": 3.0}, strict=False)
+    assert_unchanged(m, snap)
+
+
+def test_defect20_a_refused_checkpoint_changes_no_table():
+    """A checkpoint whose tables fit but whose own buffers (hparams) do not is refused before any table is
+    written."""
+    m = make("cpu", optimizer="rowwise_adagrad")
+    sd = {k: v.clone() + 1 if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+          for k, v in m.state_dict().items()}
+    sd["hparams"] = torch.zeros(7, dtype=m.hparams.dtype)
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"state_dict: hparams has shape \[7\]; this module's is"):
+        m.load_state_dict(sd)
+    assert_unchanged(m, snap)
+
+
+def test_defect20_malformed_extra_state_is_refused_by_name():
+    m = make("cpu")
+    sd = m.state_dict()
+    sd["_extra_state"] = {"optimizer": m.optimizer, "embedding_specs": 5}
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"_extra_state's embedding_specs 5 is not a list"):
+        m.load_state_dict(sd)
+    assert_unchanged(m, snap)
+
+
+# ---- defect 21: a TBE handle with an empty feature map ---------------------------------------------------
+def test_defect21_tbe_handle_with_an_empty_feature_map_is_refused():
+    with pytest.raises(ValueError, match=r"num_features: 0 with a feature_table_map; at least one feature"):
+        ops.TbeHandle("cpu", [r for r, _ in SPECS], [d for _, d in SPECS], [], torch.float32)
