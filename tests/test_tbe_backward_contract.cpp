@@ -499,13 +499,23 @@ TEST_P(TbeBackwardContract, RefusedArgumentsNameThemselvesAndWriteNothing) {
   size_t bytes = 0;
   ASSERT_TRUE(p.tbe->backward_workspace_size(p.ctx, a, &bytes).ok());
   ASSERT_GT(bytes, 0u);
-  Buffer big(p.backend, o_spare + bytes);
   for (size_t at : {o_w, o_go, o_idx}) {
     const Status st = p.tbe->backward(p.ctx, a, p.at(at), bytes);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
     EXPECT_EQ(st.message().rfind("workspace: overlaps ", 0), 0u) << st.message();
   }
+  // Over a written buffer alone: momentum1 at the start of an allocation of its own, the workspace on it.
+  Buffer own(p.backend, bytes + NW * 4);
+  ASSERT_TRUE(copy_to_backend(p.ctx, own.data(), state.data(), NW * 4).ok());
+  TbeBackwardArgs over_state = base();
+  over_state.momentum1 = TensorView::vec(own.data(), DType::kF32, static_cast<int64_t>(NW));
+  const Status st = p.tbe->backward(p.ctx, over_state, own.data(), bytes);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_EQ(st.message().rfind("workspace: overlaps momentum1", 0), 0u) << st.message();
   ASSERT_TRUE(synchronize(p.ctx).ok());
+  std::vector<float> m1_own(NW);
+  ASSERT_TRUE(copy_to_host(p.ctx, m1_own.data(), own.data(), NW * 4).ok());
+  EXPECT_EQ(m1_own, state) << "workspace: momentum1 written";
   EXPECT_EQ(p.get(o_w, NW), p.w0) << "workspace: weights written";
   EXPECT_EQ(p.get(o_m1, NW), state) << "workspace: momentum1 written";
   EXPECT_EQ(p.get(o_go, G), p.go) << "workspace: grad_output written";
