@@ -89,7 +89,7 @@ def quantize(x: Tensor, scale: Tensor, fp8_dtype: torch.dtype) -> Tensor:
 @quantize.register_fake
 def _(x, scale, fp8_dtype):
     _quantize_checks(x, scale, fp8_dtype)
-    return torch.empty_like(x, dtype=fp8_dtype)
+    return x.new_empty(x.shape, dtype=fp8_dtype)  # contiguous, as the real op's output
 
 
 def _dequantize_checks(y, scale_inv, out_dtype):
@@ -114,7 +114,7 @@ def dequantize(y: Tensor, scale_inv: Tensor, out_dtype: torch.dtype = torch.floa
 @dequantize.register_fake
 def _(y, scale_inv, out_dtype=torch.float32):
     _dequantize_checks(y, scale_inv, out_dtype)
-    return torch.empty_like(y, dtype=out_dtype)
+    return y.new_empty(y.shape, dtype=out_dtype)  # contiguous, as the real op's output
 
 
 def _quantize_current_scaling_checks(x, fp8_dtype, algo):
@@ -145,7 +145,7 @@ def quantize_current_scaling(x: Tensor, fp8_dtype: torch.dtype, eps: float = 0.0
 def _(x, fp8_dtype, eps=0.0, power_of_2=False, algo="auto"):
     _quantize_current_scaling_checks(x, fp8_dtype, algo)
     s = x.new_empty((), dtype=torch.float32)
-    return torch.empty_like(x, dtype=fp8_dtype), s, torch.empty_like(s), torch.empty_like(s)
+    return x.new_empty(x.shape, dtype=fp8_dtype), s, torch.empty_like(s), torch.empty_like(s)
 
 
 def _activation_amax_checks(x, activation, out_dtype, algo):
@@ -176,7 +176,7 @@ def activation_amax(x: Tensor, activation: str, out_dtype: Optional[torch.dtype]
 @activation_amax.register_fake
 def _(x, activation, out_dtype=None, algo="auto"):
     _, _, out_dtype = _activation_amax_checks(x, activation, out_dtype, algo)
-    return torch.empty_like(x, dtype=out_dtype), x.new_empty((), dtype=torch.float32)
+    return x.new_empty(x.shape, dtype=out_dtype), x.new_empty((), dtype=torch.float32)
 
 
 def _cast_transpose_checks(x, scale, fp8_dtype):
@@ -205,7 +205,7 @@ def cast_transpose(x: Tensor, scale: Tensor, fp8_dtype: torch.dtype) -> tuple[Te
 @cast_transpose.register_fake
 def _(x, scale, fp8_dtype):
     _cast_transpose_checks(x, scale, fp8_dtype)
-    return torch.empty_like(x, dtype=fp8_dtype), x.new_empty((x.shape[1], x.shape[0]), dtype=fp8_dtype)
+    return x.new_empty(x.shape, dtype=fp8_dtype), x.new_empty((x.shape[1], x.shape[0]), dtype=fp8_dtype)
 
 
 @torch.library.custom_op("embscale::amax_nonfinite", mutates_args=())

@@ -27,6 +27,7 @@ precompute_float8_dynamic_scale_for_fsdp does); the next forward passes use thos
 """
 
 import math
+import weakref
 from typing import Callable, Optional
 
 import torch
@@ -95,6 +96,23 @@ class _Float8LinearFunction(torch.autograd.Function):
         return grad_x, grad_w, None, None
 
 
+def _weight_identity(weight: torch.Tensor) -> tuple:
+    """What must not change between sync_float8_weight_amax and a forward: the parameter object (a load with
+    assign=True replaces it; held weakly, so a new object at a freed one's address never matches), its memory
+    (``weight.data = ...`` replaces that) and its version counter (an in-place update bumps it). The version
+    alone misses a replaced weight whose counter happens to match."""
+    return weakref.ref(weight), weight.data_ptr(), tuple(weight.shape), weight._version
+
+
+def _same_weight(recorded: Optional[tuple], weight: torch.Tensor) -> bool:
+    return recorded is not None and recorded[0]() is weight and recorded[1:] == _weight_identity(weight)[1:]
+
+
+# The largest eps: an amax clamped there gives inverse scales up to eps / 448, and a GEMM multiplies two of
+# them in fp32 (torch._scaled_mm's alpha, or the CPU path's product), which must stay finite.
+_MAX_EPS = 1e18
+
+
 class Float8Linear(torch.nn.Linear):
     """An ``nn.Linear`` whose GEMMs run in FP8 with current scaling (module docstring for the maths).
 
@@ -106,12 +124,21 @@ class Float8Linear(torch.nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
                  eps: float = 0.0):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        if not (math.isfinite(eps) and eps >= 0.0):
-            raise ValueError(f"eps: {eps} is not a finite number >= 0")
+        if not (math.isfinite(eps) and 0.0 <= eps <= _MAX_EPS):
+            raise ValueError(f"eps: {eps} is not a number in [0, {_MAX_EPS:g}] (above, the product of two inverse "
+                             "scales that a GEMM applies would overflow fp32)")
         self.eps = float(eps)
-        # Set by sync_float8_weight_amax: the weight's amax (all-reduced) and the weight's version then.
+        # Set by sync_float8_weight_amax: the weight's amax (all-reduced) and which weight it was then.
         self.weight_amax: Optional[torch.Tensor] = None
-        self._weight_amax_version: Optional[int] = None
+        self._weight_amax_version: Optional[tuple] = None
+
+    def __getstate__(self):
+        # A copy or a pickle is another module with other weights: the sync does not carry over (its forward
+        # scales the weight locally until the next sync_float8_weight_amax).
+        state = self.__dict__.copy()
+        state["weight_amax"] = None
+        state["_weight_amax_version"] = None
+        return state
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, eps: float = 0.0) -> "Float8Linear":
@@ -126,14 +153,19 @@ class Float8Linear(torch.nn.Linear):
     def _synced_weight_amax(self) -> Optional[torch.Tensor]:
         if self.weight_amax is None:
             return None
-        if not torch.compiler.is_compiling() and self.weight._version != self._weight_amax_version:
+        if not torch.compiler.is_compiling() and not _same_weight(self._weight_amax_version, self.weight):
             raise RuntimeError("weight_amax: the weight changed after sync_float8_weight_amax; call it after "
                                "every optimizer step (or clear_float8_weight_amax to scale each weight locally)")
         return self.weight_amax
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0:
+            raise ValueError("input: a 0-d tensor; expected [..., in_features]")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"input: last dimension is {x.shape[-1]}, expected in_features = {self.in_features}")
+        if self.in_features == 0:  # an empty sum, as nn.Linear: zeros (then the bias)
+            out = x.new_zeros(*x.shape[:-1], self.out_features)
+            return out if self.bias is None else out + self.bias.to(out.dtype)
         out = _Float8LinearFunction.apply(x, self.weight, self._synced_weight_amax(), self.eps)
         return out if self.bias is None else out + self.bias.to(out.dtype)
 
@@ -142,8 +174,10 @@ class Float8Linear(torch.nn.Linear):
 
 
 def default_module_filter(module: torch.nn.Linear, fqn: str) -> bool:
-    """Converts a linear layer when both its dimensions are multiples of 16 (what torch._scaled_mm needs)."""
-    return module.in_features % 16 == 0 and module.out_features % 16 == 0
+    """Converts a linear layer when both its dimensions are positive multiples of 16 (what torch._scaled_mm
+    needs)."""
+    return (module.in_features > 0 and module.out_features > 0 and module.in_features % 16 == 0
+            and module.out_features % 16 == 0)
 
 
 def convert_to_float8_training(model: torch.nn.Module,
@@ -199,7 +233,7 @@ def sync_float8_weight_amax(model: torch.nn.Module, group=None) -> int:
         raise ValueError("group: given, but torch.distributed is not initialised")
     for m, a in zip(layers, amaxes.unbind()):
         m.weight_amax = a
-        m._weight_amax_version = m.weight._version
+        m._weight_amax_version = _weight_identity(m.weight)
     return len(layers)
 
 

@@ -26,6 +26,32 @@ def test_compiled_fp8_ops_match_eager(device, gen):
                            want.view(torch.uint8) if want.dtype == torch.float8_e4m3fn else want)
 
 
+def test_fake_outputs_are_laid_out_as_the_real_ones(device, gen):
+    """Every FP8 operator returns contiguous outputs whatever its input's strides; the fake implementations
+    must say the same, or a compiled graph that views an output (or inductor's stride asserts) fails
+    where eager runs (a transposed input, as Float8Linear's weight gradient passes)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    x = torch.randn(8, 6, generator=gen).to(device).t()  # [6, 8], strides (1, 6)
+    s = torch.tensor(2.0, device=device)
+    e4 = torch.float8_e4m3fn
+    calls = [lambda x, s: [torch.ops.embscale.quantize(x, s, e4)],
+             lambda x, s: list(torch.ops.embscale.quantize_current_scaling(x, e4)),
+             lambda x, s: list(torch.ops.embscale.activation_amax(x, "relu")),
+             lambda x, s: list(torch.ops.embscale.cast_transpose(x, s, e4)),
+             lambda x, s: [torch.ops.embscale.dequantize(torch.ops.embscale.quantize(x, s, e4).t(), s, torch.float32)]]
+    for call in calls:
+        real = call(x, s)
+        with FakeTensorMode() as mode:
+            fake = call(mode.from_tensor(x), mode.from_tensor(s))
+        assert [(r.shape, r.stride(), r.dtype) for r in real] == [(f.shape, f.stride(), f.dtype) for f in fake]
+
+    def f(x):
+        return embscale.activation_amax(x.t(), "relu")[0].view(-1) * 2
+    torch._dynamo.reset()
+    x = torch.randn(8, 6, generator=gen).to(device)
+    assert torch.equal(torch.compile(f, backend="aot_eager")(x), f(x))
+
+
 class Model(torch.nn.Module):
     def __init__(self, device):
         super().__init__()

@@ -3,6 +3,7 @@ maths, the conversion, checkpoints, torch.compile, the non-finite flag, the dist
 comparison with torchao's float8 training on a small transformer block."""
 import argparse
 import copy
+import pickle
 import importlib.util
 import os
 import pathlib
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import embscale
-from embscale.fp8 import Float8Linear, convert_to_float8_training, sync_float8_weight_amax
+from embscale.fp8 import Float8Linear, convert_to_float8_training, default_module_filter, sync_float8_weight_amax
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "fp8_training.py"
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
@@ -132,6 +133,39 @@ def test_conversion_and_layer_errors_name_the_argument():
         Float8Linear(16, 16)(torch.ones(4, 16, dtype=torch.int64))
     with pytest.raises(ValueError, match="group"):
         sync_float8_weight_amax(convert_to_float8_training(Net()), group=object())
+
+
+def test_replaced_weight_after_sync_raises_and_edge_layers():
+    """Defects 22, 23 (review of 2026-12-03): a weight replaced after sync_float8_weight_amax (by a load with
+    assign=True, or through .data) whose version counter happens to match must still be caught; eps beyond
+    what the GEMMs' fp32 scale product holds, 0-d inputs and layers of no input features are refused or
+    handled as nn.Linear does."""
+    m = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    convert_to_float8_training(m)
+    sync_float8_weight_amax(m)
+    sd = {k: v.clone().mul_(100) for k, v in m.state_dict().items()}  # version 1, as the synced weight's
+    m.load_state_dict(sd, assign=True)
+    with pytest.raises(RuntimeError, match="weight_amax: the weight changed"):
+        m(torch.randn(4, 16))
+    sync_float8_weight_amax(m)
+    m(torch.randn(4, 16))  # synced again: runs
+    m[0].weight.data = m[0].weight.data * 2
+    with pytest.raises(RuntimeError, match="weight_amax: the weight changed"):
+        m(torch.randn(4, 16))
+    sync_float8_weight_amax(m)
+    again = pickle.loads(pickle.dumps(m))  # a copy scales locally until its own sync
+    assert again[0].weight_amax is None
+    x = torch.randn(4, 16)
+    assert torch.equal(again(x), m(x))
+
+    with pytest.raises(ValueError, match=r"eps: 1e\+22 is not a number in \[0, 1e\+18\]"):
+        Float8Linear(16, 16, eps=1e22)
+    assert not Float8Linear(16, 16, bias=False, eps=1e18)(torch.randn(2, 16)).isnan().any()
+    with pytest.raises(ValueError, match="input: a 0-d tensor"):
+        Float8Linear(16, 16)(torch.tensor(1.0))
+    assert not default_module_filter(torch.nn.Linear(0, 16), "l")
+    empty = Float8Linear(0, 16)
+    assert torch.equal(empty(torch.randn(3, 0)), empty.bias.expand(3, 16))
 
 
 def test_state_dict_round_trip(gen):
