@@ -17,6 +17,8 @@ Two collectives per backward over the group: the sizes (a few integers per proce
 and gradients, padded to the largest process's bytes.
 """
 
+import hashlib
+
 import torch
 import torch.distributed as dist
 
@@ -24,7 +26,9 @@ from . import ops
 
 # Per process: batch size, number of indices, payload bytes, then what must agree across processes.
 _HEADER = ("batch_size", "num_indices", "payload_bytes", "num_features", "output_cols", "grad_dtype",
-           "per_sample_weights", "pooling", "total_rows")
+           "per_sample_weights", "pooling", "total_rows", "tables (each table's num_embeddings and embedding_dim, "
+           "the feature map, the weights dtype)", "optimizer and its settings (optimizer, weight decay mode, "
+           "hyper-parameters and step, bounds check, stochastic rounding, seed)")
 _DTYPE_CODES = {dt: i for i, dt in enumerate(ops.FLOAT_DTYPES)}
 
 
@@ -58,25 +62,41 @@ def _as_bytes(t):
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-def _gather(group, grad_output, indices, offsets, psw, batch_size, pooling, num_features, total_rows):
+def _fingerprint(value) -> int:
+    """A stable int64 of a configuration's repr (the same on every process, unlike hash())."""
+    return int.from_bytes(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def _gather(group, grad_output, indices, offsets, psw, batch_size, pooling, num_features, total_rows, tables,
+            settings):
     """Every process's (batch size, indices as int64, bag lengths [T*B], per-sample weights, output
-    gradients) in rank order, on grad_output's device."""
+    gradients) in rank order, on grad_output's device. `tables` and `settings` (any repr-able values) must be
+    equal on every process, as the sizes in the header."""
     dev = grad_output.device
     world = dist.get_world_size(group)
+    # Lookups before offsets[0] belong to no bag (as in one process): only the bags' indices travel.
+    start = int(offsets[0])
+    if start:
+        indices = indices[start:]
+        psw = None if psw is None else psw[start:]
+        if pooling == "none":
+            grad_output = grad_output[start:]
     lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
     indices = indices.to(torch.int64)
     parts = [lengths, indices] + ([psw.to(torch.float32)] if psw is not None else []) + [grad_output]
     payload = torch.cat([_as_bytes(p.to(dev)) for p in parts])
     header = torch.tensor([batch_size, indices.numel(), payload.numel(), num_features,
                            grad_output.shape[1], _DTYPE_CODES[grad_output.dtype], psw is not None,
-                           ("sum", "mean", "none").index(pooling), total_rows], dtype=torch.int64, device=dev)
+                           ("sum", "mean", "none").index(pooling), total_rows, _fingerprint(tables),
+                           _fingerprint(settings)], dtype=torch.int64, device=dev)
     headers = [torch.empty_like(header) for _ in range(world)]
     dist.all_gather(headers, header, group=group)
     headers = torch.stack(headers).cpu()
     for col, name in list(enumerate(_HEADER))[3:]:
         values = {int(v) for v in headers[:, col]}
         if len(values) > 1:
-            raise RuntimeError(f"data_parallel_group: the processes' lookups disagree on {name} ({sorted(values)}); "
+            shown = "" if col >= 9 else f" ({sorted(values)})"  # fingerprints say nothing to the reader
+            raise RuntimeError(f"data_parallel_group: the processes' lookups disagree on {name}{shown}; "
                                "replicas need the same tables, features, pooling, gradient dtype and per-sample "
                                "weights on every process (pass data_parallel_group=None for tables that are not "
                                "replicas)")
@@ -146,8 +166,10 @@ class ReplicatedLookup(torch.autograd.Function):
         (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
         h = ops.tbe_handle(handle)
         grad = grad_output.contiguous() / dist.get_world_size(ctx.group)
+        tables = h.args[1:]  # rows, dims, feature map, weights dtype (not the device: each process has its own)
+        settings = (optimizer, wd_mode, bounds_check, sr, seed, hparams.tolist())
         parts = _gather(ctx.group, grad, indices, offsets, psw, batch_size, pooling, h.num_features,
-                        h.total_rows)
+                        h.total_rows, tables, settings)
         B, g_indices, g_offsets, g_psw, g_grad = _global_batch(parts, h.num_features, pooling)
         dev = weights.device
         torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, g_grad.to(dev), g_indices.to(dev),

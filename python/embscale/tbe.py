@@ -325,7 +325,16 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     @classmethod
     def from_embedding_bags(cls, bags: Sequence[nn.EmbeddingBag], **kwargs):
-        """A TBE holding copies of the tables of a list of nn.EmbeddingBag (mode sum or mean)."""
+        """A TBE holding copies of the tables of a list of nn.EmbeddingBag (mode sum or mean). Options the TBE
+        does not have (padding_idx, max_norm, scale_grad_by_freq) are refused rather than dropped."""
+        bags = list(bags)
+        if not bags:
+            raise ValueError("bags: empty; at least one nn.EmbeddingBag is needed")
+        for t, b in enumerate(bags):
+            for option, unset in (("padding_idx", None), ("max_norm", None), ("scale_grad_by_freq", False)):
+                if getattr(b, option) != unset:
+                    raise ValueError(f"bags[{t}]: {option}={getattr(b, option)!r} is not supported by "
+                                     f"TableBatchedEmbeddingBags (it would be silently ignored)")
         modes = {b.mode for b in bags}
         if len(modes) != 1 or not modes <= {"sum", "mean"}:
             raise ValueError(f"bags: all modes must be one of sum or mean, got {sorted(modes)}")

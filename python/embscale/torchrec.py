@@ -181,6 +181,7 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         return self._optim
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        _check_one_batch_size(features)
         missing = [f for f in self._feature_names if f not in features.keys()]
         if missing:
             raise ValueError(f"features: keys {features.keys()} lack {missing}")
@@ -190,6 +191,14 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         weights = features.weights_or_none() if self._is_weighted else None
         pooled = self.tbe(values, features.offsets().to(values.dtype), weights)
         return KeyedTensor(keys=self._feature_names, length_per_key=self._lengths_per_key, values=pooled)
+
+
+def _check_one_batch_size(features: KeyedJaggedTensor):
+    """The TBE reads one batch size for every feature (offsets [T*B+1]); a KeyedJaggedTensor with a batch
+    size per feature (torchrec's variable batch) would be misread, so it is refused."""
+    if features.variable_stride_per_key():
+        raise ValueError(f"features: a batch size per feature (stride_per_key {features.stride_per_key()}) is not "
+                         "supported; every feature needs the same batch size")
 
 
 class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
@@ -236,6 +245,7 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         return self._optim
 
     def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
+        _check_one_batch_size(features)
         values = features.values()
         weights = features.weights_or_none() if self._config.is_weighted else None
         return self.tbe(values, features.offsets().to(values.dtype), weights)

@@ -73,6 +73,20 @@ def _worker(rank, world, batches_per_case):
     mismatch = embscale.TableBatchedEmbeddingBags([(10 + rank, 4)], device=dev)  # not replicas: different tables
     out["mismatch"] = _error(lambda: mismatch(torch.tensor([1], device=dev),
                                               torch.tensor([0, 1], device=dev)).sum().backward())
+    # Same sizes in total, other tables; same tables, another learning rate (review of 2026-12-03: both
+    # trained on silently and the replicas drifted apart).
+    dims = embscale.TableBatchedEmbeddingBags([[(10, 4), (10, 4)], [(10, 2), (10, 6)]][rank % 2], device=dev)
+    out["mismatch_dims"] = _error(lambda: dims(torch.tensor([1, 2], device=dev),
+                                               torch.tensor([0, 1, 2], device=dev)).sum().backward())
+    lr = embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer="sgd", learning_rate=0.1 + rank, device=dev)
+    out["mismatch_lr"] = _error(lambda: lr(torch.tensor([1], device=dev),
+                                           torch.tensor([0, 1], device=dev)).sum().backward())
+    # Lookups before offsets[0] belong to no bag: the global batch is each process's bag [1, 2].
+    late = embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer="sgd", learning_rate=1.0, device=dev)
+    with torch.no_grad():
+        late.weights.zero_()
+    late(torch.tensor([7, 1, 2], device=dev), torch.tensor([1, 3], device=dev)).sum().backward()
+    out["late_offsets"] = late.weights.detach().clone()
     out["psw_grad"] = _error(lambda: embscale.TableBatchedEmbeddingBags([(10, 4)])(
         torch.tensor([1]), torch.tensor([0, 1]), torch.ones(1, requires_grad=True)))
     return out
@@ -151,6 +165,23 @@ def test_replicas_that_differ_are_an_error(run):
     for r in run[2]:
         assert r["mismatch"].startswith("RuntimeError: data_parallel_group: the processes' lookups disagree on "
                                         "total_rows")
+
+
+def test_replicas_with_other_tables_or_settings_are_an_error(run):
+    for r in run[2]:
+        assert r["mismatch_dims"].startswith("RuntimeError: data_parallel_group: the processes' lookups disagree "
+                                             "on tables (each table's num_embeddings and embedding_dim")
+        assert r["mismatch_lr"].startswith("RuntimeError: data_parallel_group: the processes' lookups disagree "
+                                           "on optimizer and its settings")
+
+
+def test_lookups_before_the_first_offset_are_left_out_as_in_one_process(run):
+    """Each process's bag holds rows 1 and 2 (index 7 lies before offsets[0]); the summed pooled output's
+    gradient is 1 / world per process, so the global batch moves rows 1 and 2 by -1 and nothing else."""
+    want = torch.zeros(10, 4)
+    want[1:3] = -1.0
+    for r in run[2]:
+        torch.testing.assert_close(r["late_offsets"].view(10, 4), want, rtol=0, atol=1e-6)
 
 
 def test_tables_of_one_process_alone_train_on_its_batch_only(run):

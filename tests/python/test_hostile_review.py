@@ -2,8 +2,10 @@
 (the C++ side of each is in the C++ suite: Fp8Errors.OverlappingBuffersAreRefused,
 TbeForwardErrors.NumSkippedOverlappingAnotherBufferIsRefused, TbeBackwardContract): outputs of the FP8
 operators aliasing another argument (defect 18), table sizes beyond the C API's integers (19), hostile
-checkpoints (20) and a TBE handle with an empty feature map (21). Each refused call leaves every buffer
-as it was."""
+checkpoints (20), a TBE handle with an empty feature map (21) and nn.EmbeddingBag options that
+from_embedding_bags would drop (24). Each refused call leaves every buffer as it was. (Defects 22-23, in
+the FP8 training layer, are in test_fp8_training.py; the data-parallel and TorchRec ones in
+test_data_parallel.py and test_torchrec.py; the fake layouts in test_compile.py.)"""
 import pytest
 import torch
 
@@ -103,3 +105,14 @@ def test_defect20_malformed_extra_state_is_refused_by_name():
 def test_defect21_tbe_handle_with_an_empty_feature_map_is_refused():
     with pytest.raises(ValueError, match=r"num_features: 0 with a feature_table_map; at least one feature"):
         ops.TbeHandle("cpu", [r for r, _ in SPECS], [d for _, d in SPECS], [], torch.float32)
+
+
+# ---- defect 24: nn.EmbeddingBag options from_embedding_bags would drop ----------------------------------
+@pytest.mark.parametrize("option", [dict(padding_idx=0), dict(max_norm=0.01), dict(scale_grad_by_freq=True)])
+def test_defect24_embedding_bag_options_the_tbe_lacks_are_refused(option):
+    bag = torch.nn.EmbeddingBag(10, 4, mode="mean", **option)
+    name = next(iter(option))
+    with pytest.raises(ValueError, match=rf"bags\[1\]: {name}=.* is not supported"):
+        embscale.TableBatchedEmbeddingBags.from_embedding_bags([torch.nn.EmbeddingBag(5, 4, mode="mean"), bag])
+    with pytest.raises(ValueError, match="bags: empty"):
+        embscale.TableBatchedEmbeddingBags.from_embedding_bags([])
