@@ -41,7 +41,8 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.05, help="embedding learning rate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=50, help="print the mean loss every N steps (a line per N)")
-    p.add_argument("--out", default="train_dlrm.png", help="plot of the loss curves (a .json with the data too)")
+    p.add_argument("--out", default="train_dlrm.png", help="plot of the loss curves (a .json with the data beside it: "
+                                                             "the same path with .json for its extension)")
     p.add_argument("--replot", metavar="JSON", help="only draw --out from the JSON of an earlier run")
     p.add_argument("--distributed", action="store_true", help="TorchRec's DistributedModelParallel (torchrun)")
     p.add_argument("--sharding", choices=["table_wise", "row_wise", "column_wise", "data_parallel"],
@@ -50,8 +51,11 @@ def parse_args():
                    help="--distributed --device cuda: after training, profile this many steps and print the share "
                         "of the step spent in NCCL kernels (the all-to-alls and reductions)")
     args = p.parse_args()
-    if args.log_every < 1:
-        p.error(f"--log-every: {args.log_every} is not a positive step count")
+    for flag in ("steps", "batch_size", "num_tables", "num_embeddings", "embedding_dim", "log_every"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')}: {getattr(args, flag)} is not a positive number")
+    if not math.isfinite(args.lr) or args.lr < 0:
+        p.error(f"--lr: {args.lr} is not a finite number >= 0")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # --out may name a new folder
     return args
 
@@ -308,8 +312,14 @@ def plot(results, optimizer, device, out):
     ax.set_title(f"DLRM-style model, {optimizer} embeddings, {device}")
     ax.legend(loc="upper right")
     fig.tight_layout()
+    if not os.path.splitext(str(out))[1]:
+        out = f"{out}.png"  # what savefig writes for a name without an extension
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
+
+
+def _mean(values):
+    return sum(values) / len(values)
 
 
 def main():
@@ -324,10 +334,10 @@ def main():
         steady = sorted(times[len(times) // 5:])
         results = {"distributed": {"loss": losses, "step_ms_median": 1e3 * steady[len(steady) // 2]}}
         if rank == 0:
-            print(f"distributed ({world} processes, {args.sharding}): loss {sum(losses[:20]) / 20:.4f} -> "
-                  f"{sum(losses[-20:]) / 20:.4f}, median step {results['distributed']['step_ms_median']:.2f} ms "
+            print(f"distributed ({world} processes, {args.sharding}): loss {_mean(losses[:20]):.4f} -> "
+                  f"{_mean(losses[-20:]):.4f}, median step {results['distributed']['step_ms_median']:.2f} ms "
                   f"on rank 0 ({args.device})")
-            with open(args.out.rsplit(".", 1)[0] + ".json", "w") as f:
+            with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
                 json.dump({"args": vars(args), "results": results}, f)
             plot(results, args.optimizer, f"{args.device}, {world} processes ({args.sharding})", args.out)
         return
@@ -337,12 +347,12 @@ def main():
         losses, times = train(variant, args, device)
         steady = sorted(times[len(times) // 5:])
         results[variant] = {"loss": losses, "step_ms_median": 1e3 * steady[len(steady) // 2]}
-        print(f"{variant:9s}: loss {sum(losses[:20]) / 20:.4f} -> {sum(losses[-20:]) / 20:.4f}, "
+        print(f"{variant:9s}: loss {_mean(losses[:20]):.4f} -> {_mean(losses[-20:]):.4f}, "
               f"median step {results[variant]['step_ms_median']:.2f} ms on {device}")
     a, b = smooth(results["embscale"]["loss"]), smooth(results["baseline"]["loss"])
     gap = max(abs(x - y) for x, y in zip(a, b))
     print(f"max |difference| of the smoothed loss curves: {gap:.2e}")
-    with open(args.out.rsplit(".", 1)[0] + ".json", "w") as f:
+    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
         json.dump({"args": vars(args), "results": results, "max_smoothed_gap": gap}, f)
     plot(results, args.optimizer, device, args.out)
 

@@ -35,6 +35,38 @@ def _check_dtype(name, t, allowed):
         raise TypeError(f"{name}: dtype {str(dtype).replace('torch.', '')} is not supported; expected {names}")
 
 
+def _check_writable(name, t):
+    """A buffer an operator updates in place: not an inference tensor outside inference mode (as torch's own
+    in-place operators demand), and not a tensor that requires grad (the update would bypass autograd; the
+    operators run below autograd, where grad mode is always off, so this holds under torch.no_grad() too)."""
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        raise RuntimeError(f"{name}: an inference tensor cannot be updated in place outside inference mode")
+    if t.requires_grad:
+        raise RuntimeError(f"{name}: requires grad; an operator that writes it in place does not support automatic "
+                           "differentiation (pass a tensor that does not require grad, e.g. its .detach())")
+
+
+def _byte_span(t):
+    """[first byte, one past the last byte] that tensor t's elements occupy (any strides)."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _check_apart(name, t, others):
+    """t (written in place) shares no memory with any of the (name, tensor-or-None) pairs: ValueError naming
+    both. Real tensors only (the fake implementations have no memory to compare)."""
+    a0, a1 = _byte_span(t)
+    for other_name, o in others:
+        if o is None or o.device != t.device or a0 == a1:
+            continue
+        b0, b1 = _byte_span(o)
+        if a0 < b1 and b0 < a1:
+            raise ValueError(f"{name}: overlaps {other_name}; a buffer the operator writes must not share memory with "
+                             "another argument")
+
+
 def _check_device(name, t, device):
     if t.device != device:
         raise ValueError(f"{name}: is on {t.device}, expected {device} (the device of the other inputs)")

@@ -17,7 +17,8 @@ from torch import Tensor
 
 from . import _capi
 from ._ops_common import (FLOAT_DTYPES, FP8_DTYPES, _DTYPE_CODE, _check_backend, _check_device, _check_dtype,
-                          _check_scalar, _context, _desc, _lookup, _ptr, _run, _same_device, _workspace)
+                          _check_scalar, _check_writable, _context, _desc, _lookup, _ptr, _run, _same_device,
+                          _workspace)
 
 
 def _check_out(name, t, dtype, shape, device):
@@ -31,6 +32,7 @@ def _check_out(name, t, dtype, shape, device):
         raise ValueError(f"{name}: has shape {list(t.shape)}, expected {list(shape)}")
     if not t.is_contiguous():
         raise ValueError(f"{name}: must be contiguous (it is written in place)")
+    _check_writable(name, t)
 
 
 def _check_noop(noop_flag, device):

@@ -20,8 +20,8 @@ from torch.utils import _python_dispatch
 from torch import Tensor
 
 from . import _capi
-from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _call, _check_backend, _check_dtype, _context,
-                          _desc, _lookup, _optional_desc, _ptr, _run, _same_device)
+from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _call, _check_apart, _check_backend, _check_dtype,
+                          _check_writable, _context, _desc, _lookup, _optional_desc, _ptr, _run, _same_device)
 
 # Layout of a TBE module's hyper-parameter tensor (CPU float64), read by tbe_backward at every call so
 # a learning rate set between steps is seen even inside a compiled graph. tbe_backward advances `step`.
@@ -268,6 +268,13 @@ def _tbe_backward_checks(weights, momentum1, momentum2, hparams, grad_output, in
             raise ValueError(f"{name}: must be contiguous (it is updated in place)")
     if hparams.device.type != "cpu" or hparams.dtype != torch.float64 or hparams.shape != (len(HPARAM_FIELDS),):
         raise ValueError(f"hparams: expected a cpu float64 tensor of {len(HPARAM_FIELDS)} values {HPARAM_FIELDS}")
+    if not hparams.is_contiguous():  # an expanded one holds one value under every name: its step update writes all
+        raise ValueError("hparams: must be contiguous (its step is updated in place)")
+    if hparams.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError("hparams: an inference tensor (the module was built under torch.inference_mode) cannot "
+                         "advance its step outside inference mode; build the module outside it to train")
+    for name, t in (("weights", weights), ("momentum1", momentum1), ("momentum2", momentum2)):
+        _check_writable(name, t)
     codes = (_lookup(_capi.OPTIMIZER, "optimizer", optimizer),
              _lookup(_capi.WEIGHT_DECAY, "weight_decay_mode", weight_decay_mode))
     return device, h, pooling_code, bounds_code, codes
@@ -363,9 +370,10 @@ def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indi
     a.seed = seed
     o = a.optimizer
     o.type, o.weight_decay_mode = opt_code, wd_code
-    if hparams.is_inference() and not torch.is_inference_mode_enabled():
-        raise ValueError("hparams: an inference tensor (the module was built under torch.inference_mode) cannot "
-                         "advance its step outside inference mode; build the module outside it to train")
+    # The C call checks the buffers it is given against each other; hparams stays on this side.
+    _check_apart("hparams", hparams, (("weights", weights), ("momentum1", momentum1), ("momentum2", momentum2),
+                                      ("grad_output", grad_output), ("indices", indices), ("offsets", offsets),
+                                      ("per_sample_weights", psw)))
     ctx = _context(dev)
     with h.lock:
         hp = hparams.tolist()

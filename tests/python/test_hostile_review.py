@@ -3,15 +3,21 @@
 TbeForwardErrors.NumSkippedOverlappingAnotherBufferIsRefused, TbeBackwardContract): outputs of the FP8
 operators aliasing another argument (defect 18), table sizes beyond the C API's integers (19), hostile
 checkpoints (20), a TBE handle with an empty feature map (21) and nn.EmbeddingBag options that
-from_embedding_bags would drop (24). Each refused call leaves every buffer as it was. (Defects 22-23, in
+from_embedding_bags would drop (24); what the raw operators write in place: hparams sharing memory with
+a table or expanded (25, 26), inference tensors and tensors that require grad (27, 28); the DLRM
+example's arguments (29). Each refused call leaves every buffer as it was. (Defects 22-23, in
 the FP8 training layer, are in test_fp8_training.py; the data-parallel and TorchRec ones in
 test_data_parallel.py and test_torchrec.py; the fake layouts in test_compile.py.)"""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import embscale
 from embscale import ops
-from hostile_module import SPECS, make, snapshot, assert_unchanged
+from hostile_module import SPECS, B, TOTAL_DIM, make, lookups, raw_backward, refused, snapshot, assert_unchanged
 
 E4 = torch.float8_e4m3fn
 
@@ -116,3 +122,70 @@ def test_defect24_embedding_bag_options_the_tbe_lacks_are_refused(option):
         embscale.TableBatchedEmbeddingBags.from_embedding_bags([torch.nn.EmbeddingBag(5, 4, mode="mean"), bag])
     with pytest.raises(ValueError, match="bags: empty"):
         embscale.TableBatchedEmbeddingBags.from_embedding_bags([])
+
+
+# ---- defects 25-28 (third round): what the raw operators write in place ----------------------------------
+def test_defect25_hparams_sharing_memory_with_a_table_is_refused():
+    m = make("cpu", optimizer="rowwise_adagrad")
+    i, o = lookups("cpu")
+    n = m.weights.numel()
+    storage = torch.zeros(n + 16)  # hparams (8 float64) in the first 16 floats, the weights after: apart
+    storage[16:] = m.weights
+    hp = storage[:16].view(torch.float64)
+    hp.copy_(m.hparams)
+    raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=storage[16:], hparams=hp)  # apart: runs
+    assert hp[7].item() == m.hparams[7].item() + 1  # the step advanced
+    with refused(m, ValueError, "hparams: overlaps weights"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=storage[:n], hparams=hp)
+    m1 = torch.zeros(m.momentum1.numel() + 16)
+    with refused(m, ValueError, "hparams: overlaps momentum1"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, momentum1=m1[:m.momentum1.numel()],
+                     hparams=m1[:16].view(torch.float64))
+
+
+def test_defect26_expanded_hparams_are_refused():
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    hp = torch.tensor([0.5], dtype=torch.float64).expand(8)
+    with refused(m, ValueError, "hparams: must be contiguous"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, hparams=hp)
+    assert hp[0].item() == 0.5
+
+
+def test_defect27_inference_tensors_written_outside_inference_mode_are_refused():
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    with torch.inference_mode():
+        w, a = m.weights.clone(), torch.zeros(1)
+    with refused(m, RuntimeError, "weights: an inference tensor cannot be updated in place"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=w)
+    with pytest.raises(RuntimeError, match="amax: an inference tensor cannot be updated in place"):
+        torch.ops.embscale.amax_out(torch.randn(4, 8), a, None, None)
+    assert a.item() == 0.0
+
+
+def test_defect28_written_buffers_that_require_grad_are_refused():
+    a = torch.zeros(1, requires_grad=True)
+    for grad_mode in (True, False):  # the operators run below autograd: they cannot tell the two apart
+        with torch.set_grad_enabled(grad_mode), pytest.raises(RuntimeError, match="amax: requires grad"):
+            torch.ops.embscale.amax_out(torch.randn(4, 8), a, None, None)
+    assert a.item() == 0.0
+    torch.ops.embscale.amax_out(torch.ones(4, 8), a.detach(), None, None)
+    assert a.item() == 1.0
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    w = m.weights.detach().clone().requires_grad_()
+    with refused(m, RuntimeError, "weights: requires grad"):
+        torch.ops.embscale.tbe_backward(w, m.momentum1, m.momentum2, m.hparams, torch.ones(B, TOTAL_DIM), i, o, None,
+                                        m._handle_id, B, m.pooling, m.bounds_check, m.optimizer, m.weight_decay_mode,
+                                        m.stochastic_rounding, m.seed, False)
+
+
+# ---- defect 29: the DLRM example's arguments ------------------------------------------------------------------
+@pytest.mark.parametrize("flag, value", [("--steps", "0"), ("--batch-size", "0"), ("--embedding-dim", "-1"),
+                                         ("--lr", "nan")])
+def test_defect29_train_dlrm_refuses_bad_arguments_by_flag(flag, value):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "train_dlrm.py"), flag, value],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and f"error: {flag}: {value}" in r.stderr, r.stderr
