@@ -149,6 +149,8 @@ def main():
     for name in ("steps", "batch", "seq", "dim", "heads", "log_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}: must be at least 1")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):  # found now, not after the training
+        p.error(f"--out: {args.out} exists and is not a folder")
     result = run(args)
     write(result, args.out)
     for key, value in result.items():

@@ -256,6 +256,9 @@ def _(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling
 def _tbe_backward_checks(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights,
                          handle, batch_size, pooling, bounds_check, optimizer, weight_decay_mode):
     _check_dtype("grad_output", grad_output, FLOAT_DTYPES)
+    if grad_output.dim() != 2:  # named here: the C call would see it flattened
+        raise ValueError(f"grad_output: shape {list(grad_output.shape)} is not 2-D; expected [B, total_dim] "
+                         "(pooled) or [N, D] (sequence)")
     for name, m in (("momentum1", momentum1), ("momentum2", momentum2)):
         if m.numel() > 0:  # empty: this optimizer keeps no such state
             _check_dtype(name, m, (torch.float32,))

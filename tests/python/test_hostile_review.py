@@ -5,9 +5,10 @@ operators aliasing another argument (defect 18), table sizes beyond the C API's 
 checkpoints (20), a TBE handle with an empty feature map (21) and nn.EmbeddingBag options that
 from_embedding_bags would drop (24); what the raw operators write in place: hparams sharing memory with
 a table or expanded (25, 26), inference tensors and tensors that require grad (27, 28); the DLRM
-example's arguments (29). Each refused call leaves every buffer as it was. (Defects 22-23, in
-the FP8 training layer, are in test_fp8_training.py; the data-parallel and TorchRec ones in
-test_data_parallel.py and test_torchrec.py; the fake layouts in test_compile.py.)"""
+example's arguments (29) and a grad_output that is not 2-D, named with its own shape (30). Each refused
+call leaves every buffer as it was. (Defects 22-23, in the FP8 training layer, are in
+test_fp8_training.py; the data-parallel and TorchRec ones in test_data_parallel.py and test_torchrec.py;
+the fake layouts in test_compile.py.)"""
 import os
 import subprocess
 import sys
@@ -189,3 +190,10 @@ def test_defect29_train_dlrm_refuses_bad_arguments_by_flag(flag, value):
     r = subprocess.run([sys.executable, os.path.join(root, "examples", "train_dlrm.py"), flag, value],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and f"error: {flag}: {value}" in r.stderr, r.stderr
+
+
+def test_defect30_a_grad_output_that_is_not_2d_is_named_with_its_own_shape():
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    with refused(m, ValueError, r"grad_output: shape \[2, 1, 7\] is not 2-D"):
+        raw_backward(m, torch.ones(B, 1, TOTAL_DIM), i, o)
