@@ -100,7 +100,6 @@ inline bool overlap(const Region& a, const Region& b) {
   const auto a0 = reinterpret_cast<uintptr_t>(a.p), b0 = reinterpret_cast<uintptr_t>(b.p);
   return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
 }
-inline bool overlap(const TensorView& a, const TensorView& b) { return overlap(region("", a), region("", b)); }
 
 // What an op writes must share no byte with anything else it is given: each written region against the
 // written ones after it and every read one. The first overlap found is refused, naming both arguments
