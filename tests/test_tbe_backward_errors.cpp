@@ -428,6 +428,38 @@ TEST_P(TbeBackwardErrors, BackendRefusesShortWorkspace) {
   EXPECT_TRUE(p.untouched());
 }
 
+// check_optimizer_params is the backward's check of its optimizer argument on its own, for code that holds
+// hyper-parameters between steps: the defaults pass, each bad field is named.
+TEST(TbeOptimizerParams, CheckNamesTheBadField) {
+  EXPECT_TRUE(check_optimizer_params(OptimizerParams()).ok());
+  const struct {
+    const char* field;
+    std::function<void(OptimizerParams&)> mutate;
+  } bads[] = {
+      {"optimizer.learning_rate", [](OptimizerParams& o) { o.learning_rate = -INFINITY; }},
+      {"optimizer.eps", [](OptimizerParams& o) { o.eps = NAN; }},
+      {"optimizer.beta1", [](OptimizerParams& o) {
+         o.type = OptimizerType::kAdam;
+         o.beta1 = -0.5f;
+       }},
+      {"optimizer.max_norm", [](OptimizerParams& o) {
+         o.type = OptimizerType::kSgd;
+         o.max_norm = 1.0f;
+       }},
+      {"optimizer.gradient_clipping", [](OptimizerParams& o) { o.gradient_clipping = NAN; }},
+      {"optimizer.step", [](OptimizerParams& o) { o.step = -3; }},
+      {"optimizer.type", [](OptimizerParams& o) { o.type = static_cast<OptimizerType>(17); }},
+      {"optimizer.weight_decay_mode", [](OptimizerParams& o) { o.weight_decay_mode = static_cast<WeightDecayMode>(5); }},
+  };
+  for (const auto& bad : bads) {
+    OptimizerParams o;
+    bad.mutate(o);
+    const Status st = check_optimizer_params(o);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad.field;
+    EXPECT_EQ(st.message().rfind(std::string(bad.field) + ":", 0), 0u) << st.message();
+  }
+}
+
 TEST(TbeBackwardNames, Optimizers) {
   for (OptimizerType o : {OptimizerType::kNone, OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad,
                           OptimizerType::kAdam, OptimizerType::kPartialRowwiseAdam}) {

@@ -177,6 +177,11 @@ typedef struct embscale_optimizer_info {
 } embscale_optimizer_info;
 EMBSCALE_C_EXPORT int32_t embscale_num_optimizers(void);
 EMBSCALE_C_EXPORT int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out);
+/* The checks embscale_tbe_backward makes of its optimizer field, on their own: kInvalidArgument naming
+ * the field (optimizer.learning_rate, ...) for an unknown type or mode, a hyper-parameter out of range
+ * or not finite, or an option the optimizer does not have. For bindings that keep hyper-parameters
+ * between steps and refuse a bad one when it is set. */
+EMBSCALE_C_EXPORT int embscale_optimizer_check(const embscale_optimizer* optimizer);
 
 typedef struct embscale_tbe_backward_args {
   embscale_tensor weights;

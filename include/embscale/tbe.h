@@ -136,6 +136,12 @@ struct OptimizerParams {
   int64_t step = 1;             // 1-based step counter for Adam's bias correction; may change between steps
 };
 
+// The checks backward() makes of its optimizer argument (the type and mode known, the hyper-parameters
+// finite and in range, options the optimizer does not have left unset), for code that holds
+// hyper-parameters between steps and wants a bad value refused when it is set rather than at the next
+// backward. invalid_argument naming the field (optimizer.learning_rate, ...).
+Status check_optimizer_params(const OptimizerParams& params);
+
 // fp16/bf16 weights: how an updated fp32 value is rounded back to the weights' dtype.
 enum class WeightRounding { kNearest = 0, kStochastic };
 

@@ -150,6 +150,7 @@ _SIGNATURES = {
     "embscale_cast_transpose_noop": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _P(Tensor), _VP], ctypes.c_int),
     "embscale_num_optimizers": ([], ctypes.c_int32),
     "embscale_optimizer_info_get": ([ctypes.c_int32, _P(OptimizerInfo)], ctypes.c_int),
+    "embscale_optimizer_check": ([_P(Optimizer)], ctypes.c_int),
     "embscale_tbe_create": (
         [_P(Context), ctypes.c_int32, _P(ctypes.c_int64), _P(ctypes.c_int32), ctypes.c_int32, _P(ctypes.c_int32),
          ctypes.c_int32, _P(_VP)], ctypes.c_int),

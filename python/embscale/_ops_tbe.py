@@ -291,6 +291,26 @@ def _checked_step(value):
     return int(value)
 
 
+def _fill_optimizer(o, values):
+    """Sets the hyper-parameters and step of the C optimizer struct o from values (HPARAM_FIELDS order)."""
+    o.learning_rate, o.eps = values[HPARAM["learning_rate"]], values[HPARAM["eps"]]
+    o.beta1, o.beta2 = values[HPARAM["beta1"]], values[HPARAM["beta2"]]
+    o.weight_decay, o.max_norm = values[HPARAM["weight_decay"]], values[HPARAM["max_norm"]]
+    o.gradient_clipping = values[HPARAM["gradient_clipping"]]
+    o.step = _checked_step(values[HPARAM["step"]])
+
+
+def check_hparams(optimizer: str, weight_decay_mode: str, values) -> None:
+    """Raises ValueError, naming the field, when tbe_backward would refuse these hyper-parameters (a
+    sequence in HPARAM_FIELDS order) for this optimizer and weight decay mode: what a module checks when
+    a value is set, so that a bad one is refused there rather than at the next backward."""
+    o = _capi.Optimizer()
+    o.type = _lookup(_capi.OPTIMIZER, "optimizer", optimizer)
+    o.weight_decay_mode = _lookup(_capi.WEIGHT_DECAY, "weight_decay_mode", weight_decay_mode)
+    _fill_optimizer(o, [float(v) for v in values])
+    _capi.check(_capi.lib.embscale_optimizer_check(ctypes.byref(o)))
+
+
 def _run_backward(dev, h, ctx, a):
     """The C backward with a workspace of the largest size this handle's calls have asked for, so most
     calls skip the size query: a call whose workspace is too small is refused before it writes anything
@@ -379,15 +399,9 @@ def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indi
                                       ("per_sample_weights", psw)))
     ctx = _context(dev)
     with h.lock:
-        hp = hparams.tolist()
-        step = _checked_step(hp[HPARAM["step"]])
-        o.learning_rate, o.eps = hp[HPARAM["learning_rate"]], hp[HPARAM["eps"]]
-        o.beta1, o.beta2 = hp[HPARAM["beta1"]], hp[HPARAM["beta2"]]
-        o.weight_decay, o.max_norm = hp[HPARAM["weight_decay"]], hp[HPARAM["max_norm"]]
-        o.gradient_clipping = hp[HPARAM["gradient_clipping"]]
-        o.step = step
+        _fill_optimizer(o, hparams.tolist())
         _run_backward(dev, h, ctx, a)
-        hparams[HPARAM["step"]] = step + 1
+        hparams[HPARAM["step"]] = o.step + 1
     return grad_psw
 
 

@@ -65,6 +65,7 @@ from torch import nn
 
 from . import _capi, _data_parallel, ops
 from ._ops_common import _check_backend
+from ._ops_tbe import check_hparams
 
 # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
 # from the library's optimizer table ("none" is the dense-gradient mode: no state, a gradient instead).
@@ -179,6 +180,29 @@ def _warn_skipped(count: int, when: str, stacklevel: int):
                       stacklevel=stacklevel)
 
 
+def _hyper_parameter(name: str, value) -> float:
+    """A hyper-parameter given to the module as a Python float (TypeError naming it otherwise)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: {value!r} is not a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: {value!r} is not a number") from None
+
+
+def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, names=None, where: str = ""):
+    """ops' check_hparams in the caller's words: the library names a field optimizer.<field>; the message
+    names it names[<field>] (the caller's argument; default <field>), after `where` (the values' source)."""
+    try:
+        check_hparams(optimizer, weight_decay_mode, values)
+    except ValueError as e:
+        message = str(e)
+        if message.startswith("optimizer."):
+            field, _, rest = message[len("optimizer."):].partition(":")
+            message = (names or {}).get(field, field) + ":" + rest
+        raise ValueError(where + message) from None
+
+
 class TableBatchedEmbeddingBags(nn.Module):
     """Many embedding tables, looked up and pooled in one call, trained by a fused optimizer.
 
@@ -256,6 +280,12 @@ class TableBatchedEmbeddingBags(nn.Module):
                                    ("bounds_check", bounds_check, _capi.BOUNDS_CHECK)):
             if value not in table:
                 raise ValueError(f"{name}: '{value}' is not one of {', '.join(table)}")
+        hp_values = [0.0] * len(ops.HPARAM_FIELDS)
+        for name, value in (("learning_rate", learning_rate), ("eps", eps), ("beta1", beta1), ("beta2", beta2),
+                            ("weight_decay", weight_decay), ("max_norm", max_norm),
+                            ("gradient_clipping", gradient_clipping), ("step", 1)):
+            hp_values[ops.HPARAM[name]] = _hyper_parameter(name, value)
+        _check_hyper_parameters(optimizer, weight_decay_mode, hp_values)
         for name, dt in (("weights_dtype", weights_dtype), ("output_dtype", output_dtype)):
             if dt not in ops.FLOAT_DTYPES:
                 raise TypeError(f"{name}: {dt} is not supported; expected torch.float32, float16 or bfloat16")
@@ -301,12 +331,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         m1, m2 = _MOMENTUM_SHAPES[optimizer]
         self.register_buffer("momentum1", torch.zeros(sizes[m1], dtype=torch.float32, device=device))
         self.register_buffer("momentum2", torch.zeros(sizes[m2], dtype=torch.float32, device=device))
-        hp = torch.zeros(len(ops.HPARAM_FIELDS), dtype=torch.float64)
-        for name, value in (("learning_rate", learning_rate), ("eps", eps), ("beta1", beta1), ("beta2", beta2),
-                            ("weight_decay", weight_decay), ("max_norm", max_norm),
-                            ("gradient_clipping", gradient_clipping), ("step", 1)):
-            hp[ops.HPARAM[name]] = value
-        self.register_buffer("hparams", hp)
+        self.register_buffer("hparams", torch.tensor(hp_values, dtype=torch.float64))
         self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
         self.reset_parameters()
 
@@ -392,8 +417,19 @@ class TableBatchedEmbeddingBags(nn.Module):
         return float(self.hparams[ops.HPARAM["learning_rate"]])
 
     def set_learning_rate(self, lr: float):
-        """Takes effect at the next backward, also inside a compiled model."""
-        self.hparams[ops.HPARAM["learning_rate"]] = lr
+        """Takes effect at the next backward, also inside a compiled model. A value the optimizer would
+        refuse (negative, not finite) raises ValueError here and changes nothing."""
+        self._set_hyper_parameters({"learning_rate": _hyper_parameter("lr", lr)}, {"learning_rate": "lr"})
+
+    def _set_hyper_parameters(self, values: dict, names: dict):
+        """Sets hparams fields (field -> float) after checking the whole set as the backward will; names:
+        field -> the caller's name for it, for the message."""
+        new = self.hparams.tolist()
+        for field, value in values.items():
+            new[ops.HPARAM[field]] = value
+        _check_hyper_parameters(self.optimizer, self.weight_decay_mode, new, names)
+        for field, value in values.items():
+            self.hparams[ops.HPARAM[field]] = value
 
     @property
     def step(self) -> int:
@@ -422,7 +458,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         at the next backward."""
         if not isinstance(params_dict, dict):
             raise TypeError(f"params_dict: expected a dict of hyper-parameters, got {type(params_dict).__name__}")
-        values = {}
+        values, names = {}, {}
         for name, value in params_dict.items():
             field = self._FBGEMM_HYPER_PARAMETERS.get(name)
             if field is None:
@@ -431,8 +467,8 @@ class TableBatchedEmbeddingBags(nn.Module):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"params_dict[{name!r}]: {value!r} is not a finite number")
             values[field] = float(value)
-        for field, value in values.items():
-            self.hparams[ops.HPARAM[field]] = value
+            names[field] = f"params_dict[{name!r}]"
+        self._set_hyper_parameters(values, names)
 
     def set_optimizer_step(self, step: int):
         """FBGEMM's step count: ``step`` optimizer steps have been taken, so the next backward is step
@@ -504,6 +540,14 @@ class TableBatchedEmbeddingBags(nn.Module):
                              f"({want['momentum1']}, {want['momentum2']}); it is that of "
                              f"{' or '.join(repr(o) for o in fits) or 'no optimizer of these tables'}")
 
+    def _check_loaded_hparams(self, rest, prefix):
+        """Hyper-parameters a checkpoint would load (when they have this module's shape; torch's loader
+        reports any other) are checked as the backward will check them, before anything is loaded."""
+        hp = rest.get(prefix + "hparams")
+        if isinstance(hp, torch.Tensor) and tuple(hp.shape) == tuple(self.hparams.shape):
+            _check_hyper_parameters(self.optimizer, self.weight_decay_mode, hp.tolist(),
+                                    where=f"state_dict: {prefix}hparams: ")
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         extra_key = prefix + "_extra_state"
@@ -513,6 +557,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         flat = prefix + "weights" in state_dict
         if flat:
             self._check_flat_checkpoint(state_dict, prefix)
+            self._check_loaded_hparams(rest, prefix)
             handled = {extra_key}
         else:
             entries = [(prefix + key, view) for key, view in self._table_entries()]
@@ -529,6 +574,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                     raise ValueError(f"state_dict: {key} has shape {list(rest[key].shape)}; this module's is "
                                      f"{list(view.shape)}" + (" (the checkpoint holds other tables)"
                                                               if i < len(entries) else ""))
+            self._check_loaded_hparams(rest, prefix)
             with torch.no_grad():
                 for key, view in entries:
                     if key in rest:

@@ -123,23 +123,27 @@ Status to_forward_args(const embscale_tbe_forward_args* a, embscale::TbeForwardA
   return to_tensor("output", &a->output, &out->output);
 }
 
+Status to_optimizer(const embscale_optimizer* a, embscale::OptimizerParams* o) {
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.type", a->type, embscale::num_optimizers() - 1));
+  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.weight_decay_mode", a->weight_decay_mode, 2));
+  o->type = static_cast<embscale::OptimizerType>(a->type);
+  o->learning_rate = a->learning_rate;
+  o->eps = a->eps;
+  o->beta1 = a->beta1;
+  o->beta2 = a->beta2;
+  o->weight_decay = a->weight_decay;
+  o->weight_decay_mode = static_cast<embscale::WeightDecayMode>(a->weight_decay_mode);
+  o->max_norm = a->max_norm;
+  o->gradient_clipping = a->gradient_clipping;
+  o->step = a->step;
+  return Status::Ok();
+}
+
 Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwardArgs* out) {
   EMBSCALE_RETURN_IF_ERROR(to_lookup_fields(a, out));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("grad_output", &a->grad_output, &out->grad_output));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.type", a->optimizer.type, embscale::num_optimizers() - 1));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.weight_decay_mode", a->optimizer.weight_decay_mode, 2));
+  EMBSCALE_RETURN_IF_ERROR(to_optimizer(&a->optimizer, &out->optimizer));
   EMBSCALE_RETURN_IF_ERROR(enum_in_range("rounding", a->rounding, 1));
-  embscale::OptimizerParams& o = out->optimizer;
-  o.type = static_cast<embscale::OptimizerType>(a->optimizer.type);
-  o.learning_rate = a->optimizer.learning_rate;
-  o.eps = a->optimizer.eps;
-  o.beta1 = a->optimizer.beta1;
-  o.beta2 = a->optimizer.beta2;
-  o.weight_decay = a->optimizer.weight_decay;
-  o.weight_decay_mode = static_cast<embscale::WeightDecayMode>(a->optimizer.weight_decay_mode);
-  o.max_norm = a->optimizer.max_norm;
-  o.gradient_clipping = a->optimizer.gradient_clipping;
-  o.step = a->optimizer.step;
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("momentum1", &a->momentum1, &out->momentum1));
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("momentum2", &a->momentum2, &out->momentum2));
   EMBSCALE_RETURN_IF_ERROR(
@@ -190,6 +194,15 @@ int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out)
     out->state_names[0] = info.momentum1.name;
     out->state_names[1] = info.momentum2.name;
     return Status::Ok();
+  });
+}
+
+int embscale_optimizer_check(const embscale_optimizer* optimizer) {
+  return guarded([&]() -> Status {
+    if (optimizer == nullptr) return embscale::invalid_argument("optimizer: must not be null");
+    embscale::OptimizerParams o;
+    EMBSCALE_RETURN_IF_ERROR(to_optimizer(optimizer, &o));
+    return embscale::check_optimizer_params(o);
   });
 }
 

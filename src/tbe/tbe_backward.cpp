@@ -68,8 +68,9 @@ namespace {
 
 std::string fstr(float v) { return std::to_string(v); }
 
-Status check_optimizer(const TbeBackwardArgs& a) {
-  const OptimizerParams& p = a.optimizer;
+}  // namespace
+
+Status check_optimizer_params(const OptimizerParams& p) {
   const OptimizerType t = p.type;
   const opt::OptimizerSpec* spec = opt::optimizer_spec(t);
   if (spec == nullptr)
@@ -107,6 +108,8 @@ Status check_optimizer(const TbeBackwardArgs& a) {
   return Status::Ok();
 }
 
+namespace {
+
 // The buffers a backward call writes and those it only reads (the workspace aside: backward() checks it
 // against all of these).
 struct BackwardRegions {
@@ -129,7 +132,7 @@ BackwardRegions backward_regions(const TbeBackwardArgs& a) {
 Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a) {
   using tbe_validate::check_view;
   const OptimizerType t = a.optimizer.type;
-  const opt::OptimizerSpec& spec = *opt::optimizer_spec(t);  // check_optimizer ran first
+  const opt::OptimizerSpec& spec = *opt::optimizer_spec(t);  // check_optimizer_params ran first
   const std::string name = spec.name;
   const int64_t N = a.indices.numel();
   const struct { const char* name; const TensorView* v; opt::StateLayout layout; const char* what; } state[] = {
@@ -224,7 +227,7 @@ Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, cons
                               std::to_string(B) + ", " + std::to_string(tbe.total_dim()) + "]");
   }
 
-  EMBSCALE_RETURN_IF_ERROR(check_optimizer(a));
+  EMBSCALE_RETURN_IF_ERROR(check_optimizer_params(a.optimizer));
   EMBSCALE_RETURN_IF_ERROR(check_buffers(tbe, a));
   EMBSCALE_RETURN_IF_ERROR(check_memory(ctx, a));
   if (a.rounding != WeightRounding::kNearest && a.rounding != WeightRounding::kStochastic)

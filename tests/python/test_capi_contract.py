@@ -163,3 +163,33 @@ def test_optimizer_query_refuses_bad_arguments():
         assert last_error().startswith("optimizer: value"), last_error()
     assert _capi.lib.embscale_optimizer_info_get(0, None) == _capi.INVALID_ARGUMENT
     assert last_error().startswith("out"), last_error()
+
+
+def _optimizer(**fields):
+    o = _capi.Optimizer()
+    o.type, o.learning_rate, o.eps, o.beta1, o.beta2, o.step = _capi.OPTIMIZER["rowwise_adagrad"], 0.01, 1e-8, 0.9, \
+        0.999, 1
+    for name, value in fields.items():
+        setattr(o, name, value)
+    return o
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(learning_rate=math.nan), r"optimizer.learning_rate: nan; expected a finite value >= 0"),
+    (dict(learning_rate=-1.0), r"optimizer.learning_rate: -1.0+; expected a finite value >= 0"),
+    (dict(eps=0.0), r"optimizer.eps: 0.0+; rowwise_adagrad needs a finite eps > 0"),
+    (dict(type=3, beta2=1.0), r"optimizer.beta2: 1.0+ is outside \[0, 1\)"),
+    (dict(type=1, max_norm=1.0), r"optimizer.max_norm: sgd does not support it"),
+    (dict(gradient_clipping=math.inf), r"optimizer.gradient_clipping: inf; expected a finite value >= 0"),
+    (dict(step=0), r"optimizer.step: 0; steps count from 1"),
+    (dict(type=9), r"optimizer.type: value 9"),
+    (dict(weight_decay_mode=3), r"optimizer.weight_decay_mode: value 3"),
+])
+def test_optimizer_check_refuses_what_the_backward_refuses_by_field(fields, message):
+    """embscale_optimizer_check is the backward's check of its optimizer field on its own (bindings call it
+    when a hyper-parameter is set)."""
+    assert _capi.lib.embscale_optimizer_check(ctypes.byref(_optimizer())) == _capi.OK, last_error()
+    assert _capi.lib.embscale_optimizer_check(ctypes.byref(_optimizer(**fields))) == _capi.INVALID_ARGUMENT
+    assert re.match(message, last_error()), last_error()
+    assert _capi.lib.embscale_optimizer_check(None) == _capi.INVALID_ARGUMENT
+    assert last_error() == "optimizer: must not be null"

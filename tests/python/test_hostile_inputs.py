@@ -219,8 +219,10 @@ def test_exception_types(device):
         m(bad, o)
     with refused(m, IndexError, "feature 1, bag 0"):
         raw_backward(m, torch.ones(B, TOTAL_DIM, device=device), bad, o)
-    with refused(m, ValueError, "optimizer.learning_rate"):
+    with refused(m, ValueError, r"lr: nan; expected a finite value >= 0"):
         m.set_learning_rate(float("nan"))
+    with refused(m, ValueError, "optimizer.learning_rate"):
+        m.hparams[0] = float("nan")  # past the module's check: the backward refuses it too
         try:
             train_step(m, i, o)
         finally:

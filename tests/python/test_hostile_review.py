@@ -5,7 +5,8 @@ operators aliasing another argument (defect 18), table sizes beyond the C API's 
 checkpoints (20), a TBE handle with an empty feature map (21) and nn.EmbeddingBag options that
 from_embedding_bags would drop (24); what the raw operators write in place: hparams sharing memory with
 a table or expanded (25, 26), inference tensors and tensors that require grad (27, 28); the DLRM
-example's arguments (29) and a grad_output that is not 2-D, named with its own shape (30). Each refused
+example's arguments (29), a grad_output that is not 2-D, named with its own shape (30), and
+hyper-parameters the backward refuses, accepted by the module until its first backward (31). Each refused
 call leaves every buffer as it was. (Defects 22-23, in the FP8 training layer, are in
 test_fp8_training.py; the data-parallel and TorchRec ones in test_data_parallel.py and test_torchrec.py;
 the fake layouts in test_compile.py.)"""
@@ -18,7 +19,8 @@ import torch
 
 import embscale
 from embscale import ops
-from hostile_module import SPECS, B, TOTAL_DIM, make, lookups, raw_backward, refused, snapshot, assert_unchanged
+from hostile_module import (SPECS, B, TOTAL_DIM, make, lookups, raw_backward, refused, snapshot, assert_unchanged,
+                            train_step)
 
 E4 = torch.float8_e4m3fn
 
@@ -197,3 +199,51 @@ def test_defect30_a_grad_output_that_is_not_2d_is_named_with_its_own_shape():
     i, o = lookups("cpu")
     with refused(m, ValueError, r"grad_output: shape \[2, 1, 7\] is not 2-D"):
         raw_backward(m, torch.ones(B, 1, TOTAL_DIM), i, o)
+
+
+# ---- defect 31: hyper-parameters the backward refuses were accepted until the first backward -----------------
+@pytest.mark.parametrize("kw, message", [
+    (dict(learning_rate=float("nan")), r"^learning_rate: nan; expected a finite value >= 0"),
+    (dict(learning_rate=-0.5), r"^learning_rate: -0.50+; expected a finite value >= 0"),
+    (dict(eps=0.0), r"^eps: 0.0+; rowwise_adagrad needs a finite eps > 0"),
+    (dict(optimizer="adam", beta1=1.0), r"^beta1: 1.0+ is outside \[0, 1\)"),
+    (dict(optimizer="sgd", max_norm=1.0), r"^max_norm: sgd does not support it"),
+    (dict(optimizer="sgd", weight_decay=0.1, weight_decay_mode="l2"), r"^weight_decay: sgd applies no weight decay"),
+    (dict(gradient_clipping=-1.0), r"^gradient_clipping: -1.0+; expected a finite value >= 0"),
+    (dict(learning_rate=1e39), r"^learning_rate: inf; expected"),  # beyond fp32: the library's float is inf
+])
+def test_defect31_the_constructor_refuses_bad_hyper_parameters_by_name(kw, message):
+    with pytest.raises(ValueError, match=message):
+        make("cpu", **kw)
+
+
+def test_defect31_a_bad_hyper_parameter_set_later_is_refused_and_changes_nothing():
+    m = make("cpu", optimizer="rowwise_adagrad", learning_rate=0.25)
+    i, o = lookups("cpu")
+    with refused(m, ValueError, r"^lr: inf; expected a finite value >= 0"):
+        m.set_learning_rate(float("inf"))
+    with refused(m, TypeError, r"^lr: None is not a number"):
+        m.set_learning_rate(None)
+    # update_hyper_parameters checks the whole set first: the good lr given with the bad eps is not kept.
+    with refused(m, ValueError, r"^params_dict\['eps'\]: 0.0+; rowwise_adagrad needs a finite eps > 0"):
+        m.update_hyper_parameters({"lr": 0.5, "eps": 0.0})
+    with refused(m, ValueError, r"^params_dict\['lr'\]: -1.0+; expected a finite value >= 0"):
+        m.update_hyper_parameters({"lr": -1.0})
+    assert m.learning_rate == 0.25
+    m.set_learning_rate(0.5)
+    train_step(m, i, o)
+    assert m.learning_rate == 0.5 and m.step == 2
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_defect31_a_checkpoint_with_bad_hyper_parameters_is_refused_before_any_table_is_written(flat):
+    m = make("cpu", optimizer="rowwise_adagrad")
+    sd = {k: v.clone() + 1 if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+          for k, v in m.state_dict().items()}
+    if flat:  # the flat layout of earlier versions
+        sd = {"weights": m.weights.detach().clone() + 1, "momentum1": m.momentum1.clone(), "hparams": sd["hparams"]}
+    sd["hparams"][ops.HPARAM["eps"]] = -1.0
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"^state_dict: hparams: eps: -1.0+; rowwise_adagrad needs a finite eps > 0"):
+        m.load_state_dict(sd)
+    assert_unchanged(m, snap)
