@@ -21,6 +21,8 @@ host). Then the capi and module steps run --reps times back to back, synchronise
 training loop: the module's time per step against the C calls' is the host path's cost where it is not
 hidden behind the kernels. The "bench" and "bench-zipf" configs are the GPU benchmarks' shape (T=32
 tables of 2^22 rows, D=32, B=8192, L=20: 16 GiB of fp32 tables), uniform and Zipf(1.15) indices.
+--bounds-check sets the mode of every path (default off; warn shows what the module's warn-mode reports
+cost the host).
 
 Needs embscale importable (PYTHONPATH=python, EMBSCALE_LIBRARY=<build>/libembscale_c.so).
 """
@@ -54,8 +56,8 @@ def make_inputs(T, E, D, B, L, alpha, seed, device):
     return indices.to(device), offsets.to(device), torch.randn(B, T * D, generator=g).to(device)
 
 
-def capi_calls(tbe, indices, offsets, grad_output):
-    """The forward and the backward as bare ctypes calls, everything prebuilt."""
+def capi_calls(tbe, indices, offsets, grad_output, check):
+    """The forward and the backward as bare ctypes calls, everything prebuilt (bounds-check mode `check`)."""
     h = ops.tbe_handle(tbe._handle_id)
     dev = grad_output.device
     ptr, ctx = ctypes.c_void_p(h.ptr), _context(dev)
@@ -63,7 +65,7 @@ def capi_calls(tbe, indices, offsets, grad_output):
     skipped = torch.zeros(1, dtype=torch.int64, device=dev)
     f = _capi.TbeForwardArgs()
     f.weights, f.indices, f.offsets = _desc(tbe.weights), _desc(indices), _desc(offsets)
-    f.batch_size, f.pooling, f.bounds_check = grad_output.shape[0], _capi.POOLING["sum"], _capi.BOUNDS_CHECK["off"]
+    f.batch_size, f.pooling, f.bounds_check = grad_output.shape[0], _capi.POOLING["sum"], _capi.BOUNDS_CHECK[check]
     f.output, f.num_skipped = _desc(out, tuple(out.shape)), skipped.data_ptr()
     b = _capi.TbeBackwardArgs()
     b.weights, b.indices, b.offsets = _desc(tbe.weights), _desc(indices), _desc(offsets)
@@ -90,12 +92,12 @@ def capi_calls(tbe, indices, offsets, grad_output):
     return forward, step, keep
 
 
-def variants(T, E, D, B, L, alpha, seed, device):
-    tbe = embscale.TableBatchedEmbeddingBags([(E, D)] * T, optimizer="sgd", learning_rate=1e-6, bounds_check="off",
+def variants(T, E, D, B, L, alpha, seed, device, check):
+    tbe = embscale.TableBatchedEmbeddingBags([(E, D)] * T, optimizer="sgd", learning_rate=1e-6, bounds_check=check,
                                              data_parallel_group=None, device=device)
     indices, offsets, grad_output = make_inputs(T, E, D, B, L, alpha, seed, device)
-    capi_forward, capi_step, keep = capi_calls(tbe, indices, offsets, grad_output)
-    cfg = (tbe._handle_id, B, "sum", "off", T * D, torch.float32)
+    capi_forward, capi_step, keep = capi_calls(tbe, indices, offsets, grad_output, check)
+    cfg = (tbe._handle_id, B, "sum", check, T * D, torch.float32)
 
     def op_forward():
         return torch.ops.embscale.tbe_forward(tbe.weights, indices, offsets, None, *cfg)
@@ -103,7 +105,7 @@ def variants(T, E, D, B, L, alpha, seed, device):
     def op_step():
         torch.ops.embscale.tbe_forward(tbe.weights, indices, offsets, None, *cfg)
         torch.ops.embscale.tbe_backward(tbe.weights, tbe.momentum1, tbe.momentum2, tbe.hparams, grad_output, indices,
-                                        offsets, None, tbe._handle_id, B, "sum", "off", "sgd", "none", False, 0,
+                                        offsets, None, tbe._handle_id, B, "sum", check, "sgd", "none", False, 0,
                                         False)
 
     def module_forward_no_grad():
@@ -171,6 +173,8 @@ def main(argv):
     p.add_argument("--seed", type=int, default=20261201)
     p.add_argument("--profile", action="store_true", help="also print a cProfile of the module step")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--bounds-check", choices=("off", "warn", "skip", "error"), default="off",
+                   help="the bounds-check mode of every path (default off)")
     a = p.parse_args(argv)
     device = torch.device(a.device)
     torch.set_num_threads(1)
@@ -178,9 +182,9 @@ def main(argv):
           f"{torch.__version__}, seed {a.seed}, reps {a.reps}, load average {os.getloadavg()[0]:.2f}")
     for name in a.configs.split(","):
         T, E, D, B, L, alpha = CONFIGS[name]
-        fns, keep = variants(T, E, D, B, L, alpha, a.seed, device)
+        fns, keep = variants(T, E, D, B, L, alpha, a.seed, device, a.bounds_check)
         res, dev = time_variants(fns, a.reps, a.warmup, device.type == "cuda")
-        print(f"\n{name}: T={T} E={E} D={D} B={B} L={L} alpha={alpha:g} (sgd, bounds_check off, {a.device})")
+        print(f"\n{name}: T={T} E={E} D={D} B={B} L={L} alpha={alpha:g} (sgd, bounds_check {a.bounds_check}, {a.device})")
         print(f"{'':28s} {'median us':>10s} {'min us':>10s} {'+median vs capi':>16s}"
               + (f" {'device us':>10s}" if dev else ""))
         for v, (med, mn) in res.items():
