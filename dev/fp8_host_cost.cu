@@ -32,20 +32,12 @@
 #include "core/cuda/device.cuh"
 #include "core/cuda/pdl.cuh"
 #include "core/cuda_runtime.h"
+#include "cuda_check.h"
 #include "embscale/context.h"
 #include "embscale/fp8.h"
 #include "peers_fp8.h"
 
 using namespace embscale;
-
-#define CK(x)                                                       \
-  do {                                                              \
-    const cudaError_t e_ = (x);                                     \
-    if (e_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
 
 namespace {
 

@@ -16,20 +16,12 @@
 #include <random>
 #include <vector>
 
+#include "cuda_check.h"
 #include "embscale/context.h"
 #include "embscale/fp8.h"
 #include "embscale/tensor.h"
 
 using namespace embscale;
-
-#define CK(x)                                                                     \
-  do {                                                                            \
-    const cudaError_t e_ = (x);                                                   \
-    if (e_ != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));               \
-      return 1;                                                                   \
-    }                                                                             \
-  } while (0)
 
 int main() {
   const unsigned seed = 20261203;
