@@ -66,6 +66,7 @@ const std::vector<OpEntry>& ops() {
       {"tbe_forward", 18, [](Case& c, bool cu) { case_tbe_forward(c, cu); }},
       {"tbe_backward_workspace_size", 5, [](Case& c, bool cu) { case_tbe_backward(c, cu, 0); }},
       {"tbe_backward", 18, [](Case& c, bool cu) { case_tbe_backward(c, cu, 1); }},
+      {"optimizer_check", 2, [](Case& c, bool) { case_optimizer_check(c); }},
       {"misc", 1, [](Case& c, bool) { case_misc(c); }},
   };
   return kOps;

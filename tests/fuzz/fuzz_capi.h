@@ -569,6 +569,7 @@ void case_tbe_create(Case& c, bool cuda);
 void case_tbe_forward(Case& c, bool cuda);
 // fuzz_tbe_backward.cpp: op = 0 the workspace size query, 1 the backward.
 void case_tbe_backward(Case& c, bool cuda, int op);
+void case_optimizer_check(Case& c);
 
 }  // namespace fuzz
 

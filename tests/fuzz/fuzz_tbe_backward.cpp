@@ -79,6 +79,23 @@ void mutate_optimizer(Case& c, embscale_optimizer* p) {
   }
 }
 
+// embscale_optimizer_check: the backward's check of its optimizer argument on its own, with the
+// backward's optimizer mutations (what each implies is about that argument alone), or a null pointer.
+void case_optimizer_check(Case& c) {
+  c.op = "embscale_optimizer_check";
+  c.vocab = kTbeVocab;
+  embscale_optimizer opt = make_optimizer(c, static_cast<int32_t>(c.rng.range(0, 4)));
+  if (c.rng.chance(0.05)) {
+    c.mut("optimizer=NULL", Expect::kFail, kInvalidArgument);
+    c.snapshot();
+    check_call(c, "embscale_optimizer_check", embscale_optimizer_check(nullptr));
+    return;
+  }
+  if (c.rng.chance(0.7)) mutate_optimizer(c, &opt);
+  c.snapshot();
+  check_call(c, "embscale_optimizer_check", embscale_optimizer_check(&opt));
+}
+
 // Whether the optimizer keeps momentum 1 / 2, and whether they are row-wise.
 void state_shape(int type, bool* m1, bool* m1_rows, bool* m2, bool* m2_rows) {
   *m1 = type == 2 || type == 3 || type == 4;
