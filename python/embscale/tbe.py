@@ -55,7 +55,9 @@ uninitialised until ``reset_parameters()`` or ``load_state_dict()``; ``.to()`` f
 torch (no data to copy).
 """
 
+import ctypes
 import math
+import numbers
 import threading
 import warnings
 from typing import List, Optional, Sequence
@@ -181,18 +183,42 @@ def _warn_skipped(count: int, when: str, stacklevel: int):
 
 
 def _hyper_parameter(name: str, value) -> float:
-    """A hyper-parameter given to the module as a Python float (TypeError naming it otherwise)."""
-    if isinstance(value, bool):
+    """A hyper-parameter as given to the module (a real number: Python, numpy or a one-element tensor) as a
+    float; TypeError naming it for anything else (strings and booleans included), ValueError for a number
+    no float holds."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex() or value.device.type == "meta":
+            raise TypeError(f"{name}: a tensor of shape {list(value.shape)}, dtype {value.dtype} on {value.device} "
+                            "is not a number")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: {value!r} is not a number")
     try:
         return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: {value!r} is not a number") from None
+    except OverflowError:
+        raise ValueError(f"{name}: {value!r} is not a finite number") from None
+
+
+def _as_float32_text(value: float) -> float:
+    """value rounded to float32 and printed as the library prints it (the fewest digits that read back as
+    that float32), read back as a Python float."""
+    f32 = ctypes.c_float(value).value
+    if not math.isfinite(f32):
+        return f32
+    for digits in range(1, 10):
+        text = float(f"{f32:.{digits}g}")
+        if ctypes.c_float(text).value == f32:
+            return text
+    return f32
 
 
 def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, names=None, where: str = ""):
     """ops' check_hparams in the caller's words: the library names a field optimizer.<field>; the message
-    names it names[<field>] (the caller's argument; default <field>), after `where` (the values' source)."""
+    names it names[<field>] (the caller's argument; default <field>), after `where` (the values' source),
+    and says so when the library's float32 of the value is not the value given. Dense-gradient mode
+    ("none") reads no hyper-parameter, so nothing is checked there."""
+    if optimizer == "none":
+        return
     try:
         check_hparams(optimizer, weight_decay_mode, values)
     except ValueError as e:
@@ -200,6 +226,9 @@ def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, name
         if message.startswith("optimizer."):
             field, _, rest = message[len("optimizer."):].partition(":")
             message = (names or {}).get(field, field) + ":" + rest
+            given = values[ops.HPARAM[field]] if field in ops.HPARAM else None
+            if isinstance(given, float) and math.isfinite(given) and _as_float32_text(given) != given:
+                message += f" (the float32 the optimizer computes with; given {given!r})"
         raise ValueError(where + message) from None
 
 
@@ -331,7 +360,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         m1, m2 = _MOMENTUM_SHAPES[optimizer]
         self.register_buffer("momentum1", torch.zeros(sizes[m1], dtype=torch.float32, device=device))
         self.register_buffer("momentum2", torch.zeros(sizes[m2], dtype=torch.float32, device=device))
-        self.register_buffer("hparams", torch.tensor(hp_values, dtype=torch.float64))
+        self.register_buffer("hparams", torch.tensor(hp_values, dtype=torch.float64, device="cpu"))
         self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
         self.reset_parameters()
 
@@ -419,11 +448,17 @@ class TableBatchedEmbeddingBags(nn.Module):
     def set_learning_rate(self, lr: float):
         """Takes effect at the next backward, also inside a compiled model. A value the optimizer would
         refuse (negative, not finite) raises ValueError here and changes nothing."""
-        self._set_hyper_parameters({"learning_rate": _hyper_parameter("lr", lr)}, {"learning_rate": "lr"})
+        self._set_hyper_parameters({"learning_rate": lr}, {"learning_rate": "lr"})
 
     def _set_hyper_parameters(self, values: dict, names: dict):
-        """Sets hparams fields (field -> float) after checking the whole set as the backward will; names:
-        field -> the caller's name for it, for the message."""
+        """Sets hparams fields (field -> value as given) after checking the whole set as the backward will;
+        names: field -> the caller's name for it, for the message. Inside torch.compile they are written
+        as they are (the library's check cannot be traced; the backward checks them)."""
+        if torch.compiler.is_compiling():
+            for field, value in values.items():
+                self.hparams[ops.HPARAM[field]] = value
+            return
+        values = {field: _hyper_parameter(names[field], value) for field, value in values.items()}
         new = self.hparams.tolist()
         for field, value in values.items():
             new[ops.HPARAM[field]] = value
@@ -454,7 +489,8 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def update_hyper_parameters(self, params_dict: dict):
         """Sets hyper-parameters by FBGEMM's names: ``lr``, ``eps``, ``beta1``, ``beta2``, ``weight_decay``.
-        Each value must be a finite number; an unknown name is refused before anything is set. Takes effect
+        Each value is a real number checked as the backward checks it; an unknown name or a bad value is
+        refused before anything is set. Takes effect
         at the next backward."""
         if not isinstance(params_dict, dict):
             raise TypeError(f"params_dict: expected a dict of hyper-parameters, got {type(params_dict).__name__}")
@@ -464,9 +500,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             if field is None:
                 known = ", ".join(self._FBGEMM_HYPER_PARAMETERS)
                 raise ValueError(f"params_dict: {name!r} is not a hyper-parameter this module takes ({known})")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"params_dict[{name!r}]: {value!r} is not a finite number")
-            values[field] = float(value)
+            values[field] = value
             names[field] = f"params_dict[{name!r}]"
         self._set_hyper_parameters(values, names)
 
@@ -709,6 +743,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         super().__setstate__(state)
         if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor
             self.hparams = self.hparams.cpu()
+        # Earlier versions took any value in set_learning_rate: a pickle may hold one the backward refuses.
+        _check_hyper_parameters(self.optimizer, self.weight_decay_mode, self.hparams.tolist(),
+                                where="pickle: hparams: ")
         self._handles = {}
         self._handle_id = self._handle_for(self.weights.device, self.weights.dtype).id
 

@@ -10,6 +10,8 @@
 // before it writes anything (tbe/tbe_backend.h).
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tbe/tbe_backend.h"
@@ -66,7 +68,18 @@ bool parse_optimizer(const std::string& name, OptimizerType* out) {
 
 namespace {
 
-std::string fstr(float v) { return std::to_string(v); }
+// A hyper-parameter in a message: the shortest form that reads back as the same float (9 significant
+// digits at most), so -1e-09 does not print as -0.000000.
+std::string fstr(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  for (int digits = 1; digits < 9; ++digits) {
+    char shorter[32];
+    std::snprintf(shorter, sizeof shorter, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(shorter, nullptr) == v) return shorter;
+  }
+  return buf;
+}
 
 }  // namespace
 

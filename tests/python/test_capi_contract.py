@@ -176,9 +176,9 @@ def _optimizer(**fields):
 
 @pytest.mark.parametrize("fields, message", [
     (dict(learning_rate=math.nan), r"optimizer.learning_rate: nan; expected a finite value >= 0"),
-    (dict(learning_rate=-1.0), r"optimizer.learning_rate: -1.0+; expected a finite value >= 0"),
-    (dict(eps=0.0), r"optimizer.eps: 0.0+; rowwise_adagrad needs a finite eps > 0"),
-    (dict(type=3, beta2=1.0), r"optimizer.beta2: 1.0+ is outside \[0, 1\)"),
+    (dict(learning_rate=-1.0), r"optimizer.learning_rate: -1; expected a finite value >= 0$"),
+    (dict(eps=0.0), r"optimizer.eps: 0; rowwise_adagrad needs a finite eps > 0$"),
+    (dict(type=3, beta2=1.0), r"optimizer.beta2: 1 is outside \[0, 1\)$"),
     (dict(type=1, max_norm=1.0), r"optimizer.max_norm: sgd does not support it"),
     (dict(gradient_clipping=math.inf), r"optimizer.gradient_clipping: inf; expected a finite value >= 0"),
     (dict(step=0), r"optimizer.step: 0; steps count from 1"),
