@@ -576,11 +576,15 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _check_loaded_hparams(self, rest, prefix):
         """Hyper-parameters a checkpoint would load (when they have this module's shape; torch's loader
-        reports any other) are checked as the backward will check them, before anything is loaded."""
-        hp = rest.get(prefix + "hparams")
-        if isinstance(hp, torch.Tensor) and tuple(hp.shape) == tuple(self.hparams.shape):
+        reports any other) are checked as the backward will check them, before anything is loaded, and
+        given to the loader as the module keeps them (CPU float64, contiguous), so that load_state_dict's
+        assign=True keeps them usable too."""
+        key = prefix + "hparams"
+        hp = rest.get(key)
+        if isinstance(hp, torch.Tensor) and tuple(hp.shape) == tuple(self.hparams.shape) and not hp.is_meta:
             _check_hyper_parameters(self.optimizer, self.weight_decay_mode, hp.tolist(),
                                     where=f"state_dict: {prefix}hparams: ")
+            rest[key] = hp.to(device="cpu", dtype=torch.float64).contiguous()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):

@@ -321,3 +321,18 @@ def test_defect31_set_learning_rate_still_traces_in_a_full_graph():
     step(ref, 0.5).backward()
     assert m.learning_rate == ref.learning_rate == 0.5 and m.step == ref.step == 2
     assert torch.equal(m.weights, ref.weights)
+
+
+@pytest.mark.parametrize("hp", ["float32", "strided"])
+def test_defect31_hparams_loaded_with_assign_are_kept_as_the_module_keeps_them(hp):
+    m = make("cpu", optimizer="sgd")
+    sd = m.state_dict()
+    good = sd["hparams"].clone()
+    sd["hparams"] = good.float() if hp == "float32" else torch.stack([good, good], 1)[:, 0]
+    assert hp == "float32" or not sd["hparams"].is_contiguous()
+    m.load_state_dict(sd, assign=True)
+    assert m.hparams.dtype == torch.float64 and m.hparams.device.type == "cpu" and m.hparams.is_contiguous()
+    assert torch.equal(m.hparams, sd["hparams"].double())  # the checkpoint's values (float32's, for float32)
+    i, o = lookups("cpu")
+    train_step(m, i, o)
+    assert m.step == 2
