@@ -515,9 +515,10 @@ class TableBatchedEmbeddingBags(nn.Module):
     # state_dict() holds, per table, ``<name>.weight`` [E_t, D_t] and its optimizer state under the names of
     # optimizer_state() (FBGEMM's get_optimizer_state names: ``<name>.sum`` [E_t] for row-wise Adagrad,
     # ``<name>.exp_avg`` / ``<name>.exp_avg_sq`` for Adam), all views of the module's buffers; then
-    # ``hparams`` (hyper-parameters and step), ``num_skipped``, and ``_extra_state`` naming the optimizer and
-    # the tables, so a checkpoint of another optimizer or other tables is refused by name. load_state_dict
-    # also takes the flat checkpoints of earlier versions (``weights``, ``momentum1``, ``momentum2``).
+    # ``hparams`` (hyper-parameters and step), ``num_skipped``, and ``_extra_state`` naming the optimizer, its
+    # weight decay mode and the tables, so a checkpoint of another optimizer, mode or tables is refused by
+    # name. load_state_dict also takes the flat checkpoints of earlier versions (``weights``, ``momentum1``,
+    # ``momentum2``).
     _FLAT_BUFFERS = ("weights", "momentum1", "momentum2")
 
     def _table_entries(self):
@@ -536,16 +537,24 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def get_extra_state(self):
         return {"optimizer": self.optimizer, "embedding_specs": [list(s) for s in self.embedding_specs],
-                "table_names": list(self.table_names)}
+                "table_names": list(self.table_names), "weight_decay_mode": self.weight_decay_mode}
 
     def set_extra_state(self, state):
-        """Checks a checkpoint's ``_extra_state`` against this module: ValueError naming both optimizers, or
-        both table lists, when they differ (the state of one optimizer cannot train with another)."""
+        """Checks a checkpoint's ``_extra_state`` against this module: ValueError naming both optimizers, both
+        weight decay modes, or both table lists, when they differ (the state of one optimizer cannot train
+        with another, and the checkpoint's ``hparams`` carry a weight decay meant for its own mode).
+        Checkpoints of earlier versions name no weight decay mode; theirs is not checked."""
         if not isinstance(state, dict) or not {"optimizer", "embedding_specs"} <= state.keys():
             raise ValueError(f"state_dict: _extra_state {state!r} does not describe a TableBatchedEmbeddingBags")
         if state["optimizer"] != self.optimizer:
             raise ValueError(f"state_dict: the checkpoint was written with optimizer '{state['optimizer']}'; this "
                              f"module's optimizer is '{self.optimizer}' (to load only the tables, pass the "
+                             "'<table>.weight' entries with strict=False)")
+        mode = state.get("weight_decay_mode", self.weight_decay_mode)
+        if mode != self.weight_decay_mode:
+            raise ValueError(f"state_dict: the checkpoint was written with weight_decay_mode {mode!r}; this module's "
+                             f"is {self.weight_decay_mode!r}, and its hparams' weight_decay would be applied another "
+                             f"way (build the module with weight_decay_mode={mode!r}, or pass only the "
                              "'<table>.weight' entries with strict=False)")
         try:
             specs = [tuple(s) for s in state["embedding_specs"]]

@@ -112,6 +112,29 @@ def test_flat_checkpoint_of_another_optimizer_is_refused_by_name(gen):
         m.load_state_dict(flat)
 
 
+def test_checkpoint_of_another_weight_decay_mode_is_refused_by_name():
+    # The checkpoint's hparams carry its weight decay; loaded into a module of another mode it would be
+    # applied another way (or not at all) without a word.
+    a = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad", weight_decay=0.01,
+                                           weight_decay_mode="decoupled")
+    sd = a.state_dict()
+    assert sd["_extra_state"]["weight_decay_mode"] == "decoupled"
+    m = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad")
+    before = [w.clone() for w in m.split_embedding_weights()], m.hparams.clone()
+    with pytest.raises(ValueError, match="written with weight_decay_mode 'decoupled'; this module's is 'none'"):
+        m.load_state_dict(sd)
+    assert all(torch.equal(w, b) for w, b in zip(m.split_embedding_weights(), before[0]))
+    assert torch.equal(m.hparams, before[1])
+    # The same mode loads; a checkpoint of an earlier version (no mode recorded) still loads.
+    same = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad", weight_decay_mode="decoupled")
+    same.load_state_dict(sd)
+    assert same.hparams[embscale.ops.HPARAM["weight_decay"]] == pytest.approx(0.01)
+    del sd["_extra_state"]["weight_decay_mode"]
+    m.load_state_dict(sd)
+    # The tables alone still load, as the message says.
+    m.load_state_dict({k: v for k, v in a.state_dict().items() if k.endswith(".weight")}, strict=False)
+
+
 def test_checkpoint_of_other_tables_is_refused(gen):
     other = embscale.TableBatchedEmbeddingBags([(12, 4), (9, 5)])
     m = embscale.TableBatchedEmbeddingBags(SPECS)
