@@ -48,10 +48,13 @@ def _check_writable(name, t):
 
 def _byte_span(t):
     """[first byte, one past the last byte] that tensor t's elements occupy (any strides)."""
-    if t.numel() == 0:
-        return t.data_ptr(), t.data_ptr()
+    n, first = t.numel(), t.data_ptr()
+    if n == 0:
+        return first, first
+    if t.is_contiguous():
+        return first, first + n * t.element_size()
     last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+    return first, first + (last + 1) * t.element_size()
 
 
 def _check_apart(name, t, others):
@@ -87,11 +90,17 @@ def _same_device(*named):
     return device
 
 
+_cuda_usable = False  # set once the library has found a CUDA device (which it then keeps for the process)
+
+
 def _check_backend(device):
+    global _cuda_usable
     if device.type not in _capi.BACKEND:
         raise ValueError(f"device: {device} is not supported; expected a cpu or cuda tensor")
-    if device.type == "cuda" and not _capi.backend_available("cuda"):
-        raise NotImplementedError("device: this build of embscale has no usable CUDA backend")
+    if device.type == "cuda" and not _cuda_usable:
+        if not _capi.backend_available("cuda"):  # a device query: asked until the answer is yes
+            raise NotImplementedError("device: this build of embscale has no usable CUDA backend")
+        _cuda_usable = True
 
 
 def _desc(t, shape=None):

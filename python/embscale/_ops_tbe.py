@@ -167,7 +167,10 @@ def real_tensors(*tensors) -> bool:
     functorch_level = getattr(torch._C._functorch, "maybe_current_level", None)  # vmap, grad, ...
     if functorch_level is not None and functorch_level() is not None:
         return False
-    return all(t is None or (type(t) in _PLAIN_TENSORS and t.device.type != "meta") for t in tensors)
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN_TENSORS or t.is_meta):
+            return False
+    return True
 
 
 def eager_call(*tensors) -> bool:
@@ -230,8 +233,11 @@ def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, bat
     weights, indices, offsets = weights.contiguous(), indices.contiguous(), offsets.contiguous()
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
     out = torch.empty((rows, output_cols), dtype=output_dtype, device=dev)
-    num_skipped = (torch.zeros(1, dtype=torch.int64, device=dev) if count_skipped or bounds_check in ("skip", "warn")
-                   else None)
+    # Skip and warn modes: the call writes the count whenever it succeeds. Off and error: 0, if asked for.
+    if bounds_check in ("skip", "warn"):
+        num_skipped = torch.empty(1, dtype=torch.int64, device=dev)
+    else:
+        num_skipped = torch.zeros(1, dtype=torch.int64, device=dev) if count_skipped else None
     a = _capi.TbeForwardArgs()
     a.weights, a.indices, a.offsets = _desc(weights), _desc(indices), _desc(offsets)
     a.per_sample_weights = _optional_desc(psw)

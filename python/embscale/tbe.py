@@ -678,19 +678,31 @@ class TableBatchedEmbeddingBags(nn.Module):
         if num_skipped.device.type == "cpu":
             _warn_skipped(int(num_skipped.item()), "this call", 6)  # at the module call
             return
-        with torch.cuda.device(num_skipped.device):
-            if torch.cuda.is_current_stream_capturing():
-                return
-            dev = num_skipped.device
-            with _BOUNDS_LOCK:  # threads may share a module; a read report's buffer and event are reused
-                free = self.__dict__.setdefault("_bounds_free", [])
-                host, event, _ = free.pop() if free and free[-1][2] == dev else (
-                    torch.empty(1, dtype=torch.int64, pin_memory=True), torch.cuda.Event(), dev)
-            host.copy_(num_skipped, non_blocking=True)
-            event.record()
+        dev = num_skipped.device
+        if dev.index == torch.cuda.current_device():  # (switching to the current device costs two calls)
+            queued = self._queue_bounds_report(num_skipped)
+        else:
+            with torch.cuda.device(dev):
+                queued = self._queue_bounds_report(num_skipped)
+        if queued is None:
+            return
         with _BOUNDS_LOCK:
-            self.__dict__.setdefault("_bounds_reports", []).append((host, event, dev))
+            self.__dict__.setdefault("_bounds_reports", []).append(queued)
         self._read_bounds_reports(wait=False, stacklevel=7)
+
+    def _queue_bounds_report(self, num_skipped: torch.Tensor):
+        """(host, event, device): the count copied to pinned memory behind an event on the current stream of
+        its device (the current device); None inside a CUDA graph capture."""
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        dev = num_skipped.device
+        with _BOUNDS_LOCK:  # threads may share a module; a read report's buffer and event are reused
+            free = self.__dict__.setdefault("_bounds_free", [])
+            host, event, _ = free.pop() if free and free[-1][2] == dev else (
+                torch.empty(1, dtype=torch.int64, pin_memory=True), torch.cuda.Event(), dev)
+        host.copy_(num_skipped, non_blocking=True)
+        event.record()
+        return host, event, dev
 
     def _read_bounds_reports(self, wait: bool, stacklevel: int):
         counts = []
