@@ -232,6 +232,22 @@ def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, name
         raise ValueError(where + message) from None
 
 
+def _warn_ignored_weight_decay(optimizer: str, weight_decay_mode: str, values, name: str, stacklevel: int):
+    """A weight decay set while the mode is "none" is kept and ignored (FBGEMM's meaning of NONE); say so,
+    and whether this optimizer could apply one (the library refuses a weight decay mode where it cannot).
+    values: the hyper-parameters as set (HPARAM_FIELDS order, already checked for this mode)."""
+    value = values[ops.HPARAM["weight_decay"]]
+    if optimizer == "none" or weight_decay_mode != "none" or value == 0.0:
+        return
+    try:
+        check_hparams(optimizer, "decoupled", values)
+        hint = "pass weight_decay_mode='l2' or 'decoupled' for the optimizer to apply it"
+    except ValueError:
+        hint = f"optimizer '{optimizer}' applies no weight decay"
+    warnings.warn(f"{name}: {value!r} has no effect with weight_decay_mode='none' (the default); {hint}",
+                  UserWarning, stacklevel=stacklevel)
+
+
 class TableBatchedEmbeddingBags(nn.Module):
     """Many embedding tables, looked up and pooled in one call, trained by a fused optimizer.
 
@@ -315,6 +331,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                             ("gradient_clipping", gradient_clipping), ("step", 1)):
             hp_values[ops.HPARAM[name]] = _hyper_parameter(name, value)
         _check_hyper_parameters(optimizer, weight_decay_mode, hp_values)
+        _warn_ignored_weight_decay(optimizer, weight_decay_mode, hp_values, "weight_decay", stacklevel=3)
         for name, dt in (("weights_dtype", weights_dtype), ("output_dtype", output_dtype)):
             if dt not in ops.FLOAT_DTYPES:
                 raise TypeError(f"{name}: {dt} is not supported; expected torch.float32, float16 or bfloat16")
@@ -463,6 +480,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         for field, value in values.items():
             new[ops.HPARAM[field]] = value
         _check_hyper_parameters(self.optimizer, self.weight_decay_mode, new, names)
+        if "weight_decay" in values:
+            _warn_ignored_weight_decay(self.optimizer, self.weight_decay_mode, new, names["weight_decay"],
+                                       stacklevel=4)
         for field, value in values.items():
             self.hparams[ops.HPARAM[field]] = value
 

@@ -41,7 +41,7 @@ def test_split_optimizer_states_per_table_in_fbgemm_order(optimizer, shapes):
 
 
 def test_update_hyper_parameters_sets_each_and_refuses_bad_ones_whole():
-    m = make("adam")
+    m = make("adam", weight_decay_mode="l2")
     m.update_hyper_parameters({"lr": 0.5, "eps": 1e-6, "beta1": 0.8, "beta2": 0.95, "weight_decay": 0.01})
     hp = {name: float(m.hparams[i]) for i, name in enumerate(embscale.ops.HPARAM_FIELDS)}
     assert (hp["learning_rate"], hp["eps"], hp["beta1"], hp["beta2"], hp["weight_decay"]) == \

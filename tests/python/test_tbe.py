@@ -424,3 +424,25 @@ def test_errors(device):
     # Every backend is deterministic; the old switch is refused, not silently ignored.
     with pytest.raises(TypeError, match="deterministic"):
         make_module([(10, 4)], None, device, deterministic=False)
+
+
+# ---- a weight decay the optimizer ignores ----------------------------------------------------------------------
+@pytest.mark.parametrize("optimizer, hint", [("rowwise_adagrad", "pass weight_decay_mode='l2' or 'decoupled'"),
+                                             ("adam", "pass weight_decay_mode='l2' or 'decoupled'"),
+                                             ("sgd", "optimizer 'sgd' applies no weight decay")])
+def test_weight_decay_without_its_mode_warns_that_it_has_no_effect(optimizer, hint):
+    # FBGEMM's meaning is kept (weight_decay_mode "none" ignores weight_decay), but not silently.
+    with pytest.warns(UserWarning, match=rf"^weight_decay: 0.01 has no effect with weight_decay_mode='none'.*{hint}"):
+        m = embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer=optimizer, weight_decay=0.01)
+    with pytest.warns(UserWarning, match=r"^params_dict\['weight_decay'\]: 0.02 has no effect"):
+        m.update_hyper_parameters({"weight_decay": 0.02})
+    assert m.hparams[embscale.ops.HPARAM["weight_decay"]] == 0.02  # kept, as FBGEMM keeps it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m.update_hyper_parameters({"lr": 0.5})  # another field: no new warning
+        m.load_state_dict(m.state_dict())
+        embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer=optimizer)
+        embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer="none", weight_decay=0.01)
+        if optimizer != "sgd":
+            embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer=optimizer, weight_decay=0.01,
+                                               weight_decay_mode="decoupled")
