@@ -606,14 +606,35 @@ class TableBatchedEmbeddingBags(nn.Module):
     def _check_loaded_hparams(self, rest, prefix):
         """Hyper-parameters a checkpoint would load (when they have this module's shape; torch's loader
         reports any other) are checked as the backward will check them, before anything is loaded, and
-        given to the loader as the module keeps them (CPU float64, contiguous), so that load_state_dict's
-        assign=True keeps them usable too."""
+        given to the loader as the module keeps them (CPU float64, contiguous) and as a copy, so that
+        load_state_dict's assign=True keeps them usable and never shares a step or a learning rate with the
+        module the checkpoint came from (its tables are copied too)."""
         key = prefix + "hparams"
         hp = rest.get(key)
         if isinstance(hp, torch.Tensor) and tuple(hp.shape) == tuple(self.hparams.shape) and not hp.is_meta:
             _check_hyper_parameters(self.optimizer, self.weight_decay_mode, hp.tolist(),
                                     where=f"state_dict: {prefix}hparams: ")
-            rest[key] = hp.to(device="cpu", dtype=torch.float64).contiguous()
+            rest[key] = hp.detach().to(device="cpu", dtype=torch.float64, copy=True).contiguous()
+
+    def _materialize_for(self, loaded):
+        """load_state_dict(assign=True) into a module on the meta device (torch's way of filling a model built
+        without memory): the module is first made on the device of the checkpoint's tables, as if built there
+        (to_empty, then reset_parameters: entries the checkpoint lacks hold a fresh module's values), so
+        that the tables can be copied in. Called after every check; a meta checkpoint leaves it on meta."""
+        if self.weights.is_meta and isinstance(loaded, torch.Tensor) and not loaded.is_meta:
+            self.to_empty(device=loaded.device)
+            self.reset_parameters()
+
+    def _as_own_buffers(self, rest, prefix, names):
+        """For load_state_dict(assign=True), which installs the checkpoint's buffers as they are: the buffers
+        `names` converted to this module's dtype, device and layout (when they are tensors of its shape; the
+        loader reports any other), as copies, so that the module stays usable and shares no buffer with the
+        checkpoint's source (its tables are copied in any case). Without assign the loader copies them in."""
+        for name in names:
+            key, own = prefix + name, getattr(self, name)
+            t = rest.get(key)
+            if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(own.shape) and not t.is_meta:
+                rest[key] = t.detach().to(device=own.device, dtype=own.dtype, copy=True).contiguous()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -624,7 +645,16 @@ class TableBatchedEmbeddingBags(nn.Module):
         flat = prefix + "weights" in state_dict
         if flat:
             self._check_flat_checkpoint(state_dict, prefix)
+            for name in ("hparams", "num_skipped"):  # (the flat buffers' sizes are checked above)
+                key = prefix + name
+                if key in rest and not (isinstance(rest[key], torch.Tensor)
+                                        and tuple(rest[key].shape) == tuple(getattr(self, name).shape)):
+                    raise ValueError(f"state_dict: {key} is not a tensor of this module's shape "
+                                     f"{list(getattr(self, name).shape)}")
             self._check_loaded_hparams(rest, prefix)
+            if local_metadata.get("assign_to_params_buffers", False):
+                self._materialize_for(rest.get(prefix + "weights"))
+                self._as_own_buffers(rest, prefix, self._FLAT_BUFFERS + ("num_skipped",))
             handled = {extra_key}
         else:
             entries = [(prefix + key, view) for key, view in self._table_entries()]
@@ -642,6 +672,10 @@ class TableBatchedEmbeddingBags(nn.Module):
                                      f"{list(view.shape)}" + (" (the checkpoint holds other tables)"
                                                               if i < len(entries) else ""))
             self._check_loaded_hparams(rest, prefix)
+            if local_metadata.get("assign_to_params_buffers", False):
+                self._materialize_for(next((rest[key] for key, _ in entries if key in rest), None))
+                self._as_own_buffers(rest, prefix, ("num_skipped",))
+            entries = [(prefix + key, view) for key, view in self._table_entries()]  # (materialised: new views)
             with torch.no_grad():
                 for key, view in entries:
                     if key in rest:

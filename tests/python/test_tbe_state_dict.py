@@ -156,3 +156,60 @@ def test_missing_and_unexpected_keys_are_reported():
     sd["table_9.weight"] = torch.zeros(1)
     with pytest.raises(RuntimeError, match=r"Missing key\(s\).*table_1.sum.*\n?.*Unexpected key\(s\).*table_9.weight"):
         m.load_state_dict(sd)
+
+
+# ---- load_state_dict(assign=True) ---------------------------------------------------------------------------
+def test_assign_into_a_meta_module_materialises_it_with_the_checkpoint(gen):
+    # torch's way of filling a model built without memory; the tables used to stay on meta (nothing loaded)
+    # while hparams and num_skipped were replaced by CPU tensors, with "All keys matched".
+    a = trained("adam", gen)
+    indices, offsets = torch.tensor([0, 1, 11, 2, 8]), torch.tensor([0, 2, 3, 5, 5])
+    m = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="adam", device="meta")
+    m.load_state_dict(a.state_dict(), assign=True)
+    assert {t.device.type for t in (m.weights, m.momentum1, m.momentum2, m.hparams, m.num_skipped)} == {"cpu"}
+    assert torch.equal(m(indices, offsets), a(indices, offsets))
+    for mine, theirs in zip(m.optimizer_state(), a.optimizer_state()):
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    assert m.step == a.step
+    # Entries the checkpoint lacks hold a fresh module's values (zero state), not uninitialised memory.
+    tables_only = {k: v for k, v in a.state_dict().items() if k.endswith(".weight")}
+    m2 = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="adam", device="meta")
+    m2.load_state_dict(tables_only, strict=False, assign=True)
+    assert torch.equal(m2(indices, offsets), a(indices, offsets))
+    assert not m2.momentum1.any() and not m2.momentum2.any() and m2.step == 1
+    # A refused checkpoint leaves the module on meta.
+    m3 = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="adam", device="meta")
+    bad = a.state_dict()
+    bad["hparams"] = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="hparams has shape"):
+        m3.load_state_dict(bad, assign=True)
+    assert m3.weights.is_meta
+
+
+def test_assign_does_not_share_state_with_the_source_module(gen):
+    # The tables are copied; hparams used to be installed as the source's own tensor, so the loaded module's
+    # backward advanced the source's step and set_learning_rate changed the source's rate.
+    a = trained("rowwise_adagrad", gen)
+    b = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad")
+    b.load_state_dict(a.state_dict(), assign=True)
+    step, lr = a.step, a.learning_rate
+    b.set_learning_rate(0.5)
+    b(torch.tensor([0, 1]), torch.tensor([0, 1, 2])).sum().backward()
+    assert (a.step, a.learning_rate) == (step, lr)
+    assert b.step == step + 1
+
+
+def test_assign_of_a_flat_checkpoint_keeps_the_module_usable(gen):
+    # A flat checkpoint of fp16 tables, float64 state and an int32 count, loaded with assign=True, used to be
+    # installed as given: every later call failed ("weights: dtype fp16 differs ...").
+    a16 = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad").half()
+    flat = {"weights": a16.weights.detach().clone(), "momentum1": a16.momentum1.clone().double(),
+            "momentum2": a16.momentum2.clone(), "hparams": a16.hparams.clone(),
+            "num_skipped": torch.zeros(1, dtype=torch.int32)}
+    b = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad")
+    b.load_state_dict(flat, strict=False, assign=True)
+    assert (b.weights.dtype, b.momentum1.dtype, b.num_skipped.dtype) == (torch.float32, torch.float32, torch.int64)
+    indices, offsets = torch.tensor([0, 1, 11, 2, 8]), torch.tensor([0, 2, 3, 5, 5])
+    assert torch.equal(b(indices, offsets), a16(indices, offsets).float())
+    b(indices, offsets).sum().backward()  # trains
+    assert b.step == 2
