@@ -248,6 +248,17 @@ def _warn_ignored_weight_decay(optimizer: str, weight_decay_mode: str, values, n
                   UserWarning, stacklevel=stacklevel)
 
 
+def _whole_number(name: str, value) -> int:
+    """An integer argument as given (a Python or numpy integer, or a float holding a whole number, as a
+    config file may give); TypeError naming it for anything else: a fraction is not truncated, and a string
+    or a boolean is not taken for a number."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise TypeError(f"{name}: {value!r} is not a whole number")
+
+
 class TableBatchedEmbeddingBags(nn.Module):
     """Many embedding tables, looked up and pooled in one call, trained by a fused optimizer.
 
@@ -300,8 +311,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         specs = []
         for t, s in enumerate(embedding_specs):
             try:
-                specs.append(tuple(int(v) for v in s))
-            except (TypeError, ValueError):
+                specs.append(tuple(_whole_number(f"embedding_specs[{t}]", v) for v in s))
+            except TypeError:
                 raise ValueError(f"embedding_specs[{t}]: {s!r} is not (num_embeddings, embedding_dim) as integers") \
                     from None
         if not specs:
@@ -311,8 +322,9 @@ class TableBatchedEmbeddingBags(nn.Module):
                 raise ValueError(f"embedding_specs[{t}]: {s} is not (num_embeddings, embedding_dim) with "
                                  f"1 <= num_embeddings < 2^63 and 1 <= embedding_dim < 2^31")
         try:
-            fmap = list(range(len(specs))) if feature_table_map is None else [int(t) for t in feature_table_map]
-        except (TypeError, ValueError):
+            fmap = (list(range(len(specs))) if feature_table_map is None
+                    else [_whole_number("feature_table_map", t) for t in feature_table_map])
+        except TypeError:
             raise ValueError(f"feature_table_map: {feature_table_map!r} is not a list of table numbers") from None
         if not fmap:
             raise ValueError("feature_table_map: empty; at least one feature is needed (None means one feature "
@@ -353,8 +365,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.pooling = pooling
         self.output_dtype = output_dtype
         self.bounds_check = bounds_check
+        if isinstance(stochastic_rounding, str) or stochastic_rounding not in (True, False):
+            raise TypeError(f"stochastic_rounding: {stochastic_rounding!r} is not a boolean")
         self.stochastic_rounding = bool(stochastic_rounding)
-        self.seed = int(seed)
+        self.seed = _whole_number("seed", seed)
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"seed: {seed!r}; expected an integer in [0, 2^63) (the operators take an int64)")
         self.data_parallel_group = data_parallel_group

@@ -446,3 +446,28 @@ def test_weight_decay_without_its_mode_warns_that_it_has_no_effect(optimizer, hi
         if optimizer != "sgd":
             embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer=optimizer, weight_decay=0.01,
                                                weight_decay_mode="decoupled")
+
+
+# ---- constructor arguments: whole numbers and booleans, never coerced ------------------------------------------
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(embedding_specs=[(5.7, 4)]), ValueError, r"embedding_specs\[0\]: \(5.7, 4\) is not"),
+    (dict(embedding_specs=[(True, True)]), ValueError, r"embedding_specs\[0\]: \(True, True\) is not"),
+    (dict(embedding_specs=[("5", 4)]), ValueError, r"embedding_specs\[0\]"),
+    (dict(embedding_specs=[(5, 4), (3, 3)], feature_table_map=[0.9, 1]), ValueError, "feature_table_map"),
+    (dict(embedding_specs=[(5, 4)], seed=3.7), TypeError, "seed: 3.7 is not a whole number"),
+    (dict(embedding_specs=[(5, 4)], seed="3"), TypeError, "seed: '3'"),
+    (dict(embedding_specs=[(5, 4)], stochastic_rounding="no"), TypeError, "stochastic_rounding: 'no' is not a boolean"),
+    (dict(embedding_specs=[(5, 4)], stochastic_rounding=2), TypeError, "stochastic_rounding: 2"),
+])
+def test_constructor_refuses_what_it_would_have_coerced(kw, error, message):
+    # 5.7 rows used to become 5, feature 0.9 table 0, seed "3" 3 and stochastic_rounding="no" True.
+    with pytest.raises(error, match=message):
+        embscale.TableBatchedEmbeddingBags(**kw)
+
+
+def test_constructor_takes_numpy_integers_and_whole_floats():
+    np = pytest.importorskip("numpy")
+    m = embscale.TableBatchedEmbeddingBags([(np.int64(5), 4.0)], feature_table_map=[np.int32(0)], seed=np.uint8(3),
+                                           stochastic_rounding=np.bool_(False))
+    assert (m.embedding_specs, m.feature_table_map, m.seed, m.stochastic_rounding) == ([(5, 4)], [0], 3, False)
+    assert all(type(v) is int for v in m.embedding_specs[0] + (m.seed,))
