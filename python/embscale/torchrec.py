@@ -28,6 +28,7 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Optional
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardedTensorMetadata, TensorProperties
@@ -60,6 +61,28 @@ def _pooling(configs):
         raise ValueError(f"tables: pooling {sorted(str(m) for m in modes)}; embscale needs one of SUM or MEAN for "
                          "all tables of a collection")
     return _POOLING[modes.pop()]
+
+
+def _weights_dtype(configs, optimizer_kwargs):
+    """The tables' dtype from the configs' data_type (FP32, FP16 or BF16, one for all tables: one
+    TableBatchedEmbeddingBags holds them), which a weights_dtype among the optimizer arguments must agree
+    with; ValueError naming the table otherwise."""
+    dtypes = {}
+    for i, c in enumerate(configs):
+        dtype = data_type_to_dtype(c.data_type)
+        if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"tables[{i}].data_type: {c.data_type} is not supported; embscale's tables are FP32, "
+                             "FP16 or BF16")
+        dtypes.setdefault(dtype, c.name)
+    if len(dtypes) > 1:
+        raise ValueError(f"tables: data types {[str(d).replace('torch.', '') for d in dtypes]} differ (e.g. tables "
+                         f"{list(dtypes.values())}); one collection holds tables of one data_type")
+    dtype = next(iter(dtypes))
+    given = optimizer_kwargs.get("weights_dtype", dtype)
+    if given != dtype:
+        raise ValueError(f"weights_dtype: {given} differs from the tables' data_type ({configs[0].data_type}); set "
+                         "EmbeddingBagConfig.data_type instead")
+    return dtype
 
 
 class EmbscaleFusedOptimizer(FusedOptimizer):
@@ -143,7 +166,8 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         self._feature_names = [f for t in tables for f in t.feature_names]
         if len(set(self._feature_names)) != len(self._feature_names):
             raise ValueError(f"tables: feature names {self._feature_names} are not unique")
-        self._optimizer_settings = {"optimizer": optimizer, **optimizer_kwargs}
+        self._optimizer_settings = {"optimizer": optimizer, **optimizer_kwargs,
+                                    "weights_dtype": _weights_dtype(tables, optimizer_kwargs)}
         fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
         # the tables' own names key the TableBatchedEmbeddingBags' state too (tbe.<table>.weight, ...) where
         # they can (a state_dict key part has no ".")
@@ -154,6 +178,19 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
         self.embedding_bags = nn.ModuleDict({n: nn.Module() for n in names})
         self._register_table_views()
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Each table drawn by its config's init_fn (torchrec's: uniform in [weight_init_min, weight_init_max],
+        by default +-sqrt(1/num_embeddings)), the optimizer state zeroed and the step restarted at 1, as
+        TableBatchedEmbeddingBags.reset_parameters does; nothing on the meta device."""
+        if self.device.type == "meta":
+            return
+        self.tbe.reset_parameters()
+        with torch.no_grad():
+            for config in self._embedding_bag_configs:
+                if config.init_fn is not None:
+                    config.init_fn(self.embedding_bags[config.name].weight)
 
     def _register_table_views(self):
         params = _table_params(self.tbe)
@@ -215,6 +252,7 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
                              "EmbeddingBagCollection with embscale.torchrec.EmbeddingBagCollectionSharder")
         fmap = [i for i, t in enumerate(tables) for _ in range(t.num_features())]
         self._sharding_type = sharding_type
+        self._pg = pg
         group = pg if sharding_type == ShardingType.DATA_PARALLEL else None
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols) for t in tables],
                                                   feature_table_map=fmap, pooling=_POOLING[config.pooling],
@@ -230,6 +268,22 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
     @property
     def config(self) -> GroupedEmbeddingConfig:
         return self._config
+
+    def reset_parameters(self, table_configs: Dict[str, EmbeddingBagConfig]):
+        """The tables drawn again and the optimizer state zeroed (TableBatchedEmbeddingBags.reset_parameters),
+        each local shard then drawn by its table's init_fn (table_configs: name -> the collection's config),
+        as TorchRec's kernels are; data-parallel replicas then take the first process's tables, so that
+        they start equal (each process draws its own). Nothing on the meta device."""
+        if self.tbe.weights.is_meta:
+            return
+        self.tbe.reset_parameters()
+        with torch.no_grad():
+            for t, p in zip(self._config.embedding_tables, self._params):
+                init_fn = table_configs[t.name].init_fn
+                if init_fn is not None:
+                    init_fn(p)
+            if self._sharding_type == ShardingType.DATA_PARALLEL:
+                dist.broadcast(self.tbe.weights, src=dist.get_global_rank(self._pg, 0), group=self._pg)
 
     @property
     def sharding_type(self) -> ShardingType:
@@ -364,10 +418,11 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                 local_shards=local.get(name, []), sharded_tensor_metadata=meta, process_group=pg)
 
     def reset_parameters(self):
-        """Each shard group's tables drawn again (TableBatchedEmbeddingBags.reset_parameters) and its
-        optimizer state zeroed; TorchRec's own reset reads tables a process may not hold a shard of."""
+        """Each shard group's tables drawn again and its optimizer state zeroed, each local shard drawn by its
+        table's init_fn and data-parallel replicas made equal (_ShardKernel.reset_parameters), as TorchRec's
+        kernels do; TorchRec's own reset reads tables a process may not hold a shard of."""
         for kernel in self._embscale_kernels():
-            kernel.tbe.reset_parameters()
+            kernel.reset_parameters(self._table_name_to_config)
 
     def _embscale_kernels(self):
         for lookup in self._lookups:

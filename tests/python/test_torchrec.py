@@ -309,3 +309,64 @@ def test_checkpoint_reshards(tmp_path, saved, loaded):
         assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
         assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
         assert not torch.equal(want, start), f"table {n}: training changed it"
+
+
+# ---- the configs' data_type and init (review of 2026-12-03: both were ignored) ----------------------------------
+def _config(name="t0", feature="a", **kw):
+    return EmbeddingBagConfig(name=name, num_embeddings=10, embedding_dim=4, feature_names=[feature], **kw)
+
+
+@pytest.mark.parametrize("data_type, dtype", [("FP32", torch.float32), ("FP16", torch.float16),
+                                              ("BF16", torch.bfloat16)])
+def test_collection_tables_take_the_configs_data_type(data_type, dtype):
+    # A config of FP16 tables trained fp32 tables without a word.
+    ebc = EmbeddingBagCollection([_config(data_type=getattr(torchrec.DataType, data_type))])
+    assert ebc.tbe.weights.dtype == dtype and ebc.embedding_bags["t0"].weight.dtype == dtype
+
+
+def test_collection_refuses_data_types_it_cannot_hold():
+    with pytest.raises(ValueError, match=r"tables\[0\].data_type: INT8 is not supported"):
+        EmbeddingBagCollection([_config(data_type=torchrec.DataType.INT8)])
+    with pytest.raises(ValueError, match="tables: data types .* differ"):
+        EmbeddingBagCollection([_config(data_type=torchrec.DataType.FP16), _config("t1", "b")])
+    with pytest.raises(ValueError, match="weights_dtype: torch.float16 differs from the tables' data_type"):
+        EmbeddingBagCollection([_config()], weights_dtype=torch.float16)
+
+
+def test_collection_tables_are_drawn_by_the_configs_init():
+    # weight_init_min / weight_init_max and init_fn, as torchrec's EmbeddingBagCollection draws its tables.
+    ebc = EmbeddingBagCollection([_config(weight_init_min=0.5, weight_init_max=0.625),
+                                  _config("t1", "b", init_fn=lambda w: torch.nn.init.constant_(w, 3.0))])
+    w0, w1 = ebc.tbe.split_embedding_weights()
+    assert 0.5 <= w0.min() and w0.max() <= 0.625 and w0.unique().numel() > 1
+    assert torch.equal(w1, torch.full_like(w1, 3.0))
+    bound = (1 / 10) ** 0.5  # the default: torchrec's +-sqrt(1/num_embeddings)
+    w = EmbeddingBagCollection([_config()]).tbe.split_embedding_weights()[0]
+    assert -bound <= w.min() and w.max() <= bound
+
+
+def _meta_data_parallel_worker(rank, world):
+    """A collection built on the meta device under a data-parallel plan, each process drawing from its own
+    seed: the replicas' tables after sharding."""
+    torch.manual_seed(100 + rank)
+    import torch.distributed as dist
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
+    from torchrec.distributed.types import ShardingEnv, ShardingPlan
+
+    sharder = EmbeddingBagCollectionSharder()
+    dev = multiprocess.device(rank)
+    model = _Model(EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.1, device="meta"))
+    module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param("data_parallel", world),
+                                                 local_size=world, world_size=world, device_type=dev.type,
+                                                 sharder=sharder)
+    dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
+                                   plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
+    return [w for _, _, w, _ in _local_shards(dmp)]
+
+
+def test_data_parallel_replicas_of_a_meta_collection_start_equal():
+    # Each process draws its own tables; the replicas must then take one process's, or they train apart.
+    multiprocess.skip_unless_enough_devices(2)
+    first, second = multiprocess.run(_meta_data_parallel_worker, 2, timeout=300)
+    assert len(first) == len(TABLES) and all(torch.equal(a, b) for a, b in zip(first, second))
