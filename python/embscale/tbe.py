@@ -686,9 +686,14 @@ class TableBatchedEmbeddingBags(nn.Module):
                                      f"{list(view.shape)}" + (" (the checkpoint holds other tables)"
                                                               if i < len(entries) else ""))
             self._check_loaded_hparams(rest, prefix)
+            first = next((rest[key] for key, _ in entries if key in rest), None)
             if local_metadata.get("assign_to_params_buffers", False):
-                self._materialize_for(next((rest[key] for key, _ in entries if key in rest), None))
+                self._materialize_for(first)
                 self._as_own_buffers(rest, prefix, ("num_skipped",))
+            elif self.weights.is_meta and first is not None and not first.is_meta:
+                warnings.warn(f"{prefix}tables: copying a checkpoint's tables into a module on the meta device loads "
+                              "nothing (as torch's loader warns for parameters); pass assign=True to load them",
+                              UserWarning, stacklevel=4)
             entries = [(prefix + key, view) for key, view in self._table_entries()]  # (materialised: new views)
             with torch.no_grad():
                 for key, view in entries:

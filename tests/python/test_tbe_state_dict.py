@@ -213,3 +213,11 @@ def test_assign_of_a_flat_checkpoint_keeps_the_module_usable(gen):
     assert torch.equal(b(indices, offsets), a16(indices, offsets).float())
     b(indices, offsets).sum().backward()  # trains
     assert b.step == 2
+
+
+def test_copying_into_a_meta_module_warns_that_nothing_is_loaded(gen):
+    a = trained("sgd", gen)
+    m = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="sgd", device="meta")
+    with pytest.warns(UserWarning, match="tables: copying a checkpoint's tables into a module on the meta device"):
+        m.load_state_dict(a.state_dict())
+    assert m.weights.is_meta
