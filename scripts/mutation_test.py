@@ -65,8 +65,9 @@ def check_list(root, mutants, verbose=True):
             problems.append(f"{m.id}: snippet found {n} times in {m.file}")
         if m.find == m.replace:
             problems.append(f"{m.id}: replacement equals the snippet")
-        if not m.file.startswith("src/") or "/cuda/" in m.file:
-            problems.append(f"{m.id}: {m.file} is not a CPU library source (src/ outside any cuda/ folder)")
+        if not (m.file.startswith("src/") or m.file.startswith("python/embscale/")) or "/cuda/" in m.file:
+            problems.append(f"{m.id}: {m.file} is not a CPU library source (src/ outside any cuda/ folder) or "
+                            "the Python package")
     if verbose:
         for m in mutants:
             print(f"{m.id:45s} {m.file:32s} {m.why}")
@@ -246,12 +247,12 @@ class Runner:
         return False, "Python: " + detail
 
     def all_tests(self, m=None):
-        """C++ tests (the mutant's focus first), then the Python tests; for a C API mutant the Python
-        tests first (they are its main callers)."""
+        """C++ tests (the mutant's focus first), then the Python tests; for a C API or Python mutant the
+        Python tests first (they are its main callers)."""
         stages = [lambda: self.cpp_tests(m.focus if m else None)]
         if not self.args.no_python:
             stages.append(self.python_tests)
-        if m is not None and m.folder == "src/capi":
+        if m is not None and m.folder in ("src/capi", "python/embscale"):
             stages.reverse()
         for stage in stages:
             ok, detail = stage()
@@ -296,7 +297,7 @@ def summarize(results, mutants):
     for folder in sorted(by_folder):
         k, n = by_folder[folder]
         lines.append(f"  {folder:12s} {k:3d}/{n:<3d} caught ({100.0 * k / n:5.1f}%)")
-        if folder != "src/capi":
+        if folder not in ("src/capi", "python/embscale"):
             tk, tn = tk + k, tn + n
     if tn:
         lines.append(f"  common+api+cpu {tk}/{tn} caught ({100.0 * tk / tn:.1f}%)")

@@ -8,6 +8,7 @@ anything.
 """
 
 import ctypes
+import numbers
 
 import torch
 
@@ -28,11 +29,44 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def _check_dtype(name, t, allowed):
-    """t: a tensor, or a torch.dtype argument."""
-    dtype = t if isinstance(t, torch.dtype) else t.dtype
+    """t: a tensor, or a torch.dtype argument. Anything else (a None passed for a tensor, which the dispatcher
+    lets through) is a TypeError naming the argument, not an AttributeError from deep inside."""
+    if isinstance(t, torch.dtype):
+        dtype = t
+    elif isinstance(t, torch.Tensor):
+        dtype = t.dtype
+    else:
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
     if dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
         raise TypeError(f"{name}: dtype {str(dtype).replace('torch.', '')} is not supported; expected {names}")
+
+
+def _check_dtype_arg(name, dtype, allowed):
+    """A torch.dtype argument (not a tensor, a string or a dtype's integer code) that is one of `allowed`."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name}: expected a torch.dtype, got {type(dtype).__name__}")
+    _check_dtype(name, dtype, allowed)
+
+
+def _check_tensor(name, t, allowed):
+    """A dense tensor argument of one of the `allowed` dtypes. A sparse (COO, CSR ...) tensor has no flat
+    buffer of its elements to hand to the C library: refused by name instead of failing inside torch."""
+    _check_dtype(name, t, allowed)
+    if t.layout != torch.strided:
+        raise TypeError(f"{name}: layout {t.layout} is not supported; expected a dense (torch.strided) tensor")
+
+
+# The largest finite fp32: the C library takes eps as a float, where a larger double becomes inf.
+FLT_MAX = torch.finfo(torch.float32).max
+
+
+def _check_eps(eps):
+    """eps (of a scale): a real number (not a bool, whose True would silently mean 1.0) in [0, FLT_MAX]."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps: expected a real number, got {type(eps).__name__}")
+    if not 0.0 <= eps <= FLT_MAX:  # also refuses NaN
+        raise ValueError(f"eps: {eps!r} is not allowed; expected a finite value in [0, {FLT_MAX:g}]")
 
 
 def _check_writable(name, t):
@@ -68,6 +102,16 @@ def _check_apart(name, t, others):
         if a0 < b1 and b0 < a1:
             raise ValueError(f"{name}: overlaps {other_name}; a buffer the operator writes must not share memory with "
                              "another argument")
+
+
+def _check_disjoint(written, read):
+    """What an operator writes against everything else it is given, as the C library's check::disjoint: each
+    written (name, tensor-or-None) pair against the written ones after it and every read one. Run on the
+    caller's tensors, with their own strides, before any .contiguous() copy that the C check would see
+    instead of the caller's memory."""
+    for i, (name, t) in enumerate(written):
+        if t is not None:
+            _check_apart(name, t, tuple(written[i + 1:]) + tuple(read))
 
 
 def _check_device(name, t, device):
@@ -187,3 +231,8 @@ def _check_scalar(name, s, device):
     if s.numel() != 1:
         raise ValueError(f"{name}: has {s.numel()} elements, expected 1")
 
+
+def _check_dense_scalar(name, s, device):
+    """_check_scalar for an argument that may be of any layout (a sparse one is refused by name)."""
+    _check_tensor(name, s, (torch.float32,))
+    _check_scalar(name, s, device)

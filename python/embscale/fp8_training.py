@@ -13,6 +13,12 @@ the GEMMs need in one pass. The GEMMs accumulate in fp32 and round once to the o
 dtype for out and grad_input, the weight's for grad_weight. The bias is added in the output dtype,
 outside the FP8 GEMM.
 
+Non-finite values are not hidden by the scaling: the pass that computes an operand's amax also flags an
+inf or NaN in it, and a flagged operand's inverse scale becomes NaN on the device (no host
+synchronisation), so every GEMM that operand enters gives NaN. A non-finite input or gradient makes the
+whole output / gradient NaN, where nn.Linear would give inf or NaN in the affected rows; a non-finite
+weight makes the output and the input gradient NaN. So a GradScaler or a NaN check sees the overflow.
+
 Where the GEMMs run:
   * CUDA: ``torch._scaled_mm`` (fp8 tensor cores, sm_89+), without fast accumulation.
   * CPU: an exact emulation. The fp8 codes are widened to fp32 (exactly: every fp8 value is an fp32
@@ -27,6 +33,7 @@ precompute_float8_dynamic_scale_for_fsdp does); the next forward passes use thos
 """
 
 import math
+import numbers
 import weakref
 from typing import Callable, Optional
 
@@ -38,11 +45,13 @@ E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 
 
-def _scaled_cast(x2d: torch.Tensor, amax: torch.Tensor, fp8_dtype: torch.dtype, eps: float):
-    """(codes [r, c], codes transposed [c, r], scale_inv) of a 2-D x with the scale of `amax`."""
+def _scaled_cast(x2d: torch.Tensor, amax: torch.Tensor, nonfinite: torch.Tensor, fp8_dtype: torch.dtype, eps: float):
+    """(codes [r, c], codes transposed [c, r], scale_inv) of a 2-D x with the scale of `amax`. Where
+    `nonfinite` (0-dim, on the device) is set, scale_inv is NaN: the scale alone would turn an inf into a
+    saturated finite code (and a NaN into a NaN code the GEMM may not spread), hiding the overflow."""
     scale, scale_inv = torch.ops.embscale.compute_scale(amax, fp8_dtype, eps, False)
     y, yt = torch.ops.embscale.cast_transpose(x2d, scale, fp8_dtype)
-    return y, yt, scale_inv
+    return y, yt, torch.where(nonfinite != 0, math.nan, scale_inv)
 
 
 def _fp8_mm(a: torch.Tensor, b_rows: torch.Tensor, scale_inv_a: torch.Tensor, scale_inv_b: torch.Tensor,
@@ -74,10 +83,13 @@ class _Float8LinearFunction(torch.autograd.Function):
     def forward(ctx, x, weight, weight_amax, eps):
         x2d = x.reshape(-1, x.shape[-1])
         _check_cuda_dims(x2d)
-        x_codes, x_codes_t, x_scale_inv = _scaled_cast(x2d, torch.ops.embscale.amax(x2d, "auto"), E4M3, eps)
+        x_amax, x_nonfinite = torch.ops.embscale.amax_nonfinite(x2d, "auto")
+        x_codes, x_codes_t, x_scale_inv = _scaled_cast(x2d, x_amax, x_nonfinite, E4M3, eps)
         if weight_amax is None:
-            weight_amax = torch.ops.embscale.amax(weight, "auto")
-        w_codes, w_codes_t, w_scale_inv = _scaled_cast(weight, weight_amax, E4M3, eps)
+            weight_amax, weight_nonfinite = torch.ops.embscale.amax_nonfinite(weight, "auto")
+        else:  # synced: sync_float8_weight_amax stores inf for a weight that holds an inf or a NaN
+            weight_nonfinite = torch.isinf(weight_amax)
+        w_codes, w_codes_t, w_scale_inv = _scaled_cast(weight, weight_amax, weight_nonfinite, E4M3, eps)
         out = _fp8_mm(x_codes, w_codes, x_scale_inv, w_scale_inv, x.dtype)
         ctx.save_for_backward(x_codes_t, x_scale_inv, w_codes_t, w_scale_inv)
         ctx.eps, ctx.x_shape, ctx.x_dtype, ctx.w_dtype = eps, x.shape, x.dtype, weight.dtype
@@ -87,7 +99,8 @@ class _Float8LinearFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         x_codes_t, x_scale_inv, w_codes_t, w_scale_inv = ctx.saved_tensors
         g2d = grad_out.reshape(-1, grad_out.shape[-1])
-        g_codes, g_codes_t, g_scale_inv = _scaled_cast(g2d, torch.ops.embscale.amax(g2d, "auto"), E5M2, ctx.eps)
+        g_amax, g_nonfinite = torch.ops.embscale.amax_nonfinite(g2d, "auto")
+        g_codes, g_codes_t, g_scale_inv = _scaled_cast(g2d, g_amax, g_nonfinite, E5M2, ctx.eps)
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
             grad_x = _fp8_mm(g_codes, w_codes_t, g_scale_inv, w_scale_inv, ctx.x_dtype).reshape(ctx.x_shape)
@@ -113,6 +126,14 @@ def _same_weight(recorded: Optional[tuple], weight: torch.Tensor) -> bool:
 _MAX_EPS = 1e18
 
 
+def _check_eps(eps):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):  # True would silently mean 1.0
+        raise TypeError(f"eps: expected a real number, got {type(eps).__name__}")
+    if not 0.0 <= eps <= _MAX_EPS:  # NaN fails too (and a huge int compares without overflowing a float)
+        raise ValueError(f"eps: {eps} is not a number in [0, {_MAX_EPS:g}] (above, the product of two inverse "
+                         "scales that a GEMM applies would overflow fp32)")
+
+
 class Float8Linear(torch.nn.Linear):
     """An ``nn.Linear`` whose GEMMs run in FP8 with current scaling (module docstring for the maths).
 
@@ -123,10 +144,8 @@ class Float8Linear(torch.nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
                  eps: float = 0.0):
+        _check_eps(eps)
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        if not (math.isfinite(eps) and 0.0 <= eps <= _MAX_EPS):
-            raise ValueError(f"eps: {eps} is not a number in [0, {_MAX_EPS:g}] (above, the product of two inverse "
-                             "scales that a GEMM applies would overflow fp32)")
         self.eps = float(eps)
         # Set by sync_float8_weight_amax: the weight's amax (all-reduced) and which weight it was then.
         self.weight_amax: Optional[torch.Tensor] = None
@@ -187,18 +206,29 @@ def convert_to_float8_training(model: torch.nn.Module,
     ``module_filter_fn(module, fully_qualified_name)`` is true by a Float8Linear sharing its parameters,
     and returns `model`. The default filter is ``default_module_filter``; a given filter replaces it (and
     must then keep dimensions that are multiples of 16 for CUDA). A model that is itself an nn.Linear is
-    returned converted."""
+    returned converted. A layer that appears several times (shared weights, ``nn.Sequential(*[lin] * 3)``)
+    is replaced by one Float8Linear at every place, so it stays shared; the filter sees it once, under the
+    name it has first (as ``model.named_modules()`` lists it)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     if module_filter_fn is not None and not callable(module_filter_fn):
         raise TypeError(f"module_filter_fn: expected a callable (module, fqn) -> bool, got "
                         f"{type(module_filter_fn).__name__}")
+    _check_eps(eps)  # also when no layer qualifies
     keep = default_module_filter if module_filter_fn is None else module_filter_fn
+    done = {}  # id(module) -> what replaces it (itself when kept), so a repeated module is handled once
 
     def convert(module, fqn):
+        if id(module) in done:
+            return done[id(module)]
         if type(module) is torch.nn.Linear and keep(module, fqn):
-            return Float8Linear.from_linear(module, eps=eps)
-        for name, child in module.named_children():
+            done[id(module)] = Float8Linear.from_linear(module, eps=eps)
+            return done[id(module)]
+        done[id(module)] = module
+        # _modules, not named_children(): that skips the second and later places of a repeated child.
+        for name, child in list(module._modules.items()):
+            if child is None:
+                continue
             new = convert(child, f"{fqn}.{name}" if fqn else name)
             if new is not child:
                 setattr(module, name, new)
@@ -219,12 +249,15 @@ def sync_float8_weight_amax(model: torch.nn.Module, group=None) -> int:
     stores them for the following forward passes. Returns the number of layers.
 
     Call it once per step, after the optimizer step: a forward that finds its weight changed since raises
-    (in eager mode; compiled code does not check).
+    (in eager mode; compiled code does not check). A weight that holds an inf or a NaN (on any rank) gets
+    the amax inf, which the MAX all-reduce keeps and the forward reads as the weight's non-finite flag.
     """
     layers = float8_linears(model)
     if not layers:
         return 0
-    amaxes = torch.stack([torch.ops.embscale.amax(m.weight, "auto") for m in layers])
+    # The amax skips NaN: fold the non-finite flag in as inf, so that one collective still carries both.
+    amaxes = torch.stack([torch.where(nonfinite != 0, math.inf, amax) for amax, nonfinite in
+                          (torch.ops.embscale.amax_nonfinite(m.weight, "auto") for m in layers)])
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -168,6 +168,20 @@ def test_replaced_weight_after_sync_raises_and_edge_layers():
     assert torch.equal(empty(torch.randn(3, 0)), empty.bias.expand(3, 16))
 
 
+def test_a_new_parameter_over_the_synced_weights_memory_is_another_weight():
+    # A new Parameter at the synced weight's address, with its shape and version (here a detached view:
+    # same storage, same version counter; after a free, the allocator can give a new weight the same
+    # address) is another weight: its amax was never synced, whatever its values.
+    from embscale import fp8_training
+
+    old = torch.nn.Parameter(torch.ones(16, 16))
+    recorded = fp8_training._weight_identity(old)
+    new = torch.nn.Parameter(old.detach())
+    assert (new.data_ptr(), tuple(new.shape), new._version) == recorded[1:]
+    assert fp8_training._same_weight(recorded, old)
+    assert not fp8_training._same_weight(recorded, new)
+
+
 def test_state_dict_round_trip(gen):
     torch.manual_seed(gen.initial_seed())
     plain = Net()
