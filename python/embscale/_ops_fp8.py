@@ -258,14 +258,15 @@ _GELU_CUBIC = 0.044715
 
 def _activation_grad(activation, grad_y, x):
     """grad_y * act'(x) in fp32, for the activations of src/fp8/activation.h:
-    relu(v) = v for v > 0, else 0 (the derivative 0 at 0 and at NaN, as torch.relu's);
+    relu(v) = v for v > 0, else 0, NaN kept (the derivative 0 for v <= 0, 1 elsewhere, NaN included, as
+    torch.relu's);
     gelu_tanh(v) = v sigmoid(z) with z = 2k (v + 0.044715 v^3), k = sqrt(2 / pi) (the tanh approximation,
     not the erf GELU); silu(v) = v sigmoid(z) with z = v. For the last two,
     d/dv v sigmoid(z) = sigmoid(z) + v sigmoid'(z) dz/dv, with sigmoid formed from t = exp(-|z|) as the
     kernels form it, so that nothing overflows."""
     g, v = grad_y.float(), x.float()
     if activation == "relu":
-        return torch.where(v > 0, g, 0.0)
+        return torch.where(v <= 0, 0.0, g)
     if activation == "gelu_tanh":
         z = 2.0 * _SQRT_2_OVER_PI * (v + _GELU_CUBIC * v * v * v)
         dz = 2.0 * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_CUBIC * v * v)

@@ -249,14 +249,32 @@ def _warn_ignored_weight_decay(optimizer: str, weight_decay_mode: str, values, n
 
 
 def _whole_number(name: str, value) -> int:
-    """An integer argument as given (a Python or numpy integer, or a float holding a whole number, as a
-    config file may give); TypeError naming it for anything else: a fraction is not truncated, and a string
-    or a boolean is not taken for a number."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    """An integer argument as given (a Python or numpy integer, a one-element integer tensor, or a real
+    number holding a whole value, as a config file may give); TypeError naming it for anything else: a
+    fraction is not truncated, and a string or a boolean is not taken for a number."""
+    given = value
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool \
+            and not value.is_complex():
+        value = value.item()
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: {given!r} is not a whole number")
+    if isinstance(value, numbers.Integral):
         return int(value)
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
         return int(value)
-    raise TypeError(f"{name}: {value!r} is not a whole number")
+    raise TypeError(f"{name}: {given!r} is not a whole number")
+
+
+def _boolean(name: str, value) -> bool:
+    """A flag as given: a bool (numpy's and one-element bool tensors included) or 0 / 1; TypeError naming
+    it for anything else (a string such as "no" is not taken for True)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool:
+        return bool(value.item())
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
+        return bool(value)  # (numpy's bool is no Python bool)
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name}: {value!r} is not a boolean (True or False)")
 
 
 class TableBatchedEmbeddingBags(nn.Module):
@@ -365,9 +383,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.pooling = pooling
         self.output_dtype = output_dtype
         self.bounds_check = bounds_check
-        if isinstance(stochastic_rounding, str) or stochastic_rounding not in (True, False):
-            raise TypeError(f"stochastic_rounding: {stochastic_rounding!r} is not a boolean")
-        self.stochastic_rounding = bool(stochastic_rounding)
+        self.stochastic_rounding = _boolean("stochastic_rounding", stochastic_rounding)
         self.seed = _whole_number("seed", seed)
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"seed: {seed!r}; expected an integer in [0, 2^63) (the operators take an int64)")

@@ -179,6 +179,31 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         self.embedding_bags = nn.ModuleDict({n: nn.Module() for n in names})
         self._register_table_views()
         self.reset_parameters()
+        self.register_load_state_dict_post_hook(EmbeddingBagCollection._tables_after_load)
+
+    @staticmethod
+    def _tables_after_load(module, incompatible_keys):
+        """After load_state_dict: with assign=True torch installs the checkpoint's own tensors as
+        ``embedding_bags.<table>.weight``, which are then no views of the module's tables (training would
+        leave them stale, and the fused optimizer would keep the old views). Their values are copied into
+        the tables (a module on the meta device is made on their device first) and the views are made
+        again. Without assign the views were written through and stay."""
+        self = module
+        replaced = False
+        for t, (name, view) in enumerate(zip(self.embedding_bags, self.tbe.split_embedding_weights())):
+            loaded = self.embedding_bags[name].weight
+            if loaded.device == view.device and loaded.data_ptr() == view.data_ptr():
+                continue  # still the view (written through by a load without assign)
+            replaced = True
+            if loaded.is_meta:  # nothing to copy (the module's own tables may have been loaded, as tbe.*)
+                continue
+            if self.tbe.weights.is_meta:
+                self.tbe.to_empty(device=loaded.device)
+                self.tbe.reset_parameters()
+            with torch.no_grad():
+                self.tbe.split_embedding_weights()[t].copy_(loaded)
+        if replaced:  # new views, and a fused optimizer over them
+            self._register_table_views()
 
     def reset_parameters(self):
         """Each table drawn by its config's init_fn (torchrec's: uniform in [weight_init_min, weight_init_max],
@@ -269,9 +294,10 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
     def config(self) -> GroupedEmbeddingConfig:
         return self._config
 
-    def reset_parameters(self, table_configs: Dict[str, EmbeddingBagConfig]):
+    def reset_parameters(self, table_configs: Optional[Dict[str, EmbeddingBagConfig]] = None):
         """The tables drawn again and the optimizer state zeroed (TableBatchedEmbeddingBags.reset_parameters),
-        each local shard then drawn by its table's init_fn (table_configs: name -> the collection's config),
+        each local shard then drawn by its table's init_fn (table_configs: name -> the collection's config;
+        None: the library's default draw only),
         as TorchRec's kernels are; data-parallel replicas then take the first process's tables, so that
         they start equal (each process draws its own). Nothing on the meta device."""
         if self.tbe.weights.is_meta:
@@ -279,10 +305,11 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         self.tbe.reset_parameters()
         with torch.no_grad():
             for t, p in zip(self._config.embedding_tables, self._params):
-                init_fn = table_configs[t.name].init_fn
+                init_fn = table_configs[t.name].init_fn if table_configs is not None else None
                 if init_fn is not None:
                     init_fn(p)
-            if self._sharding_type == ShardingType.DATA_PARALLEL:
+            if (self._sharding_type == ShardingType.DATA_PARALLEL and self._pg is not None and dist.is_initialized()
+                    and dist.get_world_size(self._pg) > 1):
                 dist.broadcast(self.tbe.weights, src=dist.get_global_rank(self._pg, 0), group=self._pg)
 
     @property

@@ -159,12 +159,16 @@ def test_activation_amax_gradient_matches_torch_autograd(device, gen, act, dtype
 @pytest.mark.parametrize("act, at_inf, at_minus_inf", [("relu", 1.0, 0.0), ("gelu_tanh", 1.0, 0.0), ("silu", 1.0, 0.0)])
 def test_activation_amax_gradient_at_infinities_and_nan(act, at_inf, at_minus_inf):
     """The derivative's limits at +-inf (no 0 * inf NaN from the overflowing terms); NaN stays NaN, except
-    for relu, whose derivative at NaN is 0 as torch.relu's."""
+    for relu, which passes a NaN's gradient on (derivative 1) as torch.relu does."""
     x = torch.tensor([math.inf, -math.inf, math.nan], requires_grad=True)
     y, _ = embscale.activation_amax(x, act)
     got, = torch.autograd.grad(y, x, torch.ones(3))
     assert got[:2].tolist() == [at_inf, at_minus_inf]
-    assert (got[2].item() == 0.0) if act == "relu" else math.isnan(got[2].item())
+    if act == "relu":
+        want, = torch.autograd.grad(torch.relu(x), x, torch.ones(3))
+        assert got[2].item() == want[2].item() == 1.0
+    else:
+        assert math.isnan(got[2].item())
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

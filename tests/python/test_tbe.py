@@ -458,6 +458,8 @@ def test_weight_decay_without_its_mode_warns_that_it_has_no_effect(optimizer, hi
     (dict(embedding_specs=[(5, 4)], seed="3"), TypeError, "seed: '3'"),
     (dict(embedding_specs=[(5, 4)], stochastic_rounding="no"), TypeError, "stochastic_rounding: 'no' is not a boolean"),
     (dict(embedding_specs=[(5, 4)], stochastic_rounding=2), TypeError, "stochastic_rounding: 2"),
+    (dict(embedding_specs=[(5, 4)], stochastic_rounding=1.0), TypeError, "stochastic_rounding: 1.0"),
+    (dict(embedding_specs=[(5, 4)], seed=torch.tensor(2.5)), TypeError, "seed: tensor"),
 ])
 def test_constructor_refuses_what_it_would_have_coerced(kw, error, message):
     # 5.7 rows used to become 5, feature 0.9 table 0, seed "3" 3 and stochastic_rounding="no" True.
@@ -465,9 +467,16 @@ def test_constructor_refuses_what_it_would_have_coerced(kw, error, message):
         embscale.TableBatchedEmbeddingBags(**kw)
 
 
-def test_constructor_takes_numpy_integers_and_whole_floats():
+def test_constructor_takes_numpy_integers_tensors_and_whole_floats():
     np = pytest.importorskip("numpy")
-    m = embscale.TableBatchedEmbeddingBags([(np.int64(5), 4.0)], feature_table_map=[np.int32(0)], seed=np.uint8(3),
-                                           stochastic_rounding=np.bool_(False))
-    assert (m.embedding_specs, m.feature_table_map, m.seed, m.stochastic_rounding) == ([(5, 4)], [0], 3, False)
+    m = embscale.TableBatchedEmbeddingBags([(np.int64(5), 4.0), (np.float32(3), 2)], feature_table_map=[np.int32(0), 1],
+                                           seed=np.uint8(3), stochastic_rounding=np.bool_(False))
+    assert (m.embedding_specs, m.feature_table_map, m.seed, m.stochastic_rounding) == ([(5, 4), (3, 2)], [0, 1], 3,
+                                                                                        False)
     assert all(type(v) is int for v in m.embedding_specs[0] + (m.seed,))
+    # Integer tensors, as before the checks: a [T, 2] spec tensor, a map tensor, 0-d seed and flag tensors.
+    t = embscale.TableBatchedEmbeddingBags(torch.tensor([[10, 4], [20, 4]]), feature_table_map=torch.tensor([0, 0, 1]),
+                                           seed=torch.tensor(7), stochastic_rounding=torch.tensor(True))
+    assert (t.embedding_specs, t.feature_table_map, t.seed, t.stochastic_rounding) == ([(10, 4), (20, 4)], [0, 0, 1],
+                                                                                        7, True)
+    assert embscale.TableBatchedEmbeddingBags([(5, 4)], stochastic_rounding=0).stochastic_rounding is False

@@ -370,3 +370,31 @@ def test_data_parallel_replicas_of_a_meta_collection_start_equal():
     multiprocess.skip_unless_enough_devices(2)
     first, second = multiprocess.run(_meta_data_parallel_worker, 2, timeout=300)
     assert len(first) == len(TABLES) and all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_collection_loaded_with_assign_keeps_its_tables_views(device):
+    # (review of 2026-12-03) With assign=True torch installed the checkpoint's own tensors as
+    # embedding_bags.<table>.weight: no longer views of the module's tables, they went stale as it trained,
+    # were saved stale, and the fused optimizer kept the old (meta) views.
+    torch.manual_seed(3)
+    source = EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.5)
+    m = EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.5, device=device)
+    m.load_state_dict(source.state_dict(), assign=True)
+    for t, w in zip(m.embedding_bags, source.tbe.split_embedding_weights()):
+        assert torch.equal(m.embedding_bags[t].weight, w)
+    lengths = torch.tensor([1, 2, 0, 1, 1, 1, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                                                  12, 13, 14, 15]), lengths=lengths)
+    m(kjt).values().sum().backward()
+    trained = [w.clone() for w in m.tbe.split_embedding_weights()]
+    assert not torch.equal(trained[0], source.tbe.split_embedding_weights()[0])  # it did train
+    sd = m.state_dict()
+    for t, w in zip(m.embedding_bags, trained):
+        assert torch.equal(m.embedding_bags[t].weight, w) and torch.equal(sd[f"embedding_bags.{t}.weight"], w)
+        assert torch.equal(m.fused_optimizer.params[f"{t}.weight"], w)
+    # A torchrec-style checkpoint (tables only, torchrec's keys) loaded with assign into a meta collection.
+    tables_only = {k: v for k, v in sd.items() if k.startswith("embedding_bags.")}
+    fresh = EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.5, device="meta")
+    fresh.load_state_dict(tables_only, strict=False, assign=True)
+    assert all(torch.equal(a, b) for a, b in zip(fresh.tbe.split_embedding_weights(), trained))
