@@ -61,10 +61,15 @@ def _check_tensor(name, t, allowed):
 FLT_MAX = torch.finfo(torch.float32).max
 
 
-def _check_eps(eps):
-    """eps (of a scale): a real number (not a bool, whose True would silently mean 1.0) in [0, FLT_MAX]."""
+def _check_eps_type(eps):
+    """eps (of a scale) is a real number: not a bool, whose True would silently mean 1.0."""
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"eps: expected a real number, got {type(eps).__name__}")
+
+
+def _check_eps(eps):
+    """eps (of a scale): a real number in [0, FLT_MAX]."""
+    _check_eps_type(eps)
     if not 0.0 <= eps <= FLT_MAX:  # also refuses NaN
         raise ValueError(f"eps: {eps!r} is not allowed; expected a finite value in [0, {FLT_MAX:g}]")
 

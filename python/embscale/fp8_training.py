@@ -33,13 +33,13 @@ precompute_float8_dynamic_scale_for_fsdp does); the next forward passes use thos
 """
 
 import math
-import numbers
 import weakref
 from typing import Callable, Optional
 
 import torch
 
 from . import ops  # noqa: F401  (registers torch.ops.embscale.*)
+from ._ops_common import _check_eps_type
 
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
@@ -127,8 +127,8 @@ _MAX_EPS = 1e18
 
 
 def _check_eps(eps):
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):  # True would silently mean 1.0
-        raise TypeError(f"eps: expected a real number, got {type(eps).__name__}")
+    """The ops' check of eps's type, with this module's tighter bound."""
+    _check_eps_type(eps)
     if not 0.0 <= eps <= _MAX_EPS:  # NaN fails too (and a huge int compares without overflowing a float)
         raise ValueError(f"eps: {eps} is not a number in [0, {_MAX_EPS:g}] (above, the product of two inverse "
                          "scales that a GEMM applies would overflow fp32)")
