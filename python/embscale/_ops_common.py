@@ -231,13 +231,8 @@ def _lookup(table, name, value):
 
 
 def _check_scalar(name, s, device):
-    _check_dtype(name, s, (torch.float32,))
+    """A one-element dense fp32 tensor on `device` (a sparse one is refused by name)."""
+    _check_tensor(name, s, (torch.float32,))
     _check_device(name, s, device)
     if s.numel() != 1:
         raise ValueError(f"{name}: has {s.numel()} elements, expected 1")
-
-
-def _check_dense_scalar(name, s, device):
-    """_check_scalar for an argument that may be of any layout (a sparse one is refused by name)."""
-    _check_tensor(name, s, (torch.float32,))
-    _check_scalar(name, s, device)

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from . import _capi
-from ._ops_common import (FLOAT_DTYPES, FP8_DTYPES, _DTYPE_CODE, _check_backend, _check_dense_scalar, _check_dtype,
-                          _check_eps, _check_tensor, _context, _desc, _lookup, _ptr, _run, _same_device, _scalar,
+from ._ops_common import (_DTYPE_CODE, FLOAT_DTYPES, FP8_DTYPES, _check_backend, _check_dtype, _check_eps,
+                          _check_scalar, _check_tensor, _context, _desc, _lookup, _ptr, _run, _same_device, _scalar,
                           _workspace)
 
 
@@ -78,7 +78,7 @@ def _(amax, fp8_dtype, eps=0.0, power_of_2=False):
 def _quantize_checks(x, scale, fp8_dtype):
     _check_tensor("x", x, FLOAT_DTYPES)
     _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
-    _check_dense_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
+    _check_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
 
 
 @torch.library.custom_op("embscale::quantize", mutates_args=())
@@ -103,7 +103,7 @@ def _(x, scale, fp8_dtype):
 def _dequantize_checks(y, scale_inv, out_dtype):
     _check_tensor("y", y, FP8_DTYPES)
     _check_dtype("out_dtype", out_dtype, FLOAT_DTYPES)
-    _check_dense_scalar("scale_inv", scale_inv, _same_device(("y", y), ("scale_inv", scale_inv)))
+    _check_scalar("scale_inv", scale_inv, _same_device(("y", y), ("scale_inv", scale_inv)))
 
 
 @torch.library.custom_op("embscale::dequantize", mutates_args=())
@@ -193,7 +193,7 @@ def _cast_transpose_checks(x, scale, fp8_dtype):
     _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     if x.dim() != 2:
         raise ValueError(f"x: has {x.dim()} dimensions, expected 2 ([rows, cols])")
-    _check_dense_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
+    _check_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
 
 
 @torch.library.custom_op("embscale::cast_transpose", mutates_args=())

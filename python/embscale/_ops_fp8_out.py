@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from . import _capi
-from ._ops_common import (FLOAT_DTYPES, FP8_DTYPES, _DTYPE_CODE, _check_backend, _check_dense_scalar, _check_device,
-                          _check_disjoint, _check_dtype, _check_eps, _check_tensor, _check_writable, _context, _desc,
+from ._ops_common import (_DTYPE_CODE, FLOAT_DTYPES, FP8_DTYPES, _check_backend, _check_device, _check_disjoint,
+                          _check_dtype, _check_eps, _check_scalar, _check_tensor, _check_writable, _context, _desc,
                           _lookup, _ptr, _run, _same_device, _workspace)
 
 
@@ -38,7 +38,7 @@ def _check_out(name, t, dtype, shape, device):
 
 def _check_noop(noop_flag, device):
     if noop_flag is not None:
-        _check_dense_scalar("noop_flag", noop_flag, device)
+        _check_scalar("noop_flag", noop_flag, device)
 
 
 def _amax_out_checks(x, amax, nonfinite, noop_flag, algo):
@@ -100,7 +100,7 @@ def _(amax, scale, scale_inv, fp8_dtype, noop_flag, eps=0.0, power_of_2=False):
 def _cast_out_checks(x_name, x, x_dtypes, s_name, s, y_name, y, y_dtypes, noop_flag):
     """The checks of a cast x -> y with scalar s, y written in place with x's shape."""
     _check_tensor(x_name, x, x_dtypes)
-    _check_dense_scalar(s_name, s, _same_device((x_name, x), (s_name, s)))
+    _check_scalar(s_name, s, _same_device((x_name, x), (s_name, s)))
     _check_tensor(y_name, y, y_dtypes)
     _check_out(y_name, y, y.dtype, x.shape, x.device)
     _check_noop(noop_flag, x.device)
@@ -209,7 +209,7 @@ def _cast_transpose_out_checks(x, scale, y, yt, noop_flag):
     _check_tensor("x", x, FLOAT_DTYPES)
     if x.dim() != 2:
         raise ValueError(f"x: has {x.dim()} dimensions, expected 2 ([rows, cols])")
-    _check_dense_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
+    _check_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
     _check_tensor("y", y, FP8_DTYPES)
     _check_out("y", y, y.dtype, x.shape, x.device)
     _check_out("yt", yt, y.dtype, (x.shape[1], x.shape[0]), x.device)
