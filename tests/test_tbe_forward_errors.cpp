@@ -153,10 +153,14 @@ TEST_P(TbeForwardErrors, SkipModeCountsAndPoolsValidLookupsOnly) {
       TbeForwardArgs a = pr.args(pool);
       a.bounds_check = mode;
       a.num_skipped = pr.d_skipped->as<int64_t>();
+      // On the CPU any host memory takes the host copy of the count (CUDA: test_tbe_host_count_cuda.cu).
+      int64_t host_count = INT64_MIN;
+      if (pr.backend == Backend::kCpu) a.num_skipped_host = &host_count;
       ASSERT_TRUE(pr.run(a).ok());
       int64_t skipped = -1;
       ASSERT_TRUE(copy_to_host(pr.ctx, &skipped, pr.d_skipped->data(), 8).ok());
       EXPECT_EQ(skipped, 4);
+      if (pr.backend == Backend::kCpu) EXPECT_EQ(host_count, 4);
       const ref::Result r = ref::tbe_forward(pr.rc, pr.weights.data(), pr.indices, pr.offsets, nullptr, pr.B, pool,
                                              BoundsCheckMode::kSkip);
       ASSERT_TRUE(r.ok);
@@ -220,7 +224,10 @@ TEST_P(TbeForwardErrors, OffModeMatchesOnValidInput) {
   TbeForwardArgs a = pr.args();
   a.bounds_check = BoundsCheckMode::kOff;
   a.per_sample_weights = TensorView::vec(pr.d_psw->data(), DType::kF32, static_cast<int64_t>(pr.psw.size()));
+  int64_t host_count = INT64_MIN;  // off mode counts nothing: the host word is left alone
+  if (pr.backend == Backend::kCpu) a.num_skipped_host = &host_count;
   ASSERT_TRUE(pr.run(a).ok());
+  EXPECT_EQ(host_count, INT64_MIN);
   const ref::Result r = ref::tbe_forward(pr.rc, pr.weights.data(), pr.indices, pr.offsets, pr.psw.data(), pr.B,
                                          PoolingMode::kSum, BoundsCheckMode::kOff);
   const std::vector<float> got = pr.output(static_cast<int64_t>(r.out.size()));
@@ -713,6 +720,36 @@ TEST_P(TbeForwardErrors, NumSkippedOverlappingAnotherBufferIsRefused) {
   ok.bounds_check = BoundsCheckMode::kSkip;
   ok.num_skipped = static_cast<int64_t*>(pr.d_skipped->data());
   ASSERT_TRUE(pr.run(ok).ok());
+}
+
+// The host copy of the count likewise (on the CPU, where any memory may take it; on CUDA device memory is
+// refused outright: test_tbe_host_count_cuda.cu).
+TEST_P(TbeForwardErrors, NumSkippedHostOverlappingAnotherBufferIsRefused) {
+  if (GetParam() != Backend::kCpu) GTEST_SKIP() << "CUDA takes only pinned host memory here";
+  Problem pr(GetParam());
+  auto at = [](const Buffer& b, size_t byte) { return reinterpret_cast<int64_t*>(static_cast<char*>(b.data()) + byte); };
+  const struct {
+    const char* what;
+    int64_t* host;
+  } cases[] = {
+      {"num_skipped_host: overlaps weights", at(*pr.d_w, 8)},
+      {"num_skipped_host: overlaps offsets", at(*pr.d_off, 8)},
+      {"num_skipped: overlaps num_skipped_host", at(*pr.d_skipped, 0)},
+  };
+  for (const auto& c : cases) {
+    TbeForwardArgs a = pr.args();
+    a.bounds_check = BoundsCheckMode::kWarn;
+    a.num_skipped = pr.d_skipped->as<int64_t>();
+    a.num_skipped_host = c.host;
+    const Status st = pr.run(a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.what << ": " << st.to_string();
+    EXPECT_EQ(st.message().rfind(c.what, 0), 0u) << "message \"" << st.message() << "\" should start with " << c.what;
+  }
+  pr.expect_weights_unchanged();
+  for (float v : pr.output(16)) EXPECT_TRUE(std::isnan(v)) << "a refused call wrote the output";  // 0xff bytes
+  std::vector<int64_t> off(pr.offsets.size());
+  ASSERT_TRUE(copy_to_host(pr.ctx, off.data(), pr.d_off->data(), off.size() * 8).ok());
+  EXPECT_EQ(off, pr.offsets);
 }
 
 TEST_P(TbeForwardErrors, NullIndicesAllowedWhenEmpty) {

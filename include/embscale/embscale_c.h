@@ -150,6 +150,12 @@ typedef struct embscale_tbe_forward_args {
 } embscale_tbe_forward_args;
 EMBSCALE_C_EXPORT int embscale_tbe_forward(const embscale_tbe* tbe, const embscale_context* ctx,
                                            const embscale_tbe_forward_args* args);
+/* embscale_tbe_forward, and in skip and warn modes the count also stored to num_skipped_host: host memory
+ * the device writes itself on CUDA (pinned and mapped at the same address, as cudaHostAlloc's), which the
+ * caller polls without an event (tbe.h, TbeForwardArgs::num_skipped_host). NULL: embscale_tbe_forward. */
+EMBSCALE_C_EXPORT int embscale_tbe_forward_host_count(const embscale_tbe* tbe, const embscale_context* ctx,
+                                                      const embscale_tbe_forward_args* args,
+                                                      int64_t* num_skipped_host);
 
 typedef struct embscale_optimizer {
   int32_t type;

@@ -42,7 +42,8 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 //  kWarn:  as kSkip, but the op never waits for the device: `num_skipped` (backend memory) receives the
 //          number skipped, or -1 when the offsets are broken (their bags are then clamped and the
 //          backward writes no row), and the caller reads it when it likes (the Python module warns
-//          at a later call, as FBGEMM's WARNING mode warns). No error Status is returned for bad
+//          at a later call, as FBGEMM's WARNING mode warns, reading the copy the device stores to
+//          num_skipped_host). No error Status is returned for bad
 //          indices or offsets on CUDA; on the CPU, where nothing is waited for, broken offsets are an
 //          error as in every mode.
 //  kOff:   nothing is checked or reported (fastest); the caller guarantees valid indices. On the CPU
@@ -86,6 +87,11 @@ struct TbeForwardArgs {
   // dimension D; row i is the (weighted) row looked up by indices[i].
   TensorView output;
   int64_t* num_skipped = nullptr;            // optional (backend memory): invalid indices skipped (kSkip, kWarn)
+  // Optional, kSkip and kWarn: host memory that also receives *num_skipped, written by the device itself on
+  // CUDA (pinned memory mapped at the same address, as cudaHostAlloc's under unified addressing), so a
+  // caller can poll it from the host without an event or a copy on the stream (the Python module's warn
+  // mode: a sentinel stored before the call turns into the count once the device has written it).
+  int64_t* num_skipped_host = nullptr;
 };
 
 

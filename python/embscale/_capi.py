@@ -158,6 +158,7 @@ _SIGNATURES = {
     "embscale_tbe_layout_get": ([_VP, _P(TbeLayout)], ctypes.c_int),
     "embscale_tbe_table_offsets": ([_VP, _P(ctypes.c_int64), _P(ctypes.c_int64)], ctypes.c_int),
     "embscale_tbe_forward": ([_VP, _P(Context), _P(TbeForwardArgs)], ctypes.c_int),
+    "embscale_tbe_forward_host_count": ([_VP, _P(Context), _P(TbeForwardArgs), _VP], ctypes.c_int),
     "embscale_tbe_backward_workspace_size": (
         [_VP, _P(Context), _P(TbeBackwardArgs), _P(ctypes.c_size_t)], ctypes.c_int),
     "embscale_tbe_backward": ([_VP, _P(Context), _P(TbeBackwardArgs), _VP, ctypes.c_size_t], ctypes.c_int),

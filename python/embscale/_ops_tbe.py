@@ -222,10 +222,13 @@ def tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_we
 
 
 def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
-                      output_cols, output_dtype, count_skipped=True):
+                      output_cols, output_dtype, count_skipped=True, num_skipped_out=None, num_skipped_host=None):
     """tbe_forward's body, which the module calls directly in eager mode (eager_call). With count_skipped
     False the count of skipped indices is None in the modes that skip none ("off", "error"): the module
-    does not read it there, and a zeroed tensor costs an allocation and a fill on the device per call."""
+    does not read it there, and a zeroed tensor costs an allocation and a fill on the device per call.
+    In skip and warn modes the module passes its own count buffer as num_skipped_out (an int64 tensor [1]
+    on the tables' device, written in place and returned), and in warn mode on CUDA the address of a
+    pinned host word as num_skipped_host, which the device also stores the count to (tbe.h)."""
     dev, h, pooling_code, bounds_code, rows = _tbe_forward_checks(
         weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check, output_cols,
         output_dtype)
@@ -235,7 +238,8 @@ def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, bat
     out = torch.empty((rows, output_cols), dtype=output_dtype, device=dev)
     # Skip and warn modes: the call writes the count whenever it succeeds. Off and error: 0, if asked for.
     if bounds_check in ("skip", "warn"):
-        num_skipped = torch.empty(1, dtype=torch.int64, device=dev)
+        num_skipped = (torch.empty(1, dtype=torch.int64, device=dev) if num_skipped_out is None
+                       else num_skipped_out)
     else:
         num_skipped = torch.zeros(1, dtype=torch.int64, device=dev) if count_skipped else None
     a = _capi.TbeForwardArgs()
@@ -246,8 +250,12 @@ def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, bat
     a.output = _desc(out, (rows, output_cols))
     a.num_skipped = None if num_skipped is None else num_skipped.data_ptr()
     with h.lock:
-        _run(dev, _capi.lib.embscale_tbe_forward, ctypes.c_void_p(h.ptr), ctypes.byref(_context(dev)),
-             ctypes.byref(a))
+        if num_skipped_host is None:
+            _run(dev, _capi.lib.embscale_tbe_forward, ctypes.c_void_p(h.ptr), ctypes.byref(_context(dev)),
+                 ctypes.byref(a))
+        else:
+            _run(dev, _capi.lib.embscale_tbe_forward_host_count, ctypes.c_void_p(h.ptr),
+                 ctypes.byref(_context(dev)), ctypes.byref(a), num_skipped_host)
     return out, num_skipped
 
 

@@ -30,9 +30,9 @@ a dtype, ValueError for a shape, device or value, IndexError for an index or off
 
 Bounds checks: by default (``bounds_check="warn"``, as FBGEMM's WARNING mode) an index outside its table
 is dropped (it adds nothing; MEAN divides by the valid count) and a BoundsCheckWarning says how many were
-dropped. On CUDA the step never waits for the device to learn that: the count is copied to the host behind
-an event and the warning comes at a later call that finds the copy done (or at ``check_bounds()``), so it
-may arrive a few steps late and cannot name the position (inside torch.compile or a CUDA graph capture
+dropped. On CUDA the step never waits for the device to learn that: the device stores the count to a word
+of pinned host memory and the warning comes at a later call that finds it written (or at
+``check_bounds()``), so it may arrive a few steps late and cannot name the position (inside torch.compile or a CUDA graph capture
 there is no warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError
 naming the feature, bag and position before anything is written, at the price of one synchronisation per
 call on CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
@@ -95,13 +95,47 @@ def _module_device(device):
     return device
 
 
+class _CountTargets:
+    """Where an eager skip- or warn-mode forward of the module stores its count of skipped indices: the
+    module's ``num_skipped`` buffer (None where it cannot be written in place) and, in warn mode on CUDA, a
+    pinned host word (_HostWord). ``written`` says the forward did so (an eager call; ``tensor`` is then the
+    count's tensor, the buffer where one was given); otherwise the count comes back from the operator and the
+    module copies it into its buffer."""
+    __slots__ = ("buffer", "word", "written", "tensor")
+
+    def __init__(self, buffer, word):
+        self.buffer, self.word, self.written, self.tensor = buffer, word, False, None
+
+
 class _Lookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg):
+    def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
+                counts=None):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
         forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
                    else torch.ops.embscale.tbe_forward)
-        if forward is ops.tbe_forward_eager:  # no count where the module reads none (bounds_check off, error)
+        if forward is ops.tbe_forward_eager:
+            # The count's gradient (never used) is passed as None, not as a zero tensor made per step.
+            ctx.set_materialize_grads(False)
+        if forward is ops.tbe_forward_eager and counts is not None:
+            try:
+                out, counts.tensor = forward(
+                    weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
+                    output_cols, output_dtype, num_skipped_out=counts.buffer,
+                    num_skipped_host=None if counts.word is None else counts.word.address)
+            except ValueError as e:  # (checked before anything is written: the call can be made again)
+                if counts.word is None or not str(e).startswith("num_skipped_host"):
+                    raise
+                with _BOUNDS_LOCK:
+                    _HOST_WORDS.refused.add(counts.word.device)
+                    _HOST_WORDS.give_back(counts.word)
+                counts.word = None
+                out, counts.tensor = forward(weights, indices, offsets, per_sample_weights, handle, batch_size,
+                                             pooling, bounds_check, output_cols, output_dtype,
+                                             num_skipped_out=counts.buffer)
+            counts.written = True
+            num_skipped = None
+        elif forward is ops.tbe_forward_eager:  # no count where the module reads none (bounds_check off, error)
             out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
                                        bounds_check, output_cols, output_dtype, count_skipped=False)
         else:
@@ -122,7 +156,10 @@ class _Lookup(torch.autograd.Function):
     def backward(ctx, grad_output, _grad_num_skipped):
         weights, momentum1, momentum2, hparams = ctx.state
         indices, offsets, psw = ctx.saved_tensors
-        (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
+        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = ctx.cfg
+        if grad_output is None:  # (grads are not materialised) a zero gradient, as autograd would have made
+            rows = indices.shape[0] if pooling == "none" else batch_size
+            grad_output = torch.zeros((rows, output_cols), dtype=output_dtype, device=weights.device)
         want_psw_grad = psw is not None and ctx.needs_input_grad[7]
         grad_weights = None
         eager = ops.eager_call(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw)
@@ -138,7 +175,7 @@ class _Lookup(torch.autograd.Function):
             backward = ops.tbe_backward_eager if eager else torch.ops.embscale.tbe_backward
             grad_psw = backward(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw, handle,
                                 batch_size, pooling, bounds_check, optimizer, wd_mode, sr, seed, want_psw_grad)
-        return None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None
+        return None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None
 
 
 def _sparse_weight_grad(h, rows, num_unique, grads, dtype):
@@ -166,7 +203,55 @@ class BoundsCheckWarning(UserWarning):
     the warnings into exceptions (raised when the report is read, possibly some calls later)."""
 
 
-_BOUNDS_LOCK = threading.Lock()  # the warn-mode report lists of every module
+_BOUNDS_LOCK = threading.Lock()  # the warn-mode report lists of every module and _HOST_WORDS
+
+
+class _HostWord:
+    """One int64 of pinned host memory that a warn-mode forward on CUDA has the device store its count
+    of skipped indices to (tbe_forward's num_skipped_host). It holds PENDING until the device writes it, so
+    a later call learns the count by reading host memory: no event and no copy on the stream."""
+    PENDING = -(1 << 63)
+    __slots__ = ("words", "i", "address", "device")
+
+    def __init__(self, words, i):
+        self.words, self.i, self.address, self.device = words, i, ctypes.addressof(words) + 8 * i, None
+
+    def read(self):
+        """The count, or None while the device has not written it."""
+        value = self.words[self.i]
+        return None if value == self.PENDING else value
+
+
+class _HostWords:
+    """The process's pool of _HostWords, taken and given back under _BOUNDS_LOCK. Words come in chunks of
+    pinned memory (torch's pin_memory: cudaHostAlloc, which unified addressing maps for every device at
+    the same address) that live as long as the process: a word whose module is gone while the device may
+    still write it is never given back, so it never becomes someone else's memory. A device whose library
+    call refuses the words (pinned memory that is not mapped at its host address) is not offered them
+    again."""
+    CHUNK = 64
+
+    def __init__(self):
+        self.free, self.chunks, self.refused = [], [], set()
+
+    def take(self, device):
+        if device in self.refused:
+            return None
+        if not self.free:
+            chunk = torch.empty(self.CHUNK, dtype=torch.int64, pin_memory=True)
+            words = (ctypes.c_int64 * self.CHUNK).from_address(chunk.data_ptr())
+            self.chunks.append(chunk)
+            self.free.extend(_HostWord(words, i) for i in range(self.CHUNK))
+        word = self.free.pop()
+        word.words[word.i] = _HostWord.PENDING
+        word.device = device
+        return word
+
+    def give_back(self, word):
+        self.free.append(word)
+
+
+_HOST_WORDS = _HostWords()
 
 
 def _warn_skipped(count: int, when: str, stacklevel: int):
@@ -741,7 +826,24 @@ class TableBatchedEmbeddingBags(nn.Module):
         lookup_args = (self._grad_anchor, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
         if group is None:
-            out, num_skipped = _Lookup.apply(*lookup_args)
+            counts = (self._count_targets() if self.bounds_check in ("skip", "warn")
+                      and not torch.compiler.is_compiling() else None)
+            try:
+                out, num_skipped = _Lookup.apply(*lookup_args, counts)
+            except BaseException:
+                if counts is not None and counts.word is not None:  # (a refused call wrote nothing)
+                    with _BOUNDS_LOCK:
+                        _HOST_WORDS.give_back(counts.word)
+                raise
+            if counts is not None and counts.written:
+                if counts.buffer is not None:
+                    ops.bump_versions(counts.buffer)  # (written in place by the library, as copy_ would)
+                if self.bounds_check == "warn":
+                    self._note_bounds(counts.tensor, counts.word)
+                return out
+            if counts is not None and counts.word is not None:
+                with _BOUNDS_LOCK:
+                    _HOST_WORDS.give_back(counts.word)
         else:
             if per_sample_weights is not None and per_sample_weights.requires_grad:
                 raise NotImplementedError("per_sample_weights: their gradient is not computed for replicated "
@@ -757,11 +859,32 @@ class TableBatchedEmbeddingBags(nn.Module):
         return out
 
     # ---- warn-mode bounds reports ------------------------------------------------------------------
-    def _note_bounds(self, num_skipped: torch.Tensor):
-        # A CPU count is known now; a CUDA one is copied to pinned memory behind an event on the stream
-        # that produced it (the current stream of the tables' device) and read by a later call once the
-        # event has completed (never waiting). Under compile, tracing, fake or meta tensors, a transform or
-        # a CUDA graph capture the count stays in num_skipped only.
+    def _count_targets(self):
+        """Where an eager forward stores its count (_CountTargets): the num_skipped buffer unless it is an
+        inference tensor outside inference mode, and in warn mode on the current CUDA device, outside a
+        graph capture, a pinned host word."""
+        buffer = self.num_skipped
+        if buffer.is_inference() and not torch.is_inference_mode_enabled():
+            buffer = None
+        word = None
+        dev = self.num_skipped.device
+        if (self.bounds_check == "warn" and dev.type == "cuda" and dev.index == torch.cuda.current_device()
+                and not torch.cuda.is_current_stream_capturing()):
+            with _BOUNDS_LOCK:
+                word = _HOST_WORDS.take(dev)
+        return _CountTargets(buffer, word)
+
+    def _note_bounds(self, num_skipped: torch.Tensor, word: Optional[_HostWord] = None):
+        # A CPU count is known now. A CUDA one is read by a later call once the device has written it (never
+        # waiting): from the pinned host word the forward had the device store it to (eager calls), else
+        # from pinned memory it is copied to behind an event on the stream that produced it (the current
+        # stream of the tables' device). Under compile, tracing, fake or meta tensors, a transform or a CUDA
+        # graph capture the count stays in num_skipped only.
+        if word is not None:
+            with _BOUNDS_LOCK:
+                self.__dict__.setdefault("_bounds_reports", []).append(word)
+            self._read_bounds_reports(wait=False, stacklevel=7)
+            return
         if not ops.real_tensors(num_skipped):
             return
         if num_skipped.device.type == "cpu":
@@ -798,6 +921,19 @@ class TableBatchedEmbeddingBags(nn.Module):
         with _BOUNDS_LOCK:
             pending = self.__dict__.get("_bounds_reports", [])
             while pending:
+                if isinstance(pending[0], _HostWord):
+                    word = pending[0]
+                    count = word.read()
+                    if count is None and wait:
+                        torch.cuda.synchronize(word.device)
+                        count = word.read()
+                    if count is None and not wait:
+                        break  # not written yet
+                    pending.pop(0)
+                    if count is not None:  # (None after a wait: a call whose kernels never ran, no count)
+                        counts.append(count)
+                        _HOST_WORDS.give_back(word)
+                    continue
                 host, event, _ = pending[0]
                 if wait:
                     event.synchronize()

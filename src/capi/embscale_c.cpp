@@ -439,6 +439,19 @@ int embscale_tbe_forward(const embscale_tbe* tbe, const embscale_context* ctx,
   });
 }
 
+int embscale_tbe_forward_host_count(const embscale_tbe* tbe, const embscale_context* ctx,
+                                    const embscale_tbe_forward_args* args, int64_t* num_skipped_host) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(tbe_handle(tbe));
+    embscale::Context c;
+    embscale::TbeForwardArgs a;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_forward_args(args, &a));
+    a.num_skipped_host = num_skipped_host;
+    return tbe->impl->forward(c, a);
+  });
+}
+
 int embscale_tbe_backward_workspace_size(const embscale_tbe* tbe, const embscale_context* ctx,
                                          const embscale_tbe_backward_args* args, size_t* bytes) {
   return guarded([&]() -> Status {

@@ -80,6 +80,17 @@ inline Status memory(const Context& ctx, const char* name, const void* p) {
   return Status::Ok();
 }
 
+// Host memory the backend's device stores to and the host reads (a count polled without an event): on
+// CUDA pinned memory mapped at the same address; on the CPU any memory. Null pointers pass.
+inline Status mapped_host_memory(const Context& ctx, const char* name, const void* p) {
+#if EMBSCALE_WITH_CUDA
+  if (ctx.backend == Backend::kCuda && p != nullptr) return cuda::check_mapped_host_memory(name, p);
+#else
+  (void)ctx, (void)name, (void)p;
+#endif
+  return Status::Ok();
+}
+
 // The bytes an op reads or writes through one argument, named for the error (null or no bytes: none).
 struct Region {
   const char* name;

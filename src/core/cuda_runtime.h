@@ -21,6 +21,9 @@ Status stream_synchronize(void* stream);
 // for the device, or memory of another device (named in the message). Pinned, mapped and managed
 // memory pass.
 Status check_device_memory(const char* name, const void* ptr);
+// Refuses a pointer that is not host memory the current device writes at the same address (pinned and
+// mapped, as cudaHostAlloc's under unified addressing): what a host polls while the device stores to it.
+Status check_mapped_host_memory(const char* name, const void* ptr);
 // Turns the last launch error (if any) into a Status naming `what`.
 Status check_last_launch(const char* what);
 

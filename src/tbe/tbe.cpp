@@ -217,7 +217,8 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
   // The output and the skip count are written while the inputs are read: they share memory with nothing.
   using check::region;
   EMBSCALE_RETURN_IF_ERROR(check::disjoint(
-      {region("output", args.output), check::scalar("num_skipped", args.num_skipped)},
+      {region("output", args.output), check::scalar("num_skipped", args.num_skipped),
+       check::scalar("num_skipped_host", args.num_skipped_host)},
       {region("weights", args.weights), region("indices", args.indices), region("offsets", args.offsets),
        region("per_sample_weights", args.per_sample_weights)}));
   const struct { const char* name; const TensorView* t; } inputs[] = {
@@ -226,6 +227,7 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
   for (const auto& in : inputs) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, in.name, in.t->data));
   EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "output", args.output.data));
   EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "num_skipped", args.num_skipped));
+  EMBSCALE_RETURN_IF_ERROR(check::mapped_host_memory(ctx, "num_skipped_host", args.num_skipped_host));
 
   if (ctx.backend == Backend::kCpu) return cpu::tbe_forward(ctx, *this, args);
 #if EMBSCALE_WITH_CUDA

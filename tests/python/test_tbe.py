@@ -1,6 +1,7 @@
 """embscale.TableBatchedEmbeddingBags against the float64 references in tbe_reference.py and against
 torch's nn.EmbeddingBag + torch.optim.SGD."""
 import copy
+import ctypes
 import io
 import warnings
 
@@ -399,6 +400,84 @@ def test_default_bounds_check_warns_and_drops(device):
         with pytest.raises(embscale.BoundsCheckWarning):
             warn(indices, offsets)
             warn.check_bounds()
+
+
+def test_forward_body_writes_the_count_where_it_is_told(device):
+    # The eager body takes the module's count buffer (written in place) and, with bounds checks that count,
+    # a host word the library also stores the count to: any host memory on the CPU, pinned memory on CUDA,
+    # where plain host memory is refused by name before anything is written.
+    m = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="skip")
+    indices = torch.tensor([1, 12, 7, -1], device=device)  # 12 and 7 are outside their tables, -1 too
+    offsets = torch.tensor([0, 1, 2, 3, 4], device=device)
+    buffer = torch.full((1,), -5, dtype=torch.int64, device=device)
+    word = ctypes.c_int64(-(1 << 63))
+    args = (m.weights, indices, offsets, None, m._handle_id, 2, "sum", "skip", m.total_dim, torch.float32)
+    if device.type == "cpu":
+        out, count = embscale.ops.tbe_forward_eager(*args, num_skipped_out=buffer,
+                                                    num_skipped_host=ctypes.addressof(word))
+        assert count is buffer and buffer.item() == 3 and word.value == 3
+        embscale.ops.tbe_forward_eager(*args[:7], "off", *args[8:], num_skipped_host=ctypes.addressof(word))
+        assert word.value == 3  # off mode counts nothing: the word is left alone
+    else:
+        with pytest.raises(ValueError, match="^num_skipped_host: expected pinned host memory"):
+            embscale.ops.tbe_forward_eager(*args, num_skipped_out=buffer, num_skipped_host=ctypes.addressof(word))
+        assert buffer.item() == -5 and word.value == -(1 << 63)
+        out, count = embscale.ops.tbe_forward_eager(*args, num_skipped_out=buffer)
+        assert count is buffer and buffer.item() == 3
+    assert torch.count_nonzero(out[0, 4:]) == 0 and torch.count_nonzero(out[1]) == 0
+
+
+@requires_cuda
+def test_warn_mode_on_cuda_reads_counts_from_pinned_host_words():
+    # Each warn call has the device store its count to a pinned host word (no event, no copy on the stream);
+    # the reports still come in call order, each with its own count, and the words go back to the pool.
+    from embscale import tbe as tbe_module
+    dev = torch.device("cuda")
+    m = make_module([(10, 4), (5, 2)], None, dev, optimizer="sgd")
+    offsets = torch.tensor([0, 3, 6], device=dev)
+    calls = [torch.tensor([1, 2, 3, 4, 0, 1], device=dev), torch.tensor([11, 2, 3, 4, 0, 1], device=dev),
+             torch.tensor([11, 12, 3, 4, 9, 1], device=dev), torch.tensor([11, 12, 13, 5, 6, 7], device=dev)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for indices in calls:
+            m(indices, offsets).sum().backward()
+        assert all(isinstance(r, tbe_module._HostWord) for r in m._bounds_reports)
+        assert "_bounds_free" not in m.__dict__  # the event path was not taken
+        m.check_bounds()
+    reports = [str(w.message) for w in caught if issubclass(w.category, embscale.BoundsCheckWarning)]
+    assert [r.split(" indices outside")[0].split()[-1] for r in reports] == ["1", "3", "6"], reports
+    assert m.num_skipped.item() == 6 and not m._bounds_reports
+    assert all(w.read() is not None for w in tbe_module._HOST_WORDS.free)
+
+
+@requires_cuda
+def test_warn_mode_on_cuda_falls_back_to_events_when_the_library_refuses_a_host_word(monkeypatch):
+    # Pinned memory that the device does not see at its host address (the library refuses it by name) sends
+    # this device's reports back through a copy behind an event, losing none.
+    from embscale import tbe as tbe_module
+    dev = torch.device("cuda")
+    pool = tbe_module._HostWords()
+    monkeypatch.setattr(tbe_module, "_HOST_WORDS", pool)
+    device_memory = torch.zeros(1, dtype=torch.int64, device=dev)
+    real_take = pool.take
+
+    def take(device):  # a word whose address is device memory: what the library must refuse
+        word = real_take(device)
+        if word is not None:
+            word.address = device_memory.data_ptr()
+        return word
+
+    monkeypatch.setattr(pool, "take", take)
+    m = make_module([(10, 4), (5, 2)], None, dev, optimizer="sgd")
+    offsets = torch.tensor([0, 1, 2], device=dev)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m(torch.tensor([1, 7], device=dev), offsets).sum().backward()
+        m(torch.tensor([11, 7], device=dev), offsets).sum().backward()
+        m.check_bounds()
+    reports = [str(w.message) for w in caught if issubclass(w.category, embscale.BoundsCheckWarning)]
+    assert len(reports) == 2 and "1 indices" in reports[0] and "2 indices" in reports[1], reports
+    assert dev in pool.refused and device_memory.item() == 0 and m.num_skipped.item() == 2
 
 
 def test_errors(device):

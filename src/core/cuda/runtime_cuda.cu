@@ -66,6 +66,18 @@ Status check_device_memory(const char* name, const void* ptr) {
   return Status::Ok();
 }
 
+Status check_mapped_host_memory(const char* name, const void* ptr) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  if (attr.type != cudaMemoryTypeHost || attr.devicePointer != ptr)
+    return invalid_argument(std::string(name) + ": expected pinned host memory mapped for the device at the same "
+                            "address (cudaHostAlloc, torch's pin_memory), which the device writes and the host reads");
+  return Status::Ok();
+}
+
 Status check_last_launch(const char* what) { return cuda_status(cudaGetLastError(), what); }
 
 }  // namespace cuda

@@ -6,7 +6,7 @@
 // offset is recorded as the smallest such position (record_min_position: an atomic max of ~position),
 // an invalid index likewise (error mode) or counted (skip mode). tbe_bounds_finalize_kernel, next in
 // stream order, checks offsets[0] and the last offset, turns the records into a report (or the skip
-// count into *num_skipped) and clears them for the next call.
+// count into *num_skipped, and *num_skipped_host when given) and clears them for the next call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,7 +46,8 @@ __device__ __forceinline__ void record_min_position(int64_t* word, int64_t posit
 // synchronisation is needed (capturable).
 template <typename I>
 __global__ void tbe_bounds_finalize_kernel(const I* offsets, const I* indices, int64_t num_items, int64_t num_indices,
-                                           int check, int64_t* scratch, int64_t* num_skipped) {
+                                           int check, int64_t* scratch, int64_t* num_skipped,
+                                           int64_t* num_skipped_host = nullptr) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   const int64_t first = static_cast<int64_t>(offsets[0]);
   const int64_t last = static_cast<int64_t>(offsets[num_items]);
@@ -79,7 +80,12 @@ __global__ void tbe_bounds_finalize_kernel(const I* offsets, const I* indices, i
     report[3] = static_cast<int64_t>(indices[q]);
     report[4] = static_cast<int64_t>(offsets[lo]);
   }
-  if (check == kCheckSkip && num_skipped != nullptr) *num_skipped = report[0] != kReportNone ? -1 : scratch[kSkipCount];
+  const int64_t skipped = report[0] != kReportNone ? -1 : scratch[kSkipCount];
+  if (check == kCheckSkip && num_skipped != nullptr) *num_skipped = skipped;
+  if (check == kCheckSkip && num_skipped_host != nullptr) {
+    __threadfence_system();  // (the count above first: a host that sees this one may read that one)
+    *reinterpret_cast<volatile int64_t*>(num_skipped_host) = skipped;
+  }
   scratch[kSkipCount] = 0;
   scratch[kBadIndexKey] = 0;
   scratch[kBadOffsetKey] = 0;

@@ -57,13 +57,14 @@ Status launch_forward(const TbeForwardParams& p, DType w_dtype, DType out_dtype,
   });
 }
 
-Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, cudaStream_t s) {
+Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, int64_t* num_skipped_host,
+                       cudaStream_t s) {
   const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
   return dispatch_index(index_dtype, "indices", [&](auto ti) -> Status {
     using I = typename decltype(ti)::type;
     tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
                                                             static_cast<const I*>(p.indices), items, p.num_indices,
-                                                            p.check, p.scratch, num_skipped);
+                                                            p.check, p.scratch, num_skipped, num_skipped_host);
     EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel");
     return Status::Ok();
   });
@@ -154,7 +155,7 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
   }
   if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
 
-  EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, stream));
+  EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, args.num_skipped_host, stream));
   if (args.bounds_check == BoundsCheckMode::kWarn || (args.bounds_check == BoundsCheckMode::kSkip && capturing))
     return Status::Ok();
 
