@@ -334,6 +334,10 @@ MUTANTS = [
       "const u32x4 special = (u32x4)((i32x4)em > 0x0f800000);",
       "fp16 infinity decoded as a finite value in the vector loads"),
     # ---- src/tbe/cpu: forward ----
+    M("cpu-forward-host-count-off-by-one", "src/tbe/cpu/tbe_forward_kernel.inc",
+      "a.num_skipped_host != nullptr) *a.num_skipped_host = skipped_total;",
+      "a.num_skipped_host != nullptr) *a.num_skipped_host = skipped_total + 1;",
+      "the host copy of the skip count differs from num_skipped"),
     M("cpu-forward-int32-row-offset", "src/tbe/cpu/tbe_forward_kernel.inc",
       "const W* __restrict row = table + r * D + col;",
       "const W* __restrict row = table + static_cast<int32_t>(r * D) + col;",

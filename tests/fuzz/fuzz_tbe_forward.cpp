@@ -1,5 +1,7 @@
 // C API fuzzer: embscale_tbe_forward, its output checked against a reference sum.
 
+#include <climits>
+
 #include "fuzz_capi.h"
 #include "fuzz_tbe.h"
 
@@ -89,8 +91,23 @@ void case_tbe_forward(Case& c, bool cuda) {
   put_lookup(l, &a);
   a.output = out.d;
   c.snapshot();
-  const int rc = embscale_tbe_forward(tbe_null ? nullptr : o.h, ctx.ptr(), args_null ? nullptr : &a);
+  // Now and then through embscale_tbe_forward_host_count with a host word (the CPU backend takes any host
+  // memory; on CUDA plain host memory is refused): written with the count in skip and warn modes, equal
+  // to *num_skipped, and untouched in the other modes and by a refused call.
+  const bool host_count = ctx.c.backend == 0 && c.rng.chance(0.3);
+  int64_t host_word = INT64_MIN;
+  const int rc = host_count ? embscale_tbe_forward_host_count(tbe_null ? nullptr : o.h, ctx.ptr(),
+                                                              args_null ? nullptr : &a, &host_word)
+                            : embscale_tbe_forward(tbe_null ? nullptr : o.h, ctx.ptr(), args_null ? nullptr : &a);
   check_call(c, c.op.c_str(), rc);
+  if (host_count) {
+    const bool counts = rc == kOk && (l.bounds == 1 || l.bounds == 3);
+    if (!counts && host_word != INT64_MIN)
+      c.fail(fmt("num_skipped_host written (%" PRId64 ") by a call that counts nothing (rc %d, bounds %d)",
+                 host_word, rc, l.bounds));
+    else if (counts && !c.must_fail && c.unknown == 0 && l.num_skipped && host_word != *l.num_skipped)
+      c.fail(fmt("num_skipped_host = %" PRId64 ", num_skipped = %" PRId64, host_word, *l.num_skipped));
+  }
   if (rc == kOk && !c.must_fail && c.unknown == 0 && !specials && out.d.dtype == kF32 && !(l.bad_indices && l.bounds == 2))
     check_forward_values(c, o, l, out);
 }
