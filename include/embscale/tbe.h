@@ -90,7 +90,8 @@ struct TbeForwardArgs {
   // Optional, kSkip and kWarn: host memory that also receives *num_skipped, written by the device itself on
   // CUDA (pinned memory mapped at the same address, as cudaHostAlloc's under unified addressing), so a
   // caller can poll it from the host without an event or a copy on the stream (the Python module's warn
-  // mode: a sentinel stored before the call turns into the count once the device has written it).
+  // mode: a sentinel stored before the call turns into the count once the device has written it). On CUDA
+  // in kSkip mode, broken offsets leave -1 there, as in *num_skipped, before the call returns its error.
   int64_t* num_skipped_host = nullptr;
 };
 

@@ -20,8 +20,9 @@ from torch.utils import _python_dispatch
 from torch import Tensor
 
 from . import _capi
-from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _call, _check_apart, _check_backend, _check_dtype,
-                          _check_writable, _context, _desc, _lookup, _optional_desc, _ptr, _run, _same_device)
+from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _call, _check_apart, _check_backend, _check_device,
+                          _check_dtype, _check_tensor, _check_writable, _context, _desc, _lookup, _optional_desc, _ptr,
+                          _run, _same_device)
 
 # Layout of a TBE module's hyper-parameter tensor (CPU float64), read by tbe_backward at every call so
 # a learning rate set between steps is seen even inside a compiled graph. tbe_backward advances `step`.
@@ -237,6 +238,11 @@ def tbe_forward_eager(weights, indices, offsets, per_sample_weights, handle, bat
     psw = None if per_sample_weights is None else per_sample_weights.contiguous()
     out = torch.empty((rows, output_cols), dtype=output_dtype, device=dev)
     # Skip and warn modes: the call writes the count whenever it succeeds. Off and error: 0, if asked for.
+    if num_skipped_out is not None:  # written in place by the library: one int64 on the device
+        _check_tensor("num_skipped_out", num_skipped_out, (torch.int64,))
+        _check_device("num_skipped_out", num_skipped_out, dev)
+        if num_skipped_out.numel() != 1 or not num_skipped_out.is_contiguous():
+            raise ValueError(f"num_skipped_out: shape {list(num_skipped_out.shape)}; expected one contiguous element")
     if bounds_check in ("skip", "warn"):
         num_skipped = (torch.empty(1, dtype=torch.int64, device=dev) if num_skipped_out is None
                        else num_skipped_out)

@@ -60,6 +60,7 @@ import math
 import numbers
 import threading
 import warnings
+import weakref
 from typing import List, Optional, Sequence
 
 import torch
@@ -129,10 +130,9 @@ class _Lookup(torch.autograd.Function):
                 with _BOUNDS_LOCK:
                     _HOST_WORDS.refused.add(counts.word.device)
                     _HOST_WORDS.give_back(counts.word)
-                counts.word = None
+                counts.word = counts.buffer = None  # (reported behind an event, from a count of its own)
                 out, counts.tensor = forward(weights, indices, offsets, per_sample_weights, handle, batch_size,
-                                             pooling, bounds_check, output_cols, output_dtype,
-                                             num_skipped_out=counts.buffer)
+                                             pooling, bounds_check, output_cols, output_dtype)
             counts.written = True
             num_skipped = None
         elif forward is ops.tbe_forward_eager:  # no count where the module reads none (bounds_check off, error)
@@ -225,18 +225,30 @@ class _HostWord:
 class _HostWords:
     """The process's pool of _HostWords, taken and given back under _BOUNDS_LOCK. Words come in chunks of
     pinned memory (torch's pin_memory: cudaHostAlloc, which unified addressing maps for every device at
-    the same address) that live as long as the process: a word whose module is gone while the device may
-    still write it is never given back, so it never becomes someone else's memory. A device whose library
-    call refuses the words (pinned memory that is not mapped at its host address) is not offered them
-    again."""
+    the same address) that live as long as the process, so a word the device may still write never becomes
+    someone else's memory. A word goes back to the pool only once its count has been read; the pending
+    words of a module that is gone once the device has written them; a word whose call failed after the
+    launch never. A device whose library call refuses the words (pinned memory that is not mapped at its
+    host address) is not offered them again."""
     CHUNK = 64
 
     def __init__(self):
         self.free, self.chunks, self.refused = [], [], set()
+        self.orphans = []  # words of modules that are gone, given back once the device has written them
+        self.inbox = []  # where a module's finalizer leaves them (without the lock: it may run under it)
 
     def take(self, device):
         if device in self.refused:
             return None
+        if self.inbox:  # (list slicing and deletion are each atomic; the finalizer only appends)
+            arrived = self.inbox[:]
+            del self.inbox[:len(arrived)]
+            self.orphans.extend(arrived)
+        if self.orphans:
+            waiting = []
+            for w in self.orphans:
+                (waiting if w.read() is None else self.free).append(w)
+            self.orphans = waiting
         if not self.free:
             chunk = torch.empty(self.CHUNK, dtype=torch.int64, pin_memory=True)
             words = (ctypes.c_int64 * self.CHUNK).from_address(chunk.data_ptr())
@@ -249,6 +261,11 @@ class _HostWords:
 
     def give_back(self, word):
         self.free.append(word)
+
+    def orphan(self, reports):
+        """The words among a deleted module's pending reports (weakref.finalize of the module). Takes no
+        lock: a collection may run it while this thread holds _BOUNDS_LOCK."""
+        self.inbox.extend([r for r in reports if isinstance(r, _HostWord)])
 
 
 _HOST_WORDS = _HostWords()
@@ -830,14 +847,19 @@ class TableBatchedEmbeddingBags(nn.Module):
                       and not torch.compiler.is_compiling() else None)
             try:
                 out, num_skipped = _Lookup.apply(*lookup_args, counts)
-            except BaseException:
-                if counts is not None and counts.word is not None:  # (a refused call wrote nothing)
+            except (TypeError, ValueError, NotImplementedError):
+                # Refused before anything was launched (the argument checks, the library's validation): the
+                # word is free again. After a launch (any other error, or one raised once the call has
+                # returned) the device may still write it, so it is dropped, never reused.
+                if counts is not None and counts.word is not None and not counts.written:
                     with _BOUNDS_LOCK:
                         _HOST_WORDS.give_back(counts.word)
                 raise
             if counts is not None and counts.written:
                 if counts.buffer is not None:
                     ops.bump_versions(counts.buffer)  # (written in place by the library, as copy_ would)
+                elif torch.is_inference_mode_enabled() or not self.num_skipped.is_inference():
+                    self.num_skipped.copy_(counts.tensor)
                 if self.bounds_check == "warn":
                     self._note_bounds(counts.tensor, counts.word)
                 return out
@@ -859,19 +881,34 @@ class TableBatchedEmbeddingBags(nn.Module):
         return out
 
     # ---- warn-mode bounds reports ------------------------------------------------------------------
+    def _pending_reports(self):
+        """This module's list of unread warn-mode reports (under _BOUNDS_LOCK). Made with a finalizer that
+        hands its host words to the pool when the module is gone."""
+        pending = self.__dict__.get("_bounds_reports")
+        if pending is None:
+            pending = self.__dict__["_bounds_reports"] = []
+            weakref.finalize(self, _HOST_WORDS.orphan, pending).atexit = False
+        return pending
+
     def _count_targets(self):
-        """Where an eager forward stores its count (_CountTargets): the num_skipped buffer unless it is an
-        inference tensor outside inference mode, and in warn mode on the current CUDA device, outside a
-        graph capture, a pinned host word."""
+        """Where an eager forward stores its count (_CountTargets). The num_skipped buffer, written in place,
+        where it is what the module made (one int64 on the tables' device) and may be written (not an
+        inference tensor outside inference mode); in warn mode on the current CUDA device, outside a graph
+        capture, a pinned host word too. A warn call on CUDA without a word reports through a copy behind an
+        event, which is taken from a tensor of its own: not the buffer, which a later call may overwrite
+        before the copy runs."""
         buffer = self.num_skipped
-        if buffer.is_inference() and not torch.is_inference_mode_enabled():
+        dev = buffer.device
+        if (buffer.dtype != torch.int64 or buffer.numel() != 1 or buffer.layout != torch.strided
+                or dev != self.weights.device or (buffer.is_inference() and not torch.is_inference_mode_enabled())):
             buffer = None
         word = None
-        dev = self.num_skipped.device
         if (self.bounds_check == "warn" and dev.type == "cuda" and dev.index == torch.cuda.current_device()
                 and not torch.cuda.is_current_stream_capturing()):
             with _BOUNDS_LOCK:
                 word = _HOST_WORDS.take(dev)
+        if self.bounds_check == "warn" and dev.type == "cuda" and word is None:
+            buffer = None
         return _CountTargets(buffer, word)
 
     def _note_bounds(self, num_skipped: torch.Tensor, word: Optional[_HostWord] = None):
@@ -882,7 +919,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         # graph capture the count stays in num_skipped only.
         if word is not None:
             with _BOUNDS_LOCK:
-                self.__dict__.setdefault("_bounds_reports", []).append(word)
+                self._pending_reports().append(word)
             self._read_bounds_reports(wait=False, stacklevel=7)
             return
         if not ops.real_tensors(num_skipped):
@@ -899,7 +936,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         if queued is None:
             return
         with _BOUNDS_LOCK:
-            self.__dict__.setdefault("_bounds_reports", []).append(queued)
+            self._pending_reports().append(queued)
         self._read_bounds_reports(wait=False, stacklevel=7)
 
     def _queue_bounds_report(self, num_skipped: torch.Tensor):
@@ -918,15 +955,18 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _read_bounds_reports(self, wait: bool, stacklevel: int):
         counts = []
+        if wait:  # the devices of unwritten words finish their work first, outside the lock
+            with _BOUNDS_LOCK:
+                devices = {r.device for r in self.__dict__.get("_bounds_reports", ())
+                           if isinstance(r, _HostWord) and r.read() is None}
+            for dev in devices:
+                torch.cuda.synchronize(dev)
         with _BOUNDS_LOCK:
             pending = self.__dict__.get("_bounds_reports", [])
             while pending:
                 if isinstance(pending[0], _HostWord):
                     word = pending[0]
                     count = word.read()
-                    if count is None and wait:
-                        torch.cuda.synchronize(word.device)
-                        count = word.read()
                     if count is None and not wait:
                         break  # not written yet
                     pending.pop(0)
@@ -948,8 +988,9 @@ class TableBatchedEmbeddingBags(nn.Module):
             _warn_skipped(count, "an earlier call", stacklevel)
 
     def check_bounds(self):
-        """Waits for the bounds reports of this module's earlier warn-mode calls on CUDA and issues their
-        warnings now (without it they come at later calls, as the device finishes)."""
+        """Waits for the bounds reports of this module's earlier warn-mode calls on CUDA (for the work queued
+        on their devices) and issues their warnings now (without it they come at later calls, as the device
+        finishes)."""
         self._read_bounds_reports(wait=True, stacklevel=4)
 
     def _apply(self, fn, recurse=True):

@@ -2,6 +2,7 @@
 torch's nn.EmbeddingBag + torch.optim.SGD."""
 import copy
 import ctypes
+import gc
 import io
 import warnings
 
@@ -427,6 +428,58 @@ def test_forward_body_writes_the_count_where_it_is_told(device):
     assert torch.count_nonzero(out[0, 4:]) == 0 and torch.count_nonzero(out[1]) == 0
 
 
+def test_a_count_buffer_of_another_kind_is_copied_into_not_overwritten(device):
+    # The module writes its count in place only into the buffer it made (one int64 on the tables' device);
+    # one cast by Module.type, or replaced by a view of a larger tensor, gets the count as a copy, and no
+    # byte around it changes. The eager body refuses a count buffer it cannot write, by name.
+    m = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="skip")
+    indices = torch.tensor([1, 12, 7, -1], device=device)
+    offsets = torch.tensor([0, 1, 2, 3, 4], device=device)
+    m.num_skipped = m.num_skipped.to(torch.float16)
+    m(indices, offsets)
+    assert m.num_skipped.dtype == torch.float16 and m.num_skipped.item() == 3
+    base = torch.full((4,), 77, dtype=torch.int32, device=device)
+    m.num_skipped = base[:1]
+    m(indices, offsets)
+    assert base.tolist() == [3, 77, 77, 77]
+    args = (m.weights, indices, offsets, None, m._handle_id, 2, "sum", "skip", m.total_dim, torch.float32)
+    with pytest.raises(TypeError, match="^num_skipped_out: dtype int32"):
+        embscale.ops.tbe_forward_eager(*args, num_skipped_out=base[:1])
+    with pytest.raises(ValueError, match=r"^num_skipped_out: shape \[2\]"):
+        embscale.ops.tbe_forward_eager(*args, num_skipped_out=torch.zeros(2, dtype=torch.int64, device=device))
+    assert base.tolist() == [3, 77, 77, 77]
+
+
+@requires_cuda
+def test_a_host_word_the_device_may_still_write_is_never_reused(monkeypatch):
+    # A forward that fails after the library took the word (here: saving for backward raises) drops it; a
+    # refused call gives it back; a deleted module's pending words go back once the device has written them.
+    from embscale import tbe as tbe_module
+    dev = torch.device("cuda")
+    pool = tbe_module._HostWords()
+    monkeypatch.setattr(tbe_module, "_HOST_WORDS", pool)
+    m = make_module([(10, 4), (5, 2)], None, dev, optimizer="sgd")
+    offsets = torch.tensor([0, 1, 2], device=dev)
+
+    def refuse(_):
+        raise RuntimeError("pack hook")
+
+    with torch.autograd.graph.saved_tensors_hooks(refuse, lambda x: x):
+        with pytest.raises(RuntimeError, match="pack hook"):
+            m(torch.tensor([1, 7], device=dev), offsets)
+    assert len(pool.free) == pool.CHUNK - 1  # dropped: the device may still write it
+    with pytest.raises(ValueError, match="offsets"):
+        m(torch.tensor([1, 7], device=dev), torch.tensor([0, 1], device=dev))
+    assert len(pool.free) == pool.CHUNK - 1  # refused before the library: given back (or never taken)
+    m(torch.tensor([1, 7], device=dev), offsets)
+    assert len(m._bounds_reports) == 1 and len(pool.free) == pool.CHUNK - 2
+    del m
+    gc.collect()
+    assert len(pool.inbox) == 1
+    torch.cuda.synchronize()
+    assert pool.take(dev) is not None and not pool.orphans and len(pool.free) == pool.CHUNK - 2
+
+
 @requires_cuda
 def test_warn_mode_on_cuda_reads_counts_from_pinned_host_words():
     # Each warn call has the device store its count to a pinned host word (no event, no copy on the stream);
@@ -477,7 +530,8 @@ def test_warn_mode_on_cuda_falls_back_to_events_when_the_library_refuses_a_host_
         m.check_bounds()
     reports = [str(w.message) for w in caught if issubclass(w.category, embscale.BoundsCheckWarning)]
     assert len(reports) == 2 and "1 indices" in reports[0] and "2 indices" in reports[1], reports
-    assert dev in pool.refused and device_memory.item() == 0 and m.num_skipped.item() == 2
+    assert torch.device("cuda", torch.cuda.current_device()) in pool.refused
+    assert device_memory.item() == 0 and m.num_skipped.item() == 2
 
 
 def test_errors(device):
