@@ -32,8 +32,8 @@ Bounds checks: by default (``bounds_check="warn"``, as FBGEMM's WARNING mode) an
 is dropped (it adds nothing; MEAN divides by the valid count) and a BoundsCheckWarning says how many were
 dropped. On CUDA the step never waits for the device to learn that: the device stores the count to a word
 of pinned host memory and the warning comes at a later call that finds it written (or at
-``check_bounds()``), so it may arrive a few steps late and cannot name the position (inside torch.compile or a CUDA graph capture
-there is no warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError
+``check_bounds()``), so it may arrive a few steps late and cannot name the position (inside torch.compile
+or a CUDA graph capture there is no warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError
 naming the feature, bag and position before anything is written, at the price of one synchronisation per
 call on CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
 
@@ -955,11 +955,12 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _read_bounds_reports(self, wait: bool, stacklevel: int):
         counts = []
-        if wait:  # the devices of unwritten words finish their work first, outside the lock
+        waited = set()  # unwritten words whose devices finished their work first, outside the lock
+        if wait:
             with _BOUNDS_LOCK:
-                devices = {r.device for r in self.__dict__.get("_bounds_reports", ())
-                           if isinstance(r, _HostWord) and r.read() is None}
-            for dev in devices:
+                waited = {r for r in self.__dict__.get("_bounds_reports", ())
+                          if isinstance(r, _HostWord) and r.read() is None}
+            for dev in {w.device for w in waited}:
                 torch.cuda.synchronize(dev)
         with _BOUNDS_LOCK:
             pending = self.__dict__.get("_bounds_reports", [])
@@ -967,10 +968,10 @@ class TableBatchedEmbeddingBags(nn.Module):
                 if isinstance(pending[0], _HostWord):
                     word = pending[0]
                     count = word.read()
-                    if count is None and not wait:
-                        break  # not written yet
+                    if count is None and word not in waited:
+                        break  # not written yet (or queued by another thread since the wait)
                     pending.pop(0)
-                    if count is not None:  # (None after a wait: a call whose kernels never ran, no count)
+                    if count is not None:  # (None after its device's work: a call whose kernels never ran)
                         counts.append(count)
                         _HOST_WORDS.give_back(word)
                     continue
