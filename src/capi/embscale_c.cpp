@@ -429,14 +429,7 @@ int embscale_tbe_table_offsets(const embscale_tbe* tbe, int64_t* weight_offsets,
 
 int embscale_tbe_forward(const embscale_tbe* tbe, const embscale_context* ctx,
                          const embscale_tbe_forward_args* args) {
-  return guarded([&]() -> Status {
-    EMBSCALE_RETURN_IF_ERROR(tbe_handle(tbe));
-    embscale::Context c;
-    embscale::TbeForwardArgs a;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_forward_args(args, &a));
-    return tbe->impl->forward(c, a);
-  });
+  return embscale_tbe_forward_host_count(tbe, ctx, args, nullptr);
 }
 
 int embscale_tbe_forward_host_count(const embscale_tbe* tbe, const embscale_context* ctx,
