@@ -14,20 +14,14 @@
 #include <random>
 #include <vector>
 
+#include "embscale/context.h"
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 
 namespace embscale {
 namespace {
 
-bool have_device() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
+bool have_device() { return backend_available(Backend::kCuda); }
 
 // Two tables (E = 40, 9; D = 8, 4), three features, B = 64 bags of 0..5 lookups, a fixed number of them
 // replaced by indices outside their tables.
