@@ -16,6 +16,11 @@ ranks spread over the table as bench/torch_tbe_peers.py makes them (the same gen
 Checks before timing: forward outputs equal to fp32 rounding; after one step of each optimizer the tables
 (and the Adagrad state) equal to fp32 rounding. A disagreement is reported and that case is not timed.
 
+Memory: embscale's module places CPU tables and optimizer state of 2 MiB or more on transparent huge pages
+(python/embscale/_host_memory.py); FBGEMM's stay where torch allocated them unless --fbgemm-huge-pages
+collapses them onto huge pages too (the kernels then compare on equal memory). Each record says which
+("huge_pages": that implementation's tables; "fbgemm_huge_pages": the run's option).
+
 Timing: wall clock (time.perf_counter) around each call after --warmup calls; the two implementations'
 calls interleave (A B, then B A, ...) so the load of a shared machine falls on both; median and min
 reported. One JSON record per implementation and case (impl "fbgemm_cpu" or "embscale") goes to stdout
@@ -53,6 +58,12 @@ def parse_args(argv):
     p.add_argument("--warmup", type=nonneg_int, default=3)
     p.add_argument("--seed", type=int, default=20261201)
     p.add_argument("--label", default="", help="recorded as the embscale records' \"build\" field (e.g. before)")
+    p.add_argument("--experiment", default="",
+                   help="recorded as every record's \"experiment\" field (an A/B of builds; the README's tables "
+                        "leave such records out)")
+    p.add_argument("--fbgemm-huge-pages", action="store_true",
+                   help="also put FBGEMM's host tables and optimizer state on transparent huge pages (embscale's "
+                        "module places its own there; MADV_COLLAPSE, Linux 6.1 or later)")
     p.add_argument("--out", default="", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
     try:
@@ -95,6 +106,39 @@ def build_pair(torch, fb, embscale, op, T, E, D, lr, init):
             w_ref.copy_(init[t])
             w_ours.copy_(init[t])
     return ref, ours
+
+
+def huge_pages(t):
+    """Whether tensor t starts 2 MiB-aligned in a mapping advised for transparent huge pages."""
+    ptr = t.data_ptr()
+    if ptr % (2 << 20):
+        return False
+    inside = False
+    try:
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split(" ", 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = lo <= ptr < hi
+                elif inside and line.startswith("VmFlags:"):
+                    return " hg" in line
+    except OSError:
+        pass
+    return False
+
+
+def collapse_onto_huge_pages(t):
+    """Advises the 2 MiB-aligned interior of CPU tensor t for huge pages and collapses it onto them now."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    huge = 2 << 20
+    ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
+    lo, hi = -(-ptr // huge) * huge, (ptr + nbytes) // huge * huge
+    for advice in (14, 25):  # MADV_HUGEPAGE, MADV_COLLAPSE
+        if hi > lo and libc.madvise(lo, hi - lo, advice) != 0:
+            raise OSError(ctypes.get_errno(), f"madvise({advice}) of FBGEMM's host tensor failed")
 
 
 def agree(torch, name, x, y):
@@ -165,6 +209,11 @@ def main(argv):
             off = torch.arange(0, T * B * L + 1, L, dtype=torch.int64)
             for op in a.ops:
                 ref, ours = build_pair(torch, fb, embscale, op, T, E, D, a.learning_rate, init)
+                if a.fbgemm_huge_pages:
+                    for name in ("weights_host", "momentum1_host"):
+                        if getattr(ref, name, None) is not None and getattr(ref, name).numel() > 0:
+                            collapse_onto_huge_pages(getattr(ref, name))
+                on_huge_pages = {"fbgemm_cpu": a.fbgemm_huge_pages, "embscale": huge_pages(ours.weights)}
                 msg = check_pair(torch, op, ref, ours, sets[0], off, grad)
                 if msg:
                     print(f"error: D={D} alpha={alpha} {op}: FBGEMM and embscale disagree: {msg}", file=sys.stderr)
@@ -200,7 +249,10 @@ def main(argv):
                         "weighted": False, "indices_dtype": "int64", "bounds_check": "off",
                         "num_lookups": T * B * L, "unique_rows": unique_rows, "input_sets": len(sets),
                         "threads": 1, "iters": a.iters, "median_us": med, "min_us": lo,
+                        "huge_pages": on_huge_pages[name], "fbgemm_huge_pages": a.fbgemm_huge_pages,
                     }
+                    if a.experiment:
+                        rec["experiment"] = a.experiment
                     if op == "forward":
                         rec.update(bytes=nbytes, GBps=nbytes / (med * 1e-6) / 1e9)
                     else:

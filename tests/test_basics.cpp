@@ -1,6 +1,12 @@
 // Basics: dtype names and sizes, status formatting, backend parsing, host memory helpers.
 #include <gtest/gtest.h>
 
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "embscale/context.h"
@@ -60,6 +66,40 @@ TEST(Memory, HostBufferRoundTrip) {
   EXPECT_TRUE(backend_malloc(Backend::kCpu, 0, &p).ok());
   EXPECT_EQ(p, nullptr);
   EXPECT_FALSE(backend_malloc(Backend::kCpu, 10, nullptr).ok());
+}
+
+#if defined(__linux__)
+// The VmFlags of the mapping holding p in /proc/self/smaps ("" when none holds it).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 && line.find(' ') > line.find('-')) {
+      inside = lo <= addr && addr < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+#endif
+
+// Host buffers from 2 MiB up are 2 MiB-aligned and advised for huge pages (the mapping's VmFlags say "hg");
+// smaller ones are 64-byte aligned and not advised.
+TEST(Memory, LargeHostBuffersAreAdvisedForHugePages) {
+  const size_t large = (size_t{2} << 20) + 4096, small = (size_t{2} << 20) - 64;
+  Buffer big(Backend::kCpu, large), little(Backend::kCpu, small);
+  ASSERT_TRUE(big.valid() && little.valid());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(little.data()) % 64, 0u);
+  std::memset(big.data(), 1, large);  // writable over the whole size asked for
+#if defined(__linux__)
+  const std::string flags = vm_flags_of(big.data());
+  ASSERT_NE(flags, "") << "no mapping holds the buffer";
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+#endif
 }
 
 }  // namespace

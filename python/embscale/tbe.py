@@ -66,12 +66,23 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import _capi, _data_parallel, ops
+from . import _capi, _data_parallel, _host_memory, ops
 from ._ops_common import _check_backend
 from ._ops_tbe import check_hparams
 
 # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
 # from the library's optimizer table ("none" is the dense-gradient mode: no state, a gradient instead).
+# The module's tensors that can be large: the tables and the optimizer state.
+_HOST_TABLES = ("weights", "momentum1", "momentum2")
+
+
+def _empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.empty([numel]), on huge pages from 2 MiB up on the CPU (_host_memory)."""
+    if device.type == "cpu":
+        return _host_memory.empty(numel, dtype)
+    return torch.empty(numel, dtype=dtype, device=device)
+
+
 _MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
                     for name, states in _capi.OPTIMIZER_STATES.items()}
 _STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()}
@@ -500,15 +511,16 @@ class TableBatchedEmbeddingBags(nn.Module):
         # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
         # The empty anchor below is what makes the lookup's output require grad so the backward runs. In
         # dense-gradient mode the backward updates nothing and the tables get a gradient instead.
-        self.weights = nn.Parameter(torch.empty(handle.num_weights, dtype=weights_dtype, device=device),
+        # CPU tables and optimizer state of 2 MiB or more live on transparent huge pages (_host_memory).
+        self.weights = nn.Parameter(_empty(handle.num_weights, weights_dtype, device),
                                     requires_grad=(optimizer == "none"))
         self._grad_anchor = nn.Parameter(torch.zeros(0, device=device))
         # The id of the handle of the tables' device and dtype, which the operators look up (never a pointer).
         self._handle_id = handle.id
         sizes = {"none": 0, "rows": handle.total_rows, "elements": handle.num_weights}
         m1, m2 = _MOMENTUM_SHAPES[optimizer]
-        self.register_buffer("momentum1", torch.zeros(sizes[m1], dtype=torch.float32, device=device))
-        self.register_buffer("momentum2", torch.zeros(sizes[m2], dtype=torch.float32, device=device))
+        self.register_buffer("momentum1", _empty(sizes[m1], torch.float32, device).zero_())
+        self.register_buffer("momentum2", _empty(sizes[m2], torch.float32, device).zero_())
         self.register_buffer("hparams", torch.tensor(hp_values, dtype=torch.float64, device="cpu"))
         self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
         self.reset_parameters()
@@ -1005,12 +1017,14 @@ class TableBatchedEmbeddingBags(nn.Module):
                             "expected torch.float32, float16 or bfloat16")
         handle = self._handle_for(_module_device(probe.device), probe.dtype)
         kept = {name: getattr(self, name) for name in ("momentum1", "momentum2", "hparams")}
+        before = {name: getattr(self, name).data_ptr() for name in _HOST_TABLES}
         super()._apply(fn, recurse)
         for name in ("momentum1", "momentum2"):
             moved = getattr(self, name)
             if moved.dtype != torch.float32:  # a dtype cast: keep the fp32 values, follow the device
                 setattr(self, name, kept[name].to(moved.device))
         self.hparams = kept["hparams"]
+        self._host_tables_on_huge_pages([n for n in _HOST_TABLES if getattr(self, n).data_ptr() != before[n]])
         self._handle_id = handle.id
         return self
 
@@ -1040,6 +1054,22 @@ class TableBatchedEmbeddingBags(nn.Module):
                                 where="pickle: hparams: ")
         self._handles = {}
         self._handle_id = self._handle_for(self.weights.device, self.weights.dtype).id
+        self._host_tables_on_huge_pages(_HOST_TABLES)
+
+    def _host_tables_on_huge_pages(self, names):
+        """Copies the named tables or optimizer state that are new CPU tensors of 2 MiB or more (a move to the
+        CPU, a cast, an unpickled module) onto memory advised for huge pages (_host_memory), in place of the
+        tensor torch made (the Parameter object is kept)."""
+        for name in names:
+            t = getattr(self, name)
+            if t.device.type != "cpu" or t.numel() * t.element_size() < _host_memory.HUGE_PAGE_BYTES:
+                continue
+            with torch.no_grad():
+                placed = _host_memory.empty(t.numel(), t.dtype).copy_(t.reshape(-1)).view(t.shape)
+            if isinstance(t, nn.Parameter):
+                t.data = placed
+            else:
+                setattr(self, name, placed)
 
     def extra_repr(self):
         return (f"tables={self.embedding_specs}, features={len(self.feature_table_map)}, optimizer={self.optimizer}, "

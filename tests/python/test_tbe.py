@@ -346,6 +346,75 @@ def test_state_dict_round_trip(device, gen):
     assert torch.equal(a.momentum2, b.momentum2) and b.step == 4
 
 
+def _vm_flags(ptr):
+    """The VmFlags of the mapping of this process holding address ptr ("" when none holds it)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= ptr < hi
+            elif inside and line.startswith("VmFlags:"):
+                return line
+    return ""
+
+
+def _on_huge_pages(t):
+    return t.data_ptr() % (2 << 20) == 0 and " hg" in _vm_flags(t.data_ptr())
+
+
+def _huge_pages_usable():
+    import mmap
+    from embscale import _host_memory
+    if not _host_memory.huge_pages_available():
+        return False
+    try:
+        mmap.mmap(-1, 4 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS).madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # a kernel without transparent huge pages
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _huge_pages_usable(), reason="no transparent huge pages on this platform")
+def test_cpu_tables_of_2_mib_or_more_live_on_huge_pages(gen):
+    """CPU tables and optimizer state of 2 MiB or more are on 2 MiB-aligned memory advised for huge pages (at
+    construction, after a cast, after unpickling, after to_empty); smaller ones are ordinary tensors; lookups
+    and updates on them match the reference, and a cast keeps the values."""
+    specs, fmap = [(70_000, 16), (30, 4)], [0, 1, 0]
+    tbe = make_module(specs, fmap, "cpu", optimizer="adam", **HP)
+    assert _on_huge_pages(tbe.weights) and _on_huge_pages(tbe.momentum1) and _on_huge_pages(tbe.momentum2)
+    small = make_module([(100, 8)], None, "cpu", optimizer="rowwise_adagrad")
+    assert not _on_huge_pages(small.weights) and not _on_huge_pages(small.momentum1)
+
+    tables = tables64(tbe)
+    state = [{"m1": torch.zeros(r, d, dtype=torch.float64), "m2": torch.zeros(r, d, dtype=torch.float64)}
+             for r, d in specs]
+    B = 6
+    indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), B, 5)
+    grad_out = torch.randn(B, tbe.total_dim, generator=gen)
+    out = tbe(indices, offsets)
+    torch.testing.assert_close(out.double(), ref.forward(tables, fmap, indices, offsets, B, "sum"),
+                               rtol=1e-5, atol=1e-5)
+    out.backward(grad_out)
+    grads, touched, _ = ref.dense_grads(tables, fmap, indices, offsets, B, "sum", grad_out)
+    ref.apply_optimizer("adam", tables, state, grads, touched, dict(HP), 1)
+    for got, want in zip(tables64(tbe), tables):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+    copied = copy.deepcopy(tbe)
+    assert _on_huge_pages(copied.weights) and torch.equal(copied.weights, tbe.weights)
+    assert _on_huge_pages(copied.momentum2) and torch.equal(copied.momentum2, tbe.momentum2)
+    want_half = tbe.weights.detach().half()
+    param = tbe.weights
+    tbe.half()
+    assert tbe.weights is param and tbe.weights.dtype == torch.float16  # the Parameter object is kept
+    assert _on_huge_pages(tbe.weights) and torch.equal(tbe.weights, want_half)
+    assert _on_huge_pages(tbe.momentum1) and tbe.momentum1.dtype == torch.float32
+    empty = make_module(specs, fmap, "meta", optimizer="sgd").to_empty(device="cpu")
+    assert _on_huge_pages(empty.weights)
+
+
 @requires_cuda
 def test_module_to_cuda(gen):
     tbe = make_module([(40, 8)], None, "cpu", optimizer="sgd")

@@ -38,6 +38,9 @@ constexpr int64_t kPrefetchDistance = 32;
 // the row this many lookups on from inside the loop (docs/tbe_cpu.md,
 // bench/results/2026-12-02-cpu-interleaved-prefetch.md).
 constexpr int64_t kInterleavedPrefetch = 16;
+// fp32 rows of 32 to 127 columns with AVX-512 also prefetch from inside the loop, this many lookups on
+// (docs/tbe_cpu.md, bench/results/2026-12-03-cpu-xeon-narrow-interleaved-prefetch.md).
+constexpr int64_t kNarrowInterleavedPrefetch = 32;
 
 using tbe_checks::BadIndex;
 
