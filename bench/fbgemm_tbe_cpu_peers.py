@@ -19,7 +19,8 @@ Checks before timing: forward outputs equal to fp32 rounding; after one step of 
 Memory: embscale's module places CPU tables and optimizer state of 2 MiB or more on transparent huge pages
 (python/embscale/_host_memory.py); FBGEMM's stay where torch allocated them unless --fbgemm-huge-pages
 collapses them onto huge pages too (the kernels then compare on equal memory). Each record says which
-("huge_pages": that implementation's tables; "fbgemm_huge_pages": the run's option).
+("huge_page_share": the share of that implementation's tables on huge pages; "fbgemm_huge_pages": the run's
+option).
 
 Timing: wall clock (time.perf_counter) around each call after --warmup calls; the two implementations'
 calls interleave (A B, then B A, ...) so the load of a shared machine falls on both; median and min
@@ -31,6 +32,7 @@ EMBSCALE_LIBRARY=<build>/libembscale_c.so).
 """
 import argparse
 import datetime
+import errno
 import json
 import platform
 import statistics
@@ -108,12 +110,12 @@ def build_pair(torch, fb, embscale, op, T, E, D, lr, init):
     return ref, ours
 
 
-def huge_pages(t):
-    """Whether tensor t starts 2 MiB-aligned in a mapping advised for transparent huge pages."""
-    ptr = t.data_ptr()
-    if ptr % (2 << 20):
-        return False
-    inside = False
+def huge_page_share(t):
+    """The share of the mapping holding tensor t's memory that is backed by transparent huge pages (the
+    AnonHugePages / Size of its /proc/self/smaps entry; 0.0 when unknown). Read at the tensor's first 2 MiB
+    boundary: advising only the aligned interior splits the mapping there."""
+    ptr = -(-t.data_ptr() // (2 << 20)) * (2 << 20)
+    inside, size = False, 0
     try:
         with open("/proc/self/smaps") as f:
             for line in f:
@@ -121,11 +123,13 @@ def huge_pages(t):
                 if "-" in head and not head.endswith(":"):
                     lo, hi = (int(x, 16) for x in head.split("-"))
                     inside = lo <= ptr < hi
-                elif inside and line.startswith("VmFlags:"):
-                    return " hg" in line
+                elif inside and line.startswith("Size:"):
+                    size = int(line.split()[1])
+                elif inside and line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) / size if size else 0.0
     except OSError:
         pass
-    return False
+    return 0.0
 
 
 def collapse_onto_huge_pages(t):
@@ -136,9 +140,16 @@ def collapse_onto_huge_pages(t):
     huge = 2 << 20
     ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
     lo, hi = -(-ptr // huge) * huge, (ptr + nbytes) // huge * huge
-    for advice in (14, 25):  # MADV_HUGEPAGE, MADV_COLLAPSE
-        if hi > lo and libc.madvise(lo, hi - lo, advice) != 0:
-            raise OSError(ctypes.get_errno(), f"madvise({advice}) of FBGEMM's host tensor failed")
+    if hi <= lo:
+        return
+    if libc.madvise(lo, hi - lo, 14) != 0:  # MADV_HUGEPAGE
+        raise OSError(ctypes.get_errno(), "madvise(MADV_HUGEPAGE) of FBGEMM's host tensor failed")
+    for attempt in range(5):  # MADV_COLLAPSE may find no free huge page for a while (EAGAIN)
+        if libc.madvise(lo, hi - lo, 25) == 0 or ctypes.get_errno() != errno.EAGAIN:
+            return
+        time.sleep(0.5)
+    print("warning: MADV_COLLAPSE of FBGEMM's host tensor found too few free huge pages; the records' "
+          "huge_page_share says how much it got", file=sys.stderr)
 
 
 def agree(torch, name, x, y):
@@ -213,7 +224,7 @@ def main(argv):
                     for name in ("weights_host", "momentum1_host"):
                         if getattr(ref, name, None) is not None and getattr(ref, name).numel() > 0:
                             collapse_onto_huge_pages(getattr(ref, name))
-                on_huge_pages = {"fbgemm_cpu": a.fbgemm_huge_pages, "embscale": huge_pages(ours.weights)}
+                share = {"fbgemm_cpu": huge_page_share(ref.weights_host), "embscale": huge_page_share(ours.weights)}
                 msg = check_pair(torch, op, ref, ours, sets[0], off, grad)
                 if msg:
                     print(f"error: D={D} alpha={alpha} {op}: FBGEMM and embscale disagree: {msg}", file=sys.stderr)
@@ -249,7 +260,7 @@ def main(argv):
                         "weighted": False, "indices_dtype": "int64", "bounds_check": "off",
                         "num_lookups": T * B * L, "unique_rows": unique_rows, "input_sets": len(sets),
                         "threads": 1, "iters": a.iters, "median_us": med, "min_us": lo,
-                        "huge_pages": on_huge_pages[name], "fbgemm_huge_pages": a.fbgemm_huge_pages,
+                        "huge_page_share": round(share[name], 3), "fbgemm_huge_pages": a.fbgemm_huge_pages,
                     }
                     if a.experiment:
                         rec["experiment"] = a.experiment

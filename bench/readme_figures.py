@@ -386,6 +386,14 @@ def vs_fbgemm_cpu(name, recs):
     """FBGEMM's CPU TBE against embscale's, one thread each (bench/fbgemm_tbe_cpu_peers.py)."""
     peers = [r for r in recs if r["impl"] == "fbgemm_cpu"]
     first_peer = peers[0]
+    mine_huge = any(r.get("huge_page_share", 0) > 0.5 for r in recs if r["impl"] == "embscale")
+    if first_peer.get("fbgemm_huge_pages"):
+        memory = "both libraries' tables on transparent huge pages (FBGEMM's collapsed onto them by the script), "
+    elif mine_huge:
+        memory = ("embscale's tables on transparent huge pages (its module's default), FBGEMM's where torch "
+                  "allocated them, ")
+    else:
+        memory = ""
     dims = sorted({r["embedding_dim"] for r in peers})
     labels = {"tbe_forward": "forward", "tbe_train_sgd": "SGD step", "tbe_train_rowwise_adagrad": "row-wise Adagrad step"}
     rows = []
@@ -401,7 +409,7 @@ def vs_fbgemm_cpu(name, recs):
     return (f"**vs FBGEMM on the CPU** (fbgemm_gpu {first_peer.get('fbgemm_gpu', '?')}'s CPU TBE and embscale's torch "
             f"module in one process, one thread each, calls interleaved, results checked equal first; "
             f"T={first_peer['num_tables']}, E={first_peer['num_embeddings']:,}, B={first_peer['batch_size']}, "
-            f"L={first_peer['bag_size']}, fp32; {first_peer['device']}, a shared 2-core VM whose speed varies from "
+            f"L={first_peer['bag_size']}, fp32; {memory}{first_peer['device']}, a shared 2-core VM whose speed varies from "
             f"run to run by 10-30%; {first_peer['date']}). FBGEMM's time / embscale's, median of the interleaved "
             f"calls (minimum in brackets), above 1× where embscale is faster. Records: `{RESULTS}/{name}`.\n\n" +
             table(["", *[f"D={d}" for d in dims]], rows))
@@ -411,15 +419,24 @@ def cpu_peer_sections(results_dir):
     """The vs-FBGEMM-on-the-CPU parts: one per CPU model (the records' `device`), each from that model's
     newest run, the most recent run first (none while there is no such record). The ratios move with the
     machine (another model, another cache hierarchy), so one machine's run does not replace another's."""
-    newest = {}  # device -> (position in runs_of's order, file name, that run's records of the device)
+    # (device, FBGEMM's tables on huge pages too) -> (position in runs_of's order, file name, that run's records)
+    newest = {}
     for i, (_, name, recs) in enumerate(runs_of(results_dir, "fbgemm_cpu")):  # oldest first: later runs replace
-        by_device = {}
+        by_key = {}
         for r in recs:
-            by_device.setdefault(r.get("device", "?"), []).append(r)
-        for device, of_device in by_device.items():
-            if any(r.get("impl") == "fbgemm_cpu" for r in of_device):
-                newest[device] = (i, name, of_device)
-    return [vs_fbgemm_cpu(name, recs) for _, name, recs in sorted(newest.values(), key=lambda run: -run[0])]
+            by_key.setdefault((r.get("device", "?"), bool(r.get("fbgemm_huge_pages"))), []).append(r)
+        for key, of_key in by_key.items():
+            if any(r.get("impl") == "fbgemm_cpu" for r in of_key):
+                newest[key] = (i, name, of_key)
+    # Per device its newest default run, then (when there is one) its newest run with both on huge pages.
+    parts = []
+    for (device, both), (_, name, recs) in sorted(newest.items(), key=lambda kv: -kv[1][0]):
+        if both:
+            continue
+        parts.append(vs_fbgemm_cpu(name, recs))
+        if (device, True) in newest:
+            parts.append(vs_fbgemm_cpu(*newest[(device, True)][1:]))
+    return parts
 
 
 # ---- CPU ----------------------------------------------------------------------------------------------
