@@ -1059,10 +1059,12 @@ class TableBatchedEmbeddingBags(nn.Module):
     def _host_tables_on_huge_pages(self, names):
         """Copies the named tables or optimizer state that are new CPU tensors of 2 MiB or more (a move to the
         CPU, a cast, an unpickled module) onto memory advised for huge pages (_host_memory), in place of the
-        tensor torch made (the Parameter object is kept)."""
+        tensor torch made (the Parameter object is kept). Shared memory (share_memory(), tensors received
+        from another process) is left where it is: sharing is what it is for."""
         for name in names:
             t = getattr(self, name)
-            if t.device.type != "cpu" or t.numel() * t.element_size() < _host_memory.HUGE_PAGE_BYTES:
+            small = t.numel() * t.element_size() < _host_memory.HUGE_PAGE_BYTES
+            if t.device.type != "cpu" or small or t.is_shared():
                 continue
             with torch.no_grad():
                 placed = _host_memory.empty(t.numel(), t.dtype).copy_(t.reshape(-1)).view(t.shape)

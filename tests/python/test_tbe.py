@@ -413,6 +413,9 @@ def test_cpu_tables_of_2_mib_or_more_live_on_huge_pages(gen):
     assert _on_huge_pages(tbe.momentum1) and tbe.momentum1.dtype == torch.float32
     empty = make_module(specs, fmap, "meta", optimizer="sgd").to_empty(device="cpu")
     assert _on_huge_pages(empty.weights)
+    kept = tbe.weights.detach().clone()
+    tbe.share_memory()  # shared memory is left shared, not copied back onto private pages
+    assert tbe.weights.is_shared() and tbe.momentum1.is_shared() and torch.equal(tbe.weights, kept)
 
 
 @requires_cuda
