@@ -66,6 +66,14 @@ TEST(Memory, HostBufferRoundTrip) {
   EXPECT_TRUE(backend_malloc(Backend::kCpu, 0, &p).ok());
   EXPECT_EQ(p, nullptr);
   EXPECT_FALSE(backend_malloc(Backend::kCpu, 10, nullptr).ok());
+  // A size whose rounding up to the alignment would wrap around is refused, not allocated small.
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX - 10, SIZE_MAX - (size_t{2} << 20) + 1}) {
+    p = reinterpret_cast<void*>(1);
+    const Status s = backend_malloc(Backend::kCpu, bytes, &p);
+    EXPECT_FALSE(s.ok()) << bytes;
+    EXPECT_EQ(p, nullptr);
+    EXPECT_NE(s.message().find("bytes"), std::string::npos) << s.message();
+  }
 }
 
 #if defined(__linux__)

@@ -1,5 +1,6 @@
 // Backend-neutral memory helpers (memory.h) and backend availability. CUDA calls live in
 // src/core/cuda/runtime_cuda.cu behind the small interface in core/cuda_runtime.h.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -42,6 +43,7 @@ Status backend_malloc(Backend b, size_t bytes, void** ptr) {
     // and advised for transparent huge pages before anything touches it: random row reads of large tables
     // then miss the TLB far less often (docs/tbe_cpu.md, "Huge pages").
     const size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
+    if (bytes > SIZE_MAX - align) return invalid_argument("bytes: " + std::to_string(bytes) + " is more than any host allocation");
     const size_t size = (bytes + align - 1) / align * align;
     *ptr = std::aligned_alloc(align, size);
     if (*ptr == nullptr) return Status(StatusCode::kBackendError, "host allocation of " + std::to_string(bytes) + " bytes failed");
