@@ -1054,17 +1054,18 @@ class TableBatchedEmbeddingBags(nn.Module):
                                 where="pickle: hparams: ")
         self._handles = {}
         self._handle_id = self._handle_for(self.weights.device, self.weights.dtype).id
-        self._host_tables_on_huge_pages(_HOST_TABLES)
 
     def _host_tables_on_huge_pages(self, names):
         """Copies the named tables or optimizer state that are new CPU tensors of 2 MiB or more (a move to the
-        CPU, a cast, an unpickled module) onto memory advised for huge pages (_host_memory), in place of the
-        tensor torch made (the Parameter object is kept). Shared memory (share_memory(), tensors received
-        from another process) is left where it is: sharing is what it is for."""
+        CPU, a cast, to_empty) onto memory advised for huge pages (_host_memory), in place of the tensor torch
+        made (the Parameter object is kept). Shared and pinned memory (share_memory(), pin_memory(), tensors
+        received from another process) is left where it is: that is what they were asked for. An unpickled
+        module is not moved either (its tensors may be shared with views saved beside it, or mapped from the
+        file by torch.load(mmap=True))."""
         for name in names:
             t = getattr(self, name)
             small = t.numel() * t.element_size() < _host_memory.HUGE_PAGE_BYTES
-            if t.device.type != "cpu" or small or t.is_shared():
+            if t.device.type != "cpu" or small or t.is_shared() or t.is_pinned():
                 continue
             with torch.no_grad():
                 placed = _host_memory.empty(t.numel(), t.dtype).copy_(t.reshape(-1)).view(t.shape)
