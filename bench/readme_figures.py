@@ -214,13 +214,13 @@ def comparison_records(path):
         return [r for r in (json.loads(line) for line in f if line.strip()) if "experiment" not in r]
 
 
-def newest_run(results_dir, peer):
-    """(file name, records of the newest run holding records of impl `peer`: that file's records of that
-    date; of two files with the same newest date, the one named last), or None."""
+def newest_run(results_dir, peer, op=None):
+    """(file name, records of the newest run holding records of impl `peer` (of op `op`, when given): that
+    file's records of that date; of two files with the same newest date, the one named last), or None."""
     best = None
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
         recs = comparison_records(path)
-        dates = {r.get("date", "") for r in recs if r.get("impl") == peer}
+        dates = {r.get("date", "") for r in recs if r.get("impl") == peer and op in (None, r.get("op"))}
         if dates and (best is None or max(dates) >= best[0]):  # a tie: the file named last
             best = (max(dates), os.path.basename(path), recs)
     if best is None:
@@ -336,11 +336,17 @@ def vs_fbgemm(runs):
             f"{', '.join(f'`{RESULTS}/{n}`' for n in sorted(used))}.\n\n" + table(["", *[f"D={d}" for d in dims]], rows))
 
 
-def vs_te(name, recs):
+def vs_te(run, transpose_run=None):
+    """The TE table from `run` (file name, records) and, when `run` did not measure cast_transpose, the
+    cast_transpose row from `transpose_run`, the newest run that did."""
+    name, recs = run
+    if transpose_run is None or transpose_run[0] == name:
+        transpose_run = run
     peers = [r for r in recs if r["impl"] == "te"]
     first_peer = peers[0]
 
-    def pivot(ops, size_of, sizes):
+    def pivot(ops, size_of, sizes, recs=recs):
+        peers = [r for r in recs if r["impl"] == "te"]
         rows = []
         for op in ops:
             for dtype in ("fp32", "bf16"):
@@ -358,15 +364,20 @@ def vs_te(name, recs):
     one_d = [op for op in ("amax", "quantize", "quantize_current_scaling") if any(r["op"] == op for r in peers)]
     sizes = sorted({r["n"] for r in peers if r["op"] in one_d})
     parts = [table(["", *[pow2(n) for n in sizes]], pivot(one_d, lambda r: r["n"], sizes))] if one_d else []
-    shapes = sorted({(r["rows"], r["cols"]) for r in peers if r["op"] == "cast_transpose"})
+    t_recs = transpose_run[1]
+    shapes = sorted({(r["rows"], r["cols"]) for r in t_recs if r["impl"] == "te" and r["op"] == "cast_transpose"})
     if shapes:
         parts.append(table(["", *[f"{r}×{c}" for r, c in shapes]],
-                           pivot(["cast_transpose"], lambda r: (r.get("rows"), r.get("cols")), shapes)))
+                           pivot(["cast_transpose"], lambda r: (r.get("rows"), r.get("cols")), shapes, t_recs)))
+    records = f"`{RESULTS}/{name}`"
+    if shapes and transpose_run[0] != name:
+        t_date = next(r["date"] for r in t_recs if r["impl"] == "te" and r["op"] == "cast_transpose")
+        records += f" (cast_transpose: `{RESULTS}/{transpose_run[0]}`, {t_date})"
     return (f"**vs TransformerEngine** ({first_peer.get('transformer_engine', '?')}, its C API linked into one harness "
             f"with embscale on the same device buffers, FP8 codes, amax and scale_inv checked bit-identical first; "
             f"current scaling as TE's PyTorch quantizer runs it: amax, scale, then the cast; e4m3; "
             f"{first_peer['device']}, {first_peer['date']}). TE's time / embscale's, medians of CUDA-event timings "
-            f"on inputs rotated past the L2, above 1× where embscale is faster. Records: `{RESULTS}/{name}`.\n\n" +
+            f"on inputs rotated past the L2, above 1× where embscale is faster. Records: {records}.\n\n" +
             "\n\n".join(parts))
 
 
@@ -378,7 +389,7 @@ def peer_sections(results_dir):
         parts.append(vs_fbgemm(runs))
     run = newest_run(results_dir, "te")
     if run:
-        parts.append(vs_te(*run))
+        parts.append(vs_te(run, newest_run(results_dir, "te", op="cast_transpose")))
     return parts
 
 

@@ -244,7 +244,7 @@ TEST_P(Fp8Cast, CurrentScalingMatchesReference) {
 }
 
 // kAuto on CUDA from 1 MiB to 8 MiB of x: the resident path (x held in registers by one block per SM, one
-// grid barrier), amax + cast above. Sizes from one vector per thread to four (bf16 2^22 - 9, fp32 2^21:
+// grid barrier), the runs pair above (CurrentScalingRunsSizes). Sizes from one vector per thread to four (bf16 2^22 - 9, fp32 2^21:
 // the most a 132-SM H200 holds) and one past the range (fp32 2^21 + 1); unaligned heads and scalar
 // tails; the maximum near the end (the last block's last vectors), in the scalar tail, or an infinity;
 // a NaN everywhere.
@@ -293,6 +293,54 @@ TEST_P(Fp8Cast, CurrentScalingResidentSizes) {
     const bool resident = ws_bytes > 0 && nvec <= 4 * 1024 * static_cast<int64_t>(ws_bytes / 8);
     EXPECT_EQ(ws_written, resident) << "workspace " << ws_bytes << " bytes, " << nvec << " vectors";
     if (ws_bytes == 0 || ws_bytes / 8 == 132) EXPECT_EQ(resident, c.resident_on_h200) << "the range on a 132-SM H200";
+  }
+}
+
+// kAuto on CUDA above the resident path up to 32 MiB of x: amax and cast on one grid of contiguous runs,
+// block b reading and then casting run b (Fp8Policy::kQcsRunsMaxBytes); amax + the grid-stride cast
+// above. Runs of unequal length (n not a multiple of the grid), unaligned heads and scalar tails, y
+// misaligned so that the whole cast is scalar, the maximum in the first vector, in the last run or in the
+// scalar tail (or in the last vector of the last run), an infinity, a NaN; the largest x of the range and
+// one element past it.
+TEST_P(Fp8Cast, CurrentScalingRunsSizes) {
+  if (backend() != Backend::kCuda) GTEST_SKIP() << "the runs path is CUDA's";
+  struct Case {
+    DType dt;
+    int64_t n;
+    DType fp8;
+    int64_t offset;
+    int64_t max_at;  // index of the maximum counted from the end (1: the last element)
+    double max_value;
+    bool scalar_y;  // y one byte past where its vectors would be aligned: no vectors
+  };
+  const Case cases[] = {
+      {DType::kBF16, (int64_t(1) << 23) + 5, DType::kF8E4M3, 1, 1, 900.0, false},
+      {DType::kF32, (int64_t(1) << 21) + 1, DType::kF8E5M2, 0, (int64_t(1) << 21) + 1, -7e4, false},
+      {DType::kF32, (int64_t(3) << 21) + 3, DType::kF8E4M3, 2, 40000, 1e6, false},
+      {DType::kF16, (int64_t(1) << 24) - 7, DType::kF8E4M3, 3, 70000, INFINITY, false},
+      {DType::kF32, (int64_t(1) << 23) + 3, DType::kF8E5M2, 1, 1, 3e4, false},
+      {DType::kBF16, (int64_t(1) << 24), DType::kF8E5M2, 0, 5, -3000.0, false},
+      {DType::kBF16, (int64_t(1) << 24) + 1, DType::kF8E4M3, 0, 2, 2000.0, false},
+      {DType::kBF16, (int64_t(1) << 22) + 9, DType::kF8E4M3, 1, 3, 500.0, true},
+  };
+  uint64_t salt = 800;
+  for (const Case& c : cases) {
+    const uint64_t seed = fp8test::case_seed(++salt);
+    SCOPED_TRACE(std::string(dtype_name(c.dt)) + "->" + dtype_name(c.fp8) + " n=" + std::to_string(c.n) +
+                 " seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    HostTensor x(c.dt, c.n);
+    fp8test::fill_random(&x, rng, 2.0);
+    x.set(c.n / 7, std::nan(""));
+    x.set(c.n - c.max_at, c.max_value);
+    // y's body aligned after x's scalar head (as in CurrentScalingResidentSizes), or one byte past it.
+    const int64_t es = static_cast<int64_t>(dtype_size(c.dt));
+    const int64_t head = (16 - c.offset * es % 16) % 16 / es;
+    const int64_t y_offset = (16 / es - head % (16 / es)) % (16 / es) + (c.scalar_y ? 1 : 0);
+    size_t ws_bytes = 0;
+    check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, y_offset, &ws_bytes);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(ws_bytes, 0u) << "neither the runs pair nor the amax + cast above it needs a workspace";
   }
 }
 

@@ -97,6 +97,21 @@ def test_peer_tables_come_from_the_newest_run(tmp_path):
     assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part
 
 
+def test_te_table_takes_cast_transpose_from_the_newest_run_that_measured_it(tmp_path):
+    gen = load_generator()
+    older = [fp8_record("te", "amax", "bf16", 12.0, n=1 << 20), fp8_record("embscale", "amax", "bf16", 8.0, n=1 << 20),
+             fp8_record("te", "cast_transpose", "fp32", 110.0, rows=8192, cols=8192),
+             fp8_record("embscale", "cast_transpose", "fp32", 100.0, rows=8192, cols=8192)]
+    newer = [fp8_record("te", "amax", "bf16", 30.0, n=1 << 24), fp8_record("embscale", "amax", "bf16", 20.0, n=1 << 24)]
+    for name, recs, date in (("2026-12-02-a.jsonl", older, "2026-12-02"), ("2026-12-03-b.jsonl", newer, "2026-12-03")):
+        (tmp_path / name).write_text("".join(json.dumps(dict(r, date=date)) + "\n" for r in recs))
+    (te_part,) = gen.peer_sections(str(tmp_path))
+    assert "| amax, bf16 | 1.5× |" in te_part and "| 2^24 |" in te_part and "2^20" not in te_part
+    assert "| cast_transpose, fp32 | 1.1× |" in te_part
+    assert ("Records: `bench/results/2026-12-03-b.jsonl` (cast_transpose: `bench/results/2026-12-02-a.jsonl`, "
+            "2026-12-02)") in te_part
+
+
 def test_back_to_back_ratios_span_the_unchecked_cases_that_have_them(tmp_path):
     gen = load_generator()
     def loop(rec, us):

@@ -139,6 +139,23 @@ __global__ void __launch_bounds__(Fp8Policy::kAmaxGridThreads) amax_two_stage_ke
   amax_grid_body<T, true>(p);
 }
 
+// The atomic path's grid kernel with block b reading the b-th of gridDim.x contiguous runs of the vectors
+// (block_run) instead of vectors a grid apart: quantize_current_scaling's amax pass when its cast takes
+// the same runs on the same grid (quantize_from_amax_runs_kernel, fp8_cast.cuh).
+template <typename T>
+__global__ void __launch_bounds__(Fp8Policy::kQcsRunThreads) amax_runs_kernel(AmaxParams p) {
+  if (kernel_prologue_skip(p.noop_flag)) return;  // waits for the previous grid before reading x
+  const BlockRun run = block_run(p.split.nvec);
+  const void* body = static_cast<const char*>(p.x) +
+                     (p.split.head + run.first * Vec16<T>::kN) * static_cast<int64_t>(sizeof(T));
+  MagAcc<T> acc;
+  stream_vectors<T, Fp8Policy::kAmaxUnroll>(body, run.count, threadIdx.x, blockDim.x, false,
+                                            [&](int64_t, const Vec16<T>& v) { acc.add_vec(v); });
+  add_scalars(acc, p.x, p.split, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+              static_cast<int64_t>(gridDim.x) * blockDim.x);
+  finish_grid<false>(block_reduce_amax(acc.result()), p.out);
+}
+
 // Launched as exactly one cluster (gridDim.x == cluster size).
 template <typename T>
 __global__ void __launch_bounds__(Fp8Policy::kClusterThreads, 1) amax_cluster_kernel(AmaxParams p) {

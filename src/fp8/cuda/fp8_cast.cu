@@ -1,5 +1,6 @@
 // Casts on CUDA: compute_scale, quantize, dequantize and quantize_current_scaling (one cluster launch for
-// small inputs, amax + quantize_from_amax otherwise; see fp8_cast.cuh). The runtime dtype -> template
+// small inputs, one resident grid for mid-size ones, amax + cast on one grid of runs up to 32 MiB, amax +
+// quantize_from_amax otherwise; see fp8_cast.cuh). The runtime dtype -> template
 // dispatch of each op is here, over the closed set {fp32, fp16, bf16} x {e4m3, e5m2}.
 #include <algorithm>
 #include <string>
@@ -183,6 +184,21 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
       if (st.ok()) return st;
       // The cooperative launch was refused (its error is cleared): fall back to amax + cast below.
     }
+    const int64_t x_bytes = n * static_cast<int64_t>(sizeof(Tin));
+    if (opts.amax.algo == AmaxAlgo::kAuto && n > 0 && x_bytes <= Fp8Policy::kQcsRunsMaxBytes) {
+      // One grid of contiguous runs for the amax and the cast (Fp8Policy::kQcsRunsMaxBytes).
+      const dim3 grid(sm_count() * Fp8Policy::kQcsRunBlocksPerSm), block(Fp8Policy::kQcsRunThreads);
+      AmaxParams a;
+      a.x = x.data;
+      a.split = make_split(x.data, sizeof(Tin), n, nullptr, 0);
+      a.noop_flag = opts.amax.noop_flag;
+      a.out = AmaxOutputs{amax_out, opts.amax.nonfinite_flag, nullptr};
+      EMBSCALE_RETURN_IF_ERROR(
+          launch_amax_init(stream, amax_out, opts.amax.nonfinite_flag, opts.amax.noop_flag, x_bytes));
+      EMBSCALE_RETURN_IF_ERROR(launch_kernel("amax_runs_kernel", amax_runs_kernel<Tin>, grid, block, 0, stream, a));
+      return launch_kernel("quantize_from_amax_runs_kernel", quantize_from_amax_runs_kernel<Tin, Tout>, grid, block,
+                           0, stream, p);
+    }
     // amax (any path; none needs a workspace under kAuto), then the cast, PDL-launched: it waits for the
     // amax kernels to finish before reading *amax.
     EMBSCALE_RETURN_IF_ERROR(
@@ -190,7 +206,6 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
     // With n == 0 the cast has nothing to do, but scale and scale_inv must still be written.
     // The cast's grid and cache hints by the size of x (Fp8Policy): evict-first stores while x fits L2,
     // no grid cap from kQcsUncappedMinBytes on.
-    const int64_t x_bytes = n * static_cast<int64_t>(sizeof(Tin));
     const dim3 grid(cast_grid_blocks(p.split, Fp8Policy::kCastUnroll, x_bytes < Fp8Policy::kQcsUncappedMinBytes));
     const auto kernel = x_bytes <= Fp8Policy::kQcsStreamingMaxBytes ? quantize_from_amax_kernel<Tin, Tout, true>
                                                                      : quantize_from_amax_kernel<Tin, Tout, false>;

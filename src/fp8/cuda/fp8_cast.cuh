@@ -5,6 +5,9 @@
 //    from the finished *amax with the shared rule (scaling.h), block 0 also stores scale and scale_inv,
 //    so amax -> scale -> cast runs with no host round trip (the cast is PDL-launched after the amax kernels). The cast walks the vectors in
 //    reverse so it starts on the part of x the amax pass read last, which may still sit in L2.
+//  * Inputs about the size of L2 (kAuto, Fp8Policy::kQcsRunsMaxBytes): the same two steps with
+//    amax_runs_kernel and quantize_from_amax_runs_kernel, one grid of contiguous runs for both, so each
+//    SM casts the run it read for the amax and finds it in the L2 partition beside it.
 //  * Mid-size inputs (kAuto, Fp8Policy::kQcsResident*): quantize_current_scaling_resident_kernel, one
 //    cooperative grid of one block per SM that holds x in registers, so x is read from memory once; the
 //    blocks' amax partials meet in a workspace across one grid barrier.
@@ -122,6 +125,24 @@ __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_ke
   }
   cast_range<Tin, Tout, Fp8Policy::kCastUnroll, kStreaming>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                                                  static_cast<int64_t>(gridDim.x) * blockDim.x, p.reverse);
+}
+
+// quantize_from_amax_kernel with block b casting the b-th of gridDim.x contiguous runs of the vectors
+// (block_run), last to first, with the streaming hints: launched on the grid amax_runs_kernel had, so
+// that each run is cast by the SM that read it for the amax (blocks of two equal grids that fit the
+// device at once land on the same SMs) and is read from the L2 partition beside that SM.
+template <typename Tin, typename Tout>
+__global__ void __launch_bounds__(Fp8Policy::kQcsRunThreads) quantize_from_amax_runs_kernel(CastParams p) {
+  if (kernel_prologue_skip(p.noop_flag)) return;
+  const float s = scale_from_amax_rule(*p.amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.scale_out = s;
+    *p.scale_inv_out = scale_inv_from_scale(s);
+  }
+  const BlockRun run = block_run(p.split.nvec);
+  cast_vectors<Tin, Tout, Fp8Policy::kCastUnroll, true>(p, s, run.first, run.count, threadIdx.x, blockDim.x, true);
+  cast_scalars<Tin, Tout>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                          static_cast<int64_t>(gridDim.x) * blockDim.x);
 }
 
 // x = float(y) * *scale_inv, rounded to x's dtype. Here p.x is the fp8 input and p.y the output.

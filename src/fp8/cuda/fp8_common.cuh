@@ -41,6 +41,18 @@ struct RangeSplit {
   __host__ __device__ int64_t num_scalar() const { return head + (n - tail_begin); }
 };
 
+// Block blockIdx.x's share of nvec vectors cut into gridDim.x contiguous runs whose sizes differ by at
+// most one: vectors [first, first + count).
+struct BlockRun {
+  int64_t first;
+  int64_t count;
+};
+__device__ __forceinline__ BlockRun block_run(int64_t nvec) {
+  const int64_t g = gridDim.x, b = blockIdx.x;
+  const int64_t per = nvec / g, rem = nvec % g;
+  return {b * per + (b < rem ? b : rem), per + (b < rem ? 1 : 0)};
+}
+
 // ---- element access that tolerates any alignment -----------------------------------------------
 template <typename T>
 __device__ __forceinline__ T load_elem(const void* base, int64_t i, bool aligned) {

@@ -72,6 +72,18 @@ struct Fp8PolicySm90 {
   static constexpr int kQcsResidentVecs = 4;
   static constexpr int64_t kQcsResidentMinBytes = kQcsClusterMaxBytes;
   static constexpr int64_t kQcsResidentMaxBytes = int64_t(8) << 20;
+  // Above the resident path (and wherever it does not run) up to this many bytes of x, kAuto's amax and
+  // cast are amax_runs_kernel and quantize_from_amax_runs_kernel: one grid of kQcsRunBlocksPerSm blocks
+  // of kQcsRunThreads an SM for both, block b reading and then casting the b-th contiguous run of x, so
+  // each run is cast on the SM that read it for the amax and comes from the L2 partition beside it; the
+  // grid-stride pair maps x to SMs differently in its two kernels. A/B of the library's two builds
+  // (2026-12-04-nvidia-h200-qcs-sm-runs.md, medians of 3 rounds): bf16 2^24 (32 MiB) 21.9 -> 21.2 us,
+  // fp32 2^23 19.4 -> 18.8, bf16 2^23 13.7 -> 13.5; at 64 MiB level or 1% slower (bf16 2^25 43.7 -> 44.1),
+  // so the limit is 32 MiB. 2 blocks of 512 an SM beat 1 of 1024, 1 of 512 and 4 of 512 in the
+  // standalone comparison of the same record (dev/qcs_sm_affinity.cu).
+  static constexpr int64_t kQcsRunsMaxBytes = int64_t(32) << 20;
+  static constexpr int kQcsRunBlocksPerSm = 2;
+  static constexpr int kQcsRunThreads = 512;
   // The from-amax cast's loads skip L1 and its stores are evict-first for x of at most this many bytes,
   // so y does not push x out of L2 before the cast reads it again (2026-12-02-nvidia-h200-fp8-grids.md,
   // column nl1: bf16 2^24 (32 MiB) 23.4 -> 21.9 us, fp32 2^24 (64 MiB) 38.8 -> 37.4; 2^26 3-6% slower).
