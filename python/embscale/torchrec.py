@@ -228,6 +228,14 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         self._register_table_views()  # the views follow the tables' new storage
         return self
 
+    def __setstate__(self, state):
+        """A copy (copy.deepcopy, pickle, torch.load) has its own tables, but torch does not always keep the
+        views sharing them: a Parameter's deepcopy clones its data, and plain pickle stores each view's
+        storage apart. The views and the fused optimizer are made again over the copy's tables (with the
+        same values: the views were equal to them when copied)."""
+        super().__setstate__(state)
+        self._register_table_views()
+
     def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
         return self._embedding_bag_configs
 

@@ -398,3 +398,34 @@ def test_collection_loaded_with_assign_keeps_its_tables_views(device):
     fresh = EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.5, device="meta")
     fresh.load_state_dict(tables_only, strict=False, assign=True)
     assert all(torch.equal(a, b) for a, b in zip(fresh.tbe.split_embedding_weights(), trained))
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
+def test_collection_copies_keep_their_tables_views(how, tmp_path):
+    # (review of 2026-12-04) copy.deepcopy and pickle gave a collection whose embedding_bags.<table>.weight
+    # and fused optimizer held copies of the tables, not views: the copy trained its tables while its
+    # state_dict and optimizer kept the values of the moment it was copied.
+    import pickle
+    torch.manual_seed(5)
+    ebc = EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.5)
+    if how == "deepcopy":
+        m = copy.deepcopy(ebc)
+    elif how == "pickle":
+        m = pickle.loads(pickle.dumps(ebc))
+    else:
+        torch.save(ebc, tmp_path / "ebc.pt")
+        m = torch.load(tmp_path / "ebc.pt", weights_only=False)
+    for t, (mine, theirs) in enumerate(zip(m.tbe.split_embedding_weights(), ebc.tbe.split_embedding_weights())):
+        assert torch.equal(mine, theirs) and mine.data_ptr() != theirs.data_ptr()
+    lengths = torch.tensor([1, 2, 0, 1, 1, 1, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                                                  12, 13, 14, 15]), lengths=lengths)
+    before = [w.clone() for w in ebc.tbe.split_embedding_weights()]
+    m(kjt).values().sum().backward()
+    trained = m.tbe.split_embedding_weights()
+    assert not torch.equal(trained[0], before[0])  # the copy trained
+    assert all(torch.equal(a, b) for a, b in zip(ebc.tbe.split_embedding_weights(), before))  # the original did not
+    sd = m.state_dict()
+    for t, w in zip(m.embedding_bags, trained):
+        assert torch.equal(m.embedding_bags[t].weight, w) and torch.equal(sd[f"embedding_bags.{t}.weight"], w)
+        assert torch.equal(m.fused_optimizer.params[f"{t}.weight"], w)
