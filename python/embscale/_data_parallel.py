@@ -163,7 +163,7 @@ class ReplicatedLookup(torch.autograd.Function):
     def backward(ctx, grad_output, _grad_num_skipped):
         weights, momentum1, momentum2, hparams = ctx.state
         indices, offsets, psw = ctx.saved_tensors
-        (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed) = ctx.cfg
+        (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed, _) = ctx.cfg
         h = ops.tbe_handle(handle)
         grad = grad_output.contiguous() / dist.get_world_size(ctx.group)
         tables = h.args[1:]  # rows, dims, feature map, weights dtype (not the device: each process has its own)

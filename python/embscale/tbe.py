@@ -123,7 +123,7 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
                 counts=None):
-        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = cfg
+        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed, _) = cfg
         forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
                    else torch.ops.embscale.tbe_forward)
         if forward is ops.tbe_forward_eager:
@@ -167,7 +167,8 @@ class _Lookup(torch.autograd.Function):
     def backward(ctx, grad_output, _grad_num_skipped):
         weights, momentum1, momentum2, hparams = ctx.state
         indices, offsets, psw = ctx.saved_tensors
-        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed) = ctx.cfg
+        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed,
+         sparse) = ctx.cfg
         if grad_output is None:  # (grads are not materialised) a zero gradient, as autograd would have made
             rows = indices.shape[0] if pooling == "none" else batch_size
             grad_output = torch.zeros((rows, output_cols), dtype=output_dtype, device=weights.device)
@@ -180,6 +181,8 @@ class _Lookup(torch.autograd.Function):
                 weights, grad_output, indices, offsets, psw, handle, batch_size, pooling, bounds_check, want_psw_grad)
             if weights.device.type != "meta":  # meta holds shapes only: no rows to give a gradient
                 grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
+                if not sparse:  # the layout DistributedDataParallel reduces (as nn.EmbeddingBag(sparse=False))
+                    grad_weights = grad_weights.to_dense()
         else:
             if eager:  # before the update, as the operator's dispatch does
                 ops.bump_versions(weights, momentum1, momentum2, hparams)
@@ -403,8 +406,12 @@ class TableBatchedEmbeddingBags(nn.Module):
             "none" (FBGEMM's OptimType.NONE) is the dense-gradient mode: the backward updates nothing and
             gives ``weights`` (then a Parameter that requires grad) a sparse COO gradient of the touched
             rows' elements, for a torch optimizer to step (one that takes sparse gradients: SGD, Adagrad,
-            SparseAdam); the hyper-parameters are not used. Its gradient is the caller's to reduce across
-            processes (as any parameter's under DDP), so data_parallel_group does not apply. Eager mode.
+            SparseAdam), or with ``sparse=False`` a dense one; the hyper-parameters are not used. Its
+            gradient is reduced across processes by the caller, so data_parallel_group does not apply:
+            under DistributedDataParallel pass ``sparse=False`` (DDP reduces dense gradients only, as for
+            nn.EmbeddingBag; the gradient then holds every table's elements). Eager mode.
+        sparse: optimizer "none" only: True (default) for a sparse COO gradient of ``weights``, False for a
+            dense one (the tables' size, zeros outside the touched rows).
         table_names: a name per table (unique, without "."), the keys of its state_dict entries
             (``<name>.weight``, ``<name>.<state>``); default ``table_<t>``.
         pooling: "sum", "mean" or "none" (sequence: one output row per index; all dims equal).
@@ -437,7 +444,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                  max_norm: float = 0.0, gradient_clipping: float = 0.0, pooling: str = "sum",
                  weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
                  bounds_check: str = "warn", stochastic_rounding: bool = True, seed: int = 0, device=None,
-                 data_parallel_group="auto", table_names: Optional[Sequence[str]] = None):
+                 data_parallel_group="auto", table_names: Optional[Sequence[str]] = None, sparse: bool = True):
         super().__init__()
         specs = []
         for t, s in enumerate(embedding_specs):
@@ -501,6 +508,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"seed: {seed!r}; expected an integer in [0, 2^63) (the operators take an int64)")
         self.data_parallel_group = data_parallel_group
+        self.sparse = _boolean("sparse", sparse)
+        if not self.sparse and optimizer != "none":
+            raise ValueError(f"sparse: False applies to optimizer='none' only (with optimizer={optimizer!r} the "
+                             f"backward updates the tables and gives them no gradient)")
         self.feature_dims = [dims[t] for t in fmap]
         self.total_dim = sum(self.feature_dims)
         self._handles = {}
@@ -850,7 +861,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             indices, offsets = indices.long(), offsets.long()
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
         cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
-               self.weight_decay_mode, self.stochastic_rounding, self.seed)
+               self.weight_decay_mode, self.stochastic_rounding, self.seed, self.sparse)
         group = None if self.optimizer == "none" else _data_parallel.resolve_group(self.data_parallel_group)
         lookup_args = (self._grad_anchor, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
@@ -1045,6 +1056,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         for stale in ("_handles", "_handle_id", "_handle_ptr"):  # _handle_ptr: pickles of earlier versions
             state.pop(stale, None)
         state.setdefault("data_parallel_group", "auto")  # pickles of earlier versions
+        state.setdefault("sparse", True)  # likewise
         state.setdefault("table_names", [f"table_{t}" for t in range(len(state["embedding_specs"]))])  # likewise
         super().__setstate__(state)
         if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor

@@ -49,6 +49,26 @@ def _train_replicas(rank, optimizer, pooling, batches):
     return outs, tbe.weights.detach().clone(), tbe.momentum1.clone(), tbe.step
 
 
+DENSE_CASE = 1  # the batches (unweighted, mean pooling) the dense-gradient run takes
+
+
+def _train_dense_gradient(rank, batches):
+    """optimizer="none" with sparse=False under DDP, stepped by torch's SGD: DDP averages the tables'
+    dense gradient like any parameter's (review of 2026-12-04: with the sparse gradient DDP raised
+    NotImplementedError from its reducer)."""
+    torch.manual_seed(100 + rank)
+    dev = multiprocess.device(rank)
+    model = nn.parallel.DistributedDataParallel(_Model(_module("none", "mean", sparse=False)).to(dev))
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    for step in batches:
+        indices, offsets, psw, target = (None if t is None else t.to(dev) for t in step[rank])
+        opt.zero_grad()
+        pooled, dense = model(indices, offsets, psw, torch.ones(pooled_rows(offsets), 3, device=dev))
+        ((pooled * target).sum() + dense.sum()).backward()
+        opt.step()
+    return model.module.tbe.weights.detach().cpu().clone()
+
+
 def _error(fn):
     try:
         fn()
@@ -69,6 +89,7 @@ def _worker(rank, world, batches_per_case):
     out = {"replicas": [_train_replicas(rank, optimizer, pooling, batches)
                         for (optimizer, pooling, _), batches in zip(CASES, batches_per_case)]}
     out["local"] = _train_local(rank)
+    out["dense_gradient"] = _train_dense_gradient(rank, batches_per_case[DENSE_CASE])
     dev = multiprocess.device(rank)
     mismatch = embscale.TableBatchedEmbeddingBags([(10 + rank, 4)], device=dev)  # not replicas: different tables
     out["mismatch"] = _error(lambda: mismatch(torch.tensor([1], device=dev),
@@ -159,6 +180,28 @@ def test_ddp_trains_like_one_process_on_the_global_batch(run, case):
         assert torch.equal(weights, ref.weights.detach().cpu()), f"rank {r}: tables"
         assert torch.equal(state, ref.momentum1.cpu()), f"rank {r}: optimizer state"
         assert step == ref.step == STEPS + 1
+
+
+def test_ddp_reduces_the_dense_gradient_of_optimizer_none(run):
+    """The replicas stay identical (DDP's average), and equal one process stepping the gradient of the global
+    batch (to fp32 rounding: DDP sums the processes' gradients, one process the global batch's rows)."""
+    world, batches, results = run
+    torch.manual_seed(100)
+    dev = multiprocess.device()
+    ref = _module("none", "mean", sparse=False, data_parallel_group=None).to(dev)
+    initial = ref.weights.detach().cpu().clone()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.3)
+    for parts in batches[DENSE_CASE]:
+        indices, offsets, _ = (None if t is None else t.to(dev) for t in _global_batch(parts))
+        opt.zero_grad()
+        ref(indices, offsets).backward(torch.cat([target for _, _, _, target in parts]).to(dev) / world)
+        assert ref.weights.grad.layout == torch.strided
+        opt.step()
+    first = results[0]["dense_gradient"]
+    assert not torch.equal(first, initial)  # it trained
+    for r in range(world):
+        assert torch.equal(results[r]["dense_gradient"], first), f"rank {r}: replicas differ"
+    torch.testing.assert_close(first, ref.weights.detach().cpu(), rtol=1e-5, atol=1e-6)
 
 
 def test_replicas_that_differ_are_an_error(run):

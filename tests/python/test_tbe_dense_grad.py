@@ -78,6 +78,31 @@ def test_torch_sgd_on_the_gradient_equals_the_fused_sgd(device, gen):
     torch.testing.assert_close(dense_mode.weights.detach(), fused.weights.detach(), rtol=0, atol=1e-7)
 
 
+def test_sparse_false_gives_the_same_gradient_dense(device, gen):
+    """sparse=False (for DistributedDataParallel, which reduces dense gradients only): the gradient of the
+    reference as a strided tensor of the tables' size, accumulated over two backwards."""
+    m = module(device, "none", sparse=False)
+    tables = [w.detach().cpu().double() for w in m.split_embedding_weights()]
+    want = torch.zeros(m.weights.numel(), dtype=torch.float64)
+    for _ in range(2):
+        indices, offsets, _ = ref.make_lookups(gen, ROWS, 4, 3, hot_row=2, hot_share=0.4)
+        g = torch.randn(4, TOTAL_DIM, generator=gen)
+        m(indices.to(device), offsets.to(device)).backward(g.to(device))
+        per_table, _, _ = ref.dense_grads(tables, FMAP, indices, offsets, 4, "sum", g)
+        want += torch.cat([w.flatten() for w in per_table])
+    grad = m.weights.grad
+    assert grad.layout == torch.strided and grad.shape == m.weights.shape and grad.device == m.weights.device
+    torch.testing.assert_close(grad.cpu().double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_sparse_is_checked():
+    with pytest.raises(ValueError, match="sparse: False applies to optimizer='none' only"):
+        module("cpu", "sgd", sparse=False)
+    with pytest.raises(TypeError, match="sparse"):
+        module("cpu", "none", sparse="no")
+    assert module("cpu", "sgd", sparse=True).sparse is True  # the default, accepted with any optimizer
+
+
 def test_meta_module_traces_and_gives_no_gradient(gen):
     m = module("meta", "none")
     indices, offsets, _ = ref.make_lookups(gen, ROWS, 2, 2)
