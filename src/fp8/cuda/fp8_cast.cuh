@@ -114,15 +114,21 @@ __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_scaled_kerne
   }
 }
 
-// scale = rule(*amax); block 0 stores scale and scale_inv; y = fp8(x * scale).
-template <typename Tin, typename Tout, bool kStreaming>
-__global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_kernel(CastParams p) {
-  if (kernel_prologue_skip(p.noop_flag)) return;
+// The from-amax casts' scale: rule(*p.amax), which block 0's thread 0 also stores with scale_inv.
+__device__ __forceinline__ float scale_from_finished_amax(const CastParams& p) {
   const float s = scale_from_amax_rule(*p.amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     *p.scale_out = s;
     *p.scale_inv_out = scale_inv_from_scale(s);
   }
+  return s;
+}
+
+// scale = rule(*amax); block 0 stores scale and scale_inv; y = fp8(x * scale).
+template <typename Tin, typename Tout, bool kStreaming>
+__global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_kernel(CastParams p) {
+  if (kernel_prologue_skip(p.noop_flag)) return;
+  const float s = scale_from_finished_amax(p);
   cast_range<Tin, Tout, Fp8Policy::kCastUnroll, kStreaming>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                                                  static_cast<int64_t>(gridDim.x) * blockDim.x, p.reverse);
 }
@@ -134,11 +140,7 @@ __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_ke
 template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(Fp8Policy::kQcsRunThreads) quantize_from_amax_runs_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
-  const float s = scale_from_amax_rule(*p.amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    *p.scale_out = s;
-    *p.scale_inv_out = scale_inv_from_scale(s);
-  }
+  const float s = scale_from_finished_amax(p);
   const BlockRun run = block_run(p.split.nvec);
   cast_vectors<Tin, Tout, Fp8Policy::kCastUnroll, true>(p, s, run.first, run.count, threadIdx.x, blockDim.x, true);
   cast_scalars<Tin, Tout>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
