@@ -243,6 +243,31 @@ TEST_P(Fp8Cast, CurrentScalingMatchesReference) {
   }
 }
 
+// The size tests' input: n elements of dt drawn from `seed` (sigma 2), a NaN at n / 7 and max_value at
+// n - max_at (max_at 1: the last element).
+HostTensor spiked_input(DType dt, int64_t n, uint64_t seed, int64_t max_at, double max_value) {
+  std::mt19937_64 rng(seed);
+  HostTensor x(dt, n);
+  fp8test::fill_random(&x, rng, 2.0);
+  x.set(n / 7, std::nan(""));
+  x.set(n - max_at, max_value);
+  return x;
+}
+
+// The elements of x before its first 16-byte boundary (its scalar head) when it starts `offset` elements
+// into an aligned buffer.
+int64_t scalar_head(DType dt, int64_t offset) {
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  return (16 - offset * es % 16) % 16 / es;
+}
+
+// Where y starts so that its body is aligned for the cast's vector stores after x's scalar head (else the
+// whole cast is scalar): one 16-byte input vector gives 16 / es fp8 bytes.
+int64_t aligned_y_offset(DType dt, int64_t x_offset) {
+  const int64_t per_vec = 16 / static_cast<int64_t>(dtype_size(dt));
+  return (per_vec - scalar_head(dt, x_offset) % per_vec) % per_vec;
+}
+
 // kAuto on CUDA from 1 MiB to 8 MiB of x: the resident path (x held in registers by one block per SM, one
 // grid barrier), the runs pair above (CurrentScalingRunsSizes). Sizes from one vector per thread to four (bf16 2^22 - 9, fp32 2^21:
 // the most a 132-SM H200 holds) and one past the range (fp32 2^21 + 1); unaligned heads and scalar
@@ -272,20 +297,14 @@ TEST_P(Fp8Cast, CurrentScalingResidentSizes) {
     const uint64_t seed = fp8test::case_seed(++salt);
     SCOPED_TRACE(std::string(dtype_name(c.dt)) + "->" + dtype_name(c.fp8) + " n=" + std::to_string(c.n) +
                  " seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    HostTensor x(c.dt, c.n);
-    fp8test::fill_random(&x, rng, 2.0);
-    x.set(c.n / 7, std::nan(""));
-    x.set(c.n - c.max_at, c.max_value);
-    // y starts where its body is aligned for the cast's vector stores after x's scalar head (else the
-    // whole cast is scalar and the path does not apply): x's head is the elements before its first 16-byte
-    // boundary, and one 16-byte input vector gives 16 / es fp8 bytes.
+    const HostTensor x = spiked_input(c.dt, c.n, seed, c.max_at, c.max_value);
+    // y's body aligned after x's scalar head (else the whole cast is scalar and the path does not apply).
     const int64_t es = static_cast<int64_t>(dtype_size(c.dt));
-    const int64_t head = (16 - c.offset * es % 16) % 16 / es;
-    const int64_t y_offset = (16 / es - head % (16 / es)) % (16 / es);
+    const int64_t head = scalar_head(c.dt, c.offset);
     size_t ws_bytes = 0;
     bool ws_written = false;
-    check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, y_offset, &ws_bytes, &ws_written);
+    check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, aligned_y_offset(c.dt, c.offset), &ws_bytes,
+                          &ws_written);
     if (HasFatalFailure()) return;
     // The path ran where it applies: x of 1 to 8 MiB (the workspace is asked for: 8 bytes per SM) and at
     // most 4 vectors a thread on (workspace / 8) SMs of 1024 threads. Its partials are then in the workspace.
@@ -328,15 +347,9 @@ TEST_P(Fp8Cast, CurrentScalingRunsSizes) {
     const uint64_t seed = fp8test::case_seed(++salt);
     SCOPED_TRACE(std::string(dtype_name(c.dt)) + "->" + dtype_name(c.fp8) + " n=" + std::to_string(c.n) +
                  " seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    HostTensor x(c.dt, c.n);
-    fp8test::fill_random(&x, rng, 2.0);
-    x.set(c.n / 7, std::nan(""));
-    x.set(c.n - c.max_at, c.max_value);
-    // y's body aligned after x's scalar head (as in CurrentScalingResidentSizes), or one byte past it.
-    const int64_t es = static_cast<int64_t>(dtype_size(c.dt));
-    const int64_t head = (16 - c.offset * es % 16) % 16 / es;
-    const int64_t y_offset = (16 / es - head % (16 / es)) % (16 / es) + (c.scalar_y ? 1 : 0);
+    const HostTensor x = spiked_input(c.dt, c.n, seed, c.max_at, c.max_value);
+    // y's body aligned after x's scalar head, or one byte past it.
+    const int64_t y_offset = aligned_y_offset(c.dt, c.offset) + (c.scalar_y ? 1 : 0);
     size_t ws_bytes = 0;
     check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, y_offset, &ws_bytes);
     if (HasFatalFailure()) return;
