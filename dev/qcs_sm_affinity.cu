@@ -52,6 +52,20 @@ __device__ __forceinline__ float amax8(uint4 v) {
   return m;
 }
 
+// The block's maximum of every thread's m, folded into *amax_bits with one atomicMax (non-negative floats
+// order like their bits).
+__device__ __forceinline__ void block_amax_to(unsigned* amax_bits, float m) {
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float part[32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(m));
+  }
+}
+
 template <int U>
 __global__ void amax_kernel(const uint4* __restrict__ x, Chunks ch, unsigned* amax_bits, int* sm_chunk, int* claims,
                             int* cursor) {
@@ -72,15 +86,7 @@ __global__ void amax_kernel(const uint4* __restrict__ x, Chunks ch, unsigned* am
     for (int u = 0; u < U; ++u) m = fmaxf(m, amax8(v[u]));
   }
   for (; i < e; i += blockDim.x) m = fmaxf(m, amax8(__ldg(x + i)));
-  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __shared__ float part[32];
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    m = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(m));
-  }
+  block_amax_to(amax_bits, m);
 }
 
 __device__ __forceinline__ uint2 cast8(uint4 v, float s) {
@@ -169,15 +175,7 @@ __global__ void amax_grid(const uint4* __restrict__ x, size_t nvec, unsigned* am
     for (int u = 0; u < 4; ++u) m = fmaxf(m, amax8(v[u]));
   }
   for (; i < nvec; i += stride) m = fmaxf(m, amax8(__ldg(x + i)));
-  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __shared__ float part[32];
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    m = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(m));
-  }
+  block_amax_to(amax_bits, m);
 }
 
 // Leaves L2 holding clean lines of another buffer (a memset would leave it dirty, and the next kernel would
