@@ -545,7 +545,9 @@ def test_a_host_word_the_device_may_still_write_is_never_reused(monkeypatch):
     with pytest.raises(ValueError, match="offsets"):
         m(torch.tensor([1, 7], device=dev), torch.tensor([0, 1], device=dev))
     assert len(pool.free) == pool.CHUNK - 1  # refused before the library: given back (or never taken)
-    m(torch.tensor([1, 7], device=dev), offsets)
+    indices = torch.tensor([1, 7], device=dev)  # (a copy from the host: waits for the stream)
+    torch.cuda._sleep(200_000_000)  # the device busy for ~0.1 s: the call's word is still unwritten after it
+    m(indices, offsets)
     assert len(m._bounds_reports) == 1 and len(pool.free) == pool.CHUNK - 2
     del m
     gc.collect()
