@@ -109,7 +109,7 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
 
 // kSlot: vectors a slot (one mbarrier or one cp.async group each). kWriteY false: the cast is left out (no y,
 // nothing for the next call to write back; for timing the read phase only).
-template <int kLoad, int kSlot, bool kWriteY = true>
+template <int kLoad, int kSlot, bool kWriteY = true, bool kMultiIssue = false, bool kPrefetch = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_kernel(const uint4* __restrict__ x, uint2* __restrict__ y, long long nvec, unsigned* partials,
                  unsigned* counter, unsigned* amax_out, unsigned long long* stamps) {
@@ -121,6 +121,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int slots = static_cast<int>((smem_vecs + kSlot - 1) / kSlot);
   uint4* sx = reinterpret_cast<uint4*>(smem);
   const uint4* xs = x + r.begin + kBlockRegVecs;  // the shared-memory part
+  if (kPrefetch)  // every thread asks L2 for lines of the shared-memory part (the load path, many in flight)
+    for (long long i = static_cast<long long>(threadIdx.x) * 8; i < smem_vecs; i += kThreads * 8)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(xs + i));
+  auto issue = [&](int s) {
+    const long long left = smem_vecs - static_cast<long long>(s) * kSlot;
+    const unsigned bytes = static_cast<unsigned>((left < kSlot ? left : kSlot) * 16);
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(&bar[s]));
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(sx + static_cast<long long>(s) * kSlot));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
+        "l"(xs + static_cast<long long>(s) * kSlot), "r"(bytes), "r"(a)
+        : "memory");
+  };
   if (kLoad == kBulk && threadIdx.x == 0) {
     for (int s = 0; s < slots; ++s) {
       const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(&bar[s]));
@@ -128,17 +142,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    for (int s = 0; s < slots; ++s) {
-      const long long left = smem_vecs - static_cast<long long>(s) * kSlot;
-      const unsigned bytes = static_cast<unsigned>((left < kSlot ? left : kSlot) * 16);
-      const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(&bar[s]));
-      const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(sx + static_cast<long long>(s) * kSlot));
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
-          "l"(xs + static_cast<long long>(s) * kSlot), "r"(bytes), "r"(a)
-          : "memory");
-    }
+    if (!kMultiIssue)
+      for (int s = 0; s < slots; ++s) issue(s);
+  }
+  if (kLoad == kBulk && kMultiIssue) {  // lane 0 of warp s issues slot s (and s + 32, ...)
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+      for (int s = threadIdx.x >> 5; s < slots; s += kThreads / 32) issue(s);
   }
   uint4 v[kRegVecs];
 #pragma unroll
@@ -275,6 +285,11 @@ int main(int argc, char** argv) {
       {"fused_cp_async_16k", fused_kernel<kCpAsync, 1024>, 1024, 0},
       {"fused_cp_async_32k", fused_kernel<kCpAsync, 2048>, 2048, 0},
       {"fused_bulk_64k_no_y", fused_kernel<kBulk, 4096, false>, 4096, 3},
+      {"fused_bulk_16k_multi_issue", fused_kernel<kBulk, 1024, true, true>, 1024, 0},
+      {"fused_bulk_64k_multi_issue", fused_kernel<kBulk, 4096, true, true>, 4096, 0},
+      {"fused_bulk_64k_prefetch", fused_kernel<kBulk, 4096, true, false, true>, 4096, 0},
+      {"fused_bulk_16k_prefetch", fused_kernel<kBulk, 1024, true, false, true>, 1024, 0},
+      {"fused_bulk_64k_prefetch_no_y", fused_kernel<kBulk, 4096, false, false, true>, 4096, 3},
       {"two_pass_runs", nullptr, 0, 1},
       {"amax_runs_alone", nullptr, 0, 2},
   };
