@@ -31,36 +31,13 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "qcs_bf16.cuh"
 
 namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kRegVecs = 4;                       // 16-byte vectors a thread holds in registers
 constexpr int kBlockRegVecs = kThreads * kRegVecs;
-
-__device__ __forceinline__ float amax8(uint4 v) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-  float m = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 f = __bfloat1622float2(p[k]);
-    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-  return m;
-}
-
-__device__ __forceinline__ uint2 cast8(uint4 v, float s) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-  unsigned short q[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    float2 f = __bfloat1622float2(p[k]);
-    f.x *= s;
-    f.y *= s;
-    q[k] = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
-  }
-  return make_uint2(q[0] | (unsigned(q[1]) << 16), q[2] | (unsigned(q[3]) << 16));
-}
 
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "qcs_bf16.cuh"
 
 namespace {
 
@@ -40,17 +41,6 @@ struct Chunks {
   __device__ size_t begin(int c) const { return nvec * c / count; }
   __device__ size_t end(int c) const { return nvec * (c + 1) / count; }
 };
-
-__device__ __forceinline__ float amax8(uint4 v) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-  float m = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 f = __bfloat1622float2(p[k]);
-    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-  return m;
-}
 
 // The block's maximum of every thread's m, folded into *amax_bits with one atomicMax (non-negative floats
 // order like their bits).
@@ -87,19 +77,6 @@ __global__ void amax_kernel(const uint4* __restrict__ x, Chunks ch, unsigned* am
   }
   for (; i < e; i += blockDim.x) m = fmaxf(m, amax8(__ldg(x + i)));
   block_amax_to(amax_bits, m);
-}
-
-__device__ __forceinline__ uint2 cast8(uint4 v, float s) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-  unsigned short q[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    float2 f = __bfloat1622float2(p[k]);
-    f.x *= s;
-    f.y *= s;
-    q[k] = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
-  }
-  return make_uint2(q[0] | (unsigned(q[1]) << 16), q[2] | (unsigned(q[3]) << 16));
 }
 
 enum Pick { kSame = 0, kOther = 1, kBlock = 2 };
