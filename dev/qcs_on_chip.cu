@@ -84,20 +84,22 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
   }
 }
 
-// kSlot: vectors a slot (one mbarrier or one cp.async group each). kWriteY false: the cast is left out (no y,
+// kSlot: vectors a slot (one mbarrier or one cp.async group each); kRV: vectors a thread holds in registers. kWriteY false: the cast is left out (no y,
 // nothing for the next call to write back; for timing the read phase only).
-template <int kLoad, int kSlot, bool kWriteY = true, bool kMultiIssue = false, bool kPrefetch = false>
+template <int kLoad, int kSlot, bool kWriteY = true, bool kMultiIssue = false, bool kPrefetch = false,
+          int kRV = kRegVecs>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_kernel(const uint4* __restrict__ x, uint2* __restrict__ y, long long nvec, unsigned* partials,
                  unsigned* counter, unsigned* amax_out, unsigned long long* stamps) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ __align__(8) unsigned long long bar[kMaxBars];
+  constexpr int kBlockRV = kThreads * kRV;  // vectors the block holds in registers
   const unsigned long long t0 = now_ns();
   const Run r = run_of(nvec);
-  const long long smem_vecs = r.count > kBlockRegVecs ? r.count - kBlockRegVecs : 0;
+  const long long smem_vecs = r.count > kBlockRV ? r.count - kBlockRV : 0;
   const int slots = static_cast<int>((smem_vecs + kSlot - 1) / kSlot);
   uint4* sx = reinterpret_cast<uint4*>(smem);
-  const uint4* xs = x + r.begin + kBlockRegVecs;  // the shared-memory part
+  const uint4* xs = x + r.begin + kBlockRV;  // the shared-memory part
   if (kPrefetch)  // every thread asks L2 for lines of the shared-memory part (the load path, many in flight)
     for (long long i = static_cast<long long>(threadIdx.x) * 8; i < smem_vecs; i += kThreads * 8)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(xs + i));
@@ -127,9 +129,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if ((threadIdx.x & 31) == 0)
       for (int s = threadIdx.x >> 5; s < slots; s += kThreads / 32) issue(s);
   }
-  uint4 v[kRegVecs];
+  uint4 v[kRV];
 #pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
+  for (int k = 0; k < kRV; ++k) {
     const long long i = threadIdx.x + static_cast<long long>(k) * kThreads;
     v[k] = i < r.count ? __ldcs(x + r.begin + i) : make_uint4(0, 0, 0, 0);
   }
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (kLoad == kBulk) __syncthreads();  // the mbarriers are initialised before anyone waits on them
   float m = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) m = fmaxf(m, amax8(v[k]));
+  for (int k = 0; k < kRV; ++k) m = fmaxf(m, amax8(v[k]));
   for (int s = 0; s < slots; ++s) {
     if (kLoad == kBulk) {
       const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(&bar[s]));
@@ -185,11 +187,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = g > 0.0f ? 448.0f / g : 1.0f;
   if (kWriteY) {
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
+    for (int k = 0; k < kRV; ++k) {
       const long long i = threadIdx.x + static_cast<long long>(k) * kThreads;
       if (i < r.count) y[r.begin + i] = cast8(v[k], scale);
     }
-    for (long long i = threadIdx.x; i < smem_vecs; i += kThreads) y[r.begin + kBlockRegVecs + i] = cast8(sx[i], scale);
+    for (long long i = threadIdx.x; i < smem_vecs; i += kThreads) y[r.begin + kBlockRV + i] = cast8(sx[i], scale);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -243,6 +245,7 @@ struct Mode {
   void (*kernel)(const uint4*, uint2*, long long, unsigned*, unsigned*, unsigned*, unsigned long long*);
   int slot;  // vectors a slot (0: the two-pass shape or the amax alone)
   int what;  // 0: fused, 1: two-pass, 2: amax alone (memset + amax_runs), 3: fused without the cast (no y)
+  int reg_vecs = kRegVecs;  // the fused kernel's vectors a thread in registers
 };
 
 int main(int argc, char** argv) {
@@ -267,6 +270,8 @@ int main(int argc, char** argv) {
       {"fused_bulk_64k_prefetch", fused_kernel<kBulk, 4096, true, false, true>, 4096, 0},
       {"fused_bulk_16k_prefetch", fused_kernel<kBulk, 1024, true, false, true>, 1024, 0},
       {"fused_bulk_64k_prefetch_no_y", fused_kernel<kBulk, 4096, false, false, true>, 4096, 3},
+      {"fused_bulk_64k_8_reg_vecs", fused_kernel<kBulk, 4096, true, false, false, 8>, 4096, 0, 8},
+      {"fused_bulk_64k_8_reg_vecs_no_y", fused_kernel<kBulk, 4096, false, false, false, 8>, 4096, 3, 8},
       {"two_pass_runs", nullptr, 0, 1},
       {"amax_runs_alone", nullptr, 0, 2},
   };
@@ -300,7 +305,6 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "n %lld does not fit on chip\n", n);
       continue;
     }
-    const long long smem_vecs = std::max(0LL, per_block - kBlockRegVecs);
     std::vector<__nv_bfloat16> h(n);
     std::mt19937 rng(seed + static_cast<unsigned>(n % 1000003));
     std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
@@ -322,6 +326,7 @@ int main(int argc, char** argv) {
     }
     auto call = [&](const Mode& md, int c) {
       if (md.what == 0 || md.what == 3) {
+        const long long smem_vecs = std::max(0LL, per_block - static_cast<long long>(kThreads) * md.reg_vecs);
         const int dyn = static_cast<int>(smem_vecs * 16);
         md.kernel<<<nsm, kThreads, dyn>>>(xs[c], ys[c], nvec, partials, counter, amax_bits, stamps);
       } else {
