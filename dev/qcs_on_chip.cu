@@ -2,20 +2,24 @@
 // The two-pass floor on the H200: the amax pass reads x from memory and the cast reads it again from L2
 // (bounded by L2's bandwidth: ~10 us for bf16 2^24 on the SM that read it,
 // `2026-12-04-nvidia-h200-qcs-sm-runs.md`). A grid of one 1024-thread block per SM can hold ~37 MiB:
-// 64 KiB of registers (4 vectors a thread) and up to 224 KiB of shared memory per SM. One launch, x read once:
-//   - the block's run beyond its registers goes to shared memory in slots (4-64 KiB): thread 0 starts bulk
-//     copies (`cp.async.bulk`, one mbarrier a slot), or every thread `cp.async`s the vectors it will read
-//     (one group a slot); every thread loads its 4 register vectors; the amax takes each slot as it lands;
+// registers (4 or 8 vectors a thread: 64 or 128 KiB an SM) and up to 224 KiB of shared memory per SM. One
+// launch, x read once:
+//   - the block's run beyond its registers goes to shared memory in slots (4-64 KiB): bulk copies
+//     (`cp.async.bulk`, one mbarrier a slot) issued by thread 0 or by one lane of several warps, optionally
+//     after every thread asks L2 for the lines (`prefetch.global.L2`), or every thread `cp.async`s the vectors
+//     it will read (one group a slot); every thread loads its register vectors; the amax takes each slot as
+//     it lands;
 //   - block amax -> one partial per block, one grid barrier (a counter that only grows, so no reset; the
 //     barrier spins, so it needs every block resident: one block per SM on an otherwise idle device),
 //     every block reduces all partials (same amax everywhere);
-//   - the cast from registers and shared memory, x never read again.
+//   - the cast from registers and shared memory, x never read again (or no cast: the read phase alone).
 // Standalone (no library): bf16 -> e4m3, against the library's two-pass shape rebuilt here (memset, amax
 // over 2 x 512-thread runs an SM, the cast of the same runs last to first with streaming hints). Timed as
 // the library's benchmark times: batches of back-to-back calls between CUDA events, inputs rotated over
 // copies that reach 3x L2, median batch. Per-phase times of the fused kernel from %globaltimer stamps
 // (first block start, last block's amax done, last block past the barrier, last block done).
-// y and amax are checked against the host for every mode. One JSON record per line.
+// y and amax are checked against the host for every mode (amax only where there is no cast). One JSON
+// record per line.
 // Record: bench/results/2026-12-04-nvidia-h200-qcs-on-chip.md (not adopted).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
