@@ -220,17 +220,10 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e2));
   for (int lg : {22, 23, 24, 25}) {
     const size_t n = size_t{1} << lg, nvec = n / 8;
-    std::vector<__nv_bfloat16> h(n);
-    std::mt19937 rng(seed + lg);
-    std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-    float want = 0.0f;
-    for (auto& v : h) {
-      v = __float2bfloat16(dist(rng));
-      want = std::max(want, std::fabs(__bfloat162float(v)));
-    }
-    std::vector<unsigned char> want_y(n);
-    for (size_t i = 0; i < n; ++i)
-      want_y[i] = __nv_cvt_float_to_fp8(__bfloat162float(h[i]) * (448.0f / want), __NV_SATFINITE, __NV_E4M3);
+    const HostCase hc = host_case(n, seed + lg);
+    const std::vector<__nv_bfloat16>& h = hc.x;
+    const float want = hc.amax;
+    const std::vector<unsigned char>& want_y = hc.y;
     uint4* x = nullptr;
     uint2* y = nullptr;
     CK(cudaMalloc(&x, n * 2));
