@@ -41,7 +41,6 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kRegVecs = 4;                       // 16-byte vectors a thread holds in registers
-constexpr int kBlockRegVecs = kThreads * kRegVecs;
 
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
@@ -247,7 +246,6 @@ __global__ void __launch_bounds__(512)
 struct Mode {
   const char* name;
   void (*kernel)(const uint4*, uint2*, long long, unsigned*, unsigned*, unsigned*, unsigned long long*);
-  int slot;  // vectors a slot (0: the two-pass shape or the amax alone)
   int what;  // 0: fused, 1: two-pass, 2: amax alone (memset + amax_runs), 3: fused without the cast (no y)
   int reg_vecs = kRegVecs;  // the fused kernel's vectors a thread in registers
 };
@@ -263,21 +261,21 @@ int main(int argc, char** argv) {
   CK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   std::fprintf(stderr, "SMs %d, L2 %d B, shared memory per block up to %d B\n", nsm, l2, smem_optin);
   const Mode modes[] = {
-      {"fused_bulk_16k", fused_kernel<kBulk, 1024>, 1024, 0},
-      {"fused_bulk_4k", fused_kernel<kBulk, 256>, 256, 0},
-      {"fused_bulk_64k", fused_kernel<kBulk, 4096>, 4096, 0},
-      {"fused_cp_async_16k", fused_kernel<kCpAsync, 1024>, 1024, 0},
-      {"fused_cp_async_32k", fused_kernel<kCpAsync, 2048>, 2048, 0},
-      {"fused_bulk_64k_no_y", fused_kernel<kBulk, 4096, false>, 4096, 3},
-      {"fused_bulk_16k_multi_issue", fused_kernel<kBulk, 1024, true, true>, 1024, 0},
-      {"fused_bulk_64k_multi_issue", fused_kernel<kBulk, 4096, true, true>, 4096, 0},
-      {"fused_bulk_64k_prefetch", fused_kernel<kBulk, 4096, true, false, true>, 4096, 0},
-      {"fused_bulk_16k_prefetch", fused_kernel<kBulk, 1024, true, false, true>, 1024, 0},
-      {"fused_bulk_64k_prefetch_no_y", fused_kernel<kBulk, 4096, false, false, true>, 4096, 3},
-      {"fused_bulk_64k_8_reg_vecs", fused_kernel<kBulk, 4096, true, false, false, 8>, 4096, 0, 8},
-      {"fused_bulk_64k_8_reg_vecs_no_y", fused_kernel<kBulk, 4096, false, false, false, 8>, 4096, 3, 8},
-      {"two_pass_runs", nullptr, 0, 1},
-      {"amax_runs_alone", nullptr, 0, 2},
+      {"fused_bulk_16k", fused_kernel<kBulk, 1024>, 0},
+      {"fused_bulk_4k", fused_kernel<kBulk, 256>, 0},
+      {"fused_bulk_64k", fused_kernel<kBulk, 4096>, 0},
+      {"fused_cp_async_16k", fused_kernel<kCpAsync, 1024>, 0},
+      {"fused_cp_async_32k", fused_kernel<kCpAsync, 2048>, 0},
+      {"fused_bulk_64k_no_y", fused_kernel<kBulk, 4096, false>, 3},
+      {"fused_bulk_16k_multi_issue", fused_kernel<kBulk, 1024, true, true>, 0},
+      {"fused_bulk_64k_multi_issue", fused_kernel<kBulk, 4096, true, true>, 0},
+      {"fused_bulk_64k_prefetch", fused_kernel<kBulk, 4096, true, false, true>, 0},
+      {"fused_bulk_16k_prefetch", fused_kernel<kBulk, 1024, true, false, true>, 0},
+      {"fused_bulk_64k_prefetch_no_y", fused_kernel<kBulk, 4096, false, false, true>, 3},
+      {"fused_bulk_64k_8_reg_vecs", fused_kernel<kBulk, 4096, true, false, false, 8>, 0, 8},
+      {"fused_bulk_64k_8_reg_vecs_no_y", fused_kernel<kBulk, 4096, false, false, false, 8>, 3, 8},
+      {"two_pass_runs", nullptr, 1},
+      {"amax_runs_alone", nullptr, 2},
   };
   const int nmodes = sizeof(modes) / sizeof(modes[0]);
   const int max_dyn = kMaxSharedVecs * 16;
@@ -305,7 +303,7 @@ int main(int argc, char** argv) {
   for (long long n : {1LL << 23, 1LL << 24, (1LL << 24) + (1LL << 20)}) {
     const long long nvec = n / 8;
     const long long per_block = (nvec + nsm - 1) / nsm;
-    if (per_block > kBlockRegVecs + kMaxSharedVecs) {
+    if (per_block > kThreads * kRegVecs + kMaxSharedVecs) {  // (the 4-vector modes hold the least)
       std::fprintf(stderr, "n %lld does not fit on chip\n", n);
       continue;
     }
