@@ -50,10 +50,11 @@ class Fp8Cast : public fp8test::Fp8Test {
 
   // quantize_current_scaling of x (starting x_offset elements into its allocation, y y_offset bytes in)
   // with opts, against the oracle: amax, scale and scale_inv bit for bit, the non-finite flag, every code,
-  // nothing written outside y. The workspace is poisoned first; *ws_written (when given) says whether the
-  // op wrote any of it. opts.amax.nonfinite_flag is set here.
+  // nothing written outside y. The workspace is poisoned first (every byte fp8test::kPoisonByte);
+  // *ws_after (when given) receives it after the op. opts.amax.nonfinite_flag is set here.
   void check_current_scaling(const HostTensor& x, DType fp8, CurrentScalingOptions opts, int64_t x_offset,
-                             int64_t y_offset, size_t* ws_size = nullptr, bool* ws_written = nullptr) {
+                             int64_t y_offset, size_t* ws_size = nullptr,
+                             std::vector<uint8_t>* ws_after = nullptr) {
     const int64_t n = x.numel();
     const ref::AmaxResult ra = ref::amax(x);
     const float rs = ref::scale(ra.amax, fp8_max(fp8), opts.scale.eps, opts.scale.power_of_2);
@@ -86,11 +87,9 @@ class Fp8Cast : public fp8test::Fp8Test {
     const int64_t bad = first_mismatch(got, want);
     EXPECT_EQ(bad, -1) << (bad >= 0 ? describe(x, got, want, bad) : "");
     if (ws_size != nullptr) *ws_size = ws_bytes;
-    if (ws_written != nullptr) {
-      std::vector<uint8_t> w(ws_bytes);
-      ASSERT_TRUE(copy_to_host(ctx(), w.data(), ws.data(), ws_bytes).ok());
-      *ws_written = false;
-      for (uint8_t b : w) *ws_written = *ws_written || b != fp8test::kPoisonByte;
+    if (ws_after != nullptr) {
+      ws_after->assign(ws_bytes, 0);
+      ASSERT_TRUE(copy_to_host(ctx(), ws_after->data(), ws.data(), ws_bytes).ok());
     }
   }
 };
@@ -268,6 +267,13 @@ int64_t aligned_y_offset(DType dt, int64_t x_offset) {
   return (per_vec - scalar_head(dt, x_offset) % per_vec) % per_vec;
 }
 
+// Whether any byte of ws[first, last) differs from the poison the workspace was filled with.
+bool ws_touched(const std::vector<uint8_t>& ws, size_t first, size_t last) {
+  for (size_t i = first; i < last && i < ws.size(); ++i)
+    if (ws[i] != fp8test::kPoisonByte) return true;
+  return false;
+}
+
 // kAuto on CUDA from 1 MiB to 8 MiB of x: the resident path (x held in registers by one block per SM, one
 // grid barrier), the runs pair above (CurrentScalingRunsSizes). Sizes from one vector per thread to four (bf16 2^22 - 9, fp32 2^21:
 // the most a 132-SM H200 holds) and one past the range (fp32 2^21 + 1); unaligned heads and scalar
@@ -302,22 +308,30 @@ TEST_P(Fp8Cast, CurrentScalingResidentSizes) {
     const int64_t es = static_cast<int64_t>(dtype_size(c.dt));
     const int64_t head = scalar_head(c.dt, c.offset);
     size_t ws_bytes = 0;
-    bool ws_written = false;
+    std::vector<uint8_t> ws;
     check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, aligned_y_offset(c.dt, c.offset), &ws_bytes,
-                          &ws_written);
+                          &ws);
     if (HasFatalFailure()) return;
-    // The path ran where it applies: x of 1 to 8 MiB (the workspace is asked for: 8 bytes per SM) and at
-    // most 4 vectors a thread on (workspace / 8) SMs of 1024 threads. Its partials are then in the workspace.
+    // The workspace is 16 bytes per SM (two 32-bit partials for each of the runs pair's 2 blocks an SM).
+    // The resident path runs where it applies, x of 1 to 8 MiB and at most 4 vectors a thread on
+    // (workspace / 16) SMs of 1024 threads, and writes its one block an SM's partials to the first half
+    // only; the runs pair (where it does not apply) writes both halves (the second holds its flags, 0 or
+    // 1, never the poison).
+    ASSERT_GT(ws_bytes, 0u) << "x of at most 32 MiB under kAuto asks for a workspace";
+    const size_t sms = ws_bytes / 16;
     const int64_t nvec = (c.n - head) / (16 / es);
-    const bool resident = ws_bytes > 0 && nvec <= 4 * 1024 * static_cast<int64_t>(ws_bytes / 8);
-    EXPECT_EQ(ws_written, resident) << "workspace " << ws_bytes << " bytes, " << nvec << " vectors";
-    if (ws_bytes == 0 || ws_bytes / 8 == 132) EXPECT_EQ(resident, c.resident_on_h200) << "the range on a 132-SM H200";
+    const bool resident =
+        c.n * es <= (int64_t(8) << 20) && nvec <= 4 * 1024 * static_cast<int64_t>(sms);
+    EXPECT_TRUE(ws_touched(ws, 0, ws_bytes / 2)) << "partials in the first half";
+    EXPECT_EQ(ws_touched(ws, ws_bytes / 2, ws_bytes), !resident)
+        << "workspace " << ws_bytes << " bytes, " << nvec << " vectors";
+    if (sms == 132) EXPECT_EQ(resident, c.resident_on_h200) << "the range on a 132-SM H200";
   }
 }
 
 // kAuto on CUDA above the resident path up to 32 MiB of x: amax and cast on one grid of contiguous runs,
-// block b reading and then casting run b (Fp8Policy::kQcsRunsMaxBytes); amax + the grid-stride cast
-// above. Runs of unequal length (n not a multiple of the grid), unaligned heads and scalar tails, y
+// block b reading and then casting run b (Fp8Policy::kQcsRunsMaxBytes), the blocks' amax partials passed
+// through the workspace; amax + the grid-stride cast above. Runs of unequal length (n not a multiple of the grid), unaligned heads and scalar tails, y
 // misaligned so that the whole cast is scalar, the maximum in the first vector, in the last run or in the
 // scalar tail (or in the last vector of the last run), an infinity, a NaN; the largest x of the range and
 // one element past it.
@@ -351,9 +365,21 @@ TEST_P(Fp8Cast, CurrentScalingRunsSizes) {
     // y's body aligned after x's scalar head, or one byte past it.
     const int64_t y_offset = aligned_y_offset(c.dt, c.offset) + (c.scalar_y ? 1 : 0);
     size_t ws_bytes = 0;
-    check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, y_offset, &ws_bytes);
+    std::vector<uint8_t> ws;
+    check_current_scaling(x, c.fp8, CurrentScalingOptions{}, c.offset, y_offset, &ws_bytes, &ws);
     if (HasFatalFailure()) return;
-    EXPECT_EQ(ws_bytes, 0u) << "neither the runs pair nor the amax + cast above it needs a workspace";
+    // Up to 32 MiB the runs pair keeps its blocks' partials in the workspace (16 bytes per SM, all written:
+    // the bits, then the flags); amax + cast above needs none.
+    const bool runs = c.n * static_cast<int64_t>(dtype_size(c.dt)) <= (int64_t(32) << 20);
+    if (!runs) {
+      EXPECT_EQ(ws_bytes, 0u) << "amax + the grid-stride cast above the range needs no workspace";
+      continue;
+    }
+    ASSERT_GT(ws_bytes, 0u);
+    EXPECT_EQ(ws_bytes % 16, 0u);
+    EXPECT_TRUE(ws_touched(ws, 0, ws_bytes / 2)) << "the partials' bits";
+    for (size_t i = ws_bytes / 2; i < ws_bytes; i += 4)
+      EXPECT_TRUE(ws[i] <= 1 && ws[i + 1] == 0 && ws[i + 2] == 0 && ws[i + 3] == 0) << "a block's flag at byte " << i;
   }
 }
 

@@ -75,8 +75,8 @@ Status dequantize(const Context& ctx, const TensorView& y, const float* scale_in
                   const float* noop_flag = nullptr);
 
 // amax -> scale -> cast in one call, all on the device. amax, scale and scale_inv are written. The
-// workspace depends on x's dtype, size and the amax algorithm (on CUDA, kAuto asks for a small one for
-// inputs of 1 to 8 MiB, whose amax partials meet there): ask for it.
+// workspace depends on x's dtype, size and the amax algorithm (on CUDA, kAuto asks for a small one, 16
+// bytes per SM, for inputs of up to 32 MiB, whose amax partials meet there): ask for it.
 struct CurrentScalingOptions {
   AmaxOptions amax;
   ScaleOptions scale;

@@ -35,7 +35,7 @@ namespace cg = cooperative_groups;
 struct AmaxOutputs {
   float* amax;              // [1]
   int32_t* nonfinite_flag;  // [1] or null
-  uint32_t* slots;          // two-stage: [gridDim.x]; atomic: unused
+  uint32_t* slots;          // two-stage: [gridDim.x]; runs: [2 * gridDim.x]; atomic: unused
 };
 
 // The block total r (valid in every thread) is published by thread 0: one atomic (atomic path, *amax
@@ -139,9 +139,11 @@ __global__ void __launch_bounds__(Fp8Policy::kAmaxGridThreads) amax_two_stage_ke
   amax_grid_body<T, true>(p);
 }
 
-// The atomic path's grid kernel with block b reading the b-th of gridDim.x contiguous runs of the vectors
-// (block_run) instead of vectors a grid apart: quantize_current_scaling's amax pass when its cast takes
-// the same runs on the same grid (quantize_from_amax_runs_kernel, fp8_cast.cuh).
+// quantize_current_scaling's amax pass when its cast takes the same runs on the same grid
+// (quantize_from_amax_runs_kernel, fp8_cast.cuh): block b reads the b-th of gridDim.x contiguous runs of
+// the vectors (block_run) and stores its partial in the workspace, the bits at slots[b] and the
+// non-finite flag at slots[gridDim.x + b] (no atomics, so no kernel first to zero an output; the cast
+// reduces the partials).
 template <typename T>
 __global__ void __launch_bounds__(Fp8Policy::kQcsRunThreads) amax_runs_kernel(AmaxParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;  // waits for the previous grid before reading x
@@ -153,7 +155,11 @@ __global__ void __launch_bounds__(Fp8Policy::kQcsRunThreads) amax_runs_kernel(Am
                                             [&](int64_t, const Vec16<T>& v) { acc.add_vec(v); });
   add_scalars(acc, p.x, p.split, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
               static_cast<int64_t>(gridDim.x) * blockDim.x);
-  finish_grid<false>(block_reduce_amax(acc.result()), p.out);
+  const AmaxPartial r = block_reduce_amax(acc.result());
+  if (threadIdx.x == 0) {
+    p.out.slots[blockIdx.x] = r.bits;
+    p.out.slots[gridDim.x + blockIdx.x] = r.nonfinite;
+  }
 }
 
 // Launched as exactly one cluster (gridDim.x == cluster size).

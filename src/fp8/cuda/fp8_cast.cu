@@ -78,11 +78,26 @@ ResidentShape qcs_resident_shape(const RangeSplit& split, AmaxAlgo algo) {
   return {blocks, static_cast<int>(k)};
 }
 
-// Workspace of the resident path: two 32-bit partials for each block it may launch, whenever x's size
-// lies in the path's range (the size query sees neither y nor the pointers' alignment).
-size_t qcs_resident_workspace_bytes(const TensorView& x, AmaxAlgo algo) {
-  if (!qcs_resident_range(x.numel() * static_cast<int64_t>(dtype_size(x.dtype)), algo)) return 0;
-  return 2 * sizeof(uint32_t) * static_cast<size_t>(sm_count());
+// x's size (bytes) and the amax algorithm are in the runs pair's range (where no path above it runs).
+bool qcs_runs_range(int64_t bytes, AmaxAlgo algo) {
+  return algo == AmaxAlgo::kAuto && bytes > 0 && bytes <= Fp8Policy::kQcsRunsMaxBytes;
+}
+
+// Workspace of the resident path and the runs pair: two 32-bit partials for each block of the runs grid
+// (kQcsRunBlocksPerSm an SM; the resident grid's one block an SM uses the first half), whenever x's size
+// lies in the runs pair's range, which holds the resident range and the cluster range (a refused cluster
+// launch falls back to the runs pair). The size query sees neither y nor the pointers' alignment.
+size_t qcs_workspace_bytes(const TensorView& x, AmaxAlgo algo) {
+  if (!qcs_runs_range(x.numel() * static_cast<int64_t>(dtype_size(x.dtype)), algo)) return 0;
+  return 2 * sizeof(uint32_t) * static_cast<size_t>(sm_count()) * Fp8Policy::kQcsRunBlocksPerSm;
+}
+
+// The workspace a path that keeps partials there was given: non-null and 4-byte aligned.
+Status check_partials_workspace(const void* ws) {
+  if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 4 != 0)
+    return invalid_argument("quantize_current_scaling: workspace must be non-null and 4-byte aligned "
+                            "(quantize_current_scaling_workspace_size() is nonzero for this x)");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -135,7 +150,7 @@ Status dequantize(const Context& ctx, const TensorView& y, const float* scale_in
 
 Status quantize_current_scaling_workspace_size(const TensorView& x, const CurrentScalingOptions& opts,
                                                size_t* bytes) {
-  *bytes = std::max(launch_amax_workspace_bytes(x, opts.amax.algo), qcs_resident_workspace_bytes(x, opts.amax.algo));
+  *bytes = std::max(launch_amax_workspace_bytes(x, opts.amax.algo), qcs_workspace_bytes(x, opts.amax.algo));
   return Status::Ok();
 }
 
@@ -170,9 +185,7 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
     }
     const ResidentShape r = qcs_resident_shape<Tin, Tout>(p.split, opts.amax.algo);
     if (r.blocks > 0) {
-      if (ws == nullptr || reinterpret_cast<uintptr_t>(ws) % 4 != 0)
-        return invalid_argument("quantize_current_scaling: workspace must be non-null and 4-byte aligned "
-                                "(quantize_current_scaling_workspace_size() is nonzero for this x)");
+      EMBSCALE_RETURN_IF_ERROR(check_partials_workspace(ws));
       p.vecs_per_thread = r.vecs_per_thread;
       p.partials = static_cast<uint32_t*>(ws);
       LaunchShape shape;
@@ -185,16 +198,17 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
       // The cooperative launch was refused (its error is cleared): fall back to amax + cast below.
     }
     const int64_t x_bytes = n * static_cast<int64_t>(sizeof(Tin));
-    if (opts.amax.algo == AmaxAlgo::kAuto && n > 0 && x_bytes <= Fp8Policy::kQcsRunsMaxBytes) {
-      // One grid of contiguous runs for the amax and the cast (Fp8Policy::kQcsRunsMaxBytes).
+    if (qcs_runs_range(x_bytes, opts.amax.algo)) {
+      // One grid of contiguous runs for the amax and the cast (Fp8Policy::kQcsRunsMaxBytes), the blocks'
+      // amax partials passed between them in the workspace.
+      EMBSCALE_RETURN_IF_ERROR(check_partials_workspace(ws));
       const dim3 grid(sm_count() * Fp8Policy::kQcsRunBlocksPerSm), block(Fp8Policy::kQcsRunThreads);
+      p.partials = static_cast<uint32_t*>(ws);
       AmaxParams a;
       a.x = x.data;
       a.split = make_split(x.data, sizeof(Tin), n, nullptr, 0);
       a.noop_flag = opts.amax.noop_flag;
-      a.out = AmaxOutputs{amax_out, opts.amax.nonfinite_flag, nullptr};
-      EMBSCALE_RETURN_IF_ERROR(
-          launch_amax_init(stream, amax_out, opts.amax.nonfinite_flag, opts.amax.noop_flag, x_bytes));
+      a.out = AmaxOutputs{amax_out, opts.amax.nonfinite_flag, p.partials};
       EMBSCALE_RETURN_IF_ERROR(launch_kernel("amax_runs_kernel", amax_runs_kernel<Tin>, grid, block, 0, stream, a));
       return launch_kernel("quantize_from_amax_runs_kernel", quantize_from_amax_runs_kernel<Tin, Tout>, grid, block,
                            0, stream, p);

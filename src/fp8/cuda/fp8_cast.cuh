@@ -7,7 +7,8 @@
 //    reverse so it starts on the part of x the amax pass read last, which may still sit in L2.
 //  * Inputs about the size of L2 (kAuto, Fp8Policy::kQcsRunsMaxBytes): the same two steps with
 //    amax_runs_kernel and quantize_from_amax_runs_kernel, one grid of contiguous runs for both, so each
-//    SM casts the run it read for the amax and finds it in the L2 partition beside it.
+//    SM casts the run it read for the amax and finds it in the L2 partition beside it. The amax pass
+//    leaves one partial per block in the workspace and the cast reduces them: two launches a call.
 //  * Mid-size inputs (kAuto, Fp8Policy::kQcsResident*): quantize_current_scaling_resident_kernel, one
 //    cooperative grid of one block per SM that holds x in registers, so x is read from memory once; the
 //    blocks' amax partials meet in a workspace across one grid barrier.
@@ -46,7 +47,7 @@ struct CastParams {
   const float* noop_flag;
   bool reverse = true;     // from-amax variant: walk the vectors last to first (see above)
   int vecs_per_thread = 0; // resident variant: vectors each thread holds in registers
-  uint32_t* partials = nullptr; // resident variant: [2 * gridDim.x] workspace, the blocks' amax bits, then flags
+  uint32_t* partials = nullptr; // resident and runs variants: [2 * gridDim.x] workspace, the blocks' amax bits, then flags
 };
 
 // Vector i of y's body = fp8(v * s): v's kN elements packed into one wide store (H: its cache hint).
@@ -133,14 +134,41 @@ __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_from_amax_ke
                                                  static_cast<int64_t>(gridDim.x) * blockDim.x, p.reverse);
 }
 
-// quantize_from_amax_kernel with block b casting the b-th of gridDim.x contiguous runs of the vectors
-// (block_run), last to first, with the streaming hints: launched on the grid amax_runs_kernel had, so
-// that each run is cast by the SM that read it for the amax (blocks of two equal grids that fit the
-// device at once land on the same SMs) and is read from the L2 partition beside that SM.
+// The one-launch kernels' and the runs cast's scale from the whole input's amax partial; block 0's
+// thread 0 stores amax, the non-finite flag, scale and scale_inv.
+__device__ __forceinline__ float store_current_scaling(const CastParams& p, const AmaxPartial& total) {
+  const float amax = bits_float(total.bits);
+  const float s = scale_from_amax_rule(amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.amax_out = amax;
+    if (p.nonfinite_flag != nullptr) *p.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
+    *p.scale_out = s;
+    *p.scale_inv_out = scale_inv_from_scale(s);
+  }
+  return s;
+}
+
+// The whole input's amax partial from the blocks' partials in a workspace (nblocks bits, then nblocks
+// flags; max and or, exact, so every block gets the same), valid in every thread of the block.
+__device__ __forceinline__ AmaxPartial reduce_block_partials(const uint32_t* partials, int nblocks) {
+  AmaxPartial all{0u, 0u};
+  for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
+    all.bits = max(all.bits, __ldcg(partials + b));
+    all.nonfinite |= __ldcg(partials + nblocks + b);
+  }
+  return block_reduce_amax(all);
+}
+
+// The cast after amax_runs_kernel, launched on its grid: every block reduces the amax pass's partials
+// (p.partials: gridDim.x bits, then gridDim.x flags; max and or, exact, so every block gets the same
+// amax), block 0 stores amax, the flag, scale and scale_inv, and block b casts the b-th of gridDim.x
+// contiguous runs of the vectors (block_run), last to first, with the streaming hints. Each run is so
+// cast by the SM that read it for the amax (blocks of two equal grids that fit the device at once land
+// on the same SMs) and read from the L2 partition beside that SM.
 template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(Fp8Policy::kQcsRunThreads) quantize_from_amax_runs_kernel(CastParams p) {
   if (kernel_prologue_skip(p.noop_flag)) return;
-  const float s = scale_from_finished_amax(p);
+  const float s = store_current_scaling(p, reduce_block_partials(p.partials, static_cast<int>(gridDim.x)));
   const BlockRun run = block_run(p.split.nvec);
   cast_vectors<Tin, Tout, Fp8Policy::kCastUnroll, true>(p, s, run.first, run.count, threadIdx.x, blockDim.x, true);
   cast_scalars<Tin, Tout>(p, s, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
@@ -165,20 +193,6 @@ __global__ void compute_scale_kernel(const float* amax, ScaleRule rule, float* s
     *scale = s;
     *scale_inv = scale_inv_from_scale(s);
   }
-}
-
-// The one-launch kernels' scale from the whole input's amax partial; block 0's thread 0 stores amax, the
-// non-finite flag, scale and scale_inv.
-__device__ __forceinline__ float store_current_scaling(const CastParams& p, const AmaxPartial& total) {
-  const float amax = bits_float(total.bits);
-  const float s = scale_from_amax_rule(amax, p.rule.fp8_max, p.rule.eps, p.rule.power_of_2);
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    *p.amax_out = amax;
-    if (p.nonfinite_flag != nullptr) *p.nonfinite_flag = total.nonfinite != 0 ? 1 : 0;
-    *p.scale_out = s;
-    *p.scale_inv_out = scale_inv_from_scale(s);
-  }
-  return s;
 }
 
 // One cluster (gridDim.x == cluster size) holding x on chip; the host guarantees
@@ -258,13 +272,7 @@ __global__ void __launch_bounds__(Fp8Policy::kQcsResidentThreads, 1)
   }
   cg::this_grid().sync();
 
-  AmaxPartial all{0u, 0u};
-  for (int b = t; b < static_cast<int>(gridDim.x); b += threads) {
-    all.bits = max(all.bits, __ldcg(p.partials + b));
-    all.nonfinite |= __ldcg(p.partials + gridDim.x + b);
-  }
-  const AmaxPartial total = block_reduce_amax(all);
-  const float s = store_current_scaling(p, total);
+  const float s = store_current_scaling(p, reduce_block_partials(p.partials, static_cast<int>(gridDim.x)));
 #pragma unroll
   for (int k = 0; k < kVecs; ++k)
     if (held(k)) cast_vector<Tin, Tout>(v[k], s, yb, index(k));

@@ -80,7 +80,11 @@ struct Fp8PolicySm90 {
   // (2026-12-04-nvidia-h200-qcs-sm-runs.md, medians of 3 rounds): bf16 2^24 (32 MiB) 21.9 -> 21.2 us,
   // fp32 2^23 19.4 -> 18.8, bf16 2^23 13.7 -> 13.5; at 64 MiB level or 1% slower (bf16 2^25 43.7 -> 44.1),
   // so the limit is 32 MiB. 2 blocks of 512 an SM beat 1 of 1024, 1 of 512 and 4 of 512 in the
-  // standalone comparison of the same record (dev/qcs_sm_affinity.cu).
+  // standalone comparison of the same record (dev/qcs_sm_affinity.cu). The amax pass hands its blocks'
+  // partials to the cast through the workspace instead of atomics on a zeroed amax, one launch fewer:
+  // bf16 2^24 21.2 -> 20.9 us, fp32 2^23 18.8 -> 18.5, bf16 2^23 13.6 -> 13.4
+  // (2026-12-04-nvidia-h200-qcs-runs-partials.md, which also shows why the kernels stay at 32 registers:
+  // above it the cast's blocks no longer fit beside the amax's and lose their SM).
   static constexpr int64_t kQcsRunsMaxBytes = int64_t(32) << 20;
   static constexpr int kQcsRunBlocksPerSm = 2;
   static constexpr int kQcsRunThreads = 512;
