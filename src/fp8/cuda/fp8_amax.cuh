@@ -51,6 +51,26 @@ __device__ __forceinline__ void finish_grid(AmaxPartial r, const AmaxOutputs& o)
   }
 }
 
+// Block partials in a workspace of 2 * nblocks words: block b's amax bits at [b], its non-finite flag at
+// [nblocks + b] (quantize_current_scaling's resident kernel and runs pair). store_block_partial is
+// called by every thread with the block total (thread 0 stores); reduce_block_partials, after every
+// block has stored, returns the whole input's partial in every thread (max and or: exact, so every block
+// gets the same).
+__device__ __forceinline__ void store_block_partial(uint32_t* partials, AmaxPartial r) {
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = r.bits;
+    partials[gridDim.x + blockIdx.x] = r.nonfinite;
+  }
+}
+__device__ __forceinline__ AmaxPartial reduce_block_partials(const uint32_t* partials, int nblocks) {
+  AmaxPartial all{0u, 0u};
+  for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
+    all.bits = max(all.bits, __ldcg(partials + b));
+    all.nonfinite |= __ldcg(partials + nblocks + b);
+  }
+  return block_reduce_amax(all);
+}
+
 // amax_init_kernel and amax_reduce_slots_kernel (the grid paths' first and last launches) live in
 // fp8_amax.cu behind launch_amax_init / launch_amax_reduce_slots (fp8_launch.cuh).
 
@@ -155,11 +175,7 @@ __global__ void __launch_bounds__(Fp8Policy::kQcsRunThreads) amax_runs_kernel(Am
                                             [&](int64_t, const Vec16<T>& v) { acc.add_vec(v); });
   add_scalars(acc, p.x, p.split, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
               static_cast<int64_t>(gridDim.x) * blockDim.x);
-  const AmaxPartial r = block_reduce_amax(acc.result());
-  if (threadIdx.x == 0) {
-    p.out.slots[blockIdx.x] = r.bits;
-    p.out.slots[gridDim.x + blockIdx.x] = r.nonfinite;
-  }
+  store_block_partial(p.out.slots, block_reduce_amax(acc.result()));
 }
 
 // Launched as exactly one cluster (gridDim.x == cluster size).

@@ -148,17 +148,6 @@ __device__ __forceinline__ float store_current_scaling(const CastParams& p, cons
   return s;
 }
 
-// The whole input's amax partial from the blocks' partials in a workspace (nblocks bits, then nblocks
-// flags; max and or, exact, so every block gets the same), valid in every thread of the block.
-__device__ __forceinline__ AmaxPartial reduce_block_partials(const uint32_t* partials, int nblocks) {
-  AmaxPartial all{0u, 0u};
-  for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
-    all.bits = max(all.bits, __ldcg(partials + b));
-    all.nonfinite |= __ldcg(partials + nblocks + b);
-  }
-  return block_reduce_amax(all);
-}
-
 // The cast after amax_runs_kernel, launched on its grid: every block reduces the amax pass's partials
 // (p.partials: gridDim.x bits, then gridDim.x flags; max and or, exact, so every block gets the same
 // amax), block 0 stores amax, the flag, scale and scale_inv, and block b casts the b-th of gridDim.x
@@ -265,11 +254,7 @@ __global__ void __launch_bounds__(Fp8Policy::kQcsResidentThreads, 1)
   const int64_t gstart = static_cast<int64_t>(blockIdx.x) * threads + t;
   const int64_t gstride = static_cast<int64_t>(gridDim.x) * threads;
   add_scalars(acc, p.x, p.split, gstart, gstride);
-  const AmaxPartial part = block_reduce_amax(acc.result());
-  if (t == 0) {
-    p.partials[blockIdx.x] = part.bits;
-    p.partials[gridDim.x + blockIdx.x] = part.nonfinite;
-  }
+  store_block_partial(p.partials, block_reduce_amax(acc.result()));
   cg::this_grid().sync();
 
   const float s = store_current_scaling(p, reduce_block_partials(p.partials, static_cast<int>(gridDim.x)));
