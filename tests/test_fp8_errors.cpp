@@ -298,6 +298,34 @@ TEST_P(Fp8Errors, OverlappingBuffersAreRefused) {
   EXPECT_TRUE(touching.ok()) << "buffers that only touch must be accepted: " << touching.to_string();
 }
 
+// A call with two faults, arguments that overlap and a workspace too small for the call, gets the
+// arguments' error on every backend: the workspace is checked last, since how much of it a call needs
+// differs between backends (the CPU asks for none where CUDA asks for block partials).
+TEST_P(Fp8Errors, ArgumentFaultsComeBeforeTheWorkspace) {
+  DevTensor mem(backend(), DType::kF32, 1024);  // 4096 bytes
+  ASSERT_TRUE(mem.poison(ctx()).ok());
+  char* base = static_cast<char*>(mem.data());
+  auto fp = [&](size_t byte) { return reinterpret_cast<float*>(base + byte); };
+  const TensorView x = TensorView::vec(base, DType::kF32, 64);  // bytes [0, 256)
+  const TensorView y8 = TensorView::vec(base + 512, DType::kF8E4M3, 64);
+  const TensorView y32 = TensorView::vec(base + 1024, DType::kF32, 64);
+  AmaxOptions two_stage;
+  two_stage.algo = AmaxAlgo::kTwoStage;
+  CurrentScalingOptions cs;
+  cs.amax = two_stage;
+  DevTensor small(backend(), DType::kF32, 1);  // a workspace of 1 byte: too small wherever one is needed
+  EXPECT_STATUS(amax(ctx(), x, fp(128), two_stage, small.data(), 1), StatusCode::kInvalidArgument,
+                "amax: overlaps x");
+  EXPECT_STATUS(quantize_current_scaling(ctx(), x, y8, fp(2048), fp(4), fp(2052), cs, small.data(), 1),
+                StatusCode::kInvalidArgument, "scale: overlaps x");
+  EXPECT_STATUS(activation_amax(ctx(), Activation::kRelu, x, y32, fp(128), two_stage, small.data(), 1),
+                StatusCode::kInvalidArgument, "amax: overlaps x");
+  ASSERT_TRUE(synchronize(ctx()).ok());
+  std::vector<uint8_t> all(mem.buf.bytes());
+  ASSERT_TRUE(copy_to_host(ctx(), all.data(), mem.buf.data(), all.size()).ok());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], fp8test::kPoisonByte) << "byte " << i << " written";
+}
+
 TEST_P(Fp8Errors, ContextArguments) {
   DevTensor x(backend(), DType::kF32, 4);
   DevScalar<float> out(backend());

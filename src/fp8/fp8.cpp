@@ -4,6 +4,8 @@
 // Everything a backend may assume is established here, once: pointers are non-null where data is
 // needed, dtypes are supported, element counts and 2-D shapes agree, data pointers are aligned to
 // their element size, the workspace is large enough, and the amax algorithm is one of AmaxAlgo's.
+// The arguments' own faults come first and the workspace's last, so that a call with both gets the same
+// error on every backend (the workspace a call needs differs between them).
 #include <cmath>
 #include <string>
 
@@ -187,12 +189,12 @@ Status amax(const Context& ctx, const TensorView& x, float* amax, const AmaxOpti
   EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(amax_workspace_size(ctx, x, opts, &needed));
-  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed, "amax_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
   EMBSCALE_RETURN_IF_ERROR(check::disjoint(
       {scalar("amax", amax), scalar("opts.nonfinite_flag", opts.nonfinite_flag),
        workspace_region(workspace, workspace_bytes, needed)},
       {region("x", x), scalar("opts.noop_flag", opts.noop_flag)}));
+  EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, needed, "amax_workspace_size()"));
   EMBSCALE_FP8_DISPATCH(ctx, amax, ctx, x, amax, opts, workspace, workspace_bytes);
 }
 
@@ -263,14 +265,14 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
   EMBSCALE_RETURN_IF_ERROR(check_algo("opts.amax.algo", opts.amax.algo));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(quantize_current_scaling_workspace_size(ctx, x, opts, &needed));
-  EMBSCALE_RETURN_IF_ERROR(
-      check_workspace(ctx, workspace, workspace_bytes, needed, "quantize_current_scaling_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.amax.", opts.amax));
   EMBSCALE_RETURN_IF_ERROR(check::disjoint(
       {region("y", y), scalar("amax", amax), scalar("scale", scale), scalar("scale_inv", scale_inv),
        scalar("opts.amax.nonfinite_flag", opts.amax.nonfinite_flag),
        workspace_region(workspace, workspace_bytes, needed)},
       {region("x", x), scalar("opts.amax.noop_flag", opts.amax.noop_flag)}));
+  EMBSCALE_RETURN_IF_ERROR(
+      check_workspace(ctx, workspace, workspace_bytes, needed, "quantize_current_scaling_workspace_size()"));
   EMBSCALE_FP8_DISPATCH(ctx, quantize_current_scaling, ctx, x, y, amax, scale, scale_inv, opts, workspace,
                         workspace_bytes);
 }
@@ -297,13 +299,13 @@ Status activation_amax(const Context& ctx, Activation act, const TensorView& x, 
   EMBSCALE_RETURN_IF_ERROR(check_algo("opts.algo", opts.algo));
   size_t needed = 0;
   EMBSCALE_RETURN_IF_ERROR(activation_amax_workspace_size(ctx, x, opts, &needed));
-  EMBSCALE_RETURN_IF_ERROR(
-      check_workspace(ctx, workspace, workspace_bytes, needed, "activation_amax_workspace_size()"));
   EMBSCALE_RETURN_IF_ERROR(check_amax_flags(ctx, "opts.", opts));
   EMBSCALE_RETURN_IF_ERROR(check::disjoint(
       {region("y", y), scalar("amax", amax), scalar("opts.nonfinite_flag", opts.nonfinite_flag),
        workspace_region(workspace, workspace_bytes, needed)},
       {region("x", x), scalar("opts.noop_flag", opts.noop_flag)}));
+  EMBSCALE_RETURN_IF_ERROR(
+      check_workspace(ctx, workspace, workspace_bytes, needed, "activation_amax_workspace_size()"));
   EMBSCALE_FP8_DISPATCH(ctx, activation_amax, ctx, act, x, y, amax, opts, workspace, workspace_bytes);
 }
 
