@@ -211,6 +211,8 @@ typedef struct embscale_tbe_backward_args {
   int32_t max_block_segment;
   int32_t block_threads;
   int64_t* num_skipped;
+  embscale_tensor rounding_bases; /* int64 [total_rows], optional: the rows' places for stochastic rounding
+                                   * (TbeBackwardArgs::rounding_bases; a row cache's) */
 } embscale_tbe_backward_args;
 EMBSCALE_C_EXPORT int embscale_tbe_backward_workspace_size(const embscale_tbe* tbe, const embscale_context* ctx,
                                                            const embscale_tbe_backward_args* args, size_t* bytes);

@@ -189,6 +189,10 @@ struct TbeBackwardArgs {
   TensorView unique_grads;                    // [N * max_dim()] fp32 (any shape of that many elements)
   WeightRounding rounding = WeightRounding::kStochastic;
   uint64_t seed = 0;                          // stochastic rounding: same seed and step -> same result
+  // Optional [total_rows()] int64: per row, the element index stochastic rounding hashes for its first
+  // weight (absent: the row's own, weight_offset(t) + r * D_t). A RowCache (tbe_cache.h) gives its rows'
+  // places in the tables they cache, so a row rounds the same through the cache as in place.
+  TensorView rounding_bases;
   TbeBackwardTuning tuning;
   int64_t* num_skipped = nullptr;             // as in the forward
 };

@@ -99,6 +99,7 @@ class TbeBackwardArgs(ctypes.Structure):
         ("max_block_segment", ctypes.c_int32),
         ("block_threads", ctypes.c_int32),
         ("num_skipped", ctypes.c_void_p),
+        ("rounding_bases", Tensor),  # optional (a row cache's rows' places for stochastic rounding)
     ]
 
 

@@ -151,6 +151,7 @@ Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwa
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("unique_rows", &a->unique_rows, &out->unique_rows));
   out->num_unique = a->num_unique;
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("unique_grads", &a->unique_grads, &out->unique_grads));
+  EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("rounding_bases", &a->rounding_bases, &out->rounding_bases));
   out->rounding = static_cast<embscale::WeightRounding>(a->rounding);
   out->seed = a->seed;
   out->tuning.max_warp_segment = a->max_warp_segment;

@@ -127,7 +127,7 @@ namespace {
 // against all of these).
 struct BackwardRegions {
   std::array<check::Region, 8> written;
-  std::array<check::Region, 4> read;
+  std::array<check::Region, 5> read;
 };
 BackwardRegions backward_regions(const TbeBackwardArgs& a) {
   using check::region;
@@ -137,7 +137,7 @@ BackwardRegions backward_regions(const TbeBackwardArgs& a) {
        region("unique_grads", a.unique_grads), check::scalar("num_unique", a.num_unique),
        check::scalar("num_skipped", a.num_skipped)},
       {region("indices", a.indices), region("offsets", a.offsets), region("per_sample_weights", a.per_sample_weights),
-       region("grad_output", a.grad_output)}};
+       region("grad_output", a.grad_output), region("rounding_bases", a.rounding_bases)}};
 }
 
 // State and dense-gradient outputs: present exactly when the optimizer uses them, fp32 (int64 for the
@@ -190,6 +190,14 @@ Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a)
   EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_optional_f32("grad_per_sample_weights", a.grad_per_sample_weights, N,
                                                             "N (the number of indices)"));
 
+  if (a.rounding_bases.data != nullptr) {
+    EMBSCALE_RETURN_IF_ERROR(check_view("rounding_bases", a.rounding_bases));
+    if (a.rounding_bases.dtype != DType::kI64 || a.rounding_bases.numel() != tbe.total_rows())
+      return invalid_argument(std::string("rounding_bases: ") + dtype_name(a.rounding_bases.dtype) + " with " +
+                              std::to_string(a.rounding_bases.numel()) + " elements; expected int64 [total_rows()] = [" +
+                              std::to_string(tbe.total_rows()) + "]");
+  }
+
   // What the backward writes must not share memory with anything else it reads or writes.
   const BackwardRegions r = backward_regions(a);
   return check::disjoint(r.written.data(), r.written.size(), r.read.data(), r.read.size());
@@ -209,7 +217,8 @@ Status check_memory(const Context& ctx, const TbeBackwardArgs& a) {
       {"unique_rows", a.unique_rows.data},
       {"num_unique", a.num_unique},
       {"unique_grads", a.unique_grads.data},
-      {"num_skipped", a.num_skipped}};
+      {"num_skipped", a.num_skipped},
+      {"rounding_bases", a.rounding_bases.data}};
   for (const auto& b : all) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, b.name, b.p));
   return Status::Ok();
 }

@@ -79,6 +79,7 @@ struct UpdateArgs {
   float* m2;  // TbeBackwardArgs::momentum2, null if absent
   WeightRounding rounding;
   uint64_t rkey;
+  const int64_t* rbases;  // TbeBackwardArgs::rounding_bases, null if absent
 };
 
 // Optimizer Opt's update of one unique row: its D weights w (element welem of the weights, row-wise
@@ -91,6 +92,8 @@ void update_row(W* __restrict w, const float* __restrict g, float* __restrict wv
   const OptimizerParams& op = u.op;
   float* __restrict m1 = u.m1;
   float* __restrict m2 = u.m2;
+  // The element index stochastic rounding hashes for w[0] (TbeBackwardArgs::rounding_bases).
+  const int64_t relem = u.rbases != nullptr ? u.rbases[key] : welem;
   opt::RowTerms terms;
   if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
     const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
@@ -102,14 +105,14 @@ void update_row(W* __restrict w, const float* __restrict g, float* __restrict wv
     return Opt::apply(to_float(w[d]), g[d], terms, e1, e2, op, u.corr);
   };
   if (!Opt::renormalises(op)) {
-    for (int d = 0; d < D; ++d) w[d] = round_weight<W>(new_value(d), u.rounding, u.rkey, welem + d);
+    for (int d = 0; d < D; ++d) w[d] = round_weight<W>(new_value(d), u.rounding, u.rkey, relem + d);
     return;
   }
   for (int d = 0; d < D; ++d) wv[d] = new_value(d);
   const float sum_w = row_sum(D, [&](int d) { return wv[d] * wv[d]; });
   const float factor = opt::max_norm_factor(sum_w, op);
   for (int d = 0; d < D; ++d) wv[d] *= factor;
-  for (int d = 0; d < D; ++d) w[d] = round_weight<W>(wv[d], u.rounding, u.rkey, welem + d);
+  for (int d = 0; d < D; ++d) w[d] = round_weight<W>(wv[d], u.rounding, u.rkey, relem + d);
 }
 
 struct KeyPos {
@@ -349,7 +352,8 @@ Status backward_impl(const Params& p) {
   const int max_dim = tbe.max_dim();
   float* __restrict m1 = static_cast<float*>(a.momentum1.data);
   float* __restrict m2 = static_cast<float*>(a.momentum2.data);
-  const UpdateArgs update{op, corr, m1, m2, a.rounding, rounding_key(a.seed, op.step)};
+  const UpdateArgs update{op, corr, m1, m2, a.rounding, rounding_key(a.seed, op.step),
+                          static_cast<const int64_t*>(a.rounding_bases.data)};
   const SumRowGrads<G> sum_grads = sum_row_grads_for_cpu<G>();
 
   const int64_t ahead = row_prefetch_distance(static_cast<int64_t>(max_dim) * static_cast<int64_t>(sizeof(W)));

@@ -479,6 +479,7 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   rp.corrections = opt::adam_corrections(args.optimizer);
   rp.rounding = args.rounding;
   rp.rounding_key = rounding_key(args.seed, args.optimizer.step);
+  rp.rounding_bases = static_cast<const int64_t*>(args.rounding_bases.data);
   rp.group_max_lookups = tbe_bwd::group_max_lookups(tbe_bwd::group_shape(rp));
 
   tbe_bwd::ClassifyParams cp{};

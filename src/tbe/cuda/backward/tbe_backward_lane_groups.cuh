@@ -222,28 +222,31 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
   // Stochastic rounding: the random bits' first step (rounding_base) once per row when the row's element
   // indices share their upper 32 bits (all rows but one every 2^32 elements), then one hash per element.
   // Each case is its own loop, so the element loops stay straight-line.
-  const auto store_row = [&](auto round_one) {
+  const auto store_row = [&](int64_t base, auto round_one) {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       if (ncols[v] <= 0) continue;
       W out[kVec];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = round_one(w[v][e], r.wbase + col[v] + e);
+      for (int e = 0; e < kVec; ++e) out[e] = round_one(w[v][e], base + col[v] + e);
       store_weights<W, VecAccess::kWhole>(wrow + col[v], true, ncols[v], out);
     }
   };
   if constexpr (sizeof(W) == sizeof(float)) {
-    store_row([](float x, int64_t) { return x; });
+    store_row(r.wbase, [](float x, int64_t) { return x; });
   } else if (p.rounding != WeightRounding::kStochastic) {
-    store_row([](float x, int64_t) { return round_weight<W>(x, WeightRounding::kNearest, 0, 0); });
-  } else if ((static_cast<uint64_t>(r.wbase) >> 32) == (static_cast<uint64_t>(r.wbase + D - 1) >> 32)) {
-    const uint32_t base = rounding_base(p.rounding_key, static_cast<uint32_t>(static_cast<uint64_t>(r.wbase) >> 32));
-    store_row([base](float x, int64_t elem) {
-      return stochastic_round<W>(x, rounding_bits_at(base, static_cast<uint32_t>(elem)));
-    });
+    store_row(r.wbase, [](float x, int64_t) { return round_weight<W>(x, WeightRounding::kNearest, 0, 0); });
   } else {
-    const uint64_t key = p.rounding_key;
-    store_row([key](float x, int64_t elem) { return stochastic_round<W>(x, rounding_bits(key, elem)); });
+    const int64_t rb = rounding_base_of(p, r);
+    if ((static_cast<uint64_t>(rb) >> 32) == (static_cast<uint64_t>(rb + D - 1) >> 32)) {
+      const uint32_t base = rounding_base(p.rounding_key, static_cast<uint32_t>(static_cast<uint64_t>(rb) >> 32));
+      store_row(rb, [base](float x, int64_t elem) {
+        return stochastic_round<W>(x, rounding_bits_at(base, static_cast<uint32_t>(elem)));
+      });
+    } else {
+      const uint64_t key = p.rounding_key;
+      store_row(rb, [key](float x, int64_t elem) { return stochastic_round<W>(x, rounding_bits(key, elem)); });
+    }
   }
 }
 

@@ -182,6 +182,7 @@ struct RowParams {
   opt::AdamCorrections corrections;
   WeightRounding rounding;
   uint64_t rounding_key;
+  const int64_t* rounding_bases;   // [total_rows] or null (TbeBackwardArgs::rounding_bases)
 };
 
 // Skip mode: broken offsets (reported by the finalize kernel before classify and the rows run) mean no

@@ -42,6 +42,11 @@ __device__ __forceinline__ RowInfo row_info(const RowParams& p, int64_t u) {
   return r;
 }
 
+// The element index stochastic rounding hashes for the row's first weight (TbeBackwardArgs::rounding_bases).
+__device__ __forceinline__ int64_t rounding_base_of(const RowParams& p, const RowInfo& r) {
+  return p.rounding_bases != nullptr ? p.rounding_bases[r.key] : r.wbase;
+}
+
 // Applies the optimizer to one row given its gradient provider. Called by whole warps; in the block
 // path by every warp of the block (the provider synchronises the block), with writer set on warp 0
 // only: the other warps compute the same values and discard them. The weights are accessed as the
@@ -173,6 +178,8 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
       nv[k] = v;
     }
   };
+  const int64_t rbase =
+      sizeof(W) < sizeof(float) && p.rounding == WeightRounding::kStochastic ? rounding_base_of(p, r) : r.wbase;
   const auto store = [&](int pass, const float* nv, float factor) {
     int col, ncols;
     lane_cols(pass, D, &col, &ncols);
@@ -181,7 +188,7 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const float v = factor == 1.0f ? nv[k] : nv[k] * factor;
-      out[k] = round_weight<W>(v, p.rounding, p.rounding_key, r.wbase + col + k);
+      out[k] = round_weight<W>(v, p.rounding, p.rounding_key, rbase + col + k);
     }
     store_weights<W, Grad::kAccess>(wrow + col, wvec, ncols, out);
   };
