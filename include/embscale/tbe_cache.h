@@ -26,13 +26,15 @@
 // never evicts a row stamped l or later, so a batch still running keeps its rows while the next one is
 // prepared on another stream. prefetch() reads and writes only cache bookkeeping and evicted rows (no
 // row of a batch at or after lock_from), so it may run beside that batch's forward and backward; fetch()
-// reads the host store, which the running batch's write_back() updates: order fetch() after it.
+// reads the host store, which the running batch's write_back() updates: order fetch() after it. Every
+// prefetch() is followed by its fetch() (a planned batch that is then dropped is fetched all the same):
+// the slots it claimed hold their new rows only then.
 //
 // Memory: the host store (RowCacheBuffers::host_*) has the layout of a TableBatchedEmbedding of
 // cfg.tables (device tables' rows in it are written by flush() and read by load() only). The cache's
 // device buffers have cache_tbe()'s layout; `state` (state_bytes()) holds the bookkeeping: statistics
 // (first kNumStats int64), tags, stamps, dirty flags, LFU counts, rounding bases. Each batch in flight
-// has a plan buffer (plan_bytes(N)) that prefetch() fills and fetch() / write_back() read. Nothing
+// has a plan buffer (plan_bytes()) that prefetch() fills and fetch() / write_back() read. Nothing
 // here allocates except create().
 #pragma once
 
@@ -99,13 +101,14 @@ struct RowCachePrefetchArgs {
   TensorView indices;    // [N] int32 or int64, N <= max_lookups (table-major, as TbeForwardArgs)
   TensorView offsets;    // [T*B+1], the indices' dtype
   int64_t batch_size = 0;
-  int64_t step = 1;       // this batch's number (>= 1; each prefetch a larger one)
+  int64_t step = 1;       // this batch's number (>= 1): consecutive for batches in flight (a prefetched
+                          // batch that is dropped gives its number to the next)
   int64_t lock_from = 1;  // rows used by batches numbered lock_from or later are not evicted (<= step)
   bool training = true;   // the batch will be trained: its rows become dirty (written back)
   // Out: [N] of the indices' dtype, each lookup's row in cache_tbe()'s table for its feature. An index
   // outside its table gets an index outside that cache table (the forward's bounds check reports it).
   TensorView remapped;
-  void* plan = nullptr;   // plan_bytes(N), kept until write_back() of this batch (or the next prefetch)
+  void* plan = nullptr;   // plan_bytes() of device memory, kept until this batch's write_back()
   size_t plan_bytes = 0;
 };
 
@@ -129,7 +132,8 @@ class RowCache {
   // Byte offset in `state` of the rounding bases: [cache_tbe().total_rows()] int64, the element index
   // stochastic rounding hashes for each cache row's first weight (TbeBackwardArgs::rounding_bases).
   size_t rounding_bases_offset() const { return rounding_bases_offset_; }
-  size_t plan_bytes(int64_t num_indices) const;
+  // Bytes of one batch's plan (the same for every batch: sized for max_lookups).
+  size_t plan_bytes() const;
 
   // Empties the cache (nothing written back), zeroes the statistics and copies the device tables' rows
   // and their state from the host store: after creation, and after the caller changed the host store.
@@ -158,6 +162,12 @@ class RowCache {
     int32_t dim;
     int32_t placement;           // TablePlacement
   };
+
+  // For the backend: the sets of all cached tables, and the device copy of the TableMetas followed by the
+  // feature -> table map ([num_features] int32).
+  int64_t total_sets() const { return total_sets_; }
+  const TableMeta& table_meta(int table) const { return meta_[table]; }
+  const void* meta_storage() const { return meta_storage_; }
 
  private:
   RowCache() = default;
