@@ -917,9 +917,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         """Where an eager forward stores its count (_CountTargets). The num_skipped buffer, written in place,
         where it is what the module made (one int64 on the tables' device) and may be written (not an
         inference tensor outside inference mode); in warn mode on the current CUDA device, outside a graph
-        capture, a pinned host word too. A warn call on CUDA without a word reports through a copy behind an
-        event, which is taken from a tensor of its own: not the buffer, which a later call may overwrite
-        before the copy runs."""
+        capture, a pinned host word too. A warn call without a word (on the CPU, or on CUDA where none is
+        taken) warns from a count tensor of its own, copied into the buffer afterwards: the buffer is shared
+        by every call of the module, and another thread's call (or, on CUDA, a later one before the copy
+        behind its event runs) may overwrite it before this call's warning reads it."""
         buffer = self.num_skipped
         dev = buffer.device
         if (buffer.dtype != torch.int64 or buffer.numel() != 1 or buffer.layout != torch.strided
@@ -930,7 +931,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 and not torch.cuda.is_current_stream_capturing()):
             with _BOUNDS_LOCK:
                 word = _HOST_WORDS.take(dev)
-        if self.bounds_check == "warn" and dev.type == "cuda" and word is None:
+        if self.bounds_check == "warn" and word is None:
             buffer = None
         return _CountTargets(buffer, word)
 
