@@ -12,7 +12,8 @@ order and applies the optimizer to that row (``weights`` is a Parameter that doe
 torch optimizer given ``model.parameters()`` leaves the tables alone).
 
 The backward reads the tables, the optimizer state and the hyper-parameters when it runs, not as they
-were at the forward:
+were at the forward, from whichever tensors the module holds then (``load_state_dict(assign=True)`` installs
+new ones; compiled code updates those its forward was given):
 
 - Hyper-parameters (``set_learning_rate``, ``hparams``) changed between a forward and its backward take
   effect at that backward.
@@ -122,7 +123,7 @@ class _CountTargets:
 class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
-                counts=None):
+                counts=None, owner=None):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed, _) = cfg
         forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
                    else torch.ops.embscale.tbe_forward)
@@ -155,8 +156,9 @@ class _Lookup(torch.autograd.Function):
         # The tables, the optimizer state and the hyper-parameters are held, not saved: the backward updates
         # them as they are when it runs (saved tensors would make autograd refuse a learning rate set after
         # the forward, and the second of two lookups of one module once the first one's backward has
-        # updated the tables).
-        ctx.state = (weights, momentum1, momentum2, hparams)
+        # updated the tables); see _backward_state.
+        ctx.state = (handle, weights, momentum1, momentum2, hparams)
+        ctx.owner = owner
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         ctx.cfg = cfg
         if num_skipped is not None:
@@ -165,9 +167,9 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, _grad_num_skipped):
-        weights, momentum1, momentum2, hparams = ctx.state
+        handle, weights, momentum1, momentum2, hparams = _backward_state(ctx)
         indices, offsets, psw = ctx.saved_tensors
-        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed,
+        (_, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed,
          sparse) = ctx.cfg
         if grad_output is None:  # (grads are not materialised) a zero gradient, as autograd would have made
             rows = indices.shape[0] if pooling == "none" else batch_size
@@ -189,7 +191,19 @@ class _Lookup(torch.autograd.Function):
             backward = ops.tbe_backward_eager if eager else torch.ops.embscale.tbe_backward
             grad_psw = backward(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw, handle,
                                 batch_size, pooling, bounds_check, optimizer, wd_mode, sr, seed, want_psw_grad)
-        return None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None
+        return (None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None,
+                None)
+
+
+def _backward_state(ctx):
+    """(handle id, weights, momentum1, momentum2, hparams) that a lookup's backward updates: its module's as
+    they are now (ctx.owner: a weak reference, given by a forward outside compiled code), which
+    load_state_dict(assign=True), .to() or an assignment may have replaced since the forward; else (compiled
+    code, or a module that is gone) those the forward was given (ctx.state). ReplicatedLookup's too."""
+    module = None if ctx.owner is None else ctx.owner()
+    if module is None:
+        return ctx.state
+    return module._handle_id, module.weights, module.momentum1, module.momentum2, module.hparams
 
 
 def _sparse_weight_grad(h, rows, num_unique, grads, dtype):
@@ -865,11 +879,12 @@ class TableBatchedEmbeddingBags(nn.Module):
         group = None if self.optimizer == "none" else _data_parallel.resolve_group(self.data_parallel_group)
         lookup_args = (self._grad_anchor, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
+        owner = None if torch.compiler.is_compiling() else weakref.ref(self)  # (_backward_state)
         if group is None:
             counts = (self._count_targets() if self.bounds_check in ("skip", "warn")
                       and not torch.compiler.is_compiling() else None)
             try:
-                out, num_skipped = _Lookup.apply(*lookup_args, counts)
+                out, num_skipped = _Lookup.apply(*lookup_args, counts, owner)
             except (TypeError, ValueError, NotImplementedError):
                 # Refused before anything was launched (the argument checks, the library's validation): the
                 # word is free again. After a launch (any other error, or one raised once the call has
@@ -894,7 +909,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 raise NotImplementedError("per_sample_weights: their gradient is not computed for replicated "
                                           "tables (data_parallel_group); pass weights that do not require grad, "
                                           "or data_parallel_group=None for tables of this process alone")
-            out, num_skipped = _data_parallel.ReplicatedLookup.apply(*lookup_args, group)
+            out, num_skipped = _data_parallel.ReplicatedLookup.apply(*lookup_args, group, owner)
         # (a buffer made in inference mode can only change there; compile sees no inference tensors)
         if self.bounds_check in ("skip", "warn") and (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
                                                        or not self.num_skipped.is_inference()):

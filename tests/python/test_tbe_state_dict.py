@@ -221,3 +221,30 @@ def test_copying_into_a_meta_module_warns_that_nothing_is_loaded(gen):
     with pytest.warns(UserWarning, match="tables: copying a checkpoint's tables into a module on the meta device"):
         m.load_state_dict(a.state_dict())
     assert m.weights.is_meta
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["per_table", "flat"])
+def test_a_checkpoint_loaded_between_forward_and_backward_is_what_that_backward_updates(gen, flat):
+    # The backward reads the tables, state and hyper-parameters as they are when it runs; with assign=True
+    # the loader installs new tensors (hparams; the flat checkpoint's tables and state too), and the
+    # backward used to update the forward's old ones: the old learning rate, and the module's step unmoved.
+    source = trained("rowwise_adagrad", gen)
+    source.set_learning_rate(0.5)
+    indices, offsets, _ = ref.make_lookups(gen, [12, 9], 3, 3)
+    g = torch.randn(3, 7, generator=gen)
+    loaded = []
+    for assign in (False, True):
+        sd = saved(source.state_dict())
+        if flat:
+            sd = {"weights": source.weights.detach().clone(), "momentum1": source.momentum1.clone(),
+                  "momentum2": source.momentum2.clone(), "hparams": source.hparams.clone()}
+        m = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad", **HP)
+        out = m(indices, offsets)
+        m.load_state_dict(sd, strict=False, assign=assign)
+        out.backward(g)
+        loaded.append(m)
+    copied, assigned = loaded
+    assert assigned.step == copied.step == source.step + 1
+    assert assigned.learning_rate == 0.5
+    assert not torch.equal(copied.weights, source.weights)  # the backward updated the loaded tables
+    assert torch.equal(assigned.weights, copied.weights) and torch.equal(assigned.momentum1, copied.momentum1)
