@@ -707,7 +707,7 @@ class TableBatchedEmbeddingBags(nn.Module):
     # ``hparams`` (hyper-parameters and step), ``num_skipped``, and ``_extra_state`` naming the optimizer, its
     # weight decay mode and the tables, so a checkpoint of another optimizer, mode or tables is refused by
     # name. load_state_dict also takes the flat checkpoints of earlier versions (``weights``, ``momentum1``,
-    # ``momentum2``).
+    # ``momentum2``), and checks every entry before it writes any (_check_loaded_entries).
     _FLAT_BUFFERS = ("weights", "momentum1", "momentum2")
 
     def _table_entries(self):
@@ -756,7 +756,8 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _check_flat_checkpoint(self, state_dict, prefix):
         """A flat checkpoint (earlier versions) names no optimizer: its buffers' sizes must be this module's."""
-        sizes = {name: state_dict[prefix + name].numel() for name in self._FLAT_BUFFERS if prefix + name in state_dict}
+        sizes = {name: state_dict[prefix + name].numel() for name in self._FLAT_BUFFERS
+                 if isinstance(state_dict.get(prefix + name), torch.Tensor)}
         if sizes.get("weights", self.weights.numel()) != self.weights.numel():
             raise ValueError(f"state_dict: weights holds {sizes['weights']} elements; this module's tables "
                              f"{self.embedding_specs} hold {self.weights.numel()} (the checkpoint holds other tables)")
@@ -772,38 +773,84 @@ class TableBatchedEmbeddingBags(nn.Module):
                              f"({want['momentum1']}, {want['momentum2']}); it is that of "
                              f"{' or '.join(repr(o) for o in fits) or 'no optimizer of these tables'}")
 
-    def _check_loaded_hparams(self, rest, prefix):
-        """Hyper-parameters a checkpoint would load (when they have this module's shape; torch's loader
-        reports any other) are checked as the backward will check them, before anything is loaded, and
-        given to the loader as the module keeps them (CPU float64, contiguous) and as a copy, so that
-        load_state_dict's assign=True keeps them usable and never shares a step or a learning rate with the
-        module the checkpoint came from (its tables are copied too)."""
+    # Optimizer states that are sums of squares (row-wise Adagrad's accumulator, Adam's second moments): the
+    # update divides by their square root, so a negative one gives NaN or a huge step.
+    _NON_NEGATIVE_STATES = ("sum", "exp_avg_sq")
+
+    def _load_targets(self, prefix, flat):
+        """(key, the module's tensor the entry is copied into, its optimizer state's name or None) of every
+        entry a load may write: the per-table entries (a flat checkpoint's weights, momentum1, momentum2
+        instead), then the module's other parameters and persistent buffers, which torch's loader copies."""
+        if flat:
+            states = dict(zip(("momentum1", "momentum2"), _STATE_NAMES[self.optimizer]))
+            targets = [(prefix + name, getattr(self, name), states.get(name)) for name in self._FLAT_BUFFERS]
+        else:
+            targets = [(prefix + key, view, None if key.endswith(".weight") else key.rpartition(".")[2])
+                       for key, view in self._table_entries()]
+        own = [*self._parameters.items(), *((name, buf) for name, buf in self._buffers.items()
+                                             if name not in self._non_persistent_buffers_set)]
+        return targets + [(prefix + name, t, None) for name, t in own if t is not None and name not in
+                          self._FLAT_BUFFERS]
+
+    def _check_loaded_entries(self, rest, prefix, flat, materialising):
+        """Every entry a load would write is checked before the first write, so a refused checkpoint changes
+        nothing (torch's loader copies entry by entry, and a bad entry's copy_ fails without naming it): a
+        dense tensor of this module's shape, holding values (not on the meta device, unless the module is
+        on meta and stays there), of its tensor's kind of dtype (floating point; an integer num_skipped);
+        optimizer state finite, and not negative where it is a sum of squares (_NON_NEGATIVE_STATES);
+        hparams as the backward checks them. materialising: an assign=True load will make a meta module
+        real (_materialize_for) first."""
+        for key, own, state in self._load_targets(prefix, flat):
+            if key not in rest:
+                continue
+            t = rest[key]
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"state_dict: {key} is a {type(t).__name__}, not a tensor")
+            if t.layout != torch.strided:
+                raise ValueError(f"state_dict: {key} is a {t.layout} tensor; expected a dense (strided) one")
+            if t.is_meta and not (own.is_meta and not materialising):
+                raise ValueError(f"state_dict: {key} is on the meta device (it holds no values to load)")
+            floating = own.is_floating_point()
+            if t.dtype == torch.bool or t.is_complex() or t.is_floating_point() != floating:
+                raise TypeError(f"state_dict: {key} has dtype {t.dtype}; expected "
+                                f"{'a floating-point' if floating else 'an integer'} dtype (this module's is "
+                                f"{own.dtype})")
+            if tuple(t.shape) != tuple(own.shape):
+                raise ValueError(f"state_dict: {key} has shape {list(t.shape)}; this module's is {list(own.shape)}"
+                                 + (" (the checkpoint holds other tables)" if key.endswith(".weight") else ""))
+            if state is not None and not t.is_meta:
+                values = t.detach().to(own.dtype)  # (as the module will hold them: a float64 1e300 is inf)
+                bad = ~torch.isfinite(values)
+                if state in self._NON_NEGATIVE_STATES:
+                    bad |= values < 0
+                if bad.any():
+                    at = [int(i) for i in torch.unravel_index(bad.reshape(-1).nonzero()[0, 0], bad.shape)]
+                    rule = " and >= 0 (a sum of squares)" if state in self._NON_NEGATIVE_STATES else ""
+                    raise ValueError(f"state_dict: {key}{at} is {values[tuple(at)].item()!r}; the optimizer "
+                                     f"state {state!r} must be finite{rule}")
         key = prefix + "hparams"
-        hp = rest.get(key)
-        if isinstance(hp, torch.Tensor) and tuple(hp.shape) == tuple(self.hparams.shape) and not hp.is_meta:
-            _check_hyper_parameters(self.optimizer, self.weight_decay_mode, hp.tolist(),
-                                    where=f"state_dict: {prefix}hparams: ")
-            rest[key] = hp.detach().to(device="cpu", dtype=torch.float64, copy=True).contiguous()
+        if key in rest:
+            _check_hyper_parameters(self.optimizer, self.weight_decay_mode, rest[key].tolist(),
+                                    where=f"state_dict: {key}: ")
 
     def _materialize_for(self, loaded):
         """load_state_dict(assign=True) into a module on the meta device (torch's way of filling a model built
         without memory): the module is first made on the device of the checkpoint's tables, as if built there
         (to_empty, then reset_parameters: entries the checkpoint lacks hold a fresh module's values), so
-        that the tables can be copied in. Called after every check; a meta checkpoint leaves it on meta."""
-        if self.weights.is_meta and isinstance(loaded, torch.Tensor) and not loaded.is_meta:
-            self.to_empty(device=loaded.device)
-            self.reset_parameters()
+        that the tables can be copied in. Called after every check, for a module on meta and a `loaded` (the
+        checkpoint's first table) that is not: a meta checkpoint leaves the module on meta."""
+        self.to_empty(device=loaded.device)
+        self.reset_parameters()
 
     def _as_own_buffers(self, rest, prefix, names):
-        """For load_state_dict(assign=True), which installs the checkpoint's buffers as they are: the buffers
-        `names` converted to this module's dtype, device and layout (when they are tensors of its shape; the
-        loader reports any other), as copies, so that the module stays usable and shares no buffer with the
-        checkpoint's source (its tables are copied in any case). Without assign the loader copies them in."""
+        """The buffers `names` (checked entries) given to the loader converted to this module's dtype, device
+        and layout, and as copies: with assign=True, which installs the checkpoint's tensors as they are,
+        the module stays usable and shares no buffer with the module the checkpoint came from (never a step
+        or a learning rate; its tables are copied in any case). Without assign the loader copies them in."""
         for name in names:
             key, own = prefix + name, getattr(self, name)
-            t = rest.get(key)
-            if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(own.shape) and not t.is_meta:
-                rest[key] = t.detach().to(device=own.device, dtype=own.dtype, copy=True).contiguous()
+            if key in rest and not rest[key].is_meta:
+                rest[key] = rest[key].detach().to(device=own.device, dtype=own.dtype, copy=True).contiguous()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -812,38 +859,25 @@ class TableBatchedEmbeddingBags(nn.Module):
             self.set_extra_state(state_dict[extra_key])
         rest = {k: v for k, v in state_dict.items() if k != extra_key}
         flat = prefix + "weights" in state_dict
+        assign = local_metadata.get("assign_to_params_buffers", False)
         if flat:
             self._check_flat_checkpoint(state_dict, prefix)
-            for name in ("hparams", "num_skipped"):  # (the flat buffers' sizes are checked above)
-                key = prefix + name
-                if key in rest and not (isinstance(rest[key], torch.Tensor)
-                                        and tuple(rest[key].shape) == tuple(getattr(self, name).shape)):
-                    raise ValueError(f"state_dict: {key} is not a tensor of this module's shape "
-                                     f"{list(getattr(self, name).shape)}")
-            self._check_loaded_hparams(rest, prefix)
-            if local_metadata.get("assign_to_params_buffers", False):
-                self._materialize_for(rest.get(prefix + "weights"))
+            first = rest[prefix + "weights"]
+        else:
+            first = next((rest[key] for key, _ in self._table_entries() if prefix + key in rest), None)
+        materialising = (assign and self.weights.is_meta and isinstance(first, torch.Tensor)
+                         and not first.is_meta)
+        self._check_loaded_entries(rest, prefix, flat, materialising)
+        # hparams stay CPU float64 whatever the checkpoint's were (they are read on the host at every step).
+        self._as_own_buffers(rest, prefix, ("hparams",))
+        if materialising:
+            self._materialize_for(first)
+        if flat:
+            if assign:
                 self._as_own_buffers(rest, prefix, self._FLAT_BUFFERS + ("num_skipped",))
             handled = {extra_key}
         else:
-            entries = [(prefix + key, view) for key, view in self._table_entries()]
-            # Every entry this module loads is checked first (the tables here, its own buffers below in
-            # torch's loader), so a refused checkpoint changes nothing.
-            own = [(prefix + name, buf) for name, buf in self._buffers.items()
-                   if buf is not None and name not in self._non_persistent_buffers_set]
-            for i, (key, view) in enumerate(entries + own):
-                if key not in rest:
-                    continue
-                if not isinstance(rest[key], torch.Tensor):
-                    raise ValueError(f"state_dict: {key} is a {type(rest[key]).__name__}, not a tensor")
-                if tuple(rest[key].shape) != tuple(view.shape):
-                    raise ValueError(f"state_dict: {key} has shape {list(rest[key].shape)}; this module's is "
-                                     f"{list(view.shape)}" + (" (the checkpoint holds other tables)"
-                                                              if i < len(entries) else ""))
-            self._check_loaded_hparams(rest, prefix)
-            first = next((rest[key] for key, _ in entries if key in rest), None)
-            if local_metadata.get("assign_to_params_buffers", False):
-                self._materialize_for(first)
+            if assign:
                 self._as_own_buffers(rest, prefix, ("num_skipped",))
             elif self.weights.is_meta and first is not None and not first.is_meta:
                 warnings.warn(f"{prefix}tables: copying a checkpoint's tables into a module on the meta device loads "
