@@ -864,7 +864,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             self._check_flat_checkpoint(state_dict, prefix)
             first = rest[prefix + "weights"]
         else:
-            first = next((rest[key] for key, _ in self._table_entries() if prefix + key in rest), None)
+            first = next((rest[prefix + key] for key, _ in self._table_entries() if prefix + key in rest), None)
         materialising = (assign and self.weights.is_meta and isinstance(first, torch.Tensor)
                          and not first.is_meta)
         self._check_loaded_entries(rest, prefix, flat, materialising)

@@ -382,3 +382,17 @@ def test_assign_into_a_meta_module_refuses_a_meta_entry_among_real_ones(gen):
     with pytest.raises(ValueError, match=r"^state_dict: table_1.exp_avg is on the meta device"):
         m.load_state_dict(sd, assign=True)
     assert m.weights.is_meta and m.momentum1.is_meta
+
+
+def test_a_module_inside_a_model_checks_and_loads_its_prefixed_entries(gen):
+    model = torch.nn.Sequential(trained("rowwise_adagrad", gen))
+    sd = _loadable(model[0])
+    sd = {f"0.{k}": v for k, v in sd.items()}
+    sd["0.table_1.sum"] = _negative_at(9, 3)
+    before = _snapshot(model[0])
+    with pytest.raises(ValueError, match=r"^state_dict: 0.table_1.sum\[3\] is -1.0"):
+        model.load_state_dict(sd)
+    assert all(torch.equal(a, b) for a, b in zip(before, _snapshot(model[0])))
+    sd["0.table_1.sum"] = torch.ones(9)
+    model.load_state_dict(sd)
+    assert model[0].step == 9 and torch.equal(model[0].optimizer_state()[1]["sum"], torch.ones(9))
