@@ -357,7 +357,8 @@ def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, name
             field, _, rest = message[len("optimizer."):].partition(":")
             message = (names or {}).get(field, field) + ":" + rest
             given = values[ops.HPARAM[field]] if field in ops.HPARAM else None
-            if isinstance(given, float) and math.isfinite(given) and _as_float32_text(given) != given:
+            if (isinstance(given, float) and math.isfinite(given) and _as_float32_text(given) != given
+                    and repr(given) not in rest):  # (not where the message already gives it)
                 message += f" (the float32 the optimizer computes with; given {given!r})"
         raise ValueError(where + message) from None
 
@@ -633,7 +634,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def set_learning_rate(self, lr: float):
         """Takes effect at the next backward, also inside a compiled model. A value the optimizer would
-        refuse (negative, not finite) raises ValueError here and changes nothing."""
+        refuse (negative, not finite, or not 0 but 0 in float32) raises ValueError here and changes nothing."""
         self._set_hyper_parameters({"learning_rate": lr}, {"learning_rate": "lr"})
 
     def _set_hyper_parameters(self, values: dict, names: dict):
