@@ -141,10 +141,9 @@ class Float8Linear(torch.nn.Linear):
     wrappers (DDP, FSDP) see no difference. ``eps``: lower bound of every amax before the scale is computed
     (``embscale.compute_scale``).
 
-    Input and weight are float32, float16 or bfloat16 (as for TransformerEngine's and torchao's FP8 layers);
-    another dtype, float64 included, raises TypeError naming the input or the weight at the forward. A
-    float64 model is not cast silently: one kept in float64 asks for more precision than fp32, which FP8
-    GEMMs cannot give.
+    Input and weight are float32, float16 or bfloat16, the dtypes its FP8 casts read; another dtype, float64
+    included, raises TypeError naming the input or the weight at the forward. A float64 model is not cast
+    silently: one kept in float64 asks for more precision than fp32, and FP8 GEMMs give far less.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
