@@ -29,14 +29,16 @@ Errors raise before anything is written (tables, optimizer state and step are un
 a dtype, ValueError for a shape, device or value, IndexError for an index or offset out of range (with
 ``bounds_check="error"``), NotImplementedError for what the build lacks; the message names the argument.
 
-Bounds checks: by default (``bounds_check="warn"``, as FBGEMM's WARNING mode) an index outside its table
-is dropped (it adds nothing; MEAN divides by the valid count) and a BoundsCheckWarning says how many were
-dropped. On CUDA the step never waits for the device to learn that: the device stores the count to a word
-of pinned host memory and the warning comes at a later call that finds it written (or at
-``check_bounds()``), so it may arrive a few steps late and cannot name the position (inside torch.compile
-or a CUDA graph capture there is no warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError
-naming the feature, bag and position before anything is written, at the price of one synchronisation per
-call on CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
+Bounds checks: by default (``bounds_check="warn"``; FBGEMM's default is its WARNING mode) an index outside
+its table is dropped (it adds nothing and no row is updated for it; MEAN divides by the valid count) and a
+BoundsCheckWarning says how many were dropped. FBGEMM's WARNING (and IGNORE) mode does not drop it: it
+rewrites the index to row 0, which the lookup then reads and the backward updates. On CUDA the
+step never waits for the device to learn that: the device stores the count to a word of pinned host memory
+and the warning comes at a later call that finds it written (or at ``check_bounds()``), so it may arrive a
+few steps late and cannot name the position (inside torch.compile or a CUDA graph capture there is no
+warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError naming
+the feature, bag and position before anything is written, at the price of one synchronisation per call on
+CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
 
 Copies and pickling: the module holds its C object through a handle it does not share. copy.deepcopy,
 pickle and torch.save(module) / torch.load give a module with a handle of its own, rebuilt for the

@@ -446,7 +446,8 @@ def test_bounds_check(device):
 
 
 def test_default_bounds_check_warns_and_drops(device):
-    # The default (as FBGEMM's WARNING mode): the bad index is dropped as in skip mode, counted, and a
+    # The default (FBGEMM's default is its WARNING mode, which maps a bad index to row 0 instead): the bad
+    # index is dropped as in skip mode, counted, and a
     # BoundsCheckWarning reports it, on CUDA at a later call or at check_bounds(), never making the step wait.
     warn = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd")
     skip = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="skip")
