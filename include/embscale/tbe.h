@@ -42,10 +42,10 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 //  kWarn:  as kSkip, but the op never waits for the device: `num_skipped` (backend memory) receives the
 //          number skipped, or -1 when the offsets are broken (their bags are then clamped and the
 //          backward writes no row), and the caller reads it when it likes (the Python module warns
-//          at a later call, as FBGEMM's WARNING mode warns, reading the copy the device stores to
-//          num_skipped_host). No error Status is returned for bad
-//          indices or offsets on CUDA; on the CPU, where nothing is waited for, broken offsets are an
-//          error as in every mode.
+//          at a later call, reading the copy the device stores to num_skipped_host; FBGEMM's WARNING
+//          mode warns too, but maps a bad index to row 0 rather than dropping it). No error Status is
+//          returned for bad indices or offsets on CUDA; on the CPU, where nothing is waited for, broken
+//          offsets are an error as in every mode.
 //  kOff:   nothing is checked or reported (fastest); the caller guarantees valid indices. On the CPU
 //          an index outside its table is still dropped (never read), and the backward on either
 //          backend clamps it into its table (an unspecified row may be updated, never memory outside
@@ -59,7 +59,8 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 // sequence mode (kNone) a skipped lookup's output row is zeros.
 enum class BoundsCheckMode { kError = 0, kSkip, kOff, kWarn };
 // "error", "skip", "off", "warn"; parse_bounds_check_mode also takes FBGEMM's names (FATAL, IGNORE, NONE,
-// WARNING).
+// WARNING) for the nearest mode: IGNORE and WARNING map a bad index to row 0 in FBGEMM, where kSkip and
+// kWarn drop it.
 const char* bounds_check_mode_name(BoundsCheckMode m);
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);
 

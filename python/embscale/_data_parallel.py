@@ -149,11 +149,11 @@ class ReplicatedLookup(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
-                group):
+                group, owner=None):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, *_rest) = cfg
         out, num_skipped = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, handle,
                                                           batch_size, pooling, bounds_check, output_cols, output_dtype)
-        ctx.state = (weights, momentum1, momentum2, hparams)
+        ctx.state, ctx.owner = (handle, weights, momentum1, momentum2, hparams), owner
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         ctx.cfg, ctx.group = cfg, group
         ctx.mark_non_differentiable(num_skipped)
@@ -161,9 +161,10 @@ class ReplicatedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, _grad_num_skipped):
-        weights, momentum1, momentum2, hparams = ctx.state
+        from .tbe import _backward_state  # (tbe imports this module)
+        handle, weights, momentum1, momentum2, hparams = _backward_state(ctx)
         indices, offsets, psw = ctx.saved_tensors
-        (handle, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed, _) = ctx.cfg
+        (_, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed, _) = ctx.cfg
         h = ops.tbe_handle(handle)
         grad = grad_output.contiguous() / dist.get_world_size(ctx.group)
         tables = h.args[1:]  # rows, dims, feature map, weights dtype (not the device: each process has its own)
@@ -175,4 +176,4 @@ class ReplicatedLookup(torch.autograd.Function):
         torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, g_grad.to(dev), g_indices.to(dev),
                                         g_offsets.to(dev), None if g_psw is None else g_psw.to(dev), handle, B,
                                         pooling, bounds_check, optimizer, wd_mode, sr, seed, False)
-        return None, None, None, None, None, None, None, None, None, None
+        return None, None, None, None, None, None, None, None, None, None, None

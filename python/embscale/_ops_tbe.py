@@ -312,11 +312,17 @@ def _checked_step(value):
 
 
 def _fill_optimizer(o, values):
-    """Sets the hyper-parameters and step of the C optimizer struct o from values (HPARAM_FIELDS order)."""
-    o.learning_rate, o.eps = values[HPARAM["learning_rate"]], values[HPARAM["eps"]]
-    o.beta1, o.beta2 = values[HPARAM["beta1"]], values[HPARAM["beta2"]]
-    o.weight_decay, o.max_norm = values[HPARAM["weight_decay"]], values[HPARAM["max_norm"]]
-    o.gradient_clipping = values[HPARAM["gradient_clipping"]]
+    """Sets the hyper-parameters and step of the C optimizer struct o from values (HPARAM_FIELDS order).
+    The struct holds float32: a value that is not 0 but rounds to 0 there (a learning rate of 1e-50) is
+    refused, naming the field, as the library would be told 0 (training would stop, a clipping or a weight
+    decay would be off) without knowing it was asked for anything else. Here, where the value becomes a
+    float32, is the only place that can see it; the library checks the rest."""
+    for field in (f for f in HPARAM_FIELDS if f != "step"):
+        value = values[HPARAM[field]]
+        setattr(o, field, value)
+        if value != 0 and getattr(o, field) == 0:
+            raise ValueError(f"optimizer.{field}: {value!r} rounds to 0 in float32, the precision the optimizer "
+                             "computes in; expected 0 or a magnitude of at least 1.4e-45")
     o.step = _checked_step(values[HPARAM["step"]])
 
 

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 import torch
 
 from . import ops  # noqa: F401  (registers torch.ops.embscale.*)
-from ._ops_common import _check_eps_type
+from ._ops_common import FLOAT_DTYPES, _check_eps_type
 
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
@@ -140,6 +140,10 @@ class Float8Linear(torch.nn.Linear):
     Parameters, their names and the state_dict are those of ``nn.Linear``, so optimizers, checkpoints and
     wrappers (DDP, FSDP) see no difference. ``eps``: lower bound of every amax before the scale is computed
     (``embscale.compute_scale``).
+
+    Input and weight are float32, float16 or bfloat16, the dtypes its FP8 casts read; another dtype, float64
+    included, raises TypeError naming the input or the weight at the forward. A float64 model is not cast
+    silently: one kept in float64 asks for more precision than fp32, and FP8 GEMMs give far less.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
@@ -178,6 +182,11 @@ class Float8Linear(torch.nn.Linear):
         return self.weight_amax
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for name, t in (("input", x), ("weight", self.weight)):
+            if t.dtype not in FLOAT_DTYPES:
+                raise TypeError(f"{name}: dtype {t.dtype} is not supported by Float8Linear; expected torch.float32, "
+                                "float16 or bfloat16, which its FP8 casts read (cast the model, e.g. .float(), or "
+                                "leave this layer out with convert_to_float8_training's module_filter_fn)")
         if x.dim() == 0:
             raise ValueError("input: a 0-d tensor; expected [..., in_features]")
         if x.shape[-1] != self.in_features:

@@ -12,7 +12,8 @@ order and applies the optimizer to that row (``weights`` is a Parameter that doe
 torch optimizer given ``model.parameters()`` leaves the tables alone).
 
 The backward reads the tables, the optimizer state and the hyper-parameters when it runs, not as they
-were at the forward:
+were at the forward, from whichever tensors the module holds then (``load_state_dict(assign=True)`` installs
+new ones; compiled code updates those its forward was given):
 
 - Hyper-parameters (``set_learning_rate``, ``hparams``) changed between a forward and its backward take
   effect at that backward.
@@ -28,14 +29,16 @@ Errors raise before anything is written (tables, optimizer state and step are un
 a dtype, ValueError for a shape, device or value, IndexError for an index or offset out of range (with
 ``bounds_check="error"``), NotImplementedError for what the build lacks; the message names the argument.
 
-Bounds checks: by default (``bounds_check="warn"``, as FBGEMM's WARNING mode) an index outside its table
-is dropped (it adds nothing; MEAN divides by the valid count) and a BoundsCheckWarning says how many were
-dropped. On CUDA the step never waits for the device to learn that: the device stores the count to a word
-of pinned host memory and the warning comes at a later call that finds it written (or at
-``check_bounds()``), so it may arrive a few steps late and cannot name the position (inside torch.compile
-or a CUDA graph capture there is no warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError
-naming the feature, bag and position before anything is written, at the price of one synchronisation per
-call on CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
+Bounds checks: by default (``bounds_check="warn"``; FBGEMM's default is its WARNING mode) an index outside
+its table is dropped (it adds nothing and no row is updated for it; MEAN divides by the valid count) and a
+BoundsCheckWarning says how many were dropped. FBGEMM's WARNING (and IGNORE) mode does not drop it: it
+rewrites the index to row 0, which the lookup then reads and the backward updates. On CUDA the
+step never waits for the device to learn that: the device stores the count to a word of pinned host memory
+and the warning comes at a later call that finds it written (or at ``check_bounds()``), so it may arrive a
+few steps late and cannot name the position (inside torch.compile or a CUDA graph capture there is no
+warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError naming
+the feature, bag and position before anything is written, at the price of one synchronisation per call on
+CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
 
 Copies and pickling: the module holds its C object through a handle it does not share. copy.deepcopy,
 pickle and torch.save(module) / torch.load give a module with a handle of its own, rebuilt for the
@@ -122,7 +125,7 @@ class _CountTargets:
 class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
-                counts=None):
+                counts=None, owner=None):
         (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed, _) = cfg
         forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
                    else torch.ops.embscale.tbe_forward)
@@ -155,8 +158,9 @@ class _Lookup(torch.autograd.Function):
         # The tables, the optimizer state and the hyper-parameters are held, not saved: the backward updates
         # them as they are when it runs (saved tensors would make autograd refuse a learning rate set after
         # the forward, and the second of two lookups of one module once the first one's backward has
-        # updated the tables).
-        ctx.state = (weights, momentum1, momentum2, hparams)
+        # updated the tables); see _backward_state.
+        ctx.state = (handle, weights, momentum1, momentum2, hparams)
+        ctx.owner = owner
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         ctx.cfg = cfg
         if num_skipped is not None:
@@ -165,9 +169,9 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, _grad_num_skipped):
-        weights, momentum1, momentum2, hparams = ctx.state
+        handle, weights, momentum1, momentum2, hparams = _backward_state(ctx)
         indices, offsets, psw = ctx.saved_tensors
-        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed,
+        (_, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed,
          sparse) = ctx.cfg
         if grad_output is None:  # (grads are not materialised) a zero gradient, as autograd would have made
             rows = indices.shape[0] if pooling == "none" else batch_size
@@ -189,7 +193,19 @@ class _Lookup(torch.autograd.Function):
             backward = ops.tbe_backward_eager if eager else torch.ops.embscale.tbe_backward
             grad_psw = backward(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw, handle,
                                 batch_size, pooling, bounds_check, optimizer, wd_mode, sr, seed, want_psw_grad)
-        return None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None
+        return (None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None,
+                None)
+
+
+def _backward_state(ctx):
+    """(handle id, weights, momentum1, momentum2, hparams) that a lookup's backward updates: its module's as
+    they are now (ctx.owner: a weak reference, given by a forward outside compiled code), which
+    load_state_dict(assign=True), .to() or an assignment may have replaced since the forward; else (compiled
+    code, or a module that is gone) those the forward was given (ctx.state). ReplicatedLookup's too."""
+    module = None if ctx.owner is None else ctx.owner()
+    if module is None:
+        return ctx.state
+    return module._handle_id, module.weights, module.momentum1, module.momentum2, module.hparams
 
 
 def _sparse_weight_grad(h, rows, num_unique, grads, dtype):
@@ -343,7 +359,8 @@ def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, name
             field, _, rest = message[len("optimizer."):].partition(":")
             message = (names or {}).get(field, field) + ":" + rest
             given = values[ops.HPARAM[field]] if field in ops.HPARAM else None
-            if isinstance(given, float) and math.isfinite(given) and _as_float32_text(given) != given:
+            if (isinstance(given, float) and math.isfinite(given) and _as_float32_text(given) != given
+                    and repr(given) not in rest):  # (not where the message already gives it)
                 message += f" (the float32 the optimizer computes with; given {given!r})"
         raise ValueError(where + message) from None
 
@@ -619,7 +636,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def set_learning_rate(self, lr: float):
         """Takes effect at the next backward, also inside a compiled model. A value the optimizer would
-        refuse (negative, not finite) raises ValueError here and changes nothing."""
+        refuse (negative, not finite, or not 0 but 0 in float32) raises ValueError here and changes nothing."""
         self._set_hyper_parameters({"learning_rate": lr}, {"learning_rate": "lr"})
 
     def _set_hyper_parameters(self, values: dict, names: dict):
@@ -693,7 +710,7 @@ class TableBatchedEmbeddingBags(nn.Module):
     # ``hparams`` (hyper-parameters and step), ``num_skipped``, and ``_extra_state`` naming the optimizer, its
     # weight decay mode and the tables, so a checkpoint of another optimizer, mode or tables is refused by
     # name. load_state_dict also takes the flat checkpoints of earlier versions (``weights``, ``momentum1``,
-    # ``momentum2``).
+    # ``momentum2``), and checks every entry before it writes any (_check_loaded_entries).
     _FLAT_BUFFERS = ("weights", "momentum1", "momentum2")
 
     def _table_entries(self):
@@ -742,7 +759,8 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _check_flat_checkpoint(self, state_dict, prefix):
         """A flat checkpoint (earlier versions) names no optimizer: its buffers' sizes must be this module's."""
-        sizes = {name: state_dict[prefix + name].numel() for name in self._FLAT_BUFFERS if prefix + name in state_dict}
+        sizes = {name: state_dict[prefix + name].numel() for name in self._FLAT_BUFFERS
+                 if isinstance(state_dict.get(prefix + name), torch.Tensor)}
         if sizes.get("weights", self.weights.numel()) != self.weights.numel():
             raise ValueError(f"state_dict: weights holds {sizes['weights']} elements; this module's tables "
                              f"{self.embedding_specs} hold {self.weights.numel()} (the checkpoint holds other tables)")
@@ -758,38 +776,84 @@ class TableBatchedEmbeddingBags(nn.Module):
                              f"({want['momentum1']}, {want['momentum2']}); it is that of "
                              f"{' or '.join(repr(o) for o in fits) or 'no optimizer of these tables'}")
 
-    def _check_loaded_hparams(self, rest, prefix):
-        """Hyper-parameters a checkpoint would load (when they have this module's shape; torch's loader
-        reports any other) are checked as the backward will check them, before anything is loaded, and
-        given to the loader as the module keeps them (CPU float64, contiguous) and as a copy, so that
-        load_state_dict's assign=True keeps them usable and never shares a step or a learning rate with the
-        module the checkpoint came from (its tables are copied too)."""
+    # Optimizer states that are sums of squares (row-wise Adagrad's accumulator, Adam's second moments): the
+    # update divides by their square root, so a negative one gives NaN or a huge step.
+    _NON_NEGATIVE_STATES = ("sum", "exp_avg_sq")
+
+    def _load_targets(self, prefix, flat):
+        """(key, the module's tensor the entry is copied into, its optimizer state's name or None) of every
+        entry a load may write: the per-table entries (a flat checkpoint's weights, momentum1, momentum2
+        instead), then the module's other parameters and persistent buffers, which torch's loader copies."""
+        if flat:
+            states = dict(zip(("momentum1", "momentum2"), _STATE_NAMES[self.optimizer]))
+            targets = [(prefix + name, getattr(self, name), states.get(name)) for name in self._FLAT_BUFFERS]
+        else:
+            targets = [(prefix + key, view, None if key.endswith(".weight") else key.rpartition(".")[2])
+                       for key, view in self._table_entries()]
+        own = [*self._parameters.items(), *((name, buf) for name, buf in self._buffers.items()
+                                             if name not in self._non_persistent_buffers_set)]
+        return targets + [(prefix + name, t, None) for name, t in own if t is not None and name not in
+                          self._FLAT_BUFFERS]
+
+    def _check_loaded_entries(self, rest, prefix, flat, materialising):
+        """Every entry a load would write is checked before the first write, so a refused checkpoint changes
+        nothing (torch's loader copies entry by entry, and a bad entry's copy_ fails without naming it): a
+        dense tensor of this module's shape, holding values (not on the meta device, unless the module is
+        on meta and stays there), of its tensor's kind of dtype (floating point; an integer num_skipped);
+        optimizer state finite, and not negative where it is a sum of squares (_NON_NEGATIVE_STATES);
+        hparams as the backward checks them. materialising: an assign=True load will make a meta module
+        real (_materialize_for) first."""
+        for key, own, state in self._load_targets(prefix, flat):
+            if key not in rest:
+                continue
+            t = rest[key]
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"state_dict: {key} is a {type(t).__name__}, not a tensor")
+            if t.layout != torch.strided:
+                raise ValueError(f"state_dict: {key} is a {t.layout} tensor; expected a dense (strided) one")
+            if t.is_meta and not (own.is_meta and not materialising):
+                raise ValueError(f"state_dict: {key} is on the meta device (it holds no values to load)")
+            floating = own.is_floating_point()
+            if t.dtype == torch.bool or t.is_complex() or t.is_floating_point() != floating:
+                raise TypeError(f"state_dict: {key} has dtype {t.dtype}; expected "
+                                f"{'a floating-point' if floating else 'an integer'} dtype (this module's is "
+                                f"{own.dtype})")
+            if tuple(t.shape) != tuple(own.shape):
+                raise ValueError(f"state_dict: {key} has shape {list(t.shape)}; this module's is {list(own.shape)}"
+                                 + (" (the checkpoint holds other tables)" if key.endswith(".weight") else ""))
+            if state is not None and not t.is_meta:
+                values = t.detach().to(own.dtype)  # (as the module will hold them: a float64 1e300 is inf)
+                bad = ~torch.isfinite(values)
+                if state in self._NON_NEGATIVE_STATES:
+                    bad |= values < 0
+                if bad.any():
+                    at = [int(i) for i in torch.unravel_index(bad.reshape(-1).nonzero()[0, 0], bad.shape)]
+                    rule = " and >= 0 (a sum of squares)" if state in self._NON_NEGATIVE_STATES else ""
+                    raise ValueError(f"state_dict: {key}{at} is {values[tuple(at)].item()!r}; the optimizer "
+                                     f"state {state!r} must be finite{rule}")
         key = prefix + "hparams"
-        hp = rest.get(key)
-        if isinstance(hp, torch.Tensor) and tuple(hp.shape) == tuple(self.hparams.shape) and not hp.is_meta:
-            _check_hyper_parameters(self.optimizer, self.weight_decay_mode, hp.tolist(),
-                                    where=f"state_dict: {prefix}hparams: ")
-            rest[key] = hp.detach().to(device="cpu", dtype=torch.float64, copy=True).contiguous()
+        if key in rest:
+            _check_hyper_parameters(self.optimizer, self.weight_decay_mode, rest[key].tolist(),
+                                    where=f"state_dict: {key}: ")
 
     def _materialize_for(self, loaded):
         """load_state_dict(assign=True) into a module on the meta device (torch's way of filling a model built
         without memory): the module is first made on the device of the checkpoint's tables, as if built there
         (to_empty, then reset_parameters: entries the checkpoint lacks hold a fresh module's values), so
-        that the tables can be copied in. Called after every check; a meta checkpoint leaves it on meta."""
-        if self.weights.is_meta and isinstance(loaded, torch.Tensor) and not loaded.is_meta:
-            self.to_empty(device=loaded.device)
-            self.reset_parameters()
+        that the tables can be copied in. Called after every check, for a module on meta and a `loaded` (the
+        checkpoint's first table) that is not: a meta checkpoint leaves the module on meta."""
+        self.to_empty(device=loaded.device)
+        self.reset_parameters()
 
     def _as_own_buffers(self, rest, prefix, names):
-        """For load_state_dict(assign=True), which installs the checkpoint's buffers as they are: the buffers
-        `names` converted to this module's dtype, device and layout (when they are tensors of its shape; the
-        loader reports any other), as copies, so that the module stays usable and shares no buffer with the
-        checkpoint's source (its tables are copied in any case). Without assign the loader copies them in."""
+        """The buffers `names` (checked entries) given to the loader converted to this module's dtype, device
+        and layout, and as copies: with assign=True, which installs the checkpoint's tensors as they are,
+        the module stays usable and shares no buffer with the module the checkpoint came from (never a step
+        or a learning rate; its tables are copied in any case). Without assign the loader copies them in."""
         for name in names:
             key, own = prefix + name, getattr(self, name)
-            t = rest.get(key)
-            if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(own.shape) and not t.is_meta:
-                rest[key] = t.detach().to(device=own.device, dtype=own.dtype, copy=True).contiguous()
+            if key in rest and not rest[key].is_meta:
+                rest[key] = rest[key].detach().to(device=own.device, dtype=own.dtype, copy=True).contiguous()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -798,38 +862,25 @@ class TableBatchedEmbeddingBags(nn.Module):
             self.set_extra_state(state_dict[extra_key])
         rest = {k: v for k, v in state_dict.items() if k != extra_key}
         flat = prefix + "weights" in state_dict
+        assign = local_metadata.get("assign_to_params_buffers", False)
         if flat:
             self._check_flat_checkpoint(state_dict, prefix)
-            for name in ("hparams", "num_skipped"):  # (the flat buffers' sizes are checked above)
-                key = prefix + name
-                if key in rest and not (isinstance(rest[key], torch.Tensor)
-                                        and tuple(rest[key].shape) == tuple(getattr(self, name).shape)):
-                    raise ValueError(f"state_dict: {key} is not a tensor of this module's shape "
-                                     f"{list(getattr(self, name).shape)}")
-            self._check_loaded_hparams(rest, prefix)
-            if local_metadata.get("assign_to_params_buffers", False):
-                self._materialize_for(rest.get(prefix + "weights"))
+            first = rest[prefix + "weights"]
+        else:
+            first = next((rest[prefix + key] for key, _ in self._table_entries() if prefix + key in rest), None)
+        materialising = (assign and self.weights.is_meta and isinstance(first, torch.Tensor)
+                         and not first.is_meta)
+        self._check_loaded_entries(rest, prefix, flat, materialising)
+        # hparams stay CPU float64 whatever the checkpoint's were (they are read on the host at every step).
+        self._as_own_buffers(rest, prefix, ("hparams",))
+        if materialising:
+            self._materialize_for(first)
+        if flat:
+            if assign:
                 self._as_own_buffers(rest, prefix, self._FLAT_BUFFERS + ("num_skipped",))
             handled = {extra_key}
         else:
-            entries = [(prefix + key, view) for key, view in self._table_entries()]
-            # Every entry this module loads is checked first (the tables here, its own buffers below in
-            # torch's loader), so a refused checkpoint changes nothing.
-            own = [(prefix + name, buf) for name, buf in self._buffers.items()
-                   if buf is not None and name not in self._non_persistent_buffers_set]
-            for i, (key, view) in enumerate(entries + own):
-                if key not in rest:
-                    continue
-                if not isinstance(rest[key], torch.Tensor):
-                    raise ValueError(f"state_dict: {key} is a {type(rest[key]).__name__}, not a tensor")
-                if tuple(rest[key].shape) != tuple(view.shape):
-                    raise ValueError(f"state_dict: {key} has shape {list(rest[key].shape)}; this module's is "
-                                     f"{list(view.shape)}" + (" (the checkpoint holds other tables)"
-                                                              if i < len(entries) else ""))
-            self._check_loaded_hparams(rest, prefix)
-            first = next((rest[key] for key, _ in entries if key in rest), None)
-            if local_metadata.get("assign_to_params_buffers", False):
-                self._materialize_for(first)
+            if assign:
                 self._as_own_buffers(rest, prefix, ("num_skipped",))
             elif self.weights.is_meta and first is not None and not first.is_meta:
                 warnings.warn(f"{prefix}tables: copying a checkpoint's tables into a module on the meta device loads "
@@ -865,11 +916,12 @@ class TableBatchedEmbeddingBags(nn.Module):
         group = None if self.optimizer == "none" else _data_parallel.resolve_group(self.data_parallel_group)
         lookup_args = (self._grad_anchor, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
+        owner = None if torch.compiler.is_compiling() else weakref.ref(self)  # (_backward_state)
         if group is None:
             counts = (self._count_targets() if self.bounds_check in ("skip", "warn")
                       and not torch.compiler.is_compiling() else None)
             try:
-                out, num_skipped = _Lookup.apply(*lookup_args, counts)
+                out, num_skipped = _Lookup.apply(*lookup_args, counts, owner)
             except (TypeError, ValueError, NotImplementedError):
                 # Refused before anything was launched (the argument checks, the library's validation): the
                 # word is free again. After a launch (any other error, or one raised once the call has
@@ -894,7 +946,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 raise NotImplementedError("per_sample_weights: their gradient is not computed for replicated "
                                           "tables (data_parallel_group); pass weights that do not require grad, "
                                           "or data_parallel_group=None for tables of this process alone")
-            out, num_skipped = _data_parallel.ReplicatedLookup.apply(*lookup_args, group)
+            out, num_skipped = _data_parallel.ReplicatedLookup.apply(*lookup_args, group, owner)
         # (a buffer made in inference mode can only change there; compile sees no inference tensors)
         if self.bounds_check in ("skip", "warn") and (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
                                                        or not self.num_skipped.is_inference()):
@@ -917,9 +969,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         """Where an eager forward stores its count (_CountTargets). The num_skipped buffer, written in place,
         where it is what the module made (one int64 on the tables' device) and may be written (not an
         inference tensor outside inference mode); in warn mode on the current CUDA device, outside a graph
-        capture, a pinned host word too. A warn call on CUDA without a word reports through a copy behind an
-        event, which is taken from a tensor of its own: not the buffer, which a later call may overwrite
-        before the copy runs."""
+        capture, a pinned host word too. A warn call without a word (on the CPU, or on CUDA where none is
+        taken) warns from a count tensor of its own, copied into the buffer afterwards: the buffer is shared
+        by every call of the module, and another thread's call (or, on CUDA, a later one before the copy
+        behind its event runs) may overwrite it before this call's warning reads it."""
         buffer = self.num_skipped
         dev = buffer.device
         if (buffer.dtype != torch.int64 or buffer.numel() != 1 or buffer.layout != torch.strided
@@ -930,7 +983,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 and not torch.cuda.is_current_stream_capturing()):
             with _BOUNDS_LOCK:
                 word = _HOST_WORDS.take(dev)
-        if self.bounds_check == "warn" and dev.type == "cuda" and word is None:
+        if self.bounds_check == "warn" and word is None:
             buffer = None
         return _CountTargets(buffer, word)
 

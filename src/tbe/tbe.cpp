@@ -53,7 +53,7 @@ bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out) {
       {"error", BoundsCheckMode::kError}, {"skip", BoundsCheckMode::kSkip}, {"off", BoundsCheckMode::kOff},
       {"warn", BoundsCheckMode::kWarn},   {"ERROR", BoundsCheckMode::kError}, {"SKIP", BoundsCheckMode::kSkip},
       {"OFF", BoundsCheckMode::kOff},     {"WARN", BoundsCheckMode::kWarn},   {"none", BoundsCheckMode::kOff},
-      // FBGEMM's BoundsCheckMode names
+      // FBGEMM's BoundsCheckMode names, for the nearest mode (its WARNING and IGNORE map a bad index to row 0)
       {"FATAL", BoundsCheckMode::kError}, {"WARNING", BoundsCheckMode::kWarn}, {"IGNORE", BoundsCheckMode::kSkip},
       {"NONE", BoundsCheckMode::kOff},
   };

@@ -129,10 +129,23 @@ def test_conversion_and_layer_errors_name_the_argument():
         Float8Linear(16, 16, eps=-1.0)
     with pytest.raises(ValueError, match="input: last dimension is 8"):
         Float8Linear(16, 16)(torch.randn(4, 8))
-    with pytest.raises(TypeError, match="x: dtype int64"):
+    with pytest.raises(TypeError, match="^input: dtype torch.int64 is not supported by Float8Linear"):
         Float8Linear(16, 16)(torch.ones(4, 16, dtype=torch.int64))
     with pytest.raises(ValueError, match="group"):
         sync_float8_weight_amax(convert_to_float8_training(Net()), group=object())
+
+
+def test_a_float64_layer_names_its_input_or_weight():
+    # The error used to name "x", an internal argument of the amax operator.
+    model = convert_to_float8_training(Net().double())
+    with pytest.raises(TypeError, match=r"^input: dtype torch.float64 is not supported by Float8Linear; expected "
+                                        r"torch.float32, float16 or bfloat16"):
+        model(torch.randn(4, 32, dtype=torch.float64))
+    layer = Float8Linear(16, 16, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"^weight: dtype torch.float64 is not supported by Float8Linear"):
+        layer(torch.randn(4, 16))
+    with pytest.raises(TypeError, match=r"^input: dtype torch.float64"):
+        Float8Linear(0, 16)(torch.randn(4, 0, dtype=torch.float64))  # (no GEMM to run, refused all the same)
 
 
 def test_replaced_weight_after_sync_raises_and_edge_layers():

@@ -446,7 +446,8 @@ def test_bounds_check(device):
 
 
 def test_default_bounds_check_warns_and_drops(device):
-    # The default (as FBGEMM's WARNING mode): the bad index is dropped as in skip mode, counted, and a
+    # The default (FBGEMM's default is its WARNING mode, which maps a bad index to row 0 instead): the bad
+    # index is dropped as in skip mode, counted, and a
     # BoundsCheckWarning reports it, on CUDA at a later call or at check_bounds(), never making the step wait.
     warn = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd")
     skip = make_module([(10, 4), (5, 2)], None, device, optimizer="sgd", bounds_check="skip")
@@ -655,6 +656,44 @@ def test_weight_decay_without_its_mode_warns_that_it_has_no_effect(optimizer, hi
         if optimizer != "sgd":
             embscale.TableBatchedEmbeddingBags([(10, 4)], optimizer=optimizer, weight_decay=0.01,
                                                weight_decay_mode="decoupled")
+
+
+# ---- a hyper-parameter that rounds to 0 in float32 ------------------------------------------------------------
+def test_a_hyper_parameter_that_rounds_to_zero_in_float32_is_refused_wherever_it_is_set():
+    # A learning rate of 1e-50 used to be taken: the optimizer computes in float32, where it is 0, so training
+    # stopped without a word (a gradient clipping or weight decay that small was off likewise).
+    message = (r"rounds to 0 in float32, the precision the optimizer computes in; expected 0 or a magnitude of at "
+               r"least 1\.4e-45")
+    with pytest.raises(ValueError, match=rf"^learning_rate: 1e-50 {message}"):
+        embscale.TableBatchedEmbeddingBags([(10, 4)], learning_rate=1e-50)
+    with pytest.raises(ValueError, match=rf"^gradient_clipping: 1e-60 {message}"):
+        embscale.TableBatchedEmbeddingBags([(10, 4)], gradient_clipping=1e-60)
+    m = embscale.TableBatchedEmbeddingBags([(10, 4)], learning_rate=0.5)
+    indices, offsets = torch.tensor([1, 2]), torch.tensor([0, 2])
+    m(indices, offsets).sum().backward()
+    before = m.hparams.clone(), m.weights.detach().clone()
+
+    def unchanged():
+        return torch.equal(m.hparams, before[0]) and torch.equal(m.weights, before[1])
+
+    with pytest.raises(ValueError, match=rf"^lr: 1e-50 {message}$"):
+        m.set_learning_rate(1e-50)
+    with pytest.raises(ValueError, match=rf"^params_dict\['lr'\]: 1e-46 {message}"):
+        m.update_hyper_parameters({"lr": 1e-46, "eps": 1e-3})
+    sd = m.state_dict()
+    sd["hparams"] = sd["hparams"].clone()
+    sd["hparams"][embscale.ops.HPARAM["learning_rate"]] = 1e-50
+    with pytest.raises(ValueError, match=rf"^state_dict: hparams: learning_rate: 1e-50 {message}"):
+        m.load_state_dict(sd)
+    assert unchanged()
+    m.hparams[embscale.ops.HPARAM["learning_rate"]] = 1e-50  # written past the checks: the backward refuses it
+    with pytest.raises(ValueError, match=rf"^optimizer.learning_rate: 1e-50 {message}"):
+        m(indices, offsets).sum().backward()
+    assert torch.equal(m.weights, before[1]) and m.step == 2
+    # 0 stays a rate (a frozen table), and so does the smallest float32 above it.
+    for lr in (0.0, 1e-45):
+        m.set_learning_rate(lr)
+        m(indices, offsets).sum().backward()
 
 
 # ---- constructor arguments: whole numbers and booleans, never coerced ------------------------------------------

@@ -221,3 +221,178 @@ def test_copying_into_a_meta_module_warns_that_nothing_is_loaded(gen):
     with pytest.warns(UserWarning, match="tables: copying a checkpoint's tables into a module on the meta device"):
         m.load_state_dict(a.state_dict())
     assert m.weights.is_meta
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["per_table", "flat"])
+def test_a_checkpoint_loaded_between_forward_and_backward_is_what_that_backward_updates(gen, flat):
+    # The backward reads the tables, state and hyper-parameters as they are when it runs; with assign=True
+    # the loader installs new tensors (hparams; the flat checkpoint's tables and state too), and the
+    # backward used to update the forward's old ones: the old learning rate, and the module's step unmoved.
+    source = trained("rowwise_adagrad", gen)
+    source.set_learning_rate(0.5)
+    indices, offsets, _ = ref.make_lookups(gen, [12, 9], 3, 3)
+    g = torch.randn(3, 7, generator=gen)
+    loaded = []
+    for assign in (False, True):
+        sd = saved(source.state_dict())
+        if flat:
+            sd = {"weights": source.weights.detach().clone(), "momentum1": source.momentum1.clone(),
+                  "momentum2": source.momentum2.clone(), "hparams": source.hparams.clone()}
+        m = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="rowwise_adagrad", **HP)
+        out = m(indices, offsets)
+        m.load_state_dict(sd, strict=False, assign=assign)
+        out.backward(g)
+        loaded.append(m)
+    copied, assigned = loaded
+    assert assigned.step == copied.step == source.step + 1
+    assert assigned.learning_rate == 0.5
+    assert not torch.equal(copied.weights, source.weights)  # the backward updated the loaded tables
+    assert torch.equal(assigned.weights, copied.weights) and torch.equal(assigned.momentum1, copied.momentum1)
+
+
+# ---- a refused checkpoint changes nothing ---------------------------------------------------------------------
+def _loadable(m):
+    """m's state_dict with every entry changed (so that any entry a refused load wrote would show)."""
+    sd = saved(m.state_dict())
+    for key, value in sd.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and key != "hparams":
+            sd[key] = value + 0.5
+    sd["hparams"][embscale.ops.HPARAM["learning_rate"]] = 0.25
+    sd["hparams"][embscale.ops.HPARAM["step"]] = 9
+    sd["num_skipped"] = torch.tensor([5])
+    return sd
+
+
+def _snapshot(m):
+    return [t.detach().clone() for t in (m.weights, m.momentum1, m.momentum2, m.hparams, m.num_skipped)]
+
+
+def _with_hparam(field, value):
+    hp = embscale.TableBatchedEmbeddingBags(SPECS, **HP).hparams.clone()
+    hp[embscale.ops.HPARAM[field]] = value
+    return hp
+
+
+def _negative_at(shape, at):
+    t = torch.ones(shape)
+    t[at] = -1.0
+    return t
+
+
+# (optimizer, key, bad value, error, message); each key comes after entries the load would write first.
+BAD_ENTRIES = [
+    ("rowwise_adagrad", "table_1.weight", torch.zeros(9, 3, device="meta"), ValueError,
+     r"^state_dict: table_1.weight is on the meta device"),
+    ("rowwise_adagrad", "table_1.weight", torch.zeros(9, 3).to_sparse(), ValueError,
+     r"^state_dict: table_1.weight is a torch.sparse_coo tensor; expected a dense"),
+    ("rowwise_adagrad", "table_1.weight", torch.zeros(9, 3, dtype=torch.complex64), TypeError,
+     r"^state_dict: table_1.weight has dtype torch.complex64; expected a floating-point dtype"),
+    ("rowwise_adagrad", "table_1.weight", torch.zeros(9, 3, dtype=torch.bool), TypeError,
+     r"^state_dict: table_1.weight has dtype torch.bool"),
+    ("rowwise_adagrad", "table_1.weight", torch.zeros(9, 3, dtype=torch.int64), TypeError,
+     r"^state_dict: table_1.weight has dtype torch.int64"),
+    ("rowwise_adagrad", "table_1.weight", torch.zeros(9, 4), ValueError,
+     r"^state_dict: table_1.weight has shape \[9, 4\]; this module's is \[9, 3\]"),
+    ("rowwise_adagrad", "table_1.sum", _negative_at(9, 4), ValueError,
+     r"^state_dict: table_1.sum\[4\] is -1.0; the optimizer state 'sum' must be finite and >= 0"),
+    ("rowwise_adagrad", "table_1.sum", torch.full((9,), float("nan")), ValueError,
+     r"^state_dict: table_1.sum\[0\] is nan; the optimizer state 'sum' must be finite"),
+    ("rowwise_adagrad", "table_1.sum", torch.full((9,), 1e300, dtype=torch.float64), ValueError,
+     r"^state_dict: table_1.sum\[0\] is inf"),  # (finite in float64, not in the module's float32)
+    ("rowwise_adagrad", "table_1.sum", torch.zeros(9, device="meta"), ValueError,
+     r"^state_dict: table_1.sum is on the meta device"),
+    ("adam", "table_1.exp_avg", _negative_at((9, 3), (2, 1)) * float("inf"), ValueError,
+     r"^state_dict: table_1.exp_avg\[0, 0\] is inf; the optimizer state 'exp_avg' must be finite$"),
+    ("adam", "table_1.exp_avg_sq", _negative_at((9, 3), (2, 1)), ValueError,
+     r"^state_dict: table_1.exp_avg_sq\[2, 1\] is -1.0; .* must be finite and >= 0"),
+    ("partial_rowwise_adam", "table_1.exp_avg_sq", _negative_at(9, 8), ValueError,
+     r"^state_dict: table_1.exp_avg_sq\[8\] is -1.0"),
+    ("rowwise_adagrad", "hparams", torch.zeros(8, dtype=torch.float64, device="meta"), ValueError,
+     r"^state_dict: hparams is on the meta device"),
+    ("rowwise_adagrad", "hparams", torch.ones(8, dtype=torch.int64), TypeError,
+     r"^state_dict: hparams has dtype torch.int64; expected a floating-point dtype"),
+    ("rowwise_adagrad", "hparams", _with_hparam("learning_rate", float("nan")), ValueError,
+     r"^state_dict: hparams: learning_rate: nan"),
+    ("rowwise_adagrad", "hparams", _with_hparam("step", float("inf")), ValueError,
+     r"^state_dict: hparams: step: inf"),
+    ("rowwise_adagrad", "hparams", torch.zeros(3, dtype=torch.float64), ValueError,
+     r"^state_dict: hparams has shape \[3\]; this module's is \[8\]$"),
+    ("rowwise_adagrad", "num_skipped", torch.tensor([1.5]), TypeError,
+     r"^state_dict: num_skipped has dtype torch.float32; expected an integer dtype"),
+    ("rowwise_adagrad", "num_skipped", torch.zeros(1, dtype=torch.int64, device="meta"), ValueError,
+     r"^state_dict: num_skipped is on the meta device"),
+    ("rowwise_adagrad", "num_skipped", torch.zeros(1, dtype=torch.int64).to_sparse(), ValueError,
+     r"^state_dict: num_skipped is a torch.sparse_coo tensor"),
+]
+
+
+@pytest.mark.parametrize("assign", [False, True], ids=["copy", "assign"])
+@pytest.mark.parametrize("optimizer, key, bad, error, message", BAD_ENTRIES,
+                         ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(BAD_ENTRIES)])
+def test_a_refused_checkpoint_names_its_bad_entry_and_changes_nothing(gen, assign, optimizer, key, bad, error,
+                                                                       message):
+    # Only shapes used to be checked before copying: a later entry on meta, sparse or of another dtype
+    # failed inside copy_ (naming no entry) after the tables before it were written, and a negative
+    # Adagrad accumulator was taken (its updates were ~1e6).
+    m = trained(optimizer, gen)
+    sd = _loadable(m)
+    sd[key] = bad
+    before = _snapshot(m)
+    with pytest.raises(error, match=message):
+        m.load_state_dict(sd, assign=assign)
+    assert all(torch.equal(a, b) for a, b in zip(before, _snapshot(m)))
+    del sd[key]
+    m.load_state_dict(sd, strict=False, assign=assign)  # the other entries load
+    assert torch.equal(m.split_embedding_weights()[0], sd["table_0.weight"]) and m.step == (9 if "hparams" in sd else 3)
+
+
+@pytest.mark.parametrize("key, bad, error, message", [
+    ("weights", torch.zeros(75, device="meta"), ValueError, r"^state_dict: weights is on the meta device"),
+    ("momentum1", _negative_at(21, 20), ValueError,
+     r"^state_dict: momentum1\[20\] is -1.0; the optimizer state 'sum' must be finite and >= 0"),
+    ("momentum1", torch.zeros(21, dtype=torch.int32), TypeError, r"^state_dict: momentum1 has dtype torch.int32"),
+    ("num_skipped", torch.zeros(1, dtype=torch.int64, device="meta"), ValueError,
+     r"^state_dict: num_skipped is on the meta device"),
+])
+def test_a_refused_flat_checkpoint_names_its_bad_entry_and_changes_nothing(gen, key, bad, error, message):
+    m = trained("rowwise_adagrad", gen)
+    flat = {"weights": m.weights.detach() + 0.5, "momentum1": m.momentum1 + 0.5, "momentum2": m.momentum2.clone(),
+            "hparams": _with_hparam("step", 9), "num_skipped": torch.tensor([5])}
+    flat[key] = bad
+    before = _snapshot(m)
+    with pytest.raises(error, match=message):
+        m.load_state_dict(flat, strict=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, _snapshot(m)))
+
+
+def test_negative_first_moments_load(gen):
+    # Only sums of squares must be >= 0: Adam's first moments take any finite sign.
+    m = trained("adam", gen)
+    sd = m.state_dict()
+    sd["table_1.exp_avg"] = -torch.ones(9, 3)
+    m.load_state_dict(sd)
+    assert torch.equal(m.optimizer_state()[1]["exp_avg"], -torch.ones(9, 3))
+
+
+def test_assign_into_a_meta_module_refuses_a_meta_entry_among_real_ones(gen):
+    # The module used to be made real for the first table, then the copy of the meta one failed.
+    sd = trained("adam", gen).state_dict()
+    sd["table_1.exp_avg"] = torch.zeros(9, 3, device="meta")
+    m = embscale.TableBatchedEmbeddingBags(SPECS, optimizer="adam", device="meta")
+    with pytest.raises(ValueError, match=r"^state_dict: table_1.exp_avg is on the meta device"):
+        m.load_state_dict(sd, assign=True)
+    assert m.weights.is_meta and m.momentum1.is_meta
+
+
+def test_a_module_inside_a_model_checks_and_loads_its_prefixed_entries(gen):
+    model = torch.nn.Sequential(trained("rowwise_adagrad", gen))
+    sd = _loadable(model[0])
+    sd = {f"0.{k}": v for k, v in sd.items()}
+    sd["0.table_1.sum"] = _negative_at(9, 3)
+    before = _snapshot(model[0])
+    with pytest.raises(ValueError, match=r"^state_dict: 0.table_1.sum\[3\] is -1.0"):
+        model.load_state_dict(sd)
+    assert all(torch.equal(a, b) for a, b in zip(before, _snapshot(model[0])))
+    sd["0.table_1.sum"] = torch.ones(9)
+    model.load_state_dict(sd)
+    assert model[0].step == 9 and torch.equal(model[0].optimizer_state()[1]["sum"], torch.ones(9))
