@@ -220,6 +220,65 @@ EMBSCALE_C_EXPORT int embscale_tbe_backward(const embscale_tbe* tbe, const embsc
                                             const embscale_tbe_backward_args* args, void* workspace,
                                             size_t workspace_bytes);
 
+/* ---- row cache: tables in host memory, their rows cached in device memory (tbe_cache.h) -------------- */
+typedef struct embscale_row_cache embscale_row_cache; /* a RowCache (CUDA only) */
+
+/* The tables as embscale_tbe_create takes them; per table its placement (0 device, 1 host, 2 cached) and
+ * its cache's rows (cached tables: >= 1; others 0); algorithm 0 lru, 1 lfu; the optimizer whose state rows
+ * travel with the weights; max_lookups: the largest batch's lookups. */
+EMBSCALE_C_EXPORT int embscale_row_cache_create(const embscale_context* ctx, int32_t num_tables,
+                                                const int64_t* num_rows, const int32_t* dims, int32_t num_features,
+                                                const int32_t* feature_table_map, int32_t weights_dtype,
+                                                const int32_t* placement, const int64_t* cache_rows,
+                                                int32_t algorithm, int32_t optimizer, int64_t max_lookups,
+                                                embscale_row_cache** out);
+EMBSCALE_C_EXPORT void embscale_row_cache_destroy(embscale_row_cache* cache);
+/* The tables the forward and backward run on (lent: valid while the cache lives; embscale_tbe_destroy
+ * leaves it alone). Its layout: embscale_tbe_layout_get, embscale_tbe_table_offsets. */
+EMBSCALE_C_EXPORT const embscale_tbe* embscale_row_cache_tbe(const embscale_row_cache* cache);
+typedef struct embscale_row_cache_info {
+  int64_t state_bytes;           /* the persistent state's size (device memory, 256-byte aligned) */
+  int64_t rounding_bases_offset; /* bytes into the state: int64 [cache total_rows], the backward's rounding_bases */
+  int64_t plan_bytes;            /* one batch's plan (device memory, 256-byte aligned) */
+} embscale_row_cache_info;
+/* cache_slots: NULL, or [num_tables] rows of each table's cache (whole sets of 32). */
+EMBSCALE_C_EXPORT int embscale_row_cache_info_get(const embscale_row_cache* cache, embscale_row_cache_info* out,
+                                                  int64_t* cache_slots);
+typedef struct embscale_row_cache_buffers {
+  embscale_tensor host_weights; /* host store: pinned, mapped host memory in the tables' layout */
+  embscale_tensor host_momentum1;
+  embscale_tensor host_momentum2;
+  embscale_tensor cache_weights; /* device memory in the layout of embscale_row_cache_tbe */
+  embscale_tensor cache_momentum1;
+  embscale_tensor cache_momentum2;
+  void* state;
+  size_t state_bytes;
+} embscale_row_cache_buffers;
+typedef struct embscale_row_cache_prefetch_args {
+  embscale_tensor indices;
+  embscale_tensor offsets;
+  int64_t batch_size;
+  int64_t step;
+  int64_t lock_from;
+  int32_t training;
+  embscale_tensor remapped;
+  void* plan;
+  size_t plan_bytes;
+} embscale_row_cache_prefetch_args;
+EMBSCALE_C_EXPORT int embscale_row_cache_load(const embscale_row_cache* cache, const embscale_context* ctx,
+                                              const embscale_row_cache_buffers* buffers);
+EMBSCALE_C_EXPORT int embscale_row_cache_prefetch(const embscale_row_cache* cache, const embscale_context* ctx,
+                                                  const embscale_row_cache_buffers* buffers,
+                                                  const embscale_row_cache_prefetch_args* args);
+EMBSCALE_C_EXPORT int embscale_row_cache_fetch(const embscale_row_cache* cache, const embscale_context* ctx,
+                                               const embscale_row_cache_buffers* buffers, const void* plan,
+                                               size_t plan_bytes);
+EMBSCALE_C_EXPORT int embscale_row_cache_write_back(const embscale_row_cache* cache, const embscale_context* ctx,
+                                                    const embscale_row_cache_buffers* buffers, const void* plan,
+                                                    size_t plan_bytes);
+EMBSCALE_C_EXPORT int embscale_row_cache_flush(const embscale_row_cache* cache, const embscale_context* ctx,
+                                               const embscale_row_cache_buffers* buffers);
+
 #ifdef __cplusplus
 }
 #endif

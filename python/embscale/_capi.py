@@ -20,6 +20,8 @@ POOLING = {"sum": 0, "mean": 1, "none": 2}
 BOUNDS_CHECK = {"error": 0, "skip": 1, "off": 2, "warn": 3}
 WEIGHT_DECAY = {"none": 0, "l2": 1, "decoupled": 2}
 ROUNDING = {"nearest": 0, "stochastic": 1}
+PLACEMENT = {"device": 0, "host": 1, "cached": 2}
+CACHE_ALGORITHM = {"lru": 0, "lfu": 1}
 
 
 class Error(RuntimeError):
@@ -111,6 +113,41 @@ class OptimizerInfo(ctypes.Structure):
     ]
 
 
+class RowCacheInfo(ctypes.Structure):
+    _fields_ = [
+        ("state_bytes", ctypes.c_int64),
+        ("rounding_bases_offset", ctypes.c_int64),
+        ("plan_bytes", ctypes.c_int64),
+    ]
+
+
+class RowCacheBuffers(ctypes.Structure):
+    _fields_ = [
+        ("host_weights", Tensor),
+        ("host_momentum1", Tensor),
+        ("host_momentum2", Tensor),
+        ("cache_weights", Tensor),
+        ("cache_momentum1", Tensor),
+        ("cache_momentum2", Tensor),
+        ("state", ctypes.c_void_p),
+        ("state_bytes", ctypes.c_size_t),
+    ]
+
+
+class RowCachePrefetchArgs(ctypes.Structure):
+    _fields_ = [
+        ("indices", Tensor),
+        ("offsets", Tensor),
+        ("batch_size", ctypes.c_int64),
+        ("step", ctypes.c_int64),
+        ("lock_from", ctypes.c_int64),
+        ("training", ctypes.c_int32),
+        ("remapped", Tensor),
+        ("plan", ctypes.c_void_p),
+        ("plan_bytes", ctypes.c_size_t),
+    ]
+
+
 _P = ctypes.POINTER
 _VP = ctypes.c_void_p
 _SIGNATURES = {
@@ -163,6 +200,18 @@ _SIGNATURES = {
     "embscale_tbe_backward_workspace_size": (
         [_VP, _P(Context), _P(TbeBackwardArgs), _P(ctypes.c_size_t)], ctypes.c_int),
     "embscale_tbe_backward": ([_VP, _P(Context), _P(TbeBackwardArgs), _VP, ctypes.c_size_t], ctypes.c_int),
+    "embscale_row_cache_create": (
+        [_P(Context), ctypes.c_int32, _P(ctypes.c_int64), _P(ctypes.c_int32), ctypes.c_int32, _P(ctypes.c_int32),
+         ctypes.c_int32, _P(ctypes.c_int32), _P(ctypes.c_int64), ctypes.c_int32, ctypes.c_int32, ctypes.c_int64,
+         _P(_VP)], ctypes.c_int),
+    "embscale_row_cache_destroy": ([_VP], None),
+    "embscale_row_cache_tbe": ([_VP], _VP),
+    "embscale_row_cache_info_get": ([_VP, _P(RowCacheInfo), _P(ctypes.c_int64)], ctypes.c_int),
+    "embscale_row_cache_load": ([_VP, _P(Context), _P(RowCacheBuffers)], ctypes.c_int),
+    "embscale_row_cache_prefetch": ([_VP, _P(Context), _P(RowCacheBuffers), _P(RowCachePrefetchArgs)], ctypes.c_int),
+    "embscale_row_cache_fetch": ([_VP, _P(Context), _P(RowCacheBuffers), _VP, ctypes.c_size_t], ctypes.c_int),
+    "embscale_row_cache_write_back": ([_VP, _P(Context), _P(RowCacheBuffers), _VP, ctypes.c_size_t], ctypes.c_int),
+    "embscale_row_cache_flush": ([_VP, _P(Context), _P(RowCacheBuffers)], ctypes.c_int),
 }
 
 
