@@ -400,10 +400,12 @@ def tbe_backward(weights: Tensor, momentum1: Tensor, momentum2: Tensor, hparams:
 
 def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights,
                        handle, batch_size, pooling, bounds_check, optimizer, weight_decay_mode, stochastic_rounding,
-                       seed, grad_per_sample_weights):
+                       seed, grad_per_sample_weights, rounding_bases=None):
     """tbe_backward's body, which the module calls directly in eager mode (eager_call); the caller bumps
     the version counters of what it updated, as the operator's dispatch does. Returns the per-sample
-    weights' gradient, or None when it was not asked for (the operator returns an empty tensor)."""
+    weights' gradient, or None when it was not asked for (the operator returns an empty tensor).
+    rounding_bases: a row cache's int64 [total_rows] on the tables' device (the library's
+    TbeBackwardArgs::rounding_bases), or None."""
     dev, h, pooling_code, bounds_code, (opt_code, wd_code) = _tbe_backward_checks(
         weights, momentum1, momentum2, hparams, grad_output, indices, offsets, per_sample_weights, handle,
         batch_size, pooling, bounds_check, optimizer, weight_decay_mode)
@@ -417,6 +419,7 @@ def tbe_backward_eager(weights, momentum1, momentum2, hparams, grad_output, indi
     a.momentum2 = _optional_desc(momentum2 if momentum2.numel() > 0 else None)
     a.rounding = _capi.ROUNDING["stochastic" if stochastic_rounding else "nearest"]
     a.seed = seed
+    a.rounding_bases = _optional_desc(rounding_bases)
     o = a.optimizer
     o.type, o.weight_decay_mode = opt_code, wd_code
     # The C call checks the buffers it is given against each other; hparams stays on this side.
