@@ -413,7 +413,7 @@ int run_from_args(const Fp8BenchArgs& args) {
   return args.dry_run ? print_plan(plan) : run_fp8_bench(plan);
 }
 
-void add_fp8_bench(CLI::App& bench) {
+void add_fp8_bench(CLI::App& bench, int* status) {
   auto args = std::make_shared<Fp8BenchArgs>();
   auto* sub = bench.add_subcommand("fp8", "FP8 current-scaling ops (and, on the GPU, the amax peers)");
   add_text_option(sub, "--backend", &args->backend, "cpu or cuda (default: cuda when a GPU is present)");
@@ -439,7 +439,7 @@ void add_fp8_bench(CLI::App& bench) {
   sub->add_flag("--no-peers", args->no_peers, "skip the amax peers (te_atomic, te_two_stage, cub)");
   sub->add_flag("--dry-run", args->dry_run,
                 "check the arguments and print each size's plan (rotating copies, peak memory) without running");
-  sub->callback([args] { std::exit(run_from_args(*args)); });
+  sub->callback([args, status] { *status = run_from_args(*args); });
 }
 
 int run_fp8_defaults(Backend backend) {
