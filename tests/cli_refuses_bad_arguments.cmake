@@ -17,6 +17,19 @@ function(expect_refused flag)
   check_refusal("${flag}" "${args}" "${rc}" "${out}" "${err}")
 endfunction()
 
+# expect_refused_saying(<flag> <text> arg...): refused as expect_refused, with <text> in the message.
+function(expect_refused_saying flag text)
+  execute_process(COMMAND ${CLI} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT ${timeout})
+  string(REPLACE ";" " " args "${ARGN}")
+  string(FIND "${err}" "${text}" at)
+  if(rc EQUAL 2 AND at EQUAL -1)
+    message(SEND_ERROR "embscale ${args}: the message does not say \"${text}\":\n${err}")
+    return()
+  endif()
+  check_refusal("${flag}" "${args}" "${rc}" "${out}" "${err}")
+endfunction()
+
 # expect_refused_empty(<flag> arg...): `embscale arg... <flag> ""` (an empty value must not read as
 # "not given"; a list expansion would drop it, so it is spelt out here).
 function(expect_refused_empty flag)
@@ -83,6 +96,24 @@ if(physical_mib LESS 65536)
   expect_refused("--sizes" bench fp8 --backend cpu --sizes 8G)
 else()
   message(STATUS "skipped: bench fp8 --sizes 8G (this machine has ${physical_mib} MiB, enough to run it)")
+endif()
+# Lists: an empty element is refused with its position (CLI11's splitting dropped it: "1000,,2000" ran
+# two sizes), whichever list option and wherever the element is.
+expect_refused_saying("--sizes" "element 2 of '1000,,2000' is empty" bench fp8 --backend cpu --sizes 1000,,2000 --dry-run)
+expect_refused_saying("--sizes" "element 1 of ',1000' is empty" bench fp8 --backend cpu --sizes ,1000 --dry-run)
+expect_refused_saying("--sizes" "element 2 of '1000,' is empty" bench fp8 --backend cpu --sizes 1000, --dry-run)
+expect_refused_saying("--sizes" "element 3 of '1K,2K,,' is empty" bench fp8 --backend cpu --sizes 1K --sizes 1K,2K,, --dry-run)
+expect_refused_saying("--ops" "element 2 of 'amax,,quantize' is empty" bench fp8 --backend cpu --ops amax,,quantize --dry-run)
+expect_refused_saying("--ops" "element 1 of ',' is empty" bench fp8 --backend cpu --ops , --dry-run)
+expect_refused_saying("--dtypes" "element 2 of 'fp32,' is empty" bench fp8 --backend cpu --dtypes fp32, --dry-run)
+expect_refused_empty("--sizes" bench fp8 --backend cpu --dry-run)
+expect_refused_empty("--ops" bench fp8 --backend cpu --dry-run)
+expect_refused_empty("--dtypes" bench fp8 --backend cpu --dry-run)
+# ... while a list given as several values, or more than once, is one list.
+expect_ok(bench fp8 --backend cpu --ops amax --dtypes fp32 --sizes 1K 2K --sizes 4K,8K --dry-run --json)
+string(REGEX MATCHALL "\"n\":[0-9]+" sizes "${ok_output}")
+if(NOT sizes STREQUAL "\"n\":1024;\"n\":2048;\"n\":4096;\"n\":8192")
+  message(SEND_ERROR "bench fp8 --sizes 1K 2K --sizes 4K,8K: planned ${sizes}, expected n = 1024, 2048, 4096, 8192")
 endif()
 expect_refused_empty("--shape" bench fp8 --backend cpu)
 expect_refused_empty("--backend" bench fp8)
