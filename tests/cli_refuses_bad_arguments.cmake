@@ -178,6 +178,58 @@ expect_refused("ops" check --list no_such_op)
 expect_refused("--indices-dtype" bench tbe-forward --backend cpu --indices-dtype 32 --num-tables 1
                --embedding-dim 1 --num-embeddings 3000000000)
 
+# ---- named values: the help lists exactly what is accepted, and a refusal lists the same ----
+# (FBGEMM's upper-case BoundsCheckMode and PoolingMode names were accepted but not listed.) Every name the
+# help of --bounds-check and --pooling lists runs, with the mode it stands for in its record; the
+# refusal of a name it does not list lists the same names.
+set(tiny_tbe bench tbe-forward --backend cpu --num-tables 1 --batch-size 1 --bag-size 1 --num-embeddings 1
+             --embedding-dim 1 --iters 1 --warmup 0 --json)
+expect_ok(bench tbe-forward --help)
+set(help "${ok_output}")
+# check_named_values(<flag> <record field> <name=mode;...> <names the help must not list>...)
+function(check_named_values flag field meanings)
+  string(REGEX MATCH "${flag} TEXT=[a-z]+ +([^\n(]*[^\n( ])" line "${help}")
+  set(listed "${CMAKE_MATCH_1}")
+  if(listed STREQUAL "")
+    message(SEND_ERROR "${flag}: its line of `bench tbe-forward --help` lists no values:\n${help}")
+    return()
+  endif()
+  string(REPLACE " or " ", " names "${listed}")
+  string(REPLACE ", " ";" names "${names}")
+  set(want "")
+  foreach(meaning IN LISTS meanings)
+    string(REPLACE "=" ";" meaning "${meaning}")
+    list(GET meaning 0 name)
+    list(APPEND want "${name}")
+  endforeach()
+  if(NOT names STREQUAL want)
+    message(SEND_ERROR "${flag}: the help lists '${names}', expected '${want}'")
+  endif()
+  foreach(meaning IN LISTS meanings)
+    string(REPLACE "=" ";" meaning "${meaning}")
+    list(GET meaning 0 name)
+    list(GET meaning 1 mode)
+    expect_ok(${tiny_tbe} ${flag} ${name})
+    string(REGEX MATCH "{[^\n]*}" record "${ok_output}")
+    if(record STREQUAL "")
+      message(SEND_ERROR "${flag} ${name}: no record")
+    else()
+      string(JSON got GET "${record}" ${field})
+      if(NOT got STREQUAL mode)
+        message(SEND_ERROR "${flag} ${name}: the record says ${field} ${got}, expected ${mode}")
+      endif()
+    endif()
+  endforeach()
+  foreach(unlisted IN LISTS ARGN)
+    expect_refused_saying("${flag}" "'${unlisted}'; expected ${listed}" ${tiny_tbe} ${flag} ${unlisted})
+  endforeach()
+endfunction()
+check_named_values(--bounds-check bounds_check
+                   "error=error;skip=skip;off=off;warn=warn;FATAL=error;IGNORE=skip;NONE=off;WARNING=warn"
+                   Fatal fatal ERROR none warning WARN)
+check_named_values(--pooling pooling "sum=sum;mean=mean;none=none;SUM=sum;MEAN=mean;NONE=none;sequence=none"
+                   Sum avg)
+
 # ---- what the parser itself refuses: the same message format and status ----
 expect_refused("--nope" bench fp8 --backend cpu --nope)
 expect_refused("--nope" check --nope)

@@ -241,6 +241,12 @@ CLI::Option* add_list_option(CLI::App* app, const std::string& name, std::vector
   return opt;
 }
 
+std::string one_of(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
+
 std::string command_path(const CLI::App& app) {
   std::string path = "embscale";
   const CLI::App* at = &app;

@@ -70,6 +70,9 @@ CLI::Option* add_real_option(CLI::App* app, const std::string& name, float* dst,
 CLI::Option* add_list_option(CLI::App* app, const std::string& name, std::vector<std::string>* dst,
                              const std::string& help);
 
+// "a, b or c": the values an option accepts, for its help and its refusals.
+std::string one_of(const std::vector<std::string>& names);
+
 // Reports a CLI11 parse error (other than --help, which the caller hands to app.exit) as
 // "error: <flag>: <reason>", whatever CLI11's own wording, and returns kExitBadArgument.
 int report_parse_error(const CLI::App& app, const CLI::ParseError& e);

@@ -30,7 +30,10 @@ namespace embscale {
 
 enum class PoolingMode { kSum = 0, kMean, kNone };
 const char* pooling_mode_name(PoolingMode m);  // "sum", "mean", "none"
+// Takes the names, FBGEMM's PoolingMode names (SUM, MEAN, NONE) and "sequence" (kNone), nothing else;
+// pooling_mode_spellings() lists exactly those, for help texts and messages.
 bool parse_pooling_mode(const std::string& name, PoolingMode* out);
+std::vector<std::string> pooling_mode_spellings();
 
 // What to do with an index outside [0, E_t):
 //  kError: report an error Status naming feature, bag and position; outputs are unspecified, tables
@@ -58,10 +61,12 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 // broken offsets move into another table's bag is then as undefined as any bad index in kOff mode. In
 // sequence mode (kNone) a skipped lookup's output row is zeros.
 enum class BoundsCheckMode { kError = 0, kSkip, kOff, kWarn };
-// "error", "skip", "off", "warn"; parse_bounds_check_mode also takes FBGEMM's names (FATAL, IGNORE, NONE,
-// WARNING).
+// "error", "skip", "off", "warn". parse_bounds_check_mode takes these and FBGEMM's BoundsCheckMode names
+// (FATAL, IGNORE, NONE, WARNING), as the Python package does, nothing else; bounds_check_mode_spellings()
+// lists exactly those, for help texts and messages.
 const char* bounds_check_mode_name(BoundsCheckMode m);
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);
+std::vector<std::string> bounds_check_mode_spellings();
 
 struct TableSpec {
   int64_t num_rows = 0;  // E_t >= 1
