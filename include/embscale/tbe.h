@@ -29,6 +29,7 @@
 namespace embscale {
 
 enum class PoolingMode { kSum = 0, kMean, kNone };
+constexpr int kNumPoolingModes = static_cast<int>(PoolingMode::kNone) + 1;  // values 0 .. count - 1
 const char* pooling_mode_name(PoolingMode m);  // "sum", "mean", "none"
 // Takes the names, FBGEMM's PoolingMode names (SUM, MEAN, NONE) and "sequence" (kNone), nothing else;
 // pooling_mode_spellings() lists exactly those, for help texts and messages.
@@ -61,6 +62,7 @@ std::vector<std::string> pooling_mode_spellings();
 // broken offsets move into another table's bag is then as undefined as any bad index in kOff mode. In
 // sequence mode (kNone) a skipped lookup's output row is zeros.
 enum class BoundsCheckMode { kError = 0, kSkip, kOff, kWarn };
+constexpr int kNumBoundsCheckModes = static_cast<int>(BoundsCheckMode::kWarn) + 1;  // values 0 .. count - 1
 // "error", "skip", "off", "warn". parse_bounds_check_mode takes these and FBGEMM's BoundsCheckMode names
 // (FATAL, IGNORE, NONE, WARNING), as the Python package does, nothing else; bounds_check_mode_spellings()
 // lists exactly those, for help texts and messages.
@@ -134,6 +136,7 @@ int num_optimizers();  // OptimizerType's values are 0 .. num_optimizers() - 1
 Status optimizer_info(OptimizerType optimizer, OptimizerInfo* out);
 
 enum class WeightDecayMode { kNone = 0, kL2, kDecoupled };
+constexpr int kNumWeightDecayModes = static_cast<int>(WeightDecayMode::kDecoupled) + 1;  // values 0 .. count - 1
 
 struct OptimizerParams {
   OptimizerType type = OptimizerType::kRowwiseAdagrad;
@@ -156,6 +159,7 @@ Status check_optimizer_params(const OptimizerParams& params);
 
 // fp16/bf16 weights: how an updated fp32 value is rounded back to the weights' dtype.
 enum class WeightRounding { kNearest = 0, kStochastic };
+constexpr int kNumWeightRoundings = static_cast<int>(WeightRounding::kStochastic) + 1;  // values 0 .. count - 1
 
 // Tunables of the segment strategy (0 = the per-device default chosen by measurement).
 struct TbeBackwardTuning {
