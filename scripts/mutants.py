@@ -1,6 +1,6 @@
 """The mutants of scripts/mutation_test.py: each plants one realistic bug in the CPU library (src/core,
-src/fp8 and src/tbe outside their cuda/ folders), src/capi or the Python package (python/embscale) by
-replacing an exact source snippet that occurs exactly once in its file. `python3 scripts/mutation_test.py --list` (and
+src/fp8 and src/tbe outside their cuda/ folders), src/capi, the Python package (python/embscale) or the CLI
+(tools/) by replacing an exact source snippet that occurs exactly once in its file. `python3 scripts/mutation_test.py --list` (and
 tests/python/test_mutation_list.py) check that every snippet is still found.
 
 Equivalent mutants (same behaviour for every input the API accepts) are not in the list; the ones that
@@ -19,7 +19,9 @@ class Mutant:
 
     @property
     def folder(self):
-        return "/".join(self.file.split("/")[:2])
+        """src/<capability>, python/embscale or tools."""
+        parts = self.file.split("/")
+        return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
 
     @property
     def focus(self):
@@ -443,9 +445,53 @@ MUTANTS = [
       "      if (num_features < 0)\n",
       "a feature_table_map of no features taken as one feature per table"),
     M("capi-enum-last-refused", "src/capi/embscale_c.cpp",
-      "if (value < 0 || value > last) {",
-      "if (value < 0 || value >= last) {",
+      "if (value < 0 || value >= count) {",
+      "if (value < 0 || value >= count - 1) {",
       "the last value of every enumeration refused"),
+    M("capi-enum-range-widened", "src/capi/embscale_c.cpp",
+      "if (value < 0 || value >= count) {",
+      "if (value < 0 || value > count) {",
+      "every enumeration's range check widened by one: the first value past it taken as a C++ enum value"),
+    M("capi-enum-negative-accepted", "src/capi/embscale_c.cpp",
+      "if (value < 0 || value >= count) {",
+      "if (value >= count) {",
+      "a negative enumeration value taken as a C++ enum value"),
+    M("capi-backend-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::Backend>() { return embscale::kNumBackends; }",
+      "int32_t enum_count<embscale::Backend>() { return embscale::kNumBackends + 1; }",
+      "the range check of ctx.backend widened by one"),
+    M("capi-dtype-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::DType>() { return embscale::kNumDTypes; }",
+      "int32_t enum_count<embscale::DType>() { return embscale::kNumDTypes + 1; }",
+      "the range check of a tensor's dtype, fp8_dtype, weights_dtype widened by one"),
+    M("capi-amax-algo-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::AmaxAlgo>() { return embscale::kNumAmaxAlgos; }",
+      "int32_t enum_count<embscale::AmaxAlgo>() { return embscale::kNumAmaxAlgos + 1; }",
+      "the range check of algo widened by one"),
+    M("capi-activation-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::Activation>() { return embscale::kNumActivations; }",
+      "int32_t enum_count<embscale::Activation>() { return embscale::kNumActivations + 1; }",
+      "the range check of activation widened by one"),
+    M("capi-pooling-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::PoolingMode>() { return embscale::kNumPoolingModes; }",
+      "int32_t enum_count<embscale::PoolingMode>() { return embscale::kNumPoolingModes + 1; }",
+      "the range check of pooling widened by one"),
+    M("capi-bounds-check-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::BoundsCheckMode>() { return embscale::kNumBoundsCheckModes; }",
+      "int32_t enum_count<embscale::BoundsCheckMode>() { return embscale::kNumBoundsCheckModes + 1; }",
+      "the range check of bounds_check widened by one"),
+    M("capi-optimizer-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::OptimizerType>() { return embscale::num_optimizers(); }",
+      "int32_t enum_count<embscale::OptimizerType>() { return embscale::num_optimizers() + 1; }",
+      "the range check of optimizer.type, optimizer widened by one"),
+    M("capi-weight-decay-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::WeightDecayMode>() { return embscale::kNumWeightDecayModes; }",
+      "int32_t enum_count<embscale::WeightDecayMode>() { return embscale::kNumWeightDecayModes + 1; }",
+      "the range check of optimizer.weight_decay_mode widened by one"),
+    M("capi-rounding-range-widened", "src/capi/embscale_c.cpp",
+      "int32_t enum_count<embscale::WeightRounding>() { return embscale::kNumWeightRoundings; }",
+      "int32_t enum_count<embscale::WeightRounding>() { return embscale::kNumWeightRoundings + 1; }",
+      "the range check of rounding widened by one"),
     M("capi-beta2-copy-paste", "src/capi/embscale_c.cpp",
       "o->beta2 = a->beta2;",
       "o->beta2 = a->beta1;",
@@ -476,6 +522,32 @@ MUTANTS = [
       "g_last_error = st.ok() ? std::string() : st.message();",
       "if (!st.ok()) g_last_error = st.message();",
       "embscale_last_error() keeps an old message after a call that succeeded"),
+
+    # ---- src/tbe: names ----
+    M("tbe-bounds-check-extra-spelling", "src/tbe/tbe.cpp",
+      '{"warn", BoundsCheckMode::kWarn},',
+      '{"warn", BoundsCheckMode::kWarn}, {"WARN", BoundsCheckMode::kWarn},',
+      "the bounds-check parser takes a name its list (the CLI's help, the Python package) does not have"),
+
+    # ---- tools: the CLI ----
+    M("cli-write-failure-ignored", "tools/output.h",
+      "  if (!std::ferror(stdout)) return status;\n",
+      "  return status;\n",
+      "a command whose results could not be written to standard output exits 0"),
+    M("cli-write-failure-exits-0", "tools/output.h",
+      "  return status != 0 ? status : kExitFailed;\n",
+      "  return status;\n",
+      "a failed write to standard output is reported but the command still exits 0"),
+    M("cli-list-empty-element-skipped", "tools/cli_args.cpp",
+      "            if (end == begin)\n"
+      "              throw BadArgument(name, \"element \" + std::to_string(position) + \" of \" + quoted(text) + \" is empty\");\n"
+      "            dst->push_back(text.substr(begin, end - begin));\n",
+      "            if (end != begin) dst->push_back(text.substr(begin, end - begin));\n",
+      "an empty element of a list option (--sizes 1000,,2000) silently skipped"),
+    M("cli-bounds-check-help-hand-written", "tools/tbe_bench_common.h",
+      "one_of(bounds_check_mode_spellings()) + \" (the upper-case names are FBGEMM's)\"",
+      "\"error, skip, warn or off\"",
+      "--bounds-check's help lists fewer names than it accepts (FBGEMM's missing)"),
 
     # ---- python/embscale: the torch layer (module, raw operators, data parallel, FP8 training) ----
     M("py-hparams-apart-unchecked", "python/embscale/_ops_tbe.py",

@@ -2,10 +2,13 @@
 """Mutation testing of the CPU library: plant one realistic bug at a time and check that a test fails.
 
 Each mutant (listed in scripts/mutants.py) replaces one exact source snippet (found exactly once in its
-file) in the CPU library: src/core, src/fp8 and src/tbe outside their cuda/ folders, and src/capi. For
-every mutant the script applies it in a private copy of the tree, rebuilds incrementally (CPU backend,
-<tree>/build-mut), runs the C++ tests (embscale_tests in two fail-fast shards, then the examples) and,
-when they all pass, the Python tests (which load the same libembscale_c); the file is restored byte for byte afterwards (in a finally block, also on Ctrl-C).
+file) in the CPU library: src/core, src/fp8 and src/tbe outside their cuda/ folders, src/capi, the Python
+package or the CLI (tools/). For every mutant the script applies it in a private copy of the tree,
+rebuilds incrementally (CPU backend, <tree>/build-mut; the CLI only when a CLI mutant is measured), runs
+the C++ tests (embscale_tests in two fail-fast shards, then the examples, the fuzzers and the C API's
+tests), the Python tests (which load the same libembscale_c) and, with the CLI built, its ctest tests
+(cli.*, fuzz.cli) until one fails; the file is restored byte for byte afterwards (in a finally block,
+also on Ctrl-C).
 The shared source tree is never written: the copy is exported from a git revision (default HEAD) or,
 with --worktree, from the files of the working tree.
 
@@ -65,9 +68,10 @@ def check_list(root, mutants, verbose=True):
             problems.append(f"{m.id}: snippet found {n} times in {m.file}")
         if m.find == m.replace:
             problems.append(f"{m.id}: replacement equals the snippet")
-        if not (m.file.startswith("src/") or m.file.startswith("python/embscale/")) or "/cuda/" in m.file:
-            problems.append(f"{m.id}: {m.file} is not a CPU library source (src/ outside any cuda/ folder) or "
-                            "the Python package")
+        if not m.file.startswith(("src/", "python/embscale/", "tools/")) or "/cuda/" in m.file or \
+                m.file.endswith(".cu"):
+            problems.append(f"{m.id}: {m.file} is not a CPU library source (src/ outside any cuda/ folder), "
+                            "the Python package or the CLI (tools/, not its .cu files)")
     if verbose:
         for m in mutants:
             print(f"{m.id:45s} {m.file:32s} {m.why}")
@@ -147,15 +151,17 @@ def export_tree(args):
 
 
 class Runner:
-    def __init__(self, args):
+    def __init__(self, args, with_cli):
         self.args = args
         self.tree = args.tree
         self.build = os.path.join(self.tree, "build-mut")
         self.env = dict(os.environ)
+        self.with_cli = with_cli  # build the CLI and run its tests (a CLI mutant is measured)
 
     def configure(self):
         run(["cmake", "-S", self.tree, "-B", self.build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-             "-DEMBSCALE_CUDA=OFF", "-DEMBSCALE_BUILD_TOOLS=OFF"], stdout=subprocess.DEVNULL)
+             "-DEMBSCALE_CUDA=OFF", f"-DEMBSCALE_BUILD_TOOLS={'ON' if self.with_cli else 'OFF'}"],
+            stdout=subprocess.DEVNULL)
 
     def build_ok(self):
         r = subprocess.run(["cmake", "--build", self.build, "-j", str(self.args.jobs)], stdout=subprocess.PIPE,
@@ -226,13 +232,21 @@ class Runner:
             ok, detail = self.gtest(f)
             if not ok:
                 return False, "C++: " + detail
-        # The other ctest tests of the build: the examples and, where the tree has them, the fuzzers.
-        cmd = ["ctest", "--test-dir", self.build, "-R", r"^(example|fuzz)\.", "-j", str(self.args.shards),
-               "--stop-on-failure", "--output-on-failure"]
+        # The other ctest tests of the library: the examples, the fuzzers and the C API's own tests (the
+        # CLI's fuzzer runs with the CLI's tests).
+        return self.ctest(r"^(example|fuzz|capi)\.", r"^fuzz\.cli$")
+
+    def ctest(self, include, exclude=None):
+        cmd = ["ctest", "--test-dir", self.build, "-R", include, "-j", str(self.args.shards), "--stop-on-failure",
+               "--output-on-failure"] + (["-E", exclude] if exclude else [])
         ok, detail = self._procs_until_failure([(cmd, self.build, self.env)], self.args.timeout)
         if not ok:
             return False, "ctest: " + detail
         return True, ""
+
+    def cli_tests(self):
+        """The CLI's ctest tests (refusals, write errors) and its fuzzer."""
+        return self.ctest(r"^(cli\.|fuzz\.cli$)")
 
     def python_tests(self):
         env = dict(self.env, EMBSCALE_LIBRARY=os.path.join(self.build, "libembscale_c.so"),
@@ -247,13 +261,19 @@ class Runner:
         return False, "Python: " + detail
 
     def all_tests(self, m=None):
-        """C++ tests (the mutant's focus first), then the Python tests; for a C API or Python mutant the
-        Python tests first (they are its main callers)."""
+        """C++ tests (the mutant's focus first), then the Python tests, then (when built) the CLI's; for a
+        C API or Python mutant the Python tests first (they are its main callers), for a CLI mutant the
+        CLI's tests first."""
         stages = [lambda: self.cpp_tests(m.focus if m else None)]
         if not self.args.no_python:
             stages.append(self.python_tests)
         if m is not None and m.folder in ("src/capi", "python/embscale"):
             stages.reverse()
+        if self.with_cli:
+            if m is not None and m.folder == "tools":
+                stages.insert(0, self.cli_tests)
+            else:
+                stages.append(self.cli_tests)
         for stage in stages:
             ok, detail = stage()
             if not ok:
@@ -297,7 +317,7 @@ def summarize(results, mutants):
     for folder in sorted(by_folder):
         k, n = by_folder[folder]
         lines.append(f"  {folder:12s} {k:3d}/{n:<3d} caught ({100.0 * k / n:5.1f}%)")
-        if folder not in ("src/capi", "python/embscale"):
+        if folder not in ("src/capi", "python/embscale", "tools"):
             tk, tn = tk + k, tn + n
     if tn:
         lines.append(f"  common+api+cpu {tk}/{tn} caught ({100.0 * tk / tn:.1f}%)")
@@ -350,7 +370,7 @@ def main():
             print("problem:", p, file=sys.stderr)
         return 1
     results_path = args.results or os.path.join(args.tree, "mutation_results.jsonl")
-    runner = Runner(args)
+    runner = Runner(args, with_cli=any(m.folder == "tools" for m in mutants))
     started = time.time()
     print(f"measuring {what} in {args.tree}; {len(mutants)} mutants; results -> {results_path}", flush=True)
     runner.configure()

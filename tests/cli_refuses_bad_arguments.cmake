@@ -17,6 +17,19 @@ function(expect_refused flag)
   check_refusal("${flag}" "${args}" "${rc}" "${out}" "${err}")
 endfunction()
 
+# expect_refused_saying(<flag> <text> arg...): refused as expect_refused, with <text> in the message.
+function(expect_refused_saying flag text)
+  execute_process(COMMAND ${CLI} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT ${timeout})
+  string(REPLACE ";" " " args "${ARGN}")
+  string(FIND "${err}" "${text}" at)
+  if(rc EQUAL 2 AND at EQUAL -1)
+    message(SEND_ERROR "embscale ${args}: the message does not say \"${text}\":\n${err}")
+    return()
+  endif()
+  check_refusal("${flag}" "${args}" "${rc}" "${out}" "${err}")
+endfunction()
+
 # expect_refused_empty(<flag> arg...): `embscale arg... <flag> ""` (an empty value must not read as
 # "not given"; a list expansion would drop it, so it is spelt out here).
 function(expect_refused_empty flag)
@@ -84,6 +97,24 @@ if(physical_mib LESS 65536)
 else()
   message(STATUS "skipped: bench fp8 --sizes 8G (this machine has ${physical_mib} MiB, enough to run it)")
 endif()
+# Lists: an empty element is refused with its position (CLI11's splitting dropped it: "1000,,2000" ran
+# two sizes), whichever list option and wherever the element is.
+expect_refused_saying("--sizes" "element 2 of '1000,,2000' is empty" bench fp8 --backend cpu --sizes 1000,,2000 --dry-run)
+expect_refused_saying("--sizes" "element 1 of ',1000' is empty" bench fp8 --backend cpu --sizes ,1000 --dry-run)
+expect_refused_saying("--sizes" "element 2 of '1000,' is empty" bench fp8 --backend cpu --sizes 1000, --dry-run)
+expect_refused_saying("--sizes" "element 3 of '1K,2K,,' is empty" bench fp8 --backend cpu --sizes 1K --sizes 1K,2K,, --dry-run)
+expect_refused_saying("--ops" "element 2 of 'amax,,quantize' is empty" bench fp8 --backend cpu --ops amax,,quantize --dry-run)
+expect_refused_saying("--ops" "element 1 of ',' is empty" bench fp8 --backend cpu --ops , --dry-run)
+expect_refused_saying("--dtypes" "element 2 of 'fp32,' is empty" bench fp8 --backend cpu --dtypes fp32, --dry-run)
+expect_refused_empty("--sizes" bench fp8 --backend cpu --dry-run)
+expect_refused_empty("--ops" bench fp8 --backend cpu --dry-run)
+expect_refused_empty("--dtypes" bench fp8 --backend cpu --dry-run)
+# ... while a list given as several values, or more than once, is one list.
+expect_ok(bench fp8 --backend cpu --ops amax --dtypes fp32 --sizes 1K 2K --sizes 4K,8K --dry-run --json)
+string(REGEX MATCHALL "\"n\":[0-9]+" sizes "${ok_output}")
+if(NOT sizes STREQUAL "\"n\":1024;\"n\":2048;\"n\":4096;\"n\":8192")
+  message(SEND_ERROR "bench fp8 --sizes 1K 2K --sizes 4K,8K: planned ${sizes}, expected n = 1024, 2048, 4096, 8192")
+endif()
 expect_refused_empty("--shape" bench fp8 --backend cpu)
 expect_refused_empty("--backend" bench fp8)
 expect_refused("--warmup" bench fp8 --backend cpu --warmup -1)
@@ -146,6 +177,58 @@ expect_refused_empty("--backend" check)
 expect_refused("ops" check --list no_such_op)
 expect_refused("--indices-dtype" bench tbe-forward --backend cpu --indices-dtype 32 --num-tables 1
                --embedding-dim 1 --num-embeddings 3000000000)
+
+# ---- named values: the help lists exactly what is accepted, and a refusal lists the same ----
+# (FBGEMM's upper-case BoundsCheckMode and PoolingMode names were accepted but not listed.) Every name the
+# help of --bounds-check and --pooling lists runs, with the mode it stands for in its record; the
+# refusal of a name it does not list lists the same names.
+set(tiny_tbe bench tbe-forward --backend cpu --num-tables 1 --batch-size 1 --bag-size 1 --num-embeddings 1
+             --embedding-dim 1 --iters 1 --warmup 0 --json)
+expect_ok(bench tbe-forward --help)
+set(help "${ok_output}")
+# check_named_values(<flag> <record field> <name=mode;...> <names the help must not list>...)
+function(check_named_values flag field meanings)
+  string(REGEX MATCH "${flag} TEXT=[a-z]+ +([^\n(]*[^\n( ])" line "${help}")
+  set(listed "${CMAKE_MATCH_1}")
+  if(listed STREQUAL "")
+    message(SEND_ERROR "${flag}: its line of `bench tbe-forward --help` lists no values:\n${help}")
+    return()
+  endif()
+  string(REPLACE " or " ", " names "${listed}")
+  string(REPLACE ", " ";" names "${names}")
+  set(want "")
+  foreach(meaning IN LISTS meanings)
+    string(REPLACE "=" ";" meaning "${meaning}")
+    list(GET meaning 0 name)
+    list(APPEND want "${name}")
+  endforeach()
+  if(NOT names STREQUAL want)
+    message(SEND_ERROR "${flag}: the help lists '${names}', expected '${want}'")
+  endif()
+  foreach(meaning IN LISTS meanings)
+    string(REPLACE "=" ";" meaning "${meaning}")
+    list(GET meaning 0 name)
+    list(GET meaning 1 mode)
+    expect_ok(${tiny_tbe} ${flag} ${name})
+    string(REGEX MATCH "{[^\n]*}" record "${ok_output}")
+    if(record STREQUAL "")
+      message(SEND_ERROR "${flag} ${name}: no record")
+    else()
+      string(JSON got GET "${record}" ${field})
+      if(NOT got STREQUAL mode)
+        message(SEND_ERROR "${flag} ${name}: the record says ${field} ${got}, expected ${mode}")
+      endif()
+    endif()
+  endforeach()
+  foreach(unlisted IN LISTS ARGN)
+    expect_refused_saying("${flag}" "'${unlisted}'; expected ${listed}" ${tiny_tbe} ${flag} ${unlisted})
+  endforeach()
+endfunction()
+check_named_values(--bounds-check bounds_check
+                   "error=error;skip=skip;off=off;warn=warn;FATAL=error;IGNORE=skip;NONE=off;WARNING=warn"
+                   Fatal fatal ERROR none warning WARN)
+check_named_values(--pooling pooling "sum=sum;mean=mean;none=none;SUM=sum;MEAN=mean;NONE=none;sequence=none"
+                   Sum avg)
 
 # ---- what the parser itself refuses: the same message format and status ----
 expect_refused("--nope" bench fp8 --backend cpu --nope)

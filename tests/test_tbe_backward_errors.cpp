@@ -503,6 +503,26 @@ TEST(TbeBoundsCheckNames, RoundTripAndFbgemmNames) {
   EXPECT_FALSE(parse_bounds_check_mode("warnings", nullptr));
 }
 
+// What the parsers accept is exactly what their spellings list (the CLI's help and refusals print the
+// list): every listed name parses, and near misses, our names in upper case and FBGEMM's in lower case
+// among them, do not.
+TEST(TbeModeNames, ParsersAcceptExactlyTheListedSpellings) {
+  const std::vector<std::string> bounds = bounds_check_mode_spellings();
+  EXPECT_EQ(bounds, (std::vector<std::string>{"error", "skip", "off", "warn", "FATAL", "IGNORE", "NONE", "WARNING"}));
+  for (const std::string& name : bounds) EXPECT_TRUE(parse_bounds_check_mode(name, nullptr)) << name;
+  for (const char* miss : {"ERROR", "SKIP", "OFF", "WARN", "none", "fatal", "ignore", "warning", "Fatal", "", " off"})
+    EXPECT_FALSE(parse_bounds_check_mode(miss, nullptr)) << "'" << miss << "'";
+
+  const std::vector<std::string> pooling = pooling_mode_spellings();
+  EXPECT_EQ(pooling, (std::vector<std::string>{"sum", "mean", "none", "SUM", "MEAN", "NONE", "sequence"}));
+  for (const std::string& name : pooling) EXPECT_TRUE(parse_pooling_mode(name, nullptr)) << name;
+  for (const char* miss : {"Sum", "avg", "SEQUENCE", "", "sum "})
+    EXPECT_FALSE(parse_pooling_mode(miss, nullptr)) << "'" << miss << "'";
+  PoolingMode p = PoolingMode::kSum;
+  EXPECT_TRUE(parse_pooling_mode("sequence", &p));
+  EXPECT_EQ(p, PoolingMode::kNone);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TbeBackwardErrors, ::testing::Values(Backend::kCpu, Backend::kCuda),
                          [](const ::testing::TestParamInfo<Backend>& i) { return std::string(backend_name(i.param)); });
 

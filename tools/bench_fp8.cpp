@@ -413,17 +413,15 @@ int run_from_args(const Fp8BenchArgs& args) {
   return args.dry_run ? print_plan(plan) : run_fp8_bench(plan);
 }
 
-void add_fp8_bench(CLI::App& bench) {
+void add_fp8_bench(CLI::App& bench, int* status) {
   auto args = std::make_shared<Fp8BenchArgs>();
   auto* sub = bench.add_subcommand("fp8", "FP8 current-scaling ops (and, on the GPU, the amax peers)");
   add_text_option(sub, "--backend", &args->backend, "cpu or cuda (default: cuda when a GPU is present)");
-  sub->add_option("--ops", args->ops, "ops to time, comma-separated: " + join_names() + " (default: all)")
-      ->delimiter(',');
-  sub->add_option("--sizes", args->sizes,
+  add_list_option(sub, "--ops", &args->ops, "ops to time, comma-separated: " + join_names() + " (default: all)");
+  add_list_option(sub, "--sizes", &args->sizes,
                   "element counts for the 1-D ops, e.g. 2^16,2^20,65536,64K (default: 2^16..2^28 on cuda, "
-                  "2^16..2^24 on cpu)")
-      ->delimiter(',');
-  sub->add_option("--dtypes", args->dtypes, "input dtypes: fp32, bf16, fp16 (default: fp32,bf16)")->delimiter(',');
+                  "2^16..2^24 on cpu)");
+  add_list_option(sub, "--dtypes", &args->dtypes, "input dtypes: fp32, bf16, fp16 (default: fp32,bf16)");
   sub->add_option("--algo", args->algo, "amax algorithm: auto, atomic or two_stage")->capture_default_str();
   sub->add_option("--fp8", args->fp8, "fp8 format: e4m3 or e5m2")->capture_default_str();
   sub->add_option("--activation", args->activation, "activation_amax's activation: relu, gelu_tanh or silu")
@@ -439,7 +437,7 @@ void add_fp8_bench(CLI::App& bench) {
   sub->add_flag("--no-peers", args->no_peers, "skip the amax peers (te_atomic, te_two_stage, cub)");
   sub->add_flag("--dry-run", args->dry_run,
                 "check the arguments and print each size's plan (rotating copies, peak memory) without running");
-  sub->callback([args] { std::exit(run_from_args(*args)); });
+  sub->callback([args, status] { *status = run_from_args(*args); });
 }
 
 int run_fp8_defaults(Backend backend) {

@@ -18,7 +18,6 @@
 // embscale-dev (dev/README.md), never by this tool.
 #include <CLI/CLI.hpp>
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -51,11 +50,11 @@ int run_from_args(const tbe_bench::Args& a) {
   return run_tbe_forward(p, {library}, nullptr);
 }
 
-void add_tbe_bench(CLI::App& bench) {
+void add_tbe_bench(CLI::App& bench, int* status) {
   auto args = std::make_shared<tbe_bench::Args>();
   auto* sub = bench.add_subcommand("tbe-forward", "Table-batched embedding forward (FBGEMM benchmark flags)");
   tbe_bench::add_options(sub, args.get(), tbe_bench::MixedDims::kMultipleOf4);
-  sub->callback([args] { std::exit(run_from_args(*args)); });
+  sub->callback([args, status] { *status = run_from_args(*args); });
 }
 
 // Plain `embscale bench`: the default configuration; on CUDA uniform and Zipf(1.15) as in ANCHORS.md.

@@ -4,7 +4,6 @@
 // `embscale-dev tbe-backward` (dev/).
 #include <CLI/CLI.hpp>
 
-#include <cstdlib>
 #include <memory>
 
 #include "bench_tbe_backward.h"
@@ -14,13 +13,13 @@ namespace embscale {
 namespace tools {
 namespace {
 
-void add_command(CLI::App& bench, bool train) {
+void add_command(CLI::App& bench, int* status, bool train) {
   auto args = std::make_shared<BwdArgs>();
   auto* sub = bench.add_subcommand(train ? "tbe-train" : "tbe-backward",
                                    train ? "Table-batched embedding forward + backward + optimizer step"
                                          : "Table-batched embedding backward fused with the optimizer");
   add_backward_options(sub, args.get());
-  sub->callback([args, train] { std::exit(run_tbe_backward(*args, train, nullptr)); });
+  sub->callback([args, status, train] { *status = run_tbe_backward(*args, train, nullptr); });
 }
 
 // Plain `embscale bench`: the default configuration (row-wise Adagrad); on CUDA uniform and Zipf(1.15).
@@ -35,9 +34,9 @@ int run_defaults(Backend backend, bool train) {
   return rc;
 }
 
-const RegisterBench kRegisterBackward({"tbe-backward", [](CLI::App& b) { add_command(b, false); },
+const RegisterBench kRegisterBackward({"tbe-backward", [](CLI::App& b, int* status) { add_command(b, status, false); },
                                        [](Backend be) { return run_defaults(be, false); }});
-const RegisterBench kRegisterTrain({"tbe-train", [](CLI::App& b) { add_command(b, true); },
+const RegisterBench kRegisterTrain({"tbe-train", [](CLI::App& b, int* status) { add_command(b, status, true); },
                                     [](Backend be) { return run_defaults(be, true); }});
 
 }  // namespace

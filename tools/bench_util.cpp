@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include "embscale/memory.h"
+#include "output.h"
 
 namespace embscale {
 namespace tools {
@@ -195,7 +196,7 @@ void emit(const nlohmann::json& record, bool json, const std::string& text_line)
     std::printf("%s\n", record.dump().c_str());
   else
     std::printf("%s\n", text_line.c_str());
-  std::fflush(stdout);
+  flush_stdout();
 }
 
 }  // namespace tools

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -211,6 +212,39 @@ CLI::Option* add_real_option(CLI::App* app, const std::string& name, float* dst,
     if (!read_real(text, lo, hi, &v, &why)) throw BadArgument(name, why);
     *dst = static_cast<float>(v);
   });
+}
+
+CLI::Option* add_list_option(CLI::App* app, const std::string& name, std::vector<std::string>* dst,
+                             const std::string& help) {
+  CLI::Option* opt = app->add_option(
+      name,
+      [=](const CLI::results_t& res) {
+        dst->clear();
+        for (const std::string& text : res) {
+          if (text.empty()) throw BadArgument(name, "expects a non-empty comma-separated list");
+          size_t begin = 0;
+          for (int position = 1;; ++position) {
+            const size_t end = std::min(text.find(',', begin), text.size());
+            if (end == begin)
+              throw BadArgument(name, "element " + std::to_string(position) + " of " + quoted(text) + " is empty");
+            dst->push_back(text.substr(begin, end - begin));
+            if (end == text.size()) break;
+            begin = end + 1;
+          }
+        }
+        return true;
+      },
+      help);
+  opt->type_name("LIST");
+  opt->expected(1, CLI::detail::expected_max_vector_size);
+  opt->allow_extra_args(true);  // "--sizes 1K 2K", as CLI11's own list options
+  return opt;
+}
+
+std::string one_of(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
 }
 
 std::string command_path(const CLI::App& app) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -63,6 +64,14 @@ CLI::Option* add_real_option(CLI::App* app, const std::string& name, double* dst
                              const std::string& help);
 CLI::Option* add_real_option(CLI::App* app, const std::string& name, float* dst, float lo, float hi,
                              const std::string& help);
+// A comma-separated list ("2^16,2^20"; given more than once, or as several values, the lists are joined).
+// Every element must be non-empty: "1000,,2000", a leading or trailing comma and an empty value are
+// refused, naming the option and the element's position (CLI11's own splitting drops empty elements).
+CLI::Option* add_list_option(CLI::App* app, const std::string& name, std::vector<std::string>* dst,
+                             const std::string& help);
+
+// "a, b or c": the values an option accepts, for its help and its refusals.
+std::string one_of(const std::vector<std::string>& names);
 
 // Reports a CLI11 parse error (other than --help, which the caller hands to app.exit) as
 // "error: <flag>: <reason>", whatever CLI11's own wording, and returns kExitBadArgument.

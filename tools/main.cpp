@@ -1,5 +1,6 @@
 // embscale command-line tool: `info`, `check [--backend cpu|cuda] [OP...]`, `bench [SUBCOMMAND]`.
-// The check ops and bench subcommands register themselves (registry.h).
+// The check ops and bench subcommands register themselves (registry.h). Every command ends in main,
+// through finish_stdout (output.h): results that could not be written make the exit status non-zero.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "cli_args.h"
 #include "embscale/context.h"
 #include "embscale/memory.h"
+#include "output.h"
 #include "registry.h"
 
 #ifndef EMBSCALE_VERSION
@@ -77,7 +79,7 @@ static int run_check(const std::string& backend_str, uint64_t seed, bool verbose
     ++ran;
     if (!r.passed) ++failed;
     std::printf("%-4s %-28s %4d cases  %s\n", r.passed ? "ok" : "FAIL", op.name.c_str(), r.cases, r.detail.c_str());
-    std::fflush(stdout);
+    flush_stdout();
   }
   std::printf("%d ops checked, %d failed\n", ran, failed);
   return failed ? 1 : 0;
@@ -91,9 +93,10 @@ int main(int argc, char** argv) {
   using namespace embscale::tools;
   CLI::App app{"embscale: table-batched embeddings and FP8 current scaling on CPU and CUDA"};
   app.require_subcommand(1);
+  int status = 0;  // the exit status the command's callback stores
 
-  app.add_subcommand("info", "Show the build, its backends and the devices present")->callback([] {
-    std::exit(run_info());
+  app.add_subcommand("info", "Show the build, its backends and the devices present")->callback([&] {
+    status = run_info();
   });
 
   auto* check = app.add_subcommand("check", "Run ops against the naive reference on seeded random inputs");
@@ -106,37 +109,35 @@ int main(int argc, char** argv) {
   check->add_flag("-v,--verbose", verbose, "print every case");
   check->add_flag("--list", list, "list the ops and exit");
   check->add_option("ops", names, "ops to check (default: all)");
-  check->callback([&] { std::exit(run_check(backend_str, seed, verbose, list, names)); });
+  check->callback([&] { status = run_check(backend_str, seed, verbose, list, names); });
 
   auto* bench = app.add_subcommand("bench", "Benchmark ops (no subcommand: every benchmark with its defaults)");
   bench->require_subcommand(0, 1);
-  for (const auto& cmd : bench_commands()) cmd.add(*bench);
+  for (const auto& cmd : bench_commands()) cmd.add(*bench, &status);
   bench->callback([&] {
-    if (!bench->get_subcommands().empty()) return;  // the subcommand's own callback runs
+    if (!bench->get_subcommands().empty()) return;  // the subcommand's own callback ran
     const Backend b = backend_available(Backend::kCuda) ? Backend::kCuda : Backend::kCpu;
-    int rc = 0;
-    for (const auto& cmd : bench_commands()) rc |= cmd.run_defaults(b);
-    std::exit(rc);
+    for (const auto& cmd : bench_commands()) status |= cmd.run_defaults(b);
   });
 
   // Every refusal exits 2 with "error: <flag>: <reason>" (cli_args.h); --help exits 0. The
-  // subcommands run inside parse (their callbacks exit with the run's status), so a run that throws
+  // subcommands run inside parse (their callbacks store the run's status), so a run that throws
   // (an allocation the machine cannot give) ends here too, with a message and status 1, never an abort.
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
-    return app.exit(e);
+    status = app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return report_parse_error(app, e);
+    status = report_parse_error(app, e);
   } catch (const BadArgument& e) {
-    return refuse(e.flag(), e.reason());
+    status = refuse(e.flag(), e.reason());
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: %s: out of memory (a host allocation failed); try smaller sizes\n",
                  command_path(app).c_str());
-    return kExitFailed;
+    status = kExitFailed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s: %s\n", command_path(app).c_str(), e.what());
-    return kExitFailed;
+    status = kExitFailed;
   }
-  return 0;
+  return finish_stdout(status, command_path(app));
 }

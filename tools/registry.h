@@ -48,11 +48,12 @@ struct CheckOp {
   std::function<CheckResult(const CheckArgs&)> run;
 };
 
-// One `embscale bench` subcommand. `add` creates the subcommand (options and callback) under `bench`;
+// One `embscale bench` subcommand. `add` creates the subcommand under `bench`: its options, and a callback
+// that runs it and stores the run's exit status in *status (main ends the command with it);
 // `run_defaults` runs it with its defaults on `backend` (plain `embscale bench` runs all of them).
 struct BenchCommand {
   std::string name;
-  std::function<void(CLI::App& bench)> add;
+  std::function<void(CLI::App& bench, int* status)> add;
   std::function<int(Backend backend)> run_defaults;
 };
 

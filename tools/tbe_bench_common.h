@@ -104,13 +104,15 @@ inline void add_options(CLI::App* sub, Args* a, MixedDims mixed = MixedDims::kAn
       ->default_str("0");
   sub->add_option("--weights-precision", a->weights_precision, "fp32, fp16 or bf16")->capture_default_str();
   add_text_option(sub, "--output-dtype", &a->output_dtype, "fp32, fp16 or bf16 (default: the weights precision)");
-  sub->add_option("--pooling", a->pooling, "sum, mean or none")->capture_default_str();
+  sub->add_option("--pooling", a->pooling, one_of(pooling_mode_spellings()) + " (the upper-case names are FBGEMM's; none and sequence: no pooling)")
+      ->capture_default_str();
   sub->add_flag("--weighted", a->weighted, "per-sample weights");
   sub->add_option("--indices-dtype", a->indices_dtype, "32 or 64")->capture_default_str();
   add_integer_option(sub, "--iters", &a->iters, 1, kMaxCalls,
                      "timed calls; the median is reported (default: 50 on cuda, 10 on cpu)");
   add_integer_option(sub, "--warmup", &a->warmup, 0, kMaxCalls, "untimed calls first (default: 10 on cuda, 2 on cpu)");
-  sub->add_option("--bounds-check", a->bounds_check, "error, skip, warn or off")->capture_default_str();
+  sub->add_option("--bounds-check", a->bounds_check, one_of(bounds_check_mode_spellings()) + " (the upper-case names are FBGEMM's)")
+      ->capture_default_str();
   add_unsigned_option(sub, "--seed", &a->seed, "input seed (0..2^64-1)");
   add_integer_option(sub, "--threads", &a->threads, 1, 1024, "CPU threads for the op (1..1024; default: OpenMP's, all cores); ignored on cuda");
   sub->add_flag("--json", a->json, "print one JSON record instead of a text line");
@@ -145,9 +147,10 @@ inline std::string make_plan(const Args& a, Plan* p, MixedDims mixed = MixedDims
     return "--output-dtype: '" + a.output_dtype + "'; expected fp32, fp16 or bf16";
   if (!parse_dtype(a.indices_dtype, &p->idx_dtype) || !is_index_dtype(p->idx_dtype))
     return "--indices-dtype: '" + a.indices_dtype + "'; expected 32 or 64";
-  if (!parse_pooling_mode(a.pooling, &p->pooling)) return "--pooling: '" + a.pooling + "'; expected sum, mean or none";
+  if (!parse_pooling_mode(a.pooling, &p->pooling))
+    return "--pooling: '" + a.pooling + "'; expected " + one_of(pooling_mode_spellings());
   if (!parse_bounds_check_mode(a.bounds_check, &p->bounds))
-    return "--bounds-check: '" + a.bounds_check + "'; expected error, skip, warn or off";
+    return "--bounds-check: '" + a.bounds_check + "'; expected " + one_of(bounds_check_mode_spellings());
   if (a.weighted && p->pooling == PoolingMode::kMean) return "--weighted: not supported with --pooling mean";
   if (a.mixed_dim && p->pooling == PoolingMode::kNone) return "--mixed-dim: sequence mode (--pooling none) needs one D";
   const int64_t iters = given(a.iters, gpu ? 50 : 10), warmup = given(a.warmup, gpu ? 10 : 2);

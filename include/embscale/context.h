@@ -11,6 +11,7 @@
 namespace embscale {
 
 enum class Backend { kCpu = 0, kCuda = 1 };
+constexpr int kNumBackends = static_cast<int>(Backend::kCuda) + 1;  // values 0 .. count - 1
 
 struct Context {
   Backend backend = Backend::kCpu;

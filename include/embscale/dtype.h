@@ -9,6 +9,9 @@
 namespace embscale {
 
 enum class DType : int { kF32 = 0, kF16, kBF16, kF8E4M3, kF8E5M2, kI32, kI64 };
+// The enumerations' counts (here and next to every enum the C API takes): the values are 0 .. count - 1,
+// and the C API checks every value it is given against them.
+constexpr int kNumDTypes = static_cast<int>(DType::kI64) + 1;
 
 // Bytes per element.
 size_t dtype_size(DType t);

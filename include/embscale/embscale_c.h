@@ -7,10 +7,12 @@
  *    which names the argument and the problem, is kept per thread: embscale_last_error().
  *  - Enumerations are passed as their C++ values: backend (0 cpu, 1 cuda), dtype (embscale::DType:
  *    0 fp32, 1 fp16, 2 bf16, 3 fp8e4m3, 4 fp8e5m2, 5 int32, 6 int64), amax algo (0 auto, 1 atomic,
- *    2 two-stage), activation (0 relu, 1 gelu_tanh, 2 silu), pooling (0 sum, 1 mean, 2 none), bounds
+ *    2 two_stage), activation (0 relu, 1 gelu_tanh, 2 silu), pooling (0 sum, 1 mean, 2 none), bounds
  *    check (0 error, 1 skip, 2 off, 3 warn), optimizer (0 none, 1 sgd, 2 rowwise_adagrad, 3 adam,
- *    4 partial_rowwise_adam), weight decay (0 none, 1 L2, 2 decoupled), rounding (0 nearest,
- *    1 stochastic).
+ *    4 partial_rowwise_adam), weight decay (0 none, 1 l2, 2 decoupled), rounding (0 nearest,
+ *    1 stochastic). A value outside its list is refused with kInvalidArgument and a message naming the
+ *    argument, the value and the range ("pooling: value 3 is out of range [0, 2]"); the ranges are the
+ *    C++ enums' counts (kNumDTypes, ..., embscale::num_optimizers()).
  *  - Optional tensors (per-sample weights, optimizer state, dense-gradient outputs) are absent when
  *    their data is NULL (a zero-initialised embscale_tensor); when present their dtype and shape are
  *    checked like those of every other tensor.

@@ -39,6 +39,7 @@ float fp8_max(DType fp8_dtype);
 // then one final reduction. max is exact and order-independent, so both give bit-identical results.
 // kAuto picks by size (docs/fp8_cuda.md); the library reads no environment variable to change it.
 enum class AmaxAlgo { kAuto = 0, kAtomic, kTwoStage };
+constexpr int kNumAmaxAlgos = static_cast<int>(AmaxAlgo::kTwoStage) + 1;  // values 0 .. count - 1
 const char* amax_algo_name(AmaxAlgo a);  // "auto", "atomic", "two_stage"
 bool parse_amax_algo(const std::string& name, AmaxAlgo* out);
 
@@ -89,6 +90,7 @@ Status quantize_current_scaling(const Context& ctx, const TensorView& x, const T
 
 // ---- fusions --------------------------------------------------------------------------------------
 enum class Activation { kRelu = 0, kGeluTanh, kSilu };
+constexpr int kNumActivations = static_cast<int>(Activation::kSilu) + 1;  // values 0 .. count - 1
 const char* activation_name(Activation a);  // "relu", "gelu_tanh", "silu"
 bool parse_activation(const std::string& name, Activation* out);
 

@@ -29,8 +29,12 @@
 namespace embscale {
 
 enum class PoolingMode { kSum = 0, kMean, kNone };
+constexpr int kNumPoolingModes = static_cast<int>(PoolingMode::kNone) + 1;  // values 0 .. count - 1
 const char* pooling_mode_name(PoolingMode m);  // "sum", "mean", "none"
+// Takes the names, FBGEMM's PoolingMode names (SUM, MEAN, NONE) and "sequence" (kNone), nothing else;
+// pooling_mode_spellings() lists exactly those, for help texts and messages.
 bool parse_pooling_mode(const std::string& name, PoolingMode* out);
+std::vector<std::string> pooling_mode_spellings();
 
 // What to do with an index outside [0, E_t):
 //  kError: report an error Status naming feature, bag and position; outputs are unspecified, tables
@@ -58,11 +62,14 @@ bool parse_pooling_mode(const std::string& name, PoolingMode* out);
 // broken offsets move into another table's bag is then as undefined as any bad index in kOff mode. In
 // sequence mode (kNone) a skipped lookup's output row is zeros.
 enum class BoundsCheckMode { kError = 0, kSkip, kOff, kWarn };
-// "error", "skip", "off", "warn"; parse_bounds_check_mode also takes FBGEMM's names (FATAL, IGNORE, NONE,
-// WARNING) for the nearest mode: IGNORE and WARNING map a bad index to row 0 in FBGEMM, where kSkip and
-// kWarn drop it.
+constexpr int kNumBoundsCheckModes = static_cast<int>(BoundsCheckMode::kWarn) + 1;  // values 0 .. count - 1
+// "error", "skip", "off", "warn". parse_bounds_check_mode takes these and FBGEMM's BoundsCheckMode names
+// (FATAL, IGNORE, NONE, WARNING) for the nearest mode (FBGEMM's IGNORE and WARNING map a bad index to row 0,
+// where kSkip and kWarn drop it), as the Python package does, nothing else; bounds_check_mode_spellings()
+// lists exactly those, for help texts and messages.
 const char* bounds_check_mode_name(BoundsCheckMode m);
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out);
+std::vector<std::string> bounds_check_mode_spellings();
 
 struct TableSpec {
   int64_t num_rows = 0;  // E_t >= 1
@@ -130,6 +137,7 @@ int num_optimizers();  // OptimizerType's values are 0 .. num_optimizers() - 1
 Status optimizer_info(OptimizerType optimizer, OptimizerInfo* out);
 
 enum class WeightDecayMode { kNone = 0, kL2, kDecoupled };
+constexpr int kNumWeightDecayModes = static_cast<int>(WeightDecayMode::kDecoupled) + 1;  // values 0 .. count - 1
 
 struct OptimizerParams {
   OptimizerType type = OptimizerType::kRowwiseAdagrad;
@@ -152,6 +160,7 @@ Status check_optimizer_params(const OptimizerParams& params);
 
 // fp16/bf16 weights: how an updated fp32 value is rounded back to the weights' dtype.
 enum class WeightRounding { kNearest = 0, kStochastic };
+constexpr int kNumWeightRoundings = static_cast<int>(WeightRounding::kStochastic) + 1;  // values 0 .. count - 1
 
 // Tunables of the segment strategy (0 = the per-device default chosen by measurement).
 struct TbeBackwardTuning {

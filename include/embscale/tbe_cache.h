@@ -51,11 +51,13 @@
 namespace embscale {
 
 enum class TablePlacement { kDevice = 0, kHost, kCached };
+constexpr int kNumTablePlacements = static_cast<int>(TablePlacement::kCached) + 1;  // values 0 .. count - 1
 const char* table_placement_name(TablePlacement p);  // "device", "host", "cached"
 // Also FBGEMM's EmbeddingLocation names: DEVICE, MANAGED (host), MANAGED_CACHING (cached).
 bool parse_table_placement(const std::string& name, TablePlacement* out);
 
 enum class CacheAlgorithm { kLru = 0, kLfu };
+constexpr int kNumCacheAlgorithms = static_cast<int>(CacheAlgorithm::kLfu) + 1;
 const char* cache_algorithm_name(CacheAlgorithm a);  // "lru", "lfu"
 bool parse_cache_algorithm(const std::string& name, CacheAlgorithm* out);  // also LRU, LFU
 

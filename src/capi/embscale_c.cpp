@@ -1,12 +1,14 @@
 // The C API (embscale/embscale_c.h): converts flat C structs into the C++ API's types, checks the
-// enumeration values a C caller can get wrong, and keeps the last error message per thread. Nothing
-// else happens here; validation of shapes, dtypes and values is the C++ API's.
+// enumeration values a C caller can get wrong (against the C++ enums' counts, the one source of their
+// ranges), and keeps the last error message per thread. Nothing else happens here; validation of
+// shapes, dtypes and values is the C++ API's.
 #include "embscale/embscale_c.h"
 
 #include <exception>
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "embscale/fp8.h"
 #include "embscale/tbe.h"
@@ -52,31 +54,61 @@ static_assert(static_cast<int>(embscale::OptimizerStateLayout::kAbsent) == EMBSC
                   static_cast<int>(embscale::OptimizerStateLayout::kElementwise) == EMBSCALE_STATE_ELEMENTWISE,
               "the C API's state layouts are OptimizerStateLayout's values");
 
-Status enum_in_range(const char* name, int32_t value, int32_t last) {
-  if (value < 0 || value > last) {
-    return embscale::invalid_argument(std::string(name) + ": value " + std::to_string(value) +
-                                      " is out of range [0, " + std::to_string(last) + "]");
+// The number of values of each enumeration the C API takes (its values are 0 .. count - 1).
+template <typename E>
+int32_t enum_count();
+template <>
+int32_t enum_count<embscale::Backend>() { return embscale::kNumBackends; }
+template <>
+int32_t enum_count<embscale::DType>() { return embscale::kNumDTypes; }
+template <>
+int32_t enum_count<embscale::AmaxAlgo>() { return embscale::kNumAmaxAlgos; }
+template <>
+int32_t enum_count<embscale::Activation>() { return embscale::kNumActivations; }
+template <>
+int32_t enum_count<embscale::PoolingMode>() { return embscale::kNumPoolingModes; }
+template <>
+int32_t enum_count<embscale::BoundsCheckMode>() { return embscale::kNumBoundsCheckModes; }
+template <>
+int32_t enum_count<embscale::OptimizerType>() { return embscale::num_optimizers(); }
+template <>
+int32_t enum_count<embscale::WeightDecayMode>() { return embscale::kNumWeightDecayModes; }
+template <>
+int32_t enum_count<embscale::WeightRounding>() { return embscale::kNumWeightRoundings; }
+template <>
+int32_t enum_count<embscale::TablePlacement>() { return embscale::kNumTablePlacements; }
+template <>
+int32_t enum_count<embscale::CacheAlgorithm>() { return embscale::kNumCacheAlgorithms; }
+
+// A C enumeration value as its C++ enum, or invalid_argument naming the argument, its value and the range.
+template <typename E>
+Status to_enum(const std::string& name, int32_t value, E* out) {
+  const int32_t count = enum_count<E>();
+  if (value < 0 || value >= count) {
+    return embscale::invalid_argument(name + ": value " + std::to_string(value) + " is out of range [0, " +
+                                      std::to_string(count - 1) + "]");
   }
+  *out = static_cast<E>(value);
   return Status::Ok();
 }
 
 Status to_context(const embscale_context* c, embscale::Context* out) {
   if (c == nullptr) return embscale::invalid_argument("ctx: must not be null");
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("ctx.backend", c->backend, 1));
-  *out = c->backend == 0 ? embscale::Context::cpu(c->num_threads) : embscale::Context::cuda(c->stream);
+  embscale::Backend backend;
+  EMBSCALE_RETURN_IF_ERROR(to_enum("ctx.backend", c->backend, &backend));
+  *out = backend == embscale::Backend::kCpu ? embscale::Context::cpu(c->num_threads)
+                                            : embscale::Context::cuda(c->stream);
   return Status::Ok();
 }
 
 Status to_tensor(const char* name, const embscale_tensor* t, embscale::TensorView* out) {
   if (t == nullptr) return embscale::invalid_argument(std::string(name) + ": must not be null");
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range((std::string(name) + ".dtype").c_str(), t->dtype,
-                                         static_cast<int32_t>(embscale::DType::kI64)));
+  EMBSCALE_RETURN_IF_ERROR(to_enum(std::string(name) + ".dtype", t->dtype, &out->dtype));
   if (t->ndim < 1 || t->ndim > embscale::kMaxDims) {
     return embscale::invalid_argument(std::string(name) + ": ndim " + std::to_string(t->ndim) +
                                       " is out of range [1, " + std::to_string(embscale::kMaxDims) + "]");
   }
   out->data = t->data;
-  out->dtype = static_cast<embscale::DType>(t->dtype);
   out->ndim = t->ndim;
   for (int i = 0; i < embscale::kMaxDims; ++i) out->shape[i] = i < t->ndim ? t->shape[i] : 0;
   return Status::Ok();
@@ -91,12 +123,6 @@ Status to_optional_tensor(const char* name, const embscale_tensor* t, embscale::
   return to_tensor(name, t, out);
 }
 
-Status to_amax_algo(int32_t algo, embscale::AmaxAlgo* out) {
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("algo", algo, 2));
-  *out = static_cast<embscale::AmaxAlgo>(algo);
-  return Status::Ok();
-}
-
 // The arguments every amax-based FP8 call starts with: context, input x and the amax algorithm.
 struct AmaxCall {
   embscale::Context ctx;
@@ -106,7 +132,7 @@ struct AmaxCall {
 Status to_amax_call(const embscale_context* ctx, const embscale_tensor* x, int32_t algo, AmaxCall* out) {
   EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &out->ctx));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("x", x, &out->x));
-  return to_amax_algo(algo, &out->opts.algo);
+  return to_enum("algo", algo, &out->opts.algo);
 }
 
 // The lookup fields the forward and backward arguments share (same names in the C and C++ structs).
@@ -116,12 +142,10 @@ Status to_lookup_fields(const CArgs* a, Args* out) {
   EMBSCALE_RETURN_IF_ERROR(to_tensor("weights", &a->weights, &out->weights));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("indices", &a->indices, &out->indices));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &a->offsets, &out->offsets));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("pooling", a->pooling, 2));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("bounds_check", a->bounds_check, static_cast<int>(embscale::BoundsCheckMode::kWarn)));
+  EMBSCALE_RETURN_IF_ERROR(to_enum("pooling", a->pooling, &out->pooling));
+  EMBSCALE_RETURN_IF_ERROR(to_enum("bounds_check", a->bounds_check, &out->bounds_check));
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("per_sample_weights", &a->per_sample_weights, &out->per_sample_weights));
   out->batch_size = a->batch_size;
-  out->pooling = static_cast<embscale::PoolingMode>(a->pooling);
-  out->bounds_check = static_cast<embscale::BoundsCheckMode>(a->bounds_check);
   out->num_skipped = a->num_skipped;
   return Status::Ok();
 }
@@ -132,15 +156,13 @@ Status to_forward_args(const embscale_tbe_forward_args* a, embscale::TbeForwardA
 }
 
 Status to_optimizer(const embscale_optimizer* a, embscale::OptimizerParams* o) {
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.type", a->type, embscale::num_optimizers() - 1));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer.weight_decay_mode", a->weight_decay_mode, 2));
-  o->type = static_cast<embscale::OptimizerType>(a->type);
+  EMBSCALE_RETURN_IF_ERROR(to_enum("optimizer.type", a->type, &o->type));
+  EMBSCALE_RETURN_IF_ERROR(to_enum("optimizer.weight_decay_mode", a->weight_decay_mode, &o->weight_decay_mode));
   o->learning_rate = a->learning_rate;
   o->eps = a->eps;
   o->beta1 = a->beta1;
   o->beta2 = a->beta2;
   o->weight_decay = a->weight_decay;
-  o->weight_decay_mode = static_cast<embscale::WeightDecayMode>(a->weight_decay_mode);
   o->max_norm = a->max_norm;
   o->gradient_clipping = a->gradient_clipping;
   o->step = a->step;
@@ -151,7 +173,7 @@ Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwa
   EMBSCALE_RETURN_IF_ERROR(to_lookup_fields(a, out));
   EMBSCALE_RETURN_IF_ERROR(to_tensor("grad_output", &a->grad_output, &out->grad_output));
   EMBSCALE_RETURN_IF_ERROR(to_optimizer(&a->optimizer, &out->optimizer));
-  EMBSCALE_RETURN_IF_ERROR(enum_in_range("rounding", a->rounding, 1));
+  EMBSCALE_RETURN_IF_ERROR(to_enum("rounding", a->rounding, &out->rounding));
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("momentum1", &a->momentum1, &out->momentum1));
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("momentum2", &a->momentum2, &out->momentum2));
   EMBSCALE_RETURN_IF_ERROR(
@@ -160,7 +182,6 @@ Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwa
   out->num_unique = a->num_unique;
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("unique_grads", &a->unique_grads, &out->unique_grads));
   EMBSCALE_RETURN_IF_ERROR(to_optional_tensor("rounding_bases", &a->rounding_bases, &out->rounding_bases));
-  out->rounding = static_cast<embscale::WeightRounding>(a->rounding);
   out->seed = a->seed;
   out->tuning.max_warp_segment = a->max_warp_segment;
   out->tuning.max_block_segment = a->max_block_segment;
@@ -182,21 +203,24 @@ const char* embscale_version(void) { return "0.1.0"; }
 const char* embscale_last_error(void) { return g_last_error.c_str(); }
 
 int embscale_backend_available(int32_t backend) {
-  return (backend == 0 || backend == 1) && embscale::backend_available(static_cast<embscale::Backend>(backend));
+  embscale::Backend b;
+  return to_enum("backend", backend, &b).ok() && embscale::backend_available(b);
 }
 
 int embscale_backend_compiled(int32_t backend) {
-  return (backend == 0 || backend == 1) && embscale::backend_compiled(static_cast<embscale::Backend>(backend));
+  embscale::Backend b;
+  return to_enum("backend", backend, &b).ok() && embscale::backend_compiled(b);
 }
 
 int32_t embscale_num_optimizers(void) { return embscale::num_optimizers(); }
 
 int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out) {
   return guarded([&]() -> Status {
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer", optimizer, embscale::num_optimizers() - 1));
+    embscale::OptimizerType type;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("optimizer", optimizer, &type));
     if (out == nullptr) return embscale::invalid_argument("out: must not be null");
     embscale::OptimizerInfo info;
-    EMBSCALE_RETURN_IF_ERROR(embscale::optimizer_info(static_cast<embscale::OptimizerType>(optimizer), &info));
+    EMBSCALE_RETURN_IF_ERROR(embscale::optimizer_info(type, &info));
     out->name = info.name;
     out->state_layouts[0] = static_cast<int32_t>(info.momentum1.layout);
     out->state_layouts[1] = static_cast<int32_t>(info.momentum2.layout);
@@ -250,12 +274,12 @@ int embscale_compute_scale_noop(const embscale_context* ctx, const float* amax, 
   return guarded([&]() -> Status {
     embscale::Context c;
     EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("fp8_dtype", fp8_dtype, static_cast<int32_t>(embscale::DType::kI64)));
+    embscale::DType fp8;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("fp8_dtype", fp8_dtype, &fp8));
     embscale::ScaleOptions opts;
     opts.eps = eps;
     opts.power_of_2 = power_of_2 != 0;
-    return embscale::compute_scale(c, amax, static_cast<embscale::DType>(fp8_dtype), opts, scale, scale_inv,
-                                   noop_flag);
+    return embscale::compute_scale(c, amax, fp8, opts, scale, scale_inv, noop_flag);
   });
 }
 
@@ -354,11 +378,11 @@ int embscale_activation_amax_noop(const embscale_context* ctx, int32_t activatio
     AmaxCall a;
     embscale::TensorView yv;
     EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("activation", activation, 2));
+    embscale::Activation act;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("activation", activation, &act));
     EMBSCALE_RETURN_IF_ERROR(to_tensor("y", y, &yv));
     a.opts.noop_flag = noop_flag;
-    return embscale::activation_amax(a.ctx, static_cast<embscale::Activation>(activation), a.x, yv, amax, a.opts,
-                                     workspace, workspace_bytes);
+    return embscale::activation_amax(a.ctx, act, a.x, yv, amax, a.opts, workspace, workspace_bytes);
   });
 }
 
@@ -391,9 +415,8 @@ int embscale_tbe_create(const embscale_context* ctx, int32_t num_tables, const i
     if (num_tables < 1)
       return embscale::invalid_argument("num_tables: " + std::to_string(num_tables) + "; at least one table is required");
     if (num_rows == nullptr || dims == nullptr) return embscale::invalid_argument("num_rows, dims: must not be null");
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("weights_dtype", weights_dtype, static_cast<int32_t>(embscale::DType::kI64)));
     embscale::TbeConfig cfg;
-    cfg.weights_dtype = static_cast<embscale::DType>(weights_dtype);
+    EMBSCALE_RETURN_IF_ERROR(to_enum("weights_dtype", weights_dtype, &cfg.weights_dtype));
     for (int32_t t = 0; t < num_tables; ++t) cfg.tables.push_back({num_rows[t], dims[t]});
     if (feature_table_map != nullptr) {
       if (num_features < 1)
@@ -534,10 +557,13 @@ int embscale_row_cache_create(const embscale_context* ctx, int32_t num_tables, c
     if (num_tables < 1) return embscale::invalid_argument("num_tables: " + std::to_string(num_tables) + "; expected >= 1");
     if (placement == nullptr || cache_rows == nullptr)
       return embscale::invalid_argument("placement, cache_rows: must not be null");
+    std::vector<embscale::TablePlacement> placements(static_cast<size_t>(num_tables));
     for (int32_t t = 0; t < num_tables; ++t)
-      EMBSCALE_RETURN_IF_ERROR(enum_in_range(("placement[" + std::to_string(t) + "]").c_str(), placement[t], 2));
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("algorithm", algorithm, 1));
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer", optimizer, embscale::num_optimizers() - 1));
+      EMBSCALE_RETURN_IF_ERROR(to_enum("placement[" + std::to_string(t) + "]", placement[t], &placements[t]));
+    embscale::CacheAlgorithm algo;
+    embscale::OptimizerType type;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("algorithm", algorithm, &algo));
+    EMBSCALE_RETURN_IF_ERROR(to_enum("optimizer", optimizer, &type));
     // The tables as embscale_tbe_create takes them (its checks, then its config).
     const int st = embscale_tbe_create(ctx, num_tables, num_rows, dims, num_features, feature_table_map, weights_dtype,
                                        &tables);
@@ -545,12 +571,10 @@ int embscale_row_cache_create(const embscale_context* ctx, int32_t num_tables, c
     std::unique_ptr<embscale_tbe> owned_tables(tables);
     embscale::RowCacheConfig cfg;
     cfg.tables = tables->impl->config();
-    for (int32_t t = 0; t < num_tables; ++t) {
-      cfg.placement.push_back(static_cast<embscale::TablePlacement>(placement[t]));
-      cfg.cache_rows.push_back(cache_rows[t]);
-    }
-    cfg.algorithm = static_cast<embscale::CacheAlgorithm>(algorithm);
-    cfg.optimizer = static_cast<embscale::OptimizerType>(optimizer);
+    cfg.placement = placements;
+    cfg.cache_rows.assign(cache_rows, cache_rows + num_tables);
+    cfg.algorithm = algo;
+    cfg.optimizer = type;
     cfg.max_lookups = max_lookups;
     auto handle = std::make_unique<embscale_row_cache>();
     EMBSCALE_RETURN_IF_ERROR(embscale::RowCache::create(c, cfg, &handle->impl));

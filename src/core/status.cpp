@@ -79,7 +79,13 @@ bool parse_dtype(const std::string& name, DType* out) {
   return false;
 }
 
-const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu"; }
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+  }
+  return "unknown";
+}
 
 bool parse_backend(const std::string& name, Backend* out) {
   const std::string n = lower(name);

@@ -14,6 +14,51 @@
 
 namespace embscale {
 
+namespace {
+
+// A name a parser accepts and the value it stands for. Each parser's table is what it accepts and, in
+// the same order, what its *_spellings() lists, so help texts and messages can never disagree with it.
+template <typename E>
+struct Spelling {
+  const char* name;
+  E value;
+};
+
+template <typename E, size_t N>
+bool parse_spelling(const Spelling<E> (&table)[N], const std::string& name, E* out) {
+  for (const Spelling<E>& s : table) {
+    if (name == s.name) {
+      if (out) *out = s.value;
+      return true;
+    }
+  }
+  return false;
+}
+
+template <typename E, size_t N>
+std::vector<std::string> spellings(const Spelling<E> (&table)[N]) {
+  std::vector<std::string> names;
+  for (const Spelling<E>& s : table) names.push_back(s.name);
+  return names;
+}
+
+// The names, FBGEMM's PoolingMode names, then "sequence" for no pooling.
+constexpr Spelling<PoolingMode> kPoolingSpellings[] = {
+    {"sum", PoolingMode::kSum}, {"mean", PoolingMode::kMean}, {"none", PoolingMode::kNone},
+    {"SUM", PoolingMode::kSum}, {"MEAN", PoolingMode::kMean}, {"NONE", PoolingMode::kNone},
+    {"sequence", PoolingMode::kNone},
+};
+
+// The names, then FBGEMM's BoundsCheckMode names for the modes that do the same job.
+constexpr Spelling<BoundsCheckMode> kBoundsCheckSpellings[] = {
+    {"error", BoundsCheckMode::kError}, {"skip", BoundsCheckMode::kSkip},
+    {"off", BoundsCheckMode::kOff},     {"warn", BoundsCheckMode::kWarn},
+    {"FATAL", BoundsCheckMode::kError}, {"IGNORE", BoundsCheckMode::kSkip},
+    {"NONE", BoundsCheckMode::kOff},    {"WARNING", BoundsCheckMode::kWarn},
+};
+
+}  // namespace
+
 const char* pooling_mode_name(PoolingMode m) {
   switch (m) {
     case PoolingMode::kSum: return "sum";
@@ -24,19 +69,10 @@ const char* pooling_mode_name(PoolingMode m) {
 }
 
 bool parse_pooling_mode(const std::string& name, PoolingMode* out) {
-  static const struct { const char* name; PoolingMode m; } kNames[] = {
-      {"sum", PoolingMode::kSum}, {"mean", PoolingMode::kMean}, {"none", PoolingMode::kNone},
-      {"SUM", PoolingMode::kSum}, {"MEAN", PoolingMode::kMean}, {"NONE", PoolingMode::kNone},
-      {"sequence", PoolingMode::kNone},
-  };
-  for (const auto& e : kNames) {
-    if (name == e.name) {
-      if (out) *out = e.m;
-      return true;
-    }
-  }
-  return false;
+  return parse_spelling(kPoolingSpellings, name, out);
 }
+
+std::vector<std::string> pooling_mode_spellings() { return spellings(kPoolingSpellings); }
 
 const char* bounds_check_mode_name(BoundsCheckMode m) {
   switch (m) {
@@ -49,22 +85,10 @@ const char* bounds_check_mode_name(BoundsCheckMode m) {
 }
 
 bool parse_bounds_check_mode(const std::string& name, BoundsCheckMode* out) {
-  static const struct { const char* name; BoundsCheckMode m; } kNames[] = {
-      {"error", BoundsCheckMode::kError}, {"skip", BoundsCheckMode::kSkip}, {"off", BoundsCheckMode::kOff},
-      {"warn", BoundsCheckMode::kWarn},   {"ERROR", BoundsCheckMode::kError}, {"SKIP", BoundsCheckMode::kSkip},
-      {"OFF", BoundsCheckMode::kOff},     {"WARN", BoundsCheckMode::kWarn},   {"none", BoundsCheckMode::kOff},
-      // FBGEMM's BoundsCheckMode names, for the nearest mode (its WARNING and IGNORE map a bad index to row 0)
-      {"FATAL", BoundsCheckMode::kError}, {"WARNING", BoundsCheckMode::kWarn}, {"IGNORE", BoundsCheckMode::kSkip},
-      {"NONE", BoundsCheckMode::kOff},
-  };
-  for (const auto& e : kNames) {
-    if (name == e.name) {
-      if (out) *out = e.m;
-      return true;
-    }
-  }
-  return false;
+  return parse_spelling(kBoundsCheckSpellings, name, out);
 }
+
+std::vector<std::string> bounds_check_mode_spellings() { return spellings(kBoundsCheckSpellings); }
 
 namespace {
 
