@@ -324,6 +324,11 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
     def sharding_type(self) -> ShardingType:
         return self._sharding_type
 
+    def pool_sums(self) -> None:
+        """Pools SUM whatever the tables' pooling: the collection divides by the bags' lengths after the
+        output distribution (ShardedEmbeddingBagCollection._create_lookups says when)."""
+        self.tbe.pooling = "sum"
+
     @property
     def params(self) -> List[nn.Parameter]:
         """Per local shard, its rows in the module's tables (views)."""
@@ -422,6 +427,23 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
             return _DpSharding(sharding_infos, env, device)
         raise ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
                          f"{', '.join(_SHARDING_TYPES)}")
+
+    def _create_lookups(self) -> None:
+        """TorchRec's lookups, whose kernels pool SUM where TorchRec divides by the bags' lengths itself.
+
+        TorchRec cannot pool MEAN inside a row-wise shard (a bag's rows lie on several shards), so where a
+        MEAN table is sharded row-wise (or table-row-wise) its kernels pool SUM and, after the output
+        distribution, the collection divides the pooled outputs by the bags' lengths plus 1e-6 (its mean-pooling
+        callback, ``_create_mean_pooling_divisor`` in torchrec 1.9.2); that division also scales the output
+        gradients in the backward. It divides every feature of the collection except those of row-wise SUM
+        tables, so with embscale's one pooling for all tables every kernel then pools SUM: a kernel pooling
+        MEAN would be divided twice (torchrec 1.9.2's own kernels are, for their table-wise and column-wise
+        MEAN tables beside a row-wise one). Without a row-wise MEAN table nothing is divided after, and the
+        kernels pool as the tables say."""
+        super()._create_lookups()
+        if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
+            for kernel in self._embscale_kernels():
+                kernel.pool_sums()
 
     def _initialize_torch_state(self, skip_registering: bool = False) -> None:
         """TorchRec's module state, and for embscale's tables (which TorchRec leaves to the customized

@@ -1,8 +1,8 @@
 """embscale under TorchRec: DistributedModelParallel with embscale's kernels (gloo, 2 and 3 processes on
-this machine) trains like one process with the global batch, for table-wise, row-wise, column-wise and
-data-parallel plans, row-wise Adagrad and SGD: forward outputs, tables and optimizer state after several
-steps, bit for bit. Skipped where torchrec is not installed (scripts/test_torchrec.sh makes an environment
-that has it)."""
+this machine) trains like one process with the global batch, for table-wise, row-wise, column-wise,
+data-parallel and mixed plans, SUM and MEAN pooling, row-wise Adagrad and SGD: forward outputs, tables and
+optimizer state after several steps, bit for bit. Skipped where torchrec is not installed
+(scripts/test_torchrec.sh makes an environment that has it)."""
 import copy
 
 import pytest
@@ -18,23 +18,34 @@ from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionShar
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
-TABLES = [("t0", 40, 4, ["a", "b"]), ("t1", 30, 8, ["c"]), ("t2", 50, 16, ["d"])]
+TABLES = [("t0", 40, 4, ["a", "b"]), ("t1", 30, 8, ["c"]), ("t2", 50, 16, ["d"]), ("t3", 12, 4, ["e"])]
 FEATURES = [f for _, _, _, fs in TABLES for f in fs]
 FEATURE_DIMS = [d for _, _, d, fs in TABLES for _ in fs]
 BATCH = 4
 MAX_BAG = 3
 STEPS = 3
-PLANS = ["table_wise", "row_wise", "column_wise", "data_parallel"]
+PLANS = ["table_wise", "row_wise", "column_wise", "data_parallel", "mixed"]
 OPTIMIZERS = {"rowwise_adagrad": {"learning_rate": 0.3, "eps": 0.1}, "sgd": {"learning_rate": 0.3}}
+# (plan, optimizer, pooling): every plan with both optimizers pooling SUM, and every plan pooling MEAN. Under
+# MEAN a plan with a row-wise table (row_wise, mixed) has TorchRec divide the pooled sums after the output
+# distribution; the others pool MEAN in the kernels.
+CASES = ([(plan, opt, "sum") for plan in PLANS for opt in OPTIMIZERS] +
+         [(plan, opt, "mean") for plan, opt in [("table_wise", "sgd"), ("row_wise", "rowwise_adagrad"),
+                                               ("column_wise", "sgd"), ("data_parallel", "rowwise_adagrad"),
+                                               ("mixed", "rowwise_adagrad")]])
+# TorchRec's MEAN where a row-wise table is in the collection: SUM, divided by the bag's length plus this
+# (torchrec.distributed.embeddingbag._create_mean_pooling_divisor).
+TORCHREC_MEAN_EPS = 1e-6
 
 
-def _configs():
-    return [EmbeddingBagConfig(name=n, num_embeddings=e, embedding_dim=d, feature_names=fs) for n, e, d, fs in TABLES]
+def _configs(pooling="sum"):
+    return [EmbeddingBagConfig(name=n, num_embeddings=e, embedding_dim=d, feature_names=fs,
+                               pooling=getattr(torchrec.PoolingType, pooling.upper())) for n, e, d, fs in TABLES]
 
 
-def _collection(optimizer, device, **kw):
+def _collection(optimizer, device, pooling="sum", **kw):
     torch.manual_seed(7)
-    tables = EmbeddingBagCollection(_configs(), optimizer=optimizer, **OPTIMIZERS[optimizer], **kw)
+    tables = EmbeddingBagCollection(_configs(pooling), optimizer=optimizer, **OPTIMIZERS[optimizer], **kw)
     return tables.to(device)  # drawn on the CPU: the same tables on every device
 
 
@@ -57,11 +68,14 @@ def _per_param(plan, world):
         return {n: sp.row_wise() for n, _, _, _ in TABLES}
     if plan == "column_wise":  # t1 (8 columns) and t2 (16) in two column shards each, on ranks 0 and 1; t0 table-wise
         return {"t0": sp.table_wise(rank=world - 1), "t1": sp.column_wise(ranks=[0, 1]),
-                "t2": sp.column_wise(ranks=[0, 1])}
+                "t2": sp.column_wise(ranks=[0, 1]), "t3": sp.table_wise(rank=0)}
+    if plan == "mixed":
+        return {"t0": sp.row_wise(), "t1": sp.table_wise(rank=world - 1), "t2": sp.column_wise(ranks=[0, 1]),
+                "t3": sp.data_parallel()}
     return {n: sp.data_parallel() for n, _, _, _ in TABLES}
 
 
-def _sharded_model(rank, world, plan, optimizer):
+def _sharded_model(rank, world, plan, optimizer, pooling="sum"):
     import torch.distributed as dist
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan
@@ -69,7 +83,7 @@ def _sharded_model(rank, world, plan, optimizer):
 
     sharder = EmbeddingBagCollectionSharder()
     dev = multiprocess.device(rank)
-    model = _Model(_collection(optimizer, dev))
+    model = _Model(_collection(optimizer, dev, pooling))
     module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param(plan, world),
                                                  local_size=world, world_size=world, device_type=dev.type,
                                                  sharder=sharder)
@@ -103,8 +117,8 @@ def _local_shards(dmp):
 
 def _worker(rank, world, cases, batches):
     out = []
-    for (plan, optimizer), steps in zip(cases, batches):
-        dmp = _sharded_model(rank, world, plan, optimizer)
+    for (plan, optimizer, pooling), steps in zip(cases, batches):
+        dmp = _sharded_model(rank, world, plan, optimizer, pooling)
         outs = _train(dmp, rank, steps)
         out.append((outs, _local_shards(dmp)))
     return out
@@ -143,7 +157,7 @@ def _reference_pieces(plan, world):
     column shard (each keeps its own row-wise state, as TorchRec's column shards do)."""
     pieces = []
     for n, _, d, _ in TABLES:
-        if plan == "column_wise" and n != "t0":
+        if (plan == "column_wise" and n in ("t1", "t2")) or (plan == "mixed" and n == "t2"):
             half = d // 2
             pieces += [(n, 0, half), (n, half, d - half)]
         else:
@@ -156,28 +170,31 @@ def run(request):
     world = request.param
     multiprocess.skip_unless_enough_devices(world)
     gen = torch.Generator().manual_seed(world)
-    cases = [(plan, opt) for plan in PLANS for opt in OPTIMIZERS]
-    batches = [_batches(gen, world) for _ in cases]
-    results = multiprocess.run(_worker, world, cases, batches, timeout=600)
-    return world, cases, batches, results
+    batches = [_batches(gen, world) for _ in CASES]
+    results = multiprocess.run(_worker, world, CASES, batches, timeout=600)
+    return world, CASES, batches, results
 
 
-@pytest.mark.parametrize("plan", PLANS)
-@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
-def test_sharded_training_matches_one_process(run, plan, optimizer):
+@pytest.mark.parametrize("plan, optimizer, pooling", CASES)
+def test_sharded_training_matches_one_process(run, plan, optimizer, pooling):
+    # MEAN with a row-wise table was divided twice (issue 46): the kernels pooled MEAN and TorchRec divided
+    # their outputs by the bags' lengths again.
     world, cases, batches, results = run
-    case = cases.index((plan, optimizer))
+    case = cases.index((plan, optimizer, pooling))
     dev = multiprocess.device()
-    full = _collection(optimizer, dev, data_parallel_group=None)
+    full = _collection(optimizer, dev, pooling, data_parallel_group=None)
     pieces = _reference_pieces(plan, world)
     rows = {n: e for n, e, _, _ in TABLES}
     table_features = {n: fs for n, _, _, fs in TABLES}
     # A feature of a column-wise table looks up each of its pieces; their columns come out side by side.
     ref_features = [(FEATURES.index(f), i) for f in FEATURES for i, (n, _, _) in enumerate(pieces)
                     if f in table_features[n]]
+    divided_after = pooling == "mean" and plan in ("row_wise", "mixed")
     ref = embscale.TableBatchedEmbeddingBags([(rows[n], cols) for n, _, cols in pieces],
                                              feature_table_map=[i for _, i in ref_features], optimizer=optimizer,
+                                             pooling="sum" if divided_after else pooling,
                                              data_parallel_group=None, device=dev, **OPTIMIZERS[optimizer])
+    ref_dims = [pieces[i][2] for _, i in ref_features]
     tables = dict(zip([c.name for c in full.embedding_bag_configs()], full.tbe.split_embedding_weights()))
     with torch.no_grad():
         for w, (n, c0, cols) in zip(ref.split_embedding_weights(), pieces):
@@ -185,22 +202,34 @@ def test_sharded_training_matches_one_process(run, plan, optimizer):
     for s, parts in enumerate(batches[case]):
         indices, offsets = _global_batch(parts, [f for f, _ in ref_features])
         indices, offsets = indices.to(dev), offsets.to(dev)
-        out = ref(indices, offsets)
-        if plan == "row_wise":
+        pooled = ref(indices, offsets)
+        out, divisor = pooled, 1.0
+        if divided_after:  # each output column divided by its bag's length (+ TorchRec's eps)
+            lengths = offsets.diff().view(len(ref_features), -1).cpu()
+            divisor = torch.repeat_interleave(lengths.T, torch.tensor(ref_dims), dim=1) + TORCHREC_MEAN_EPS
+            out = pooled.detach() / divisor.to(dev)
+        if plan in ("row_wise", "mixed"):
             # A bag's rows on different shards are pooled per shard and the partial sums added (TorchRec's
             # reduce-scatter): the order of the additions differs from one process's, so each output may
-            # differ by the rounding of its additions: at most 2 (L - 1) 2^-24 sum |row| for bags of L rows.
+            # differ by the rounding of its additions: at most 2 (L - 1) 2^-24 sum |row| for bags of L rows,
+            # then divided (MEAN; the division's own rounding adds at most 2^-23 |output|).
             magnitude = copy.deepcopy(ref)
             with torch.no_grad():
                 magnitude.weights.abs_()
-            bound = 2 * (MAX_BAG - 1) * 2.0**-24 * magnitude(indices, offsets).detach().cpu()
+            bound = 2 * (MAX_BAG - 1) * 2.0**-24 * magnitude(indices, offsets).detach().cpu() / divisor
+            bound += 2.0**-23 * out.detach().abs().cpu()
         for r in range(world):
             got, want = results[r][case][0][s], out[r * BATCH:(r + 1) * BATCH].detach().cpu()
-            if plan == "row_wise":
+            if plan in ("row_wise", "mixed"):
                 assert ((got - want).abs() <= bound[r * BATCH:(r + 1) * BATCH]).all(), f"step {s}, rank {r}: forward"
             else:
                 assert torch.equal(got, want), f"step {s}, rank {r}: forward"
-        out.backward(torch.cat([t for _, _, t in parts]).to(dev) / world)
+        # TorchRec divides the output gradients by the MEAN divisor first (its callback runs after the output
+        # distribution), then by the world size (the output distribution's backward): the same order here.
+        grad = torch.cat([t for _, _, t in parts]).to(dev)
+        if divided_after:
+            grad = grad / divisor.to(dev)
+        pooled.backward(grad / world)
     ref_state = [{k: v.cpu() for k, v in s.items()} for s in ref.optimizer_state()]
     ref_tables = [w.detach().cpu() for w in ref.split_embedding_weights()]
     covered = {}
@@ -213,7 +242,8 @@ def test_sharded_training_matches_one_process(run, plan, optimizer):
                 assert torch.equal(v, ref_state[i][k][r0:r0 + v.shape[0]]), f"rank {r}: {name} {k} at {(r0, c0)}"
             covered[name] = covered.get(name, 0) + w.numel()
     for n, e, d, _ in TABLES:
-        assert covered[n] == e * d * (world if plan == "data_parallel" else 1), f"table {n}: shards cover it"
+        replicas = world if plan == "data_parallel" or (plan == "mixed" and n == "t3") else 1
+        assert covered[n] == e * d * replicas, f"table {n}: shards cover it"
 
 
 def test_collection_is_torchrecs_module_on_one_tbe(gen):
@@ -245,11 +275,11 @@ def test_collection_errors():
                                 EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=4, feature_names=["y"])])
     ebc = EmbeddingBagCollection(_configs())
     kjt = KeyedJaggedTensor.from_lengths_sync(keys=["a"], values=torch.tensor([1]), lengths=torch.tensor([1]))
-    with pytest.raises(ValueError, match=r"features: keys \['a'\] lack \['b', 'c', 'd'\]"):
+    with pytest.raises(ValueError, match=r"features: keys \['a'\] lack \['b', 'c', 'd', 'e'\]"):
         ebc(kjt)
     # A batch size per feature (torchrec's variable batch) was misread (review of 2026-12-03): refused.
     vbe = KeyedJaggedTensor(keys=FEATURES, values=torch.tensor([1, 2, 3, 4, 5]), lengths=torch.tensor([1, 1, 2, 1, 0]),
-                            stride_per_key_per_rank=[[3], [1], [1], [0]])
+                            stride_per_key_per_rank=[[3], [1], [1], [0], [0]])
     with pytest.raises(ValueError, match="features: a batch size per feature"):
         ebc(vbe)
 
@@ -302,7 +332,7 @@ def test_checkpoint_reshards(tmp_path, saved, loaded):
     after_load = multiprocess.run(_checkpoint_worker, world_b, plan_b, "rowwise_adagrad", folder, None, timeout=300)
     start_tables = _collection("rowwise_adagrad", torch.device("cpu")).tbe.split_embedding_weights()
     for (n, e, d, _), start in zip(TABLES, start_tables):
-        pieces = 2 if plan_a == "column_wise" and n != "t0" else 1
+        pieces = 2 if plan_a == "column_wise" and n in ("t1", "t2") else 1
         want, want_state = _whole(after_save, n, e, d, pieces)
         got, got_state = _whole(after_load, n, e, d, pieces)
         assert not want.isnan().any() and not got.isnan().any(), f"table {n}: shards cover it"
@@ -383,9 +413,8 @@ def test_collection_loaded_with_assign_keeps_its_tables_views(device):
     m.load_state_dict(source.state_dict(), assign=True)
     for t, w in zip(m.embedding_bags, source.tbe.split_embedding_weights()):
         assert torch.equal(m.embedding_bags[t].weight, w)
-    lengths = torch.tensor([1, 2, 0, 1, 1, 1, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1])
-    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                                                  12, 13, 14, 15]), lengths=lengths)
+    lengths = torch.tensor([1, 2, 0, 1, 1, 1, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1, 2, 1, 1, 1])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.arange(1, 11).repeat(2), lengths=lengths)
     m(kjt).values().sum().backward()
     trained = [w.clone() for w in m.tbe.split_embedding_weights()]
     assert not torch.equal(trained[0], source.tbe.split_embedding_weights()[0])  # it did train
@@ -417,9 +446,8 @@ def test_collection_copies_keep_their_tables_views(how, tmp_path):
         m = torch.load(tmp_path / "ebc.pt", weights_only=False)
     for t, (mine, theirs) in enumerate(zip(m.tbe.split_embedding_weights(), ebc.tbe.split_embedding_weights())):
         assert torch.equal(mine, theirs) and mine.data_ptr() != theirs.data_ptr()
-    lengths = torch.tensor([1, 2, 0, 1, 1, 1, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1])
-    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                                                  12, 13, 14, 15]), lengths=lengths)
+    lengths = torch.tensor([1, 2, 0, 1, 1, 1, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1, 2, 1, 1, 1])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.arange(1, 11).repeat(2), lengths=lengths)
     before = [w.clone() for w in ebc.tbe.split_embedding_weights()]
     m(kjt).values().sum().backward()
     trained = m.tbe.split_embedding_weights()
