@@ -66,11 +66,11 @@ def _per_param(plan, world):
         return {n: sp.table_wise(rank=i % world) for i, (n, _, _, _) in enumerate(TABLES)}
     if plan == "row_wise":
         return {n: sp.row_wise() for n, _, _, _ in TABLES}
-    if plan == "column_wise":  # t1 (8 columns) and t2 (16) in two column shards each, on ranks 0 and 1; t0 table-wise
+    if plan == "column_wise":  # t1 (8 columns) in two column shards on ranks 0 and 1, t2 (16) in four, two on each
         return {"t0": sp.table_wise(rank=world - 1), "t1": sp.column_wise(ranks=[0, 1]),
-                "t2": sp.column_wise(ranks=[0, 1]), "t3": sp.table_wise(rank=0)}
+                "t2": sp.column_wise(ranks=[0, 1, 0, 1]), "t3": sp.table_wise(rank=0)}
     if plan == "mixed":
-        return {"t0": sp.row_wise(), "t1": sp.table_wise(rank=world - 1), "t2": sp.column_wise(ranks=[0, 1]),
+        return {"t0": sp.row_wise(), "t1": sp.table_wise(rank=world - 1), "t2": sp.column_wise(ranks=[0, 1, 0, 1]),
                 "t3": sp.data_parallel()}
     return {n: sp.data_parallel() for n, _, _, _ in TABLES}
 
@@ -152,16 +152,18 @@ def _global_batch(parts, features):
     return torch.cat(idx), offsets
 
 
+def _column_shards(plan, name):
+    """How many column shards _per_param's plan cuts table `name` into."""
+    return {("column_wise", "t1"): 2, ("column_wise", "t2"): 4, ("mixed", "t2"): 4}.get((plan, name), 1)
+
+
 def _reference_pieces(plan, world):
     """The single process's tables: (name, first column, columns); a column-wise table is one table per
     column shard (each keeps its own row-wise state, as TorchRec's column shards do)."""
     pieces = []
     for n, _, d, _ in TABLES:
-        if (plan == "column_wise" and n in ("t1", "t2")) or (plan == "mixed" and n == "t2"):
-            half = d // 2
-            pieces += [(n, 0, half), (n, half, d - half)]
-        else:
-            pieces.append((n, 0, d))
+        k = _column_shards(plan, n)
+        pieces += [(n, j * d // k, d // k) for j in range(k)]
     return pieces
 
 
@@ -255,9 +257,11 @@ def test_collection_is_torchrecs_module_on_one_tbe(gen):
     want = ebc.tbe(kjt.values(), kjt.offsets(), None)
     assert torch.equal(pooled.values(), want)
     opt = ebc.fused_optimizer
-    assert list(opt.params) == [f"{n}.weight" for n, _, _, _ in TABLES]
-    assert torch.equal(opt.params["t1.weight"], ebc.tbe.split_embedding_weights()[1])
-    assert opt.state[opt.params["t2.weight"]]["sum"].shape == (50,)
+    # keyed as the module's state_dict and TorchRec's sharded collection key them
+    assert list(opt.params) == [f"embedding_bags.{n}.weight" for n, _, _, _ in TABLES]
+    assert torch.equal(opt.params["embedding_bags.t1.weight"], ebc.tbe.split_embedding_weights()[1])
+    assert list(opt.state[opt.params["embedding_bags.t2.weight"]]) == ["t2.momentum1"]
+    assert opt.state[opt.params["embedding_bags.t2.weight"]]["t2.momentum1"].shape == (50,)
     opt.param_groups[0]["lr"] = 0.125
     opt.step()
     assert ebc.tbe.learning_rate == 0.125
@@ -287,7 +291,8 @@ def test_collection_errors():
 def _checkpoint_worker(rank, world, plan, optimizer, folder, steps):
     """Trains `steps` and saves the model and its fused optimizer with torch.distributed.checkpoint (steps
     given), or loads them (steps None; the model starts from the same tables as the saved one did, so the
-    loaded values must come from the checkpoint); the local shards after."""
+    loaded values must come from the checkpoint); the local shards after, and per table the local shards
+    of its row-wise state in the fused optimizer's state_dict: (global size, [(offset, values)])."""
     import torch.distributed.checkpoint as dcp
 
     dmp = _sharded_model(rank, world, plan, optimizer)
@@ -299,7 +304,13 @@ def _checkpoint_worker(rank, world, plan, optimizer, folder, steps):
         dcp.load(state, checkpoint_id=folder)
         dmp.load_state_dict(state["model"])
         dmp.fused_optimizer.load_state_dict(state["optim"])
-    return _local_shards(dmp)
+    saved_state = {}
+    for key, entries in dmp.fused_optimizer.state_dict()["state"].items():
+        name = key.split(".")[-2]
+        st = entries[f"{name}.momentum1"]
+        saved_state[name] = (tuple(st.size()), [(s.metadata.shard_offsets[0], s.tensor.clone())
+                                                for s in st.local_shards()])
+    return _local_shards(dmp), saved_state
 
 
 def _whole(results, name, rows, cols, column_pieces):
@@ -307,7 +318,7 @@ def _whole(results, name, rows, cols, column_pieces):
     column pieces]: a column-wise table keeps one row-wise state per column shard)."""
     table = torch.full((rows, cols), float("nan"))
     state = torch.full((rows, column_pieces), float("nan"))
-    for shards in results:
+    for shards, _ in results:
         for n, (r0, c0), w, s in shards:
             if n != name:
                 continue
@@ -332,13 +343,56 @@ def test_checkpoint_reshards(tmp_path, saved, loaded):
     after_load = multiprocess.run(_checkpoint_worker, world_b, plan_b, "rowwise_adagrad", folder, None, timeout=300)
     start_tables = _collection("rowwise_adagrad", torch.device("cpu")).tbe.split_embedding_weights()
     for (n, e, d, _), start in zip(TABLES, start_tables):
-        pieces = 2 if plan_a == "column_wise" and n in ("t1", "t2") else 1
+        pieces = _column_shards(plan_a, n)
         want, want_state = _whole(after_save, n, e, d, pieces)
         got, got_state = _whole(after_load, n, e, d, pieces)
         assert not want.isnan().any() and not got.isnan().any(), f"table {n}: shards cover it"
         assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
         assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
         assert not torch.equal(want, start), f"table {n}: training changed it"
+
+
+def test_checkpoint_row_wise_state_follows_the_column_positions(tmp_path):
+    """The fused optimizer's row-wise state in a checkpoint, as TorchRec's FUSED kernels lay it out: [rows]
+    sharded as the rows, or for a table of k column shards [k * rows] with the shard of columns
+    [j * d/k, (j+1) * d/k) at [j * rows, (j+1) * rows), whichever process holds it. (The resharding test
+    saves and loads with the same code, so a mistake made both ways, say columns numbered from the right,
+    would pass it.)"""
+    gen = torch.Generator().manual_seed(12)
+    results = multiprocess.run(_checkpoint_worker, 2, "column_wise", "rowwise_adagrad", str(tmp_path / "c"),
+                               _batches(gen, 2), timeout=300)
+    for r, (shards, saved) in enumerate(results):
+        for n, (r0, c0), w, s in shards:
+            e, d = next((e, d) for name, e, d, _ in TABLES if name == n)
+            k = _column_shards("column_wise", n)
+            size, local = saved[n]
+            at = c0 // (d // k) * e if k > 1 else r0
+            assert size == (e * k,), f"rank {r}: table {n} state size"
+            assert [torch.equal(v, s["sum"]) for o, v in local if o == at] == [True], \
+                f"rank {r}: table {n}, shard of column {c0}: its state at {at}"
+
+
+def test_sharder_refuses_shards_of_one_table_on_one_process_of_different_widths():
+    # Several column shards of one table on one process are stacked on their rows (as TorchRec stacks
+    # them), which needs one width: a plan otherwise is refused by name, before anything is changed.
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec
+    from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
+
+    ebc = EmbeddingBagCollection(_configs())
+    sharder = EmbeddingBagCollectionSharder()
+    per_param = {"t0": table_wise(rank=0), "t1": table_wise(rank=1), "t2": column_wise(ranks=[0, 1, 0, 1]),
+                 "t3": table_wise(rank=0)}
+    plan = construct_module_sharding_plan(ebc, per_param_sharding=per_param,
+                                          local_size=2, world_size=2, device_type="cpu", sharder=sharder)
+    spec = plan["t2"].sharding_spec.shards
+    widths = [2, 4, 6, 4]  # rank 0 holds 2 and 6 columns
+    plan["t2"].sharding_spec = EnumerableShardingSpec([
+        ShardMetadata([0, sum(widths[:i])], [50, w], m.placement) for i, (w, m) in enumerate(zip(widths, spec))])
+    kernels = {n: ps.compute_kernel for n, ps in plan.items()}
+    with pytest.raises(ValueError, match=r"params\['t2'\]: rank 0 holds 2 column shards of widths \[2, 6\]"):
+        sharder.shard(ebc, dict(plan), env=None)
+    assert {n: ps.compute_kernel for n, ps in plan.items()} == kernels  # refused before anything was changed
 
 
 # ---- the configs' data_type and init (review of 2026-12-03: both were ignored) ----------------------------------
@@ -421,7 +475,7 @@ def test_collection_loaded_with_assign_keeps_its_tables_views(device):
     sd = m.state_dict()
     for t, w in zip(m.embedding_bags, trained):
         assert torch.equal(m.embedding_bags[t].weight, w) and torch.equal(sd[f"embedding_bags.{t}.weight"], w)
-        assert torch.equal(m.fused_optimizer.params[f"{t}.weight"], w)
+        assert torch.equal(m.fused_optimizer.params[f"embedding_bags.{t}.weight"], w)
     # A torchrec-style checkpoint (tables only, torchrec's keys) loaded with assign into a meta collection.
     tables_only = {k: v for k, v in sd.items() if k.startswith("embedding_bags.")}
     fresh = EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.5, device="meta")
@@ -456,4 +510,4 @@ def test_collection_copies_keep_their_tables_views(how, tmp_path):
     sd = m.state_dict()
     for t, w in zip(m.embedding_bags, trained):
         assert torch.equal(m.embedding_bags[t].weight, w) and torch.equal(sd[f"embedding_bags.{t}.weight"], w)
-        assert torch.equal(m.fused_optimizer.params[f"{t}.weight"], w)
+        assert torch.equal(m.fused_optimizer.params[f"embedding_bags.{t}.weight"], w)
