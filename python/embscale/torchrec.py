@@ -45,7 +45,7 @@ from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import data_type_to_dtype
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
-from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
+from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer, FusedOptimizerModule
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from . import tbe as _tbe
@@ -112,6 +112,16 @@ def _state_entries(table: str, state: Dict[str, torch.Tensor]) -> Dict[str, torc
     ``<table>.momentum1`` for the first buffer whatever FBGEMM calls it (``sum`` of row-wise Adagrad,
     ``exp_avg`` of Adam), ``<table>.<FBGEMM's name>`` for a second (``exp_avg_sq``); none for SGD."""
     return {f"{table}.{'momentum1' if i == 0 else name}": v for i, (name, v) in enumerate(state.items())}
+
+
+def _mark_trained_in_backward(params, optimizer) -> None:
+    """Tags parameters as trained by an optimizer in the backward (``_in_backward_optimizers``, the attribute
+    torch's apply_optimizer_in_backward sets and TorchRec's own kernels set on their tables), so that
+    torchrec.optim.in_backward_optimizer_filter leaves them out of the dense optimizer that
+    CombinedOptimizer puts beside the fused one. Only tables that do not require grad are tagged: DDP
+    hands a tagged parameter's gradient to the tagged optimizer."""
+    for p in params:
+        p._in_backward_optimizers = [optimizer]
 
 
 def _table_params(tbe):
@@ -229,7 +239,7 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
     def _register_table_views(self):
         """``embedding_bags.<table>.weight`` as views of the module's tables, and the fused optimizer over
         them, keyed as the module's state_dict keys them (as TorchRec's sharded collection keys its fused
-        optimizer)."""
+        optimizer); the views and the module's tables tagged as trained in the backward."""
         params = _table_params(self.tbe)
         for name, p in zip(self.embedding_bags, params):
             self.embedding_bags[name].weight = p
@@ -237,6 +247,8 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         state = {p: _state_entries(name, s) for name, p, s in zip(self.embedding_bags, params,
                                                                    self.tbe.optimizer_state())}
         self._optim = EmbscaleFusedOptimizer(self.tbe, keyed, state)
+        if not self.tbe.weights.requires_grad:
+            _mark_trained_in_backward([*params, self.tbe.weights], self._optim)
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
@@ -313,6 +325,7 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
             self._shards.setdefault(t.name, []).append(i)
         self._tables = OrderedDict((name, self._stacked(shards)) for name, shards in self._shards.items())
         self._optim = self._fused_optimizer()
+        _mark_trained_in_backward(self._tables.values(), self._optim)
 
     def _stacked(self, shards: List[int]) -> nn.Parameter:
         """One Parameter over a table's local shards: the shard itself, or several column shards stacked
@@ -525,7 +538,9 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                 continue
             rows, cols = self._name_to_table_size[name]
             if not hasattr(self.embedding_bags[name], "weight"):  # no shard here: loads an empty tensor
-                self.embedding_bags[name].register_parameter("weight", nn.Parameter(torch.empty(0), requires_grad=False))
+                empty = nn.Parameter(torch.empty(0), requires_grad=False)
+                _mark_trained_in_backward([empty], EmptyFusedOptimizer())  # as TorchRec's kernels mark theirs
+                self.embedding_bags[name].register_parameter("weight", empty)
             dtype = local[name][0].tensor.dtype if name in local else self._table_name_to_config[name].data_type
             if not isinstance(dtype, torch.dtype):
                 dtype = data_type_to_dtype(dtype)

@@ -115,12 +115,24 @@ def _local_shards(dmp):
     return shards
 
 
+def _standard_optimizer(model, fused):
+    """TorchRec's usual optimizer setup: the fused optimizer beside a dense one (SGD) over the parameters
+    in_backward_optimizer_filter leaves (those not trained in the backward); the dense one's keys."""
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    dense = dict(in_backward_optimizer_filter(model.named_parameters()))
+    dense["dense_layer"] = nn.Parameter(torch.zeros(2))  # a model's dense part: torch's SGD wants one parameter
+    CombinedOptimizer([fused, KeyedOptimizerWrapper(dense, lambda params: torch.optim.SGD(params, lr=0.1))])
+    return sorted(dense)
+
+
 def _worker(rank, world, cases, batches):
     out = []
     for (plan, optimizer, pooling), steps in zip(cases, batches):
         dmp = _sharded_model(rank, world, plan, optimizer, pooling)
         outs = _train(dmp, rank, steps)
-        out.append((outs, _local_shards(dmp)))
+        out.append((outs, _local_shards(dmp), _standard_optimizer(dmp, dmp.fused_optimizer)))
     return out
 
 
@@ -246,6 +258,46 @@ def test_sharded_training_matches_one_process(run, plan, optimizer, pooling):
     for n, e, d, _ in TABLES:
         replicas = world if plan == "data_parallel" or (plan == "mixed" and n == "t3") else 1
         assert covered[n] == e * d * replicas, f"table {n}: shards cover it"
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_sharded_tables_are_left_out_of_the_dense_optimizer(run, plan):
+    # TorchRec's usual CombinedOptimizer([model.fused_optimizer, KeyedOptimizerWrapper(dict(
+    # in_backward_optimizer_filter(model.named_parameters())), ...)]) raised "Duplicate param key
+    # ebc.embedding_bags.t0.weight" (issue 47): the shards' parameters were not tagged as trained in the
+    # backward, so the filter handed them to the dense optimizer too.
+    world, cases, _, results = run
+    case = next(i for i, c in enumerate(cases) if c[0] == plan)
+    for r in range(world):
+        assert results[r][case][2] == ["dense_layer"], f"rank {r}: the dense optimizer's parameters"
+
+
+def test_collection_tables_are_left_out_of_the_dense_optimizer():
+    # The unsharded collection under TorchRec's usual setup (issue 47): its fused optimizer holds the tables
+    # (keyed as the model's state_dict keys them), the dense one the rest, and a step trains both.
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    torch.manual_seed(2)
+    model = nn.ModuleDict({"ebc": EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.5),
+                           "dense": nn.Linear(sum(FEATURE_DIMS), 1)})
+    dense = dict(in_backward_optimizer_filter(model.named_parameters()))
+    opt = CombinedOptimizer([("ebc", model["ebc"].fused_optimizer),
+                             KeyedOptimizerWrapper(dense, lambda params: torch.optim.SGD(params, lr=0.25))])
+    tables = {f"ebc.embedding_bags.{n}.weight" for n, _, _, _ in TABLES}
+    assert set(opt.params) >= tables and not tables & set(dense) and {"dense.weight", "dense.bias"} <= set(dense)
+    assert not any(k.startswith("ebc.") and k != "ebc.tbe._grad_anchor" for k in dense), sorted(dense)
+    lengths = torch.tensor([1, 2, 0, 1, 1, 1, 2, 0, 1, 1, 0, 2, 1, 0, 1, 1, 2, 1, 1, 1])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.arange(1, 11).repeat(2), lengths=lengths)
+    w, b = model["dense"].weight.detach().clone(), model["dense"].bias.detach().clone()
+    tables_before = model["ebc"].tbe.weights.detach().clone()
+    pooled = model["ebc"](kjt).values()
+    model["dense"](pooled).sum().backward()
+    opt.step()
+    # SGD's rule written out: the gradient of sum(pooled @ w.T + b) is pooled's column sums for w, B for b
+    assert torch.allclose(model["dense"].weight, w - 0.25 * pooled.detach().sum(0), rtol=0, atol=1e-6)
+    assert torch.equal(model["dense"].bias, b - 0.25 * 4)
+    assert not torch.equal(model["ebc"].tbe.weights, tables_before)  # the fused optimizer trained the tables
 
 
 def test_collection_is_torchrecs_module_on_one_tbe(gen):
