@@ -4,22 +4,33 @@ a sharder that plugs embscale in as TorchRec's customized compute kernel.
     from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder
     ebc = EmbeddingBagCollection(tables, optimizer="rowwise_adagrad", learning_rate=0.05)  # the one changed line
     model = DistributedModelParallel(Dlrm(ebc), sharders=[EmbeddingBagCollectionSharder()], plan=plan)
+    opt = CombinedOptimizer([model.fused_optimizer, KeyedOptimizerWrapper(
+        dict(in_backward_optimizer_filter(model.named_parameters())), lambda p: torch.optim.Adam(p))])
 
 The module takes a KeyedJaggedTensor and returns a KeyedTensor like torchrec's EmbeddingBagCollection,
 from one TableBatchedEmbeddingBags over all its tables. Sharded (table-wise, row-wise, column-wise or
 data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
 TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
 name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
-tables: the sharder makes every table's kernel the customized one, embscale's.
+tables: the sharder makes every table's kernel the customized one, embscale's. A process may hold several
+column shards of one table (column_wise(ranks=[0, 1, 0, 1])), of one width.
 
 Training matches one process with the global batch (the processes' batches side by side in rank order):
 TorchRec lays each shard's lookups out in that order, so each row's gradient is summed as there; the
 output gradients come back divided by the world size (TorchRec's gradient division, as DDP averages the
 dense gradients). A column-wise shard keeps its own row-wise optimizer state (of its columns), as
 TorchRec's kernels do. Data-parallel tables are replicas: each backward applies the global batch's update
-(TableBatchedEmbeddingBags' data_parallel_group). Sharded tables and their optimizer state appear in
-``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors over the local shards, so
-torch.distributed.checkpoint saves them and loads them into another plan or world size.
+(TableBatchedEmbeddingBags' data_parallel_group). MEAN pooling is TorchRec's: where a row-wise table is in
+the collection, the kernels pool SUM and TorchRec divides the outputs by the bags' lengths (plus 1e-6)
+after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups).
+
+State is laid out as TorchRec's FUSED kernels lay theirs, so a checkpoint moves between them: sharded tables
+and their optimizer state appear in ``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors
+over the local shards, the state under ``<table>.momentum1`` (row-wise Adagrad's sum, Adam's exp_avg; a
+second buffer under its FBGEMM name), a column-wise table's row-wise state [column shards * rows]. So
+torch.distributed.checkpoint saves them and loads them into another plan, world size, or TorchRec's own
+kernels, and back. The tables are tagged as trained in the backward (``_in_backward_optimizers``), so
+TorchRec's usual CombinedOptimizer setup above leaves them to the fused optimizer.
 
 Needs torchrec (with fbgemm_gpu): ``pip install .[torchrec]``.
 """
