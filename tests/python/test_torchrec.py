@@ -380,12 +380,29 @@ def _whole(results, name, rows, cols, column_pieces):
     return table, state
 
 
+def _check_state_positions(results, plan):
+    """The fused optimizer's row-wise state as TorchRec's FUSED kernels lay it out: [rows] sharded as the
+    rows, or for a table of k column shards [k * rows] with the shard of columns [j * d/k, (j+1) * d/k) at
+    [j * rows, (j+1) * rows), whichever process holds it."""
+    for r, (shards, saved) in enumerate(results):
+        for n, (r0, c0), w, s in shards:
+            e, d = next((e, d) for name, e, d, _ in TABLES if name == n)
+            k = _column_shards(plan, n)
+            size, local = saved[n]
+            at = c0 // (d // k) * e if k > 1 else r0
+            assert size == (e * k,), f"rank {r}: table {n} state size"
+            assert [torch.equal(v, s["sum"]) for o, v in local if o == at] == [True], \
+                f"rank {r}: table {n}, shard of column {c0}: its state at {at}"
+
+
 @pytest.mark.parametrize("saved, loaded", [(("table_wise", 2), ("row_wise", 3)), (("row_wise", 3), ("table_wise", 2)),
                                            (("column_wise", 2), ("column_wise", 3))])
 def test_checkpoint_reshards(tmp_path, saved, loaded):
     """A checkpoint of the sharded model and its fused optimizer (torch.distributed.checkpoint) taken under
     one plan and world size loads into another: every table and its row-wise Adagrad state equal the
-    saved ones bit for bit, and differ from the untrained start."""
+    saved ones bit for bit, and differ from the untrained start. The state is checked against the column
+    positions too: saving and loading with the same code, a mistake made both ways (say columns numbered
+    from the right) would round-trip."""
     (plan_a, world_a), (plan_b, world_b) = saved, loaded
     multiprocess.skip_unless_enough_devices(max(world_a, world_b))
     gen = torch.Generator().manual_seed(11)
@@ -402,26 +419,8 @@ def test_checkpoint_reshards(tmp_path, saved, loaded):
         assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
         assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
         assert not torch.equal(want, start), f"table {n}: training changed it"
-
-
-def test_checkpoint_row_wise_state_follows_the_column_positions(tmp_path):
-    """The fused optimizer's row-wise state in a checkpoint, as TorchRec's FUSED kernels lay it out: [rows]
-    sharded as the rows, or for a table of k column shards [k * rows] with the shard of columns
-    [j * d/k, (j+1) * d/k) at [j * rows, (j+1) * rows), whichever process holds it. (The resharding test
-    saves and loads with the same code, so a mistake made both ways, say columns numbered from the right,
-    would pass it.)"""
-    gen = torch.Generator().manual_seed(12)
-    results = multiprocess.run(_checkpoint_worker, 2, "column_wise", "rowwise_adagrad", str(tmp_path / "c"),
-                               _batches(gen, 2), timeout=300)
-    for r, (shards, saved) in enumerate(results):
-        for n, (r0, c0), w, s in shards:
-            e, d = next((e, d) for name, e, d, _ in TABLES if name == n)
-            k = _column_shards("column_wise", n)
-            size, local = saved[n]
-            at = c0 // (d // k) * e if k > 1 else r0
-            assert size == (e * k,), f"rank {r}: table {n} state size"
-            assert [torch.equal(v, s["sum"]) for o, v in local if o == at] == [True], \
-                f"rank {r}: table {n}, shard of column {c0}: its state at {at}"
+    _check_state_positions(after_save, plan_a)
+    _check_state_positions(after_load, plan_b)
 
 
 def test_sharder_refuses_shards_of_one_table_on_one_process_of_different_widths():
