@@ -129,8 +129,8 @@ def _mark_trained_in_backward(params, optimizer) -> None:
     """Tags parameters as trained by an optimizer in the backward (``_in_backward_optimizers``, the attribute
     torch's apply_optimizer_in_backward sets and TorchRec's own kernels set on their tables), so that
     torchrec.optim.in_backward_optimizer_filter leaves them out of the dense optimizer that
-    CombinedOptimizer puts beside the fused one. Only tables that do not require grad are tagged: DDP
-    hands a tagged parameter's gradient to the tagged optimizer."""
+    CombinedOptimizer puts beside the fused one. Callers tag only tables that do not require grad: DDP
+    hands a tagged parameter's gradient to the tagged optimizer (its optimizer-in-backward hook)."""
     for p in params:
         p._in_backward_optimizers = [optimizer]
 
@@ -348,9 +348,10 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         views = [self._params[i] for i in shards]
         cols = {v.shape[1] for v in views}
         name = self._config.embedding_tables[shards[0]].name
-        if len(cols) != 1 or any(b.storage_offset() != a.storage_offset() + a.numel() for a, b in zip(views, views[1:])):
-            raise ValueError(f"table {name!r}: its {len(shards)} shards on this process ({[tuple(v.shape) for v in views]}) "
-                             "are not consecutive shards of one width")
+        consecutive = all(b.storage_offset() == a.storage_offset() + a.numel() for a, b in zip(views, views[1:]))
+        if len(cols) != 1 or not consecutive:
+            raise ValueError(f"table {name!r}: its {len(shards)} shards on this process "
+                             f"({[tuple(v.shape) for v in views]}) are not consecutive shards of one width")
         start = views[0].storage_offset() - self.tbe.weights.storage_offset()
         flat = self.tbe.weights.data.view(-1)[start:start + sum(v.numel() for v in views)]
         return nn.Parameter(flat.view(-1, cols.pop()), requires_grad=False)
@@ -370,7 +371,8 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
             else:
                 meta = copy.deepcopy(whole)
                 meta.tensor_properties = TensorProperties(dtype=self.tbe.weights.dtype)
-                weight = _sharded([(self._params[i].detach(), tables[i].local_metadata) for i in shards], meta, self._pg)
+                weight = _sharded([(self._params[i].detach(), tables[i].local_metadata) for i in shards], meta,
+                                  self._pg)
                 entries = {}
                 for key, first in shard_states[shards[0]].items():
                     layout, place = _state_layout(first, whole)

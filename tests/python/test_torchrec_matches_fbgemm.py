@@ -142,8 +142,9 @@ def _build(impl, rank, world, optimizer, model_name, start):
         plans[f"ebcs.{name}"] = construct_module_sharding_plan(ebc, per_param_sharding=per_param, local_size=world,
                                                                world_size=world, device_type="cpu", sharder=sharder)
     dim = sum(d * len(fs) for _, _, d, fs in _tables(optimizer)) * len(collections)
-    dmp = DistributedModelParallel(_Model(collections, features, dim), env=ShardingEnv.from_process_group(dist.group.WORLD),
-                                   device=torch.device("cpu"), plan=ShardingPlan(plans), sharders=[sharder])
+    dmp = DistributedModelParallel(_Model(collections, features, dim),
+                                   env=ShardingEnv.from_process_group(dist.group.WORLD), device=torch.device("cpu"),
+                                   plan=ShardingPlan(plans), sharders=[sharder])
     _set_tables(dmp, start)
     dense = dict(in_backward_optimizer_filter(dmp.named_parameters()))
     opt = CombinedOptimizer([dmp.fused_optimizer,
@@ -192,7 +193,8 @@ def _local_state(dmp, opt):
         if isinstance(v, ShardedTensor):
             meta = [(tuple(m.shard_offsets), tuple(m.shard_sizes), m.placement.rank())
                     for m in v.metadata().shards_metadata]
-            return (tuple(v.size()), meta, [(tuple(s.metadata.shard_offsets), s.tensor.clone()) for s in v.local_shards()])
+            local = [(tuple(s.metadata.shard_offsets), s.tensor.clone()) for s in v.local_shards()]
+            return (tuple(v.size()), meta, local)
         return v.detach().clone()
 
     model = {k: part(v) for k, v in dmp.state_dict().items()}
