@@ -4,26 +4,38 @@ a sharder that plugs embscale in as TorchRec's customized compute kernel.
     from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder
     ebc = EmbeddingBagCollection(tables, optimizer="rowwise_adagrad", learning_rate=0.05)  # the one changed line
     model = DistributedModelParallel(Dlrm(ebc), sharders=[EmbeddingBagCollectionSharder()], plan=plan)
+    opt = CombinedOptimizer([model.fused_optimizer, KeyedOptimizerWrapper(
+        dict(in_backward_optimizer_filter(model.named_parameters())), lambda p: torch.optim.Adam(p))])
 
 The module takes a KeyedJaggedTensor and returns a KeyedTensor like torchrec's EmbeddingBagCollection,
 from one TableBatchedEmbeddingBags over all its tables. Sharded (table-wise, row-wise, column-wise or
 data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
 TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
 name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
-tables: the sharder makes every table's kernel the customized one, embscale's.
+tables: the sharder makes every table's kernel the customized one, embscale's. A process may hold several
+column shards of one table (column_wise(ranks=[0, 1, 0, 1])), of one width.
 
 Training matches one process with the global batch (the processes' batches side by side in rank order):
 TorchRec lays each shard's lookups out in that order, so each row's gradient is summed as there; the
 output gradients come back divided by the world size (TorchRec's gradient division, as DDP averages the
 dense gradients). A column-wise shard keeps its own row-wise optimizer state (of its columns), as
 TorchRec's kernels do. Data-parallel tables are replicas: each backward applies the global batch's update
-(TableBatchedEmbeddingBags' data_parallel_group). Sharded tables and their optimizer state appear in
-``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors over the local shards, so
-torch.distributed.checkpoint saves them and loads them into another plan or world size.
+(TableBatchedEmbeddingBags' data_parallel_group). MEAN pooling is TorchRec's: where a row-wise table is in
+the collection, the kernels pool SUM and TorchRec divides the outputs by the bags' lengths (plus 1e-6)
+after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups).
+
+State is laid out as TorchRec's FUSED kernels lay theirs, so a checkpoint moves between them: sharded tables
+and their optimizer state appear in ``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors
+over the local shards, the state under ``<table>.momentum1`` (row-wise Adagrad's sum, Adam's exp_avg; a
+second buffer under its FBGEMM name), a column-wise table's row-wise state [column shards * rows]. So
+torch.distributed.checkpoint saves them and loads them into another plan, world size, or TorchRec's own
+kernels, and back. The tables are tagged as trained in the backward (``_in_backward_optimizers``), so
+TorchRec's usual CombinedOptimizer setup above leaves them to the fused optimizer.
 
 Needs torchrec (with fbgemm_gpu): ``pip install .[torchrec]``.
 """
 
+import copy
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional
 
@@ -44,7 +56,7 @@ from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import data_type_to_dtype
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
-from torchrec.optim.fused import FusedOptimizer, FusedOptimizerModule
+from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer, FusedOptimizerModule
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from . import tbe as _tbe
@@ -86,18 +98,18 @@ def _weights_dtype(configs, optimizer_kwargs):
 
 
 class EmbscaleFusedOptimizer(FusedOptimizer):
-    """TorchRec's view of a TableBatchedEmbeddingBags' fused optimizer: per table ``<name>.weight`` the
-    weights and the optimizer state (views; updated in the backward). ``step()`` applies a learning rate set
-    in ``param_groups`` to the module (the update itself happens in the backward)."""
+    """TorchRec's view of a TableBatchedEmbeddingBags' fused optimizer, keyed as TorchRec's FUSED kernels key
+    theirs so that a checkpoint moves between them: ``params`` maps ``<table>.weight`` (``embedding_bags.``
+    before it in a collection) to the table's weights, and ``state[weights]`` its optimizer state under
+    ``<table>.momentum1`` and so on (``_state_entries``). All are views of the module's buffers (ShardedTensors
+    over them where the table is sharded), updated in the backward. ``step()`` applies a learning rate set in
+    ``param_groups`` to the module; the update itself happens in the backward."""
 
-    def __init__(self, tbe: _tbe.TableBatchedEmbeddingBags, names: List[str], params: List[torch.Tensor],
-                 states: Optional[List[Dict[str, torch.Tensor]]] = None):
+    def __init__(self, tbe: _tbe.TableBatchedEmbeddingBags, params: Dict[str, torch.Tensor],
+                 state: Dict[torch.Tensor, Dict[str, torch.Tensor]]):
         self._tbe = tbe
-        keyed = {f"{n}.weight": p for n, p in zip(names, params)}
-        states = tbe.optimizer_state() if states is None else states
-        state = {p: dict(s) for p, s in zip(params, states)}
-        group = {"params": list(keyed.values()), "lr": tbe.learning_rate, "optimizer": tbe.optimizer}
-        super().__init__(keyed, state, [group])
+        group = {"params": list(params.values()), "lr": tbe.learning_rate, "optimizer": tbe.optimizer}
+        super().__init__(params, state, [group])
 
     def step(self, closure: Any = None) -> None:
         self._tbe.set_learning_rate(self.param_groups[0]["lr"])
@@ -106,42 +118,60 @@ class EmbscaleFusedOptimizer(FusedOptimizer):
         pass
 
 
+def _state_entries(table: str, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """A table's optimizer state under TorchRec's keys (torchrec 1.9.2's EmbeddingFusedOptimizer):
+    ``<table>.momentum1`` for the first buffer whatever FBGEMM calls it (``sum`` of row-wise Adagrad,
+    ``exp_avg`` of Adam), ``<table>.<FBGEMM's name>`` for a second (``exp_avg_sq``); none for SGD."""
+    return {f"{table}.{'momentum1' if i == 0 else name}": v for i, (name, v) in enumerate(state.items())}
+
+
+def _mark_trained_in_backward(params, optimizer) -> None:
+    """Tags parameters as trained by an optimizer in the backward (``_in_backward_optimizers``, the attribute
+    torch's apply_optimizer_in_backward sets and TorchRec's own kernels set on their tables), so that
+    torchrec.optim.in_backward_optimizer_filter leaves them out of the dense optimizer that
+    CombinedOptimizer puts beside the fused one. Callers tag only tables that do not require grad: DDP
+    hands a tagged parameter's gradient to the tagged optimizer (its optimizer-in-backward hook)."""
+    for p in params:
+        p._in_backward_optimizers = [optimizer]
+
+
 def _table_params(tbe):
     """Per table, a Parameter viewing its rows in the module's tables (writes through, no grad)."""
     return [nn.Parameter(w, requires_grad=False) for w in tbe.split_embedding_weights()]
 
 
-def _sharded(local: torch.Tensor, shard: ShardMetadata, whole: ShardedTensorMetadata, pg) -> ShardedTensor:
-    """A ShardedTensor whose local shard is `local` (a view: reads and writes go to the module's buffers)."""
-    return ShardedTensor._init_from_local_shards_and_global_metadata(
-        local_shards=[Shard(tensor=local, metadata=shard)], sharded_tensor_metadata=whole, process_group=pg)
-
-
-def _sharded_state(values: torch.Tensor, table, pg) -> ShardedTensor:
-    """A shard's optimizer state buffer as a slice of the whole table's: element-wise state is laid out
-    as the table ([rows, columns], sharded as its weights); row-wise state is one value per row, [rows]
-    for table-wise and row-wise shards, and [rows, column shards] for column-wise ones, where each column
-    shard keeps its own row-wise state (column k: the k-th shard from the left)."""
-    whole, mine = table.global_metadata, table.local_metadata
-    props = TensorProperties(dtype=values.dtype)
-    if values.dim() == 2:
-        meta = ShardedTensorMetadata(shards_metadata=whole.shards_metadata, size=whole.size, tensor_properties=props)
-        return _sharded(values, mine, meta, pg)
-    column_starts = sorted({m.shard_offsets[1] for m in whole.shards_metadata})
-    rows = whole.size[0]
-    if len(column_starts) == 1:
-        shards = [ShardMetadata([m.shard_offsets[0]], [m.shard_sizes[0]], m.placement) for m in whole.shards_metadata]
-        meta = ShardedTensorMetadata(shards_metadata=shards, size=torch.Size([rows]), tensor_properties=props)
-        local = ShardMetadata([mine.shard_offsets[0]], [mine.shard_sizes[0]], mine.placement)
-        return _sharded(values, local, meta, pg)
-    col = {c: k for k, c in enumerate(column_starts)}
-    shards = [ShardMetadata([m.shard_offsets[0], col[m.shard_offsets[1]]], [m.shard_sizes[0], 1], m.placement)
-              for m in whole.shards_metadata]
-    meta = ShardedTensorMetadata(shards_metadata=shards, size=torch.Size([rows, len(column_starts)]),
+def _state_layout(state: torch.Tensor, table: ShardedTensorMetadata):
+    """The layout TorchRec's FUSED kernels give a sharded table's optimizer state (facts of torchrec 1.9.2's
+    EmbeddingFusedOptimizer), so that checkpoints move between them and embscale: element-wise state is
+    [rows, columns], sharded as the table; row-wise state is one value per row, [rows] sharded as the
+    table's rows, except in a table cut into column shards, each of which keeps its own row-wise state (of
+    its columns): then it is [shards * rows], the k-th column shard from the left at [k * rows, (k+1) * rows).
+    Returns the state's metadata and, per shard of the table ((offsets, sizes)), its shard of the state."""
+    props = TensorProperties(dtype=state.dtype)
+    shards = table.shards_metadata
+    if state.dim() == 2:
+        place = {(tuple(m.shard_offsets), tuple(m.shard_sizes)): m for m in shards}
+        return ShardedTensorMetadata(shards_metadata=list(shards), size=table.size, tensor_properties=props), place
+    rows, cols = table.size
+    if all(m.shard_sizes[1] == cols for m in shards):
+        placed = [(m, ShardMetadata([m.shard_offsets[0]], [m.shard_sizes[0]], m.placement)) for m in shards]
+        size = rows
+    else:
+        by_column = sorted(shards, key=lambda m: m.shard_offsets[1])
+        placed = [(m, ShardMetadata([k * rows], [rows], m.placement)) for k, m in enumerate(by_column)]
+        size = rows * len(shards)
+    place = {(tuple(m.shard_offsets), tuple(m.shard_sizes)): sm for m, sm in placed}
+    meta = ShardedTensorMetadata(shards_metadata=[sm for _, sm in placed], size=torch.Size([size]),
                                  tensor_properties=props)
-    local = ShardMetadata([mine.shard_offsets[0], col[mine.shard_offsets[1]]], [mine.shard_sizes[0], 1],
-                          mine.placement)
-    return _sharded(values.view(-1, 1), local, meta, pg)
+    return meta, place
+
+
+def _sharded(locals_, metadata: ShardedTensorMetadata, pg) -> ShardedTensor:
+    """A ShardedTensor over this process's shards (tensor, ShardMetadata); the tensors are views, so reads
+    and writes go to the module's buffers."""
+    return ShardedTensor._init_from_local_shards_and_global_metadata(
+        local_shards=[Shard(tensor=t, metadata=m) for t, m in locals_], sharded_tensor_metadata=metadata,
+        process_group=pg)
 
 
 class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
@@ -218,10 +248,18 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
                     config.init_fn(self.embedding_bags[config.name].weight)
 
     def _register_table_views(self):
+        """``embedding_bags.<table>.weight`` as views of the module's tables, and the fused optimizer over
+        them, keyed as the module's state_dict keys them (as TorchRec's sharded collection keys its fused
+        optimizer); the views and the module's tables tagged as trained in the backward."""
         params = _table_params(self.tbe)
         for name, p in zip(self.embedding_bags, params):
             self.embedding_bags[name].weight = p
-        self._optim = EmbscaleFusedOptimizer(self.tbe, list(self.embedding_bags), params)
+        keyed = {f"embedding_bags.{name}.weight": p for name, p in zip(self.embedding_bags, params)}
+        state = {p: _state_entries(name, s) for name, p, s in zip(self.embedding_bags, params,
+                                                                   self.tbe.optimizer_state())}
+        self._optim = EmbscaleFusedOptimizer(self.tbe, keyed, state)
+        if not self.tbe.weights.requires_grad:
+            _mark_trained_in_backward([*params, self.tbe.weights], self._optim)
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
@@ -273,7 +311,9 @@ def _check_one_batch_size(features: KeyedJaggedTensor):
 
 class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
     """One TableBatchedEmbeddingBags over a group of local shards: forward(KeyedJaggedTensor of the
-    group's features, feature-major) -> [batch, sum of the shards' columns]."""
+    group's features, feature-major) -> [batch, sum of the shards' columns]. A process may hold several
+    column shards of one table (column_wise(ranks=[0, 1, 0, 1])): each is a table of the TBE, and the
+    table's parameter, state_dict entry and fused optimizer entry cover them all, as TorchRec's kernels'."""
 
     def __init__(self, config: GroupedEmbeddingConfig, pg, device, sharding_type):
         super().__init__()
@@ -290,13 +330,59 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols) for t in tables],
                                                   feature_table_map=fmap, pooling=_POOLING[config.pooling],
                                                   device=device, data_parallel_group=group, **settings)
-        self._names = [t.name for t in tables]
-        self._params = _table_params(self.tbe)
-        states = self.tbe.optimizer_state()
-        if sharding_type != ShardingType.DATA_PARALLEL and all(t.global_metadata is not None for t in tables):
-            # as slices of the whole tables' state, so that a checkpoint reshards (torch.distributed.checkpoint)
-            states = [{n: _sharded_state(v, t, pg) for n, v in s.items()} for s, t in zip(states, tables)]
-        self._optim = EmbscaleFusedOptimizer(self.tbe, self._names, self._params, states)
+        self._params = _table_params(self.tbe)  # per local shard
+        self._shards: Dict[str, List[int]] = OrderedDict()  # table -> its shards' positions in `tables`
+        for i, t in enumerate(tables):
+            self._shards.setdefault(t.name, []).append(i)
+        self._tables = OrderedDict((name, self._stacked(shards)) for name, shards in self._shards.items())
+        self._optim = self._fused_optimizer()
+        _mark_trained_in_backward(self._tables.values(), self._optim)
+
+    def _stacked(self, shards: List[int]) -> nn.Parameter:
+        """One Parameter over a table's local shards: the shard itself, or several column shards stacked
+        on their rows ([shards * rows, columns]), as TorchRec's kernels register such a table (its
+        load_state_dict copies the ShardedTensor's local shards into that parameter in that order). They
+        are consecutive tables of the TBE, so consecutive in its buffer."""
+        if len(shards) == 1:
+            return self._params[shards[0]]
+        views = [self._params[i] for i in shards]
+        cols = {v.shape[1] for v in views}
+        name = self._config.embedding_tables[shards[0]].name
+        consecutive = all(b.storage_offset() == a.storage_offset() + a.numel() for a, b in zip(views, views[1:]))
+        if len(cols) != 1 or not consecutive:
+            raise ValueError(f"table {name!r}: its {len(shards)} shards on this process "
+                             f"({[tuple(v.shape) for v in views]}) are not consecutive shards of one width")
+        start = views[0].storage_offset() - self.tbe.weights.storage_offset()
+        flat = self.tbe.weights.data.view(-1)[start:start + sum(v.numel() for v in views)]
+        return nn.Parameter(flat.view(-1, cols.pop()), requires_grad=False)
+
+    def _fused_optimizer(self) -> EmbscaleFusedOptimizer:
+        """Per table ``<table>.weight`` and its state under TorchRec's keys (``_state_entries``). Sharded
+        tables (not data-parallel ones) are ShardedTensors over the local shards, their state laid out as
+        TorchRec's FUSED kernels lay it out (``_state_layout``), so that a checkpoint reshards and moves
+        between TorchRec's kernels and embscale's (torch.distributed.checkpoint)."""
+        tables = self._config.embedding_tables
+        shard_states = self.tbe.optimizer_state()
+        params, state = {}, {}
+        for name, shards in self._shards.items():
+            whole = tables[shards[0]].global_metadata
+            if self._sharding_type == ShardingType.DATA_PARALLEL or whole is None:
+                weight, entries = self._tables[name], shard_states[shards[0]]
+            else:
+                meta = copy.deepcopy(whole)
+                meta.tensor_properties = TensorProperties(dtype=self.tbe.weights.dtype)
+                weight = _sharded([(self._params[i].detach(), tables[i].local_metadata) for i in shards], meta,
+                                  self._pg)
+                entries = {}
+                for key, first in shard_states[shards[0]].items():
+                    layout, place = _state_layout(first, whole)
+                    local = [(shard_states[i][key], place[(tuple(tables[i].local_metadata.shard_offsets),
+                                                           tuple(tables[i].local_metadata.shard_sizes))])
+                             for i in shards]
+                    entries[key] = _sharded(local, layout, self._pg)
+            params[f"{name}.weight"] = weight
+            state[weight] = _state_entries(name, entries)
+        return EmbscaleFusedOptimizer(self.tbe, params, state)
 
     @property
     def config(self) -> GroupedEmbeddingConfig:
@@ -324,6 +410,11 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
     def sharding_type(self) -> ShardingType:
         return self._sharding_type
 
+    def pool_sums(self) -> None:
+        """Pools SUM whatever the tables' pooling: the collection divides by the bags' lengths after the
+        output distribution (ShardedEmbeddingBagCollection._create_lookups says when)."""
+        self.tbe.pooling = "sum"
+
     @property
     def params(self) -> List[nn.Parameter]:
         """Per local shard, its rows in the module's tables (views)."""
@@ -348,16 +439,18 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
                 w.copy_(full[t.name][r0:r0 + t.local_rows, c0:c0 + t.local_cols])
 
     def named_parameters_by_table(self):
-        yield from zip(self._names, self._params)
+        """(table, its parameter over the local shards), which TorchRec registers as the collection's
+        ``embedding_bags.<table>.weight``."""
+        yield from self._tables.items()
 
     def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
         destination = {} if destination is None else destination
-        for name, p in zip(self._names, self._params):
+        for name, p in self._tables.items():
             destination[f"{prefix}{name}.weight"] = p if keep_vars else p.detach()
         return destination
 
     def named_split_embedding_weights(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-        for name, p in zip(self._names, self._params):
+        for name, p in self._tables.items():
             yield f"{prefix}{name}.weight", p
 
     def flush(self) -> None:
@@ -423,6 +516,23 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
         raise ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
                          f"{', '.join(_SHARDING_TYPES)}")
 
+    def _create_lookups(self) -> None:
+        """TorchRec's lookups, whose kernels pool SUM where TorchRec divides by the bags' lengths itself.
+
+        TorchRec cannot pool MEAN inside a row-wise shard (a bag's rows lie on several shards), so where a
+        MEAN table is sharded row-wise (or table-row-wise) its kernels pool SUM and, after the output
+        distribution, the collection divides the pooled outputs by the bags' lengths plus 1e-6 (its mean-pooling
+        callback, ``_create_mean_pooling_divisor`` in torchrec 1.9.2); that division also scales the output
+        gradients in the backward. It divides every feature of the collection except those of row-wise SUM
+        tables, so with embscale's one pooling for all tables every kernel then pools SUM: a kernel pooling
+        MEAN would be divided twice (torchrec 1.9.2's own kernels are, for their table-wise and column-wise
+        MEAN tables beside a row-wise one). Without a row-wise MEAN table nothing is divided after, and the
+        kernels pool as the tables say."""
+        super()._create_lookups()
+        if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
+            for kernel in self._embscale_kernels():
+                kernel.pool_sums()
+
     def _initialize_torch_state(self, skip_registering: bool = False) -> None:
         """TorchRec's module state, and for embscale's tables (which TorchRec leaves to the customized
         kernel) each table's local shards as one ShardedTensor under ``embedding_bags.<table>.weight``, as
@@ -441,7 +551,9 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                 continue
             rows, cols = self._name_to_table_size[name]
             if not hasattr(self.embedding_bags[name], "weight"):  # no shard here: loads an empty tensor
-                self.embedding_bags[name].register_parameter("weight", nn.Parameter(torch.empty(0), requires_grad=False))
+                empty = nn.Parameter(torch.empty(0), requires_grad=False)
+                _mark_trained_in_backward([empty], EmptyFusedOptimizer())  # as TorchRec's kernels mark theirs
+                self.embedding_bags[name].register_parameter("weight", empty)
             dtype = local[name][0].tensor.dtype if name in local else self._table_name_to_config[name].data_type
             if not isinstance(dtype, torch.dtype):
                 dtype = data_type_to_dtype(dtype)
@@ -468,6 +580,22 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                     yield kernel
 
 
+def _check_shards_per_rank(name, ps) -> None:
+    """Several shards of one table on one process (column_wise(ranks=[0, 1, 0, 1])) are stacked on their
+    rows into one [shards * rows, columns] parameter, as TorchRec stacks them, which needs one width:
+    ValueError naming the table and the rank otherwise."""
+    if ps.sharding_spec is None:
+        return
+    widths: Dict[int, List[int]] = {}
+    for m in ps.sharding_spec.shards:
+        widths.setdefault(m.placement.rank(), []).append(m.shard_sizes[1])
+    for rank, ws in widths.items():
+        if len(set(ws)) > 1:
+            raise ValueError(f"params[{name!r}]: rank {rank} holds {len(ws)} column shards of widths {ws}; the "
+                             "shards of one table on one process must have one width (they are stacked on "
+                             "their rows, as TorchRec stacks them)")
+
+
 class EmbeddingBagCollectionSharder(_TorchrecSharder):
     """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
     each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
@@ -480,6 +608,8 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
             if ps.sharding_type not in _SHARDING_TYPES:
                 raise ValueError(f"params[{name!r}]: sharding_type {ps.sharding_type} is not supported by embscale; "
                                  f"expected one of {', '.join(_SHARDING_TYPES)}")
+            _check_shards_per_rank(name, ps)
+        for ps in params.values():  # checked first: a refused plan is left as it was
             ps.compute_kernel = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
         fused = dict(self.fused_params or {})
         fused[_FUSED_KEY] = tuple(sorted(module._optimizer_settings.items()))
