@@ -38,7 +38,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
 case $MODE in
-  16) MODE_ARGS=(--gb 16 --load-factors 0.1,0.05,0.2) ;;
+  16) MODE_ARGS=(--gb 16 --load-factors "0.1,0.05,0.2") ;;
   96) MODE_ARGS=(--gb 96 --one-impl-at-a-time --load-factors "${LFS:-0.1}" --impls "fbgemm_cached,embscale_cached") ;;
   96-host) MODE_ARGS=(--gb 96 --one-impl-at-a-time --impls "fbgemm_managed,embscale_host") ;;
   smoke) MODE_ARGS=(--gb 0.5 --warmup 4 --iters 5 --load-factors 0.1) ;;
