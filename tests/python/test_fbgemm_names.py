@@ -61,7 +61,7 @@ def test_set_optimizer_step_gives_adam_bias_correction_of_the_next_step(n):
     lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-8
     m = make("adam", learning_rate=lr, beta1=b1, beta2=b2, eps=eps)
     m.set_optimizer_step(n)
-    assert m.step == n + 1
+    assert m.step == n  # steps taken, as FBGEMM's iter
     w0 = [w.clone() for w in m.split_embedding_weights()]
     indices = torch.tensor([2, 5])
     offsets = torch.tensor([0, 1, 2])  # feature 0 looks up row 2, feature 1 row 5; batch of one
@@ -75,15 +75,45 @@ def test_set_optimizer_step_gives_adam_bias_correction_of_the_next_step(n):
         m1, m2 = (1 - b1) * grad, (1 - b2) * grad * grad  # first update from zero state
         expected = w0[table][row].double() - lr * (m1 / (1 - b1 ** t)) / ((m2 / (1 - b2 ** t)).sqrt() + eps)
         torch.testing.assert_close(m.split_embedding_weights()[table][row].double(), expected, rtol=1e-5, atol=1e-6)
-    assert m.step == n + 2
+    assert m.step == n + 1
 
 
-@pytest.mark.parametrize("bad", [-1, 2**53, 1.5, True, "3"])
+def test_step_counts_the_steps_taken_as_fbgemms_iter():
+    # FBGEMM's iter is the number of training steps taken: 3 after 3 steps (embscale's step read 4 then).
+    m = make("rowwise_adagrad")
+    assert m.step == 0
+    for _ in range(3):
+        m(torch.tensor([1, 2]), torch.tensor([0, 1, 2])).sum().backward()
+    assert m.step == 3
+    assert m.hparams[embscale.ops.HPARAM["step"]] == 4  # the next step's number, which the backward uses
+
+
+@pytest.mark.parametrize("bad", [-1, 2**53 - 1, 2**53, 1.5, True, "3"])
 def test_set_optimizer_step_refuses_what_is_not_a_step_count(bad):
     m = make("adam")
     with pytest.raises(ValueError, match="step"):
         m.set_optimizer_step(bad)
-    assert m.step == 1
+    assert m.step == 0
+
+
+def test_the_step_counter_refuses_a_step_it_cannot_count_past():
+    # The step is a float64 in hparams, which holds 2^53 but not 2^53 + 1: the counter once stopped at 2^53
+    # (Adam's bias correction and the stochastic-rounding seed frozen). The last countable step runs; the next
+    # backward is refused, naming the step, and changes nothing.
+    m = make("adam")
+    m.set_optimizer_step(2**53 - 2)
+    indices, offsets = torch.tensor([2, 5]), torch.tensor([0, 1, 2])
+    m(indices, offsets).sum().backward()
+    assert m.step == 2**53 - 1
+    before = (m.weights.detach().clone(), m.momentum1.clone(), m.hparams.clone())
+    with pytest.raises(ValueError, match=r"^step: .*2\^53"):
+        m(indices, offsets).sum().backward()
+    assert torch.equal(m.weights, before[0]) and torch.equal(m.momentum1, before[1])
+    assert torch.equal(m.hparams, before[2]) and m.step == 2**53 - 1
+    state = m.state_dict()
+    fresh = make("adam")
+    with pytest.raises(ValueError, match="step"):  # a checkpoint at the limit is refused as the backward would
+        fresh.load_state_dict(state)
 
 
 @pytest.mark.parametrize("idx_dtype, off_dtype", [(torch.int64, torch.int32), (torch.int32, torch.int64)])
