@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the tests of embscale under TorchRec (tests/python/test_torchrec.py: DistributedModelParallel on
 # gloo, 2 and 3 processes), of replicated tables (tests/python/test_data_parallel.py) and of the FBGEMM-named
-# API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py) in a virtual
+# API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py; tests/python/test_fbgemm_migration.py, which
+# checks the README's migration table by training both side by side) in a virtual
 # environment with the pinned CPU triple of scripts/torchrec-cpu-requirements.txt. The environment lives
 # in a cache folder outside the tree and is reused while its pins are unchanged (first run: a download of
 # about 3 GB, since torch's wheel brings its CUDA libraries). Uses the library of build/ (built by
@@ -26,4 +27,5 @@ if [ ! -f "$LIB" ]; then
   LIB=$ROOT/build/libembscale_c.so
 fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/python/test_torchrec.py tests/python/test_data_parallel.py tests/python/test_fbgemm_peer.py
+  tests/python/test_torchrec.py tests/python/test_data_parallel.py tests/python/test_fbgemm_peer.py \
+  tests/python/test_fbgemm_migration.py

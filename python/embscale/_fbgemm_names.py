@@ -3,7 +3,8 @@ SplitTableBatchedEmbeddingBagsCodegen takes them, so that a FBGEMM script ports 
 enums (EmbOptimType, alias OptimType; SparseType; PoolingMode; BoundsCheckMode; WeightDecayMode;
 EmbeddingLocation; ComputeDevice), its 4-tuple table specs (E, D, EmbeddingLocation, ComputeDevice), the
 string values of its optimizer enum ("exact_row_wise_adagrad", ...) and its keyword names
-(weights_precision=, pooling_mode=, bounds_check_mode=, gradient_clipping=True with max_gradient=).
+(weights_precision=, pooling_mode=, bounds_check_mode=; gradient_clipping=False, while gradient_clipping=True,
+which clips another gradient than embscale's, is refused with both ways to clip).
 
 fbgemm_gpu is never imported (it is not installed beside embscale): an enum member is recognised by its
 class's name and module (a fbgemm_gpu module) and read by its ``.name``. Each spelling becomes embscale's
@@ -174,13 +175,23 @@ def table_specs(specs, device):
 
 
 def gradient_clipping(value, max_gradient):
-    """FBGEMM's gradient_clipping=True/False with max_gradient (default 1.0) as embscale's clip value; embscale's
-    value (a number: 0 is off) as given. ValueError naming max_gradient when it comes with embscale's value."""
+    """embscale's clip value (a number: 0 is off) as given; FBGEMM's gradient_clipping=False as 0. FBGEMM's
+    gradient_clipping=True is refused (ValueError naming gradient_clipping): FBGEMM clamps each element of the
+    output gradient (d loss / d output, before it is summed into the rows), embscale each row's summed gradient, so
+    the one cannot stand for the other; the message says how to get either. max_gradient without FBGEMM's flag is
+    refused too (FBGEMM reads it only with gradient_clipping=True)."""
     is_flag = isinstance(value, bool) or (type(value).__module__ == "numpy"
                                           and type(value).__name__ in ("bool", "bool_"))
+    if is_flag and not value:
+        return 0.0
     if is_flag:
-        return (1.0 if max_gradient is None else max_gradient) if value else 0.0
+        g = 1.0 if max_gradient is None else max_gradient
+        raise ValueError(f"gradient_clipping: FBGEMM's gradient_clipping=True (max_gradient={g!r}) clamps each element "
+                         "of the output gradient, before it is summed into the rows; embscale's gradient_clipping=g "
+                         "clamps each row's summed gradient instead. For FBGEMM's meaning clamp the output gradient: "
+                         f"out.register_hook(lambda g: g.clamp({-g!r}, {g!r})); for embscale's pass "
+                         f"gradient_clipping={g!r}")
     if max_gradient is not None:
-        raise ValueError(f"max_gradient: FBGEMM's clip value, taken with gradient_clipping=True; got "
+        raise ValueError(f"max_gradient: FBGEMM's clip value, read with gradient_clipping=True only; got "
                          f"gradient_clipping={value!r} (embscale's gradient_clipping=g clips at g itself)")
     return value

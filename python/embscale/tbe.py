@@ -474,9 +474,10 @@ class TableBatchedEmbeddingBags(nn.Module):
     BoundsCheckMode, WeightDecayMode; recognised without importing fbgemm_gpu) wherever embscale's names go,
     embedding_specs as (E, D, EmbeddingLocation, ComputeDevice) (DEVICE with CUDA, HOST with CPU: the tables
     then live on that device; MANAGED and MANAGED_CACHING are not supported yet), and the keywords
-    ``weights_precision`` (for weights_dtype), ``pooling_mode`` (pooling), ``bounds_check_mode`` (bounds_check)
-    and ``gradient_clipping=True`` with ``max_gradient``. What embscale cannot take raises ValueError (TypeError
-    for a precision) naming the argument and embscale's equivalent.
+    ``weights_precision`` (for weights_dtype), ``pooling_mode`` (pooling) and ``bounds_check_mode`` (bounds_check).
+    What embscale cannot take raises ValueError (TypeError for a precision) naming the argument and embscale's
+    equivalent: FBGEMM's ``gradient_clipping=True`` with ``max_gradient`` clamps the output gradient, not the
+    rows' summed gradients as embscale's ``gradient_clipping`` does, so it is refused with both ways to clip.
 
     Tables are initialised uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator
     (``reset_parameters()`` does it again). ``.to()``, ``.cuda()``, ``.half()``, ``.bfloat16()`` move or cast
@@ -506,7 +507,6 @@ class TableBatchedEmbeddingBags(nn.Module):
                                       weights_precision, lambda v: _fbgemm_names.dtype("weights_precision", v))
         output_dtype = _fbgemm_names.dtype("output_dtype", output_dtype)
         weight_decay_mode = _fbgemm_names.weight_decay_mode(weight_decay_mode)
-        hp_names = {"gradient_clipping": "max_gradient"} if max_gradient is not None else None
         gradient_clipping = _fbgemm_names.gradient_clipping(gradient_clipping, max_gradient)
         specs = []
         for t, s in enumerate(embedding_specs):
@@ -541,8 +541,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         for name, value in (("learning_rate", learning_rate), ("eps", eps), ("beta1", beta1), ("beta2", beta2),
                             ("weight_decay", weight_decay), ("max_norm", max_norm),
                             ("gradient_clipping", gradient_clipping), ("step", 1)):
-            hp_values[ops.HPARAM[name]] = _hyper_parameter((hp_names or {}).get(name, name), value)
-        _check_hyper_parameters(optimizer, weight_decay_mode, hp_values, hp_names)
+            hp_values[ops.HPARAM[name]] = _hyper_parameter(name, value)
+        _check_hyper_parameters(optimizer, weight_decay_mode, hp_values)
         _warn_ignored_weight_decay(optimizer, weight_decay_mode, hp_values, "weight_decay", stacklevel=3)
         for name, dt in (("weights_dtype", weights_dtype), ("output_dtype", output_dtype)):
             if dt not in ops.FLOAT_DTYPES:

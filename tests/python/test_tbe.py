@@ -84,6 +84,7 @@ OPTIMIZER_CASES = [
 
 @pytest.mark.parametrize("optimizer,extra", OPTIMIZER_CASES)
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.filterwarnings("ignore:weight_decay.*whatever weight_decay_mode says:UserWarning")  # ("l2" with Adam)
 def test_training_steps(device, gen, optimizer, extra, pooling):
     specs, fmap = [(60, 4), (25, 33), (9, 1)], [0, 1, 2, 1]
     hp = dict(HP, **extra)
