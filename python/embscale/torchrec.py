@@ -423,6 +423,11 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
         raise ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
                          f"{', '.join(_SHARDING_TYPES)}")
 
+    def init_data_parallel(self) -> None:
+        """No DistributedDataParallel around the data-parallel lookups (TorchRec's wrap): embscale's replicated
+        tables apply the global batch's update themselves (TableBatchedEmbeddingBags' data_parallel_group), so
+        DDP would have nothing to reduce, and it refuses a module without a parameter that requires grad."""
+
     def _initialize_torch_state(self, skip_registering: bool = False) -> None:
         """TorchRec's module state, and for embscale's tables (which TorchRec leaves to the customized
         kernel) each table's local shards as one ShardedTensor under ``embedding_bags.<table>.weight``, as

@@ -257,8 +257,8 @@ def fbgemm_lacks(device, optimizer, precision):
 MIXED = [(30, 8), (17, 4), (25, 12)]  # FBGEMM takes dims that are multiples of 4
 UNIFORM = [(30, 8), (17, 8), (25, 8)]  # sequence pooling and dense mode need one dim (FBGEMM too)
 # Features: table 0 read by two of them (the same row by both in one batch included), tables 1 and 2 by one each.
-# (FBGEMM's CPU TBE takes the features of a table as a contiguous run of feature_table_map: [0, 1, 2, 0] would
-# train other rows than FBGEMM's GPU TBE and embscale.)
+# (FBGEMM's CPU TBE updates a shared table's row once per contiguous run of its features in feature_table_map:
+# with [0, 1, 2, 0] a row read by features 0 and 3 would be updated twice, by FBGEMM's CPU TBE only.)
 FMAP = [0, 0, 1, 2]
 # FBGEMM's CPU TBE trains fp32 row-wise Adagrad tables that one feature reads on a fast path that passes no weight
 # decay (test_fbgemm_cpu_fast_path_drops_weight_decay); its rule is compared where every table is shared.
