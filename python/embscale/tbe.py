@@ -599,7 +599,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def reset_parameters(self):
         """Initialises the tables uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator,
-        zeroes the optimizer state and restarts the step at 1 (the other hyper-parameters are kept): what a
+        zeroes the optimizer state and restarts the step count at 0 (the other hyper-parameters are kept): what a
         module materialised from the meta device by ``to_empty()`` needs before it trains."""
         with torch.no_grad():
             for t, (rows, _) in enumerate(self.embedding_specs):

@@ -207,7 +207,7 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
 
     def reset_parameters(self):
         """Each table drawn by its config's init_fn (torchrec's: uniform in [weight_init_min, weight_init_max],
-        by default +-sqrt(1/num_embeddings)), the optimizer state zeroed and the step restarted at 1, as
+        by default +-sqrt(1/num_embeddings)), the optimizer state zeroed and the step count restarted at 0, as
         TableBatchedEmbeddingBags.reset_parameters does; nothing on the meta device."""
         if self.device.type == "meta":
             return
