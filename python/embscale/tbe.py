@@ -863,8 +863,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         extra_key = prefix + "_extra_state"
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])
-        rest = {k: v for k, v in state_dict.items() if k not in (extra_key, prefix + "_grad_anchor")}  # (earlier
-        # versions' empty anchor Parameter: nothing to load)
+        # (prefix + "_grad_anchor": the empty anchor Parameter of earlier versions, nothing to load)
+        rest = {k: v for k, v in state_dict.items() if k not in (extra_key, prefix + "_grad_anchor")}
         flat = prefix + "weights" in state_dict
         if flat:
             self._check_flat_checkpoint(state_dict, prefix)
