@@ -2,7 +2,9 @@
 # Runs the tests of embscale under TorchRec (tests/python/test_torchrec.py: DistributedModelParallel on
 # gloo, 2 and 3 processes), of embscale's sharded training against TorchRec's own FBGEMM FUSED kernels
 # (tests/python/test_torchrec_matches_fbgemm.py), of replicated tables (tests/python/test_data_parallel.py)
-# and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py) in a virtual
+# and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
+# tests/python/test_fbgemm_migration.py, which checks the README's migration table by training both side by
+# side) in a virtual
 # environment with the pinned CPU triple of scripts/torchrec-cpu-requirements.txt. The environment lives
 # in a cache folder outside the tree and is reused while its pins are unchanged (first run: a download of
 # about 3 GB, since torch's wheel brings its CUDA libraries). Uses the library of build/ (built by
@@ -28,4 +30,4 @@ if [ ! -f "$LIB" ]; then
 fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/python/test_torchrec.py tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py \
-  tests/python/test_fbgemm_peer.py
+  tests/python/test_fbgemm_peer.py tests/python/test_fbgemm_migration.py

@@ -134,31 +134,26 @@ inline BwdOutput tbe_backward(const BwdConfig& c, const BwdInput& in, const Opti
         }
         break;
       }
-      case OptimizerType::kAdam:
+      case OptimizerType::kAdam:  // FBGEMM's ADAM: decoupled weight decay whatever the mode
         for (int d = 0; d < D; ++d) {
-          const double gp = l2 ? g[d] + wd * w[d] : g[d];
           double& m = s->m1[e0 + d];
           double& v = s->m2[e0 + d];
-          m = b1 * m + (1 - b1) * gp;
-          v = b2 * v + (1 - b2) * gp * gp;
-          const double upd = (m / bc1) / (std::sqrt(v / bc2) + eps) + (decoupled ? wd * w[d] : 0.0);
+          m = b1 * m + (1 - b1) * g[d];
+          v = b2 * v + (1 - b2) * g[d] * g[d];
+          const double upd = (m / bc1) / (std::sqrt(v / bc2) + eps) + wd * w[d];
           w[d] -= lr * upd;
         }
         break;
-      case OptimizerType::kPartialRowwiseAdam: {
-        std::vector<double> gp(D);
+      case OptimizerType::kPartialRowwiseAdam: {  // FBGEMM's PARTIAL_ROWWISE_ADAM: likewise
         double sum = 0;
-        for (int d = 0; d < D; ++d) {
-          gp[d] = l2 ? g[d] + wd * w[d] : g[d];
-          sum += gp[d] * gp[d];
-        }
+        for (int d = 0; d < D; ++d) sum += g[d] * g[d];
         double& v = s->m2[key];
         v = b2 * v + (1 - b2) * (sum / D);
         const double denom = std::sqrt(v / bc2) + eps;
         for (int d = 0; d < D; ++d) {
           double& m = s->m1[e0 + d];
-          m = b1 * m + (1 - b1) * gp[d];
-          w[d] -= lr * ((m / bc1) / denom + (decoupled ? wd * w[d] : 0.0));
+          m = b1 * m + (1 - b1) * g[d];
+          w[d] -= lr * ((m / bc1) / denom + wd * w[d]);
         }
         break;
       }

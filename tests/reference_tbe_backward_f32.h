@@ -156,9 +156,9 @@ inline F32Update tbe_backward_f32(const BwdConfig& c, const BwdInput& in, const 
         }
         break;
       }
-      case OptimizerType::kAdam:
+      case OptimizerType::kAdam:  // FBGEMM's ADAM: decoupled weight decay whatever the mode
         for (int d = 0; d < D; ++d) {
-          const float gp = l2_grad(d);
+          const float gp = g[d];
           float& ma = (*m1)[e0 + d];
           float& mb = (*m2)[e0 + d];
           const float a1 = b1 * ma, a2 = (1.0f - b1) * gp;
@@ -170,7 +170,7 @@ inline F32Update tbe_backward_f32(const BwdConfig& c, const BwdInput& in, const 
           mb = v;
           const float mh = a / bc1, vh = v / bc2;
           float upd = mh / (std::sqrt(vh) + eps);
-          if (decoupled) {
+          if (wd != 0.0f) {
             const float dw = wd * wr[d];
             upd = upd + dw;
           }
@@ -178,23 +178,19 @@ inline F32Update tbe_backward_f32(const BwdConfig& c, const BwdInput& in, const 
           nw[d] = wr[d] - step;
         }
         break;
-      case OptimizerType::kPartialRowwiseAdam: {
-        for (int d = 0; d < D; ++d) {
-          const float gp = l2_grad(d);
-          sq[d] = gp * gp;
-        }
+      case OptimizerType::kPartialRowwiseAdam: {  // FBGEMM's PARTIAL_ROWWISE_ADAM: likewise
+        for (int d = 0; d < D; ++d) sq[d] = g[d] * g[d];
         const float mean_sq = row_sum_f32(sq) / static_cast<float>(D);
         float& v = (*m2)[key];
         const float v1 = b2 * v, v2 = (1.0f - b2) * mean_sq;
         v = v1 + v2;
         const float denom = std::sqrt(v / bc2) + eps;
         for (int d = 0; d < D; ++d) {
-          const float gp = l2_grad(d);
           float& ma = (*m1)[e0 + d];
-          const float a1 = b1 * ma, a2 = (1.0f - b1) * gp;
+          const float a1 = b1 * ma, a2 = (1.0f - b1) * g[d];
           ma = a1 + a2;
           float upd = (ma / bc1) / denom;
-          if (decoupled) {
+          if (wd != 0.0f) {
             const float dw = wd * wr[d];
             upd = upd + dw;
           }

@@ -105,6 +105,38 @@ TEST_P(TbeBackward, EdgeSizes) {
   }
 }
 
+// Adam and partial row-wise Adam apply FBGEMM's decoupled weight decay (w -= lr * (update + wd*w)) whenever
+// weight_decay != 0, whatever weight_decay_mode says, as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM (which take no
+// mode): the three modes give bit-identical tables and state, equal to the reference's, and differ from no decay.
+TEST_P(TbeBackward, AdamWeightDecayIsDecoupledWhateverTheMode) {
+  for (OptimizerType opt : {OptimizerType::kAdam, OptimizerType::kPartialRowwiseAdam}) {
+    BwdCase c;
+    c.opt.type = opt;
+    c.opt.learning_rate = 0.05f;
+    c.opt.eps = 1e-3f;
+    c.num_rows = {20, 9};
+    c.dims = {12, 5};
+    c.batch_size = 6;
+    c.steps = 3;
+    c.seed = 5151;
+    std::printf("AdamWeightDecayIsDecoupledWhateverTheMode %s: seed %llu\n", optimizer_name(opt),
+                static_cast<unsigned long long>(c.seed));
+    c.opt.weight_decay = 0.0f;
+    const BwdOutcome none = expect_case(c);
+    c.opt.weight_decay = 0.25f;
+    c.opt.weight_decay_mode = WeightDecayMode::kDecoupled;
+    const BwdOutcome decoupled = expect_case(c);
+    EXPECT_NE(decoupled.weights, none.weights) << optimizer_name(opt) << ": the decay changed nothing";
+    for (WeightDecayMode mode : {WeightDecayMode::kNone, WeightDecayMode::kL2}) {
+      c.opt.weight_decay_mode = mode;
+      const BwdOutcome o = expect_case(c);
+      EXPECT_EQ(o.weights, decoupled.weights) << optimizer_name(opt) << " mode " << static_cast<int>(mode);
+      EXPECT_EQ(o.m1, decoupled.m1) << optimizer_name(opt) << " mode " << static_cast<int>(mode);
+      EXPECT_EQ(o.m2, decoupled.m2) << optimizer_name(opt) << " mode " << static_cast<int>(mode);
+    }
+  }
+}
+
 // One row hit by more than 100,000 lookups (on CUDA: the block path and the multi-block combine),
 // exact integer data so the comparison of its gradient is exact.
 TEST_P(TbeBackward, HotRow) {

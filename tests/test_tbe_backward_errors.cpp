@@ -474,11 +474,42 @@ TEST(TbeBackwardNames, FbgemmAliases) {
   const struct { const char* name; OptimizerType o; } aliases[] = {
       {"dense", OptimizerType::kNone},
       {"exact_sgd", OptimizerType::kSgd},
-      {"exact_rowwise_adagrad", OptimizerType::kRowwiseAdagrad}};
+      {"exact_rowwise_adagrad", OptimizerType::kRowwiseAdagrad},
+      // FBGEMM's EmbOptimType values (str(EmbOptimType.X)), as its configs spell them.
+      {"exact_row_wise_adagrad", OptimizerType::kRowwiseAdagrad},
+      {"partial_row_wise_adam", OptimizerType::kPartialRowwiseAdam}};
   for (const auto& a : aliases) {
     OptimizerType back = OptimizerType::kAdam;
     EXPECT_TRUE(parse_optimizer(a.name, &back)) << a.name;
     EXPECT_EQ(back, a.o) << a.name;
+  }
+}
+
+// How each optimizer applies weight_decay (FBGEMM's rules): SGD and dense mode not at all (a decay with a mode
+// is refused), row-wise Adagrad as weight_decay_mode says, Adam and partial row-wise Adam decoupled whatever the
+// mode (so every mode is taken with a weight decay).
+TEST(TbeOptimizerParams, WeightDecayRules) {
+  const struct { OptimizerType o; OptimizerWeightDecay rule; } rules[] = {
+      {OptimizerType::kNone, OptimizerWeightDecay::kNone},
+      {OptimizerType::kSgd, OptimizerWeightDecay::kNone},
+      {OptimizerType::kRowwiseAdagrad, OptimizerWeightDecay::kByMode},
+      {OptimizerType::kAdam, OptimizerWeightDecay::kDecoupled},
+      {OptimizerType::kPartialRowwiseAdam, OptimizerWeightDecay::kDecoupled}};
+  for (const auto& r : rules) {
+    OptimizerInfo info;
+    ASSERT_TRUE(optimizer_info(r.o, &info).ok());
+    EXPECT_EQ(info.weight_decay, r.rule) << optimizer_name(r.o);
+    for (WeightDecayMode mode : {WeightDecayMode::kNone, WeightDecayMode::kL2, WeightDecayMode::kDecoupled}) {
+      OptimizerParams p;
+      p.type = r.o;
+      p.weight_decay = 0.01f;
+      p.weight_decay_mode = mode;
+      const Status st = check_optimizer_params(p);
+      const bool refused = r.rule == OptimizerWeightDecay::kNone && mode != WeightDecayMode::kNone;
+      EXPECT_EQ(st.ok(), !refused) << optimizer_name(r.o) << " mode " << static_cast<int>(mode) << ": "
+                                   << st.to_string();
+      if (refused) EXPECT_EQ(st.message().rfind("optimizer.weight_decay:", 0), 0u) << st.message();
+    }
   }
 }
 

@@ -185,6 +185,14 @@ typedef struct embscale_optimizer_info {
 } embscale_optimizer_info;
 EMBSCALE_C_EXPORT int32_t embscale_num_optimizers(void);
 EMBSCALE_C_EXPORT int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out);
+/* How an optimizer applies the weight_decay of embscale_optimizer (C++ OptimizerWeightDecay; FBGEMM's
+ * rules): not at all (weight_decay must be 0 or weight_decay_mode none), as weight_decay_mode says (L2,
+ * decoupled, or ignored in mode none: rowwise_adagrad), or decoupled whenever weight_decay != 0, whatever
+ * weight_decay_mode says (adam, partial_rowwise_adam, as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM). */
+#define EMBSCALE_WEIGHT_DECAY_NONE 0
+#define EMBSCALE_WEIGHT_DECAY_BY_MODE 1
+#define EMBSCALE_WEIGHT_DECAY_DECOUPLED 2
+EMBSCALE_C_EXPORT int embscale_optimizer_weight_decay_get(int32_t optimizer, int32_t* out);
 /* The checks embscale_tbe_backward makes of its optimizer field, on their own: kInvalidArgument naming
  * the field (optimizer.learning_rate, ...) for an unknown type or mode, a hyper-parameter out of range
  * or not finite, or an option the optimizer does not have. For bindings that keep hyper-parameters

@@ -115,8 +115,10 @@ enum class OptimizerType {
   kNone = 0,           // dense-gradient mode: unique rows and their summed gradients, no update
   kSgd,                // exact SGD: w -= lr * g
   kRowwiseAdagrad,     // FBGEMM's exact row-wise Adagrad (momentum1: row-wise)
-  kAdam,               // Adam with bias correction (momentum1, momentum2: element-wise)
-  kPartialRowwiseAdam  // Adam with a row-wise second moment (momentum1 element-wise, momentum2 row-wise)
+  kAdam,               // Adam with bias correction and decoupled weight decay, FBGEMM's ADAM (momentum1,
+                       // momentum2: element-wise)
+  kPartialRowwiseAdam  // Adam with a row-wise second moment (momentum1 element-wise, momentum2 row-wise),
+                       // FBGEMM's PARTIAL_ROWWISE_ADAM
 };
 const char* optimizer_name(OptimizerType o);  // "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam"
 bool parse_optimizer(const std::string& name, OptimizerType* out);
@@ -128,9 +130,15 @@ struct OptimizerStateInfo {
   OptimizerStateLayout layout = OptimizerStateLayout::kAbsent;
   const char* name = "";  // "sum", "exp_avg", "exp_avg_sq"; "" when absent
 };
+// How an optimizer applies OptimizerParams::weight_decay (FBGEMM's rules): not at all (kNone: weight_decay
+// must be 0 or weight_decay_mode kNone), as weight_decay_mode says (kByMode: L2, decoupled, or ignored in
+// mode kNone; row-wise Adagrad), or decoupled whenever weight_decay != 0, whatever weight_decay_mode says
+// (kDecoupled: Adam and partial row-wise Adam, as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM).
+enum class OptimizerWeightDecay { kNone = 0, kByMode = 1, kDecoupled = 2 };
 struct OptimizerInfo {
   const char* name = "";  // optimizer_name()
   OptimizerStateInfo momentum1, momentum2;
+  OptimizerWeightDecay weight_decay = OptimizerWeightDecay::kNone;
 };
 int num_optimizers();  // OptimizerType's values are 0 .. num_optimizers() - 1
 // invalid_argument naming `optimizer` for a value outside the enum.
@@ -145,8 +153,8 @@ struct OptimizerParams {
   float eps = 1e-8f;
   float beta1 = 0.9f;           // Adam variants
   float beta2 = 0.999f;
-  float weight_decay = 0.0f;
-  WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;
+  float weight_decay = 0.0f;   // applied as OptimizerInfo::weight_decay says (Adam: decoupled, any mode)
+  WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;  // read by row-wise Adagrad only
   float max_norm = 0.0f;        // > 0: after the update, rescale a row whose L2 norm exceeds it (row-wise Adagrad)
   float gradient_clipping = 0.0f;  // > 0: clip each summed gradient element to [-c, c] before the update
   int64_t step = 1;             // 1-based step counter for Adam's bias correction; may change between steps

@@ -188,6 +188,7 @@ _SIGNATURES = {
     "embscale_cast_transpose_noop": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _P(Tensor), _VP], ctypes.c_int),
     "embscale_num_optimizers": ([], ctypes.c_int32),
     "embscale_optimizer_info_get": ([ctypes.c_int32, _P(OptimizerInfo)], ctypes.c_int),
+    "embscale_optimizer_weight_decay_get": ([ctypes.c_int32, _P(ctypes.c_int32)], ctypes.c_int),
     "embscale_optimizer_check": ([_P(Optimizer)], ctypes.c_int),
     "embscale_tbe_create": (
         [_P(Context), ctypes.c_int32, _P(ctypes.c_int64), _P(ctypes.c_int32), ctypes.c_int32, _P(ctypes.c_int32),
@@ -242,25 +243,30 @@ lib = _load()
 
 # The optimizers as the library describes them (embscale_optimizer_info_get): name -> C enum value, and
 # name -> its state buffers (momentum1, momentum2), each None when absent or (layout, Python name) with
-# layout "rows" (one float per row of all tables) or "elements" (one per weight).
+# layout "rows" (one float per row of all tables) or "elements" (one per weight); and name -> how it applies
+# weight_decay (embscale_optimizer_weight_decay_get): "none", "by_mode" (as weight_decay_mode says: L2,
+# decoupled, or ignored in mode none) or "decoupled" (whenever weight_decay != 0, whatever the mode).
 _STATE_LAYOUTS = {1: "rows", 2: "elements"}
+_WEIGHT_DECAY_RULES = {0: "none", 1: "by_mode", 2: "decoupled"}
 
 
 def _optimizers():
-    codes, states = {}, {}
+    codes, states, decays = {}, {}, {}
     for code in range(lib.embscale_num_optimizers()):
-        info = OptimizerInfo()
-        if lib.embscale_optimizer_info_get(code, ctypes.byref(info)) != OK:
+        info, rule = OptimizerInfo(), ctypes.c_int32()
+        if lib.embscale_optimizer_info_get(code, ctypes.byref(info)) != OK or \
+                lib.embscale_optimizer_weight_decay_get(code, ctypes.byref(rule)) != OK:
             raise ImportError("embscale: " + lib.embscale_last_error().decode("utf-8", "replace"))
         name = info.name.decode()
         codes[name] = code
         states[name] = tuple(
             (_STATE_LAYOUTS[info.state_layouts[k]], info.state_names[k].decode()) if info.state_layouts[k] else None
             for k in range(2))
-    return codes, states
+        decays[name] = _WEIGHT_DECAY_RULES[rule.value]
+    return codes, states, decays
 
 
-OPTIMIZER, OPTIMIZER_STATES = _optimizers()
+OPTIMIZER, OPTIMIZER_STATES, OPTIMIZER_WEIGHT_DECAY = _optimizers()
 
 
 def check(rc):

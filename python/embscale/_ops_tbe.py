@@ -28,6 +28,9 @@ from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _call, _check
 # a learning rate set between steps is seen even inside a compiled graph. tbe_backward advances `step`.
 HPARAM_FIELDS = ("learning_rate", "eps", "beta1", "beta2", "weight_decay", "max_norm", "gradient_clipping", "step")
 HPARAM = {name: i for i, name in enumerate(HPARAM_FIELDS)}
+# The step is a float64 in hparams, which holds every integer up to 2^53 but not 2^53 + 1: a backward refuses
+# a step it could not advance past (step + 1 > 2^53), so the counter never stops silently.
+MAX_STEP = 2**53
 
 # Live handles by id. Weak references: a handle lives as long as its module holds it, and ids are never
 # reused, so a stale id finds nothing instead of another module's tables.
@@ -304,10 +307,12 @@ def _tbe_backward_checks(weights, momentum1, momentum2, hparams, grad_output, in
 
 
 def _checked_step(value):
-    """The step counter read from hparams as an int64: finite and integral (ctypes would wrap or truncate
-    anything else silently; the library refuses steps below 1)."""
-    if not (math.isfinite(value) and value == math.floor(value) and -2.0**63 <= value < 2.0**63):
-        raise ValueError(f"step: {value!r} (hparams[{HPARAM['step']}]) is not an integer step in [1, 2^63-1]")
+    """The step counter read from hparams as an integer: finite, integral (ctypes would wrap or truncate
+    anything else silently; the library refuses steps below 1) and below MAX_STEP, so that the backward can
+    store the next one exactly."""
+    if not (math.isfinite(value) and value == math.floor(value) and -2.0**63 <= value < MAX_STEP):
+        raise ValueError(f"step: {value!r} (hparams[{HPARAM['step']}]) is not an integer step in [1, 2^53) (the "
+                         "float64 hyper-parameters count steps exactly up to 2^53)")
     return int(value)
 
 

@@ -20,11 +20,12 @@ from ._ops_fp8 import (activation_amax, amax, amax_nonfinite, cast_transpose, co
                        quantize_current_scaling)
 from ._ops_fp8_out import (activation_amax_out, amax_out, cast_transpose_out, compute_scale_out, dequantize_out,
                            quantize_current_scaling_out, quantize_out)
-from ._ops_tbe import (HPARAM, HPARAM_FIELDS, TbeHandle, bump_versions, eager_call, real_tensors, tbe_backward,
-                       tbe_backward_eager, tbe_dense_grad, tbe_dense_grad_eager, tbe_forward, tbe_forward_eager,
-                       tbe_handle)
+from ._ops_tbe import (HPARAM, HPARAM_FIELDS, MAX_STEP, TbeHandle, bump_versions, eager_call, real_tensors,
+                       tbe_backward, tbe_backward_eager, tbe_dense_grad, tbe_dense_grad_eager, tbe_forward,
+                       tbe_forward_eager, tbe_handle)
 
-__all__ = ["FLOAT_DTYPES", "FP8_DTYPES", "INDEX_DTYPES", "HPARAM", "HPARAM_FIELDS", "TbeHandle", "tbe_handle",
+__all__ = ["FLOAT_DTYPES", "FP8_DTYPES", "INDEX_DTYPES", "HPARAM", "HPARAM_FIELDS", "MAX_STEP", "TbeHandle",
+           "tbe_handle",
            "activation_amax", "amax", "amax_nonfinite", "cast_transpose", "compute_scale", "dequantize", "quantize",
            "quantize_current_scaling", "activation_amax_out", "amax_out", "cast_transpose_out", "compute_scale_out",
            "dequantize_out", "quantize_current_scaling_out", "quantize_out", "tbe_backward", "tbe_dense_grad", "tbe_forward"]

@@ -69,7 +69,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import _capi, _data_parallel, _host_memory, ops
+from . import _capi, _data_parallel, _fbgemm_names, _host_memory, ops
 from ._ops_common import _check_backend
 from ._ops_tbe import check_hparams
 
@@ -120,6 +120,14 @@ class _CountTargets:
 
     def __init__(self, buffer, word):
         self.buffer, self.word, self.written, self.tensor = buffer, word, False, None
+
+
+# An empty leaf that requires grad, given to every lookup as its first input so that the lookup's output
+# requires grad (and its backward, the fused update, runs) even when no other input does: the tables do not
+# require grad. It is no module's Parameter, so named_parameters(), state_dict() and optimizers never see it;
+# the lookup gives it no gradient. (Earlier versions held one per module as the Parameter "_grad_anchor":
+# their checkpoints and pickles load without it.)
+_GRAD_ANCHOR = torch.empty(0, requires_grad=True)
 
 
 class _Lookup(torch.autograd.Function):
@@ -366,19 +374,44 @@ def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, name
 
 
 def _warn_ignored_weight_decay(optimizer: str, weight_decay_mode: str, values, name: str, stacklevel: int):
-    """A weight decay set while the mode is "none" is kept and ignored (FBGEMM's meaning of NONE); say so,
-    and whether this optimizer could apply one (the library refuses a weight decay mode where it cannot).
-    values: the hyper-parameters as set (HPARAM_FIELDS order, already checked for this mode)."""
+    """Says so where a weight decay does not do what its mode's name suggests, by the optimizer's rule (the
+    library's, FBGEMM's: _capi.OPTIMIZER_WEIGHT_DECAY): set while the mode is "none", it is kept and ignored
+    by row-wise Adagrad (FBGEMM's meaning of NONE) and by SGD (which applies none; the library refuses any
+    other mode there); Adam and partial row-wise Adam apply it, decoupled, whatever the mode, so "l2" there
+    is not torch.optim.Adam's L2. values: the hyper-parameters as set (HPARAM_FIELDS order, already checked
+    for this mode)."""
     value = values[ops.HPARAM["weight_decay"]]
-    if optimizer == "none" or weight_decay_mode != "none" or value == 0.0:
+    rule = _capi.OPTIMIZER_WEIGHT_DECAY.get(optimizer, "none")
+    if optimizer == "none" or value == 0.0:
         return
-    try:
-        check_hparams(optimizer, "decoupled", values)
-        hint = "pass weight_decay_mode='l2' or 'decoupled' for the optimizer to apply it"
-    except ValueError:
-        hint = f"optimizer '{optimizer}' applies no weight decay"
+    if rule == "decoupled":
+        if weight_decay_mode == "l2":
+            warnings.warn(f"{name}: optimizer '{optimizer}' applies decoupled weight decay (w -= learning_rate * "
+                          f"weight_decay * w each step, AdamW's) whatever weight_decay_mode says, as FBGEMM's "
+                          f"{optimizer.upper()}: weight_decay_mode='l2' is not torch.optim.Adam's L2, which neither "
+                          "embscale nor FBGEMM offers; pass weight_decay_mode='decoupled' to say what it does",
+                          UserWarning, stacklevel=stacklevel)
+        return
+    if weight_decay_mode != "none":
+        return
+    hint = ("pass weight_decay_mode='l2' or 'decoupled' for the optimizer to apply it" if rule == "by_mode"
+            else f"optimizer '{optimizer}' applies no weight decay")
     warnings.warn(f"{name}: {value!r} has no effect with weight_decay_mode='none' (the default); {hint}",
                   UserWarning, stacklevel=stacklevel)
+
+
+def _fbgemm_alias(name: str, value, default, fbgemm_name: str, fbgemm_value, convert):
+    """An argument that FBGEMM names otherwise (pooling / pooling_mode, ...), given under either name, in
+    embscale's spelling (convert: FBGEMM's spelling to embscale's, anything else as given). ValueError naming
+    both when both are given and disagree."""
+    value = convert(value)
+    if fbgemm_value is None:
+        return value
+    converted = convert(fbgemm_value)
+    if value != default and value != converted:
+        raise ValueError(f"{fbgemm_name}: {fbgemm_value!r} (FBGEMM's name for {name}) contradicts {name}={value!r}; "
+                         "pass one of them")
+    return converted
 
 
 def _whole_number(name: str, value) -> int:
@@ -418,8 +451,13 @@ class TableBatchedEmbeddingBags(nn.Module):
         feature_table_map: table of each feature (several features may share a table); default one
             feature per table. The output has the features' columns side by side.
         optimizer: "sgd", "rowwise_adagrad" (FBGEMM's exact row-wise Adagrad), "adam" or
-            "partial_rowwise_adam". Hyper-parameters: learning_rate, eps, beta1, beta2, weight_decay with
-            weight_decay_mode "none" / "l2" / "decoupled", max_norm (row-wise Adagrad), gradient_clipping.
+            "partial_rowwise_adam"; default "rowwise_adagrad" (with FBGEMM's 4-tuple embedding_specs, FBGEMM's
+            default, "sgd"). Hyper-parameters: learning_rate, eps, beta1, beta2, weight_decay, max_norm
+            (row-wise Adagrad), gradient_clipping. Weight decay is FBGEMM's: row-wise Adagrad applies it as
+            weight_decay_mode says ("l2", "decoupled", or "none", which ignores it, with a warning); Adam and
+            partial row-wise Adam apply it decoupled (AdamW's ``w -= lr * wd * w`` in the step) whatever
+            weight_decay_mode says (torch.optim.Adam's L2 is not offered; "l2" with them warns); SGD applies
+            none.
             "none" (FBGEMM's OptimType.NONE) is the dense-gradient mode: the backward updates nothing and
             gives ``weights`` (then a Parameter that requires grad) a sparse COO gradient of the touched
             rows' elements, for a torch optimizer to step (one that takes sparse gradients: SGD, Adagrad,
@@ -448,6 +486,16 @@ class TableBatchedEmbeddingBags(nn.Module):
             process, else none. Copies and pickles keep "auto" or None; a group given explicitly becomes
             "auto" in them (a group cannot be pickled).
 
+    FBGEMM's spellings are taken as FBGEMM's SplitTableBatchedEmbeddingBagsCodegen takes them, with its meaning,
+    so a FBGEMM script ports by changing its import: its enums (EmbOptimType, SparseType, PoolingMode,
+    BoundsCheckMode, WeightDecayMode; recognised without importing fbgemm_gpu) wherever embscale's names go,
+    embedding_specs as (E, D, EmbeddingLocation, ComputeDevice) (DEVICE with CUDA, HOST with CPU: the tables
+    then live on that device; MANAGED and MANAGED_CACHING are not supported yet), and the keywords
+    ``weights_precision`` (for weights_dtype), ``pooling_mode`` (pooling) and ``bounds_check_mode`` (bounds_check).
+    What embscale cannot take raises ValueError (TypeError for a precision) naming the argument and embscale's
+    equivalent: FBGEMM's ``gradient_clipping=True`` with ``max_gradient`` clamps the output gradient, not the
+    rows' summed gradients as embscale's ``gradient_clipping`` does, so it is refused with both ways to clip.
+
     Tables are initialised uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator
     (``reset_parameters()`` does it again). ``.to()``, ``.cuda()``, ``.half()``, ``.bfloat16()`` move or cast
     the tables (the optimizer state stays fp32, the hyper-parameters on the CPU); a dtype other than
@@ -456,13 +504,27 @@ class TableBatchedEmbeddingBags(nn.Module):
     """
 
     def __init__(self, embedding_specs: Sequence[tuple], feature_table_map: Optional[Sequence[int]] = None,
-                 optimizer: str = "rowwise_adagrad", learning_rate: float = 0.01, eps: float = 1e-8,
+                 optimizer: Optional[str] = None, learning_rate: float = 0.01, eps: float = 1e-8,
                  beta1: float = 0.9, beta2: float = 0.999, weight_decay: float = 0.0, weight_decay_mode: str = "none",
                  max_norm: float = 0.0, gradient_clipping: float = 0.0, pooling: str = "sum",
                  weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
                  bounds_check: str = "warn", stochastic_rounding: bool = True, seed: int = 0, device=None,
-                 data_parallel_group="auto", table_names: Optional[Sequence[str]] = None, sparse: bool = True):
+                 data_parallel_group="auto", table_names: Optional[Sequence[str]] = None, sparse: bool = True, *,
+                 weights_precision=None, pooling_mode=None, bounds_check_mode=None, max_gradient=None):
         super().__init__()
+        # FBGEMM's spellings (its enums, 4-tuple specs and keyword names) become embscale's (_fbgemm_names).
+        embedding_specs, device, fbgemm_specs = _fbgemm_names.table_specs(list(embedding_specs), device)
+        if optimizer is None:  # FBGEMM's default optimizer is EXACT_SGD: a FBGEMM-spelled config keeps it
+            optimizer = "sgd" if fbgemm_specs else "rowwise_adagrad"
+        optimizer = _fbgemm_names.optimizer(optimizer, list(_MOMENTUM_SHAPES))
+        pooling = _fbgemm_alias("pooling", pooling, "sum", "pooling_mode", pooling_mode, _fbgemm_names.pooling)
+        bounds_check = _fbgemm_alias("bounds_check", bounds_check, "warn", "bounds_check_mode", bounds_check_mode,
+                                     _fbgemm_names.bounds_check)
+        weights_dtype = _fbgemm_alias("weights_dtype", weights_dtype, torch.float32, "weights_precision",
+                                      weights_precision, lambda v: _fbgemm_names.dtype("weights_precision", v))
+        output_dtype = _fbgemm_names.dtype("output_dtype", output_dtype)
+        weight_decay_mode = _fbgemm_names.weight_decay_mode(weight_decay_mode)
+        gradient_clipping = _fbgemm_names.gradient_clipping(gradient_clipping, max_gradient)
         specs = []
         for t, s in enumerate(embedding_specs):
             try:
@@ -537,12 +599,11 @@ class TableBatchedEmbeddingBags(nn.Module):
         handle = self._handle_for(device, weights_dtype)
         # The tables do not require grad: the backward updates them in place through the fused optimizer
         # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
-        # The empty anchor below is what makes the lookup's output require grad so the backward runs. In
+        # _GRAD_ANCHOR is what makes the lookup's output require grad so the backward runs. In
         # dense-gradient mode the backward updates nothing and the tables get a gradient instead.
         # CPU tables and optimizer state of 2 MiB or more live on transparent huge pages (_host_memory).
         self.weights = nn.Parameter(_empty(handle.num_weights, weights_dtype, device),
                                     requires_grad=(optimizer == "none"))
-        self._grad_anchor = nn.Parameter(torch.zeros(0, device=device))
         # The id of the handle of the tables' device and dtype, which the operators look up (never a pointer).
         self._handle_id = handle.id
         sizes = {"none": 0, "rows": handle.total_rows, "elements": handle.num_weights}
@@ -555,7 +616,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def reset_parameters(self):
         """Initialises the tables uniformly in [-sqrt(1/E_t), sqrt(1/E_t)] from torch's default generator,
-        zeroes the optimizer state and restarts the step at 1 (the other hyper-parameters are kept): what a
+        zeroes the optimizer state and restarts the step count at 0 (the other hyper-parameters are kept): what a
         module materialised from the meta device by ``to_empty()`` needs before it trains."""
         with torch.no_grad():
             for t, (rows, _) in enumerate(self.embedding_specs):
@@ -660,8 +721,11 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     @property
     def step(self) -> int:
-        """The optimizer's 1-based step counter (Adam's bias correction); advanced by each backward."""
-        return int(self.hparams[ops.HPARAM["step"]])
+        """The number of optimizer steps taken (updates applied; each backward takes one): FBGEMM's ``iter`` after
+        as many training steps. The next backward is step ``step + 1`` (Adam's bias correction and the
+        stochastic-rounding seed use that one; ``hparams`` holds it). FBGEMM advances ``iter`` at every forward
+        instead (evaluation ones too) and not at all for EXACT_SGD."""
+        return int(self.hparams[ops.HPARAM["step"]]) - 1
 
     # ---- FBGEMM's names (SplitTableBatchedEmbeddingBagsCodegen), for code moving over -----------------
     # Hyper-parameters FBGEMM's update_hyper_parameters takes, and the hparams field each sets.
@@ -697,10 +761,13 @@ class TableBatchedEmbeddingBags(nn.Module):
         self._set_hyper_parameters(values, names)
 
     def set_optimizer_step(self, step: int):
-        """FBGEMM's step count: ``step`` optimizer steps have been taken, so the next backward is step
-        ``step + 1`` (Adam's bias correction uses it; ``self.step`` then reads ``step + 1``)."""
-        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**53:
-            raise ValueError(f"step: {step!r} is not a whole number of steps in [0, 2^53)")
+        """FBGEMM's step count: ``step`` optimizer steps have been taken (``self.step`` then reads ``step``), so
+        the next backward is step ``step + 1`` (Adam's bias correction uses it). The count is kept exactly up to
+        ops.MAX_STEP (2^53, the float64 hyper-parameters' integers): a step the next backward could not count
+        past is refused."""
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < ops.MAX_STEP - 1:
+            raise ValueError(f"step: {step!r} is not a whole number of steps in [0, 2^53 - 1) (the next step, "
+                             "step + 1, must leave the counter room to advance below 2^53)")
         self.hparams[ops.HPARAM["step"]] = step + 1
 
     # ---- state dict: per-table entries -------------------------------------------------------------
@@ -860,7 +927,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         extra_key = prefix + "_extra_state"
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])
-        rest = {k: v for k, v in state_dict.items() if k != extra_key}
+        # (prefix + "_grad_anchor": the empty anchor Parameter of earlier versions, nothing to load)
+        rest = {k: v for k, v in state_dict.items() if k not in (extra_key, prefix + "_grad_anchor")}
         flat = prefix + "weights" in state_dict
         assign = local_metadata.get("assign_to_params_buffers", False)
         if flat:
@@ -914,7 +982,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
                self.weight_decay_mode, self.stochastic_rounding, self.seed, self.sparse)
         group = None if self.optimizer == "none" else _data_parallel.resolve_group(self.data_parallel_group)
-        lookup_args = (self._grad_anchor, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
+        lookup_args = (_GRAD_ANCHOR, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
         owner = None if torch.compiler.is_compiling() else weakref.ref(self)  # (_backward_state)
         if group is None:
@@ -1111,6 +1179,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         state.setdefault("data_parallel_group", "auto")  # pickles of earlier versions
         state.setdefault("sparse", True)  # likewise
         state.setdefault("table_names", [f"table_{t}" for t in range(len(state["embedding_specs"]))])  # likewise
+        if "_grad_anchor" in state.get("_parameters", {}):  # likewise: their anchor Parameter (now _GRAD_ANCHOR)
+            state["_parameters"] = {k: v for k, v in state["_parameters"].items() if k != "_grad_anchor"}
         super().__setstate__(state)
         if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor
             self.hparams = self.hparams.cpu()

@@ -237,7 +237,7 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
 
     def reset_parameters(self):
         """Each table drawn by its config's init_fn (torchrec's: uniform in [weight_init_min, weight_init_max],
-        by default +-sqrt(1/num_embeddings)), the optimizer state zeroed and the step restarted at 1, as
+        by default +-sqrt(1/num_embeddings)), the optimizer state zeroed and the step count restarted at 0, as
         TableBatchedEmbeddingBags.reset_parameters does; nothing on the meta device."""
         if self.device.type == "meta":
             return
@@ -532,6 +532,11 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
         if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
             for kernel in self._embscale_kernels():
                 kernel.pool_sums()
+
+    def init_data_parallel(self) -> None:
+        """No DistributedDataParallel around the data-parallel lookups (TorchRec's wrap): embscale's replicated
+        tables apply the global batch's update themselves (TableBatchedEmbeddingBags' data_parallel_group), so
+        DDP would have nothing to reduce, and it refuses a module without a parameter that requires grad."""
 
     def _initialize_torch_state(self, skip_registering: bool = False) -> None:
         """TorchRec's module state, and for embscale's tables (which TorchRec leaves to the customized

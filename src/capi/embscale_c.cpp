@@ -53,6 +53,10 @@ static_assert(static_cast<int>(embscale::OptimizerStateLayout::kAbsent) == EMBSC
                   static_cast<int>(embscale::OptimizerStateLayout::kRowwise) == EMBSCALE_STATE_ROWWISE &&
                   static_cast<int>(embscale::OptimizerStateLayout::kElementwise) == EMBSCALE_STATE_ELEMENTWISE,
               "the C API's state layouts are OptimizerStateLayout's values");
+static_assert(static_cast<int>(embscale::OptimizerWeightDecay::kNone) == EMBSCALE_WEIGHT_DECAY_NONE &&
+                  static_cast<int>(embscale::OptimizerWeightDecay::kByMode) == EMBSCALE_WEIGHT_DECAY_BY_MODE &&
+                  static_cast<int>(embscale::OptimizerWeightDecay::kDecoupled) == EMBSCALE_WEIGHT_DECAY_DECOUPLED,
+              "the C API's weight decay rules are OptimizerWeightDecay's values");
 
 // The number of values of each enumeration the C API takes (its values are 0 .. count - 1).
 template <typename E>
@@ -226,6 +230,17 @@ int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out)
     out->state_layouts[1] = static_cast<int32_t>(info.momentum2.layout);
     out->state_names[0] = info.momentum1.name;
     out->state_names[1] = info.momentum2.name;
+    return Status::Ok();
+  });
+}
+
+int embscale_optimizer_weight_decay_get(int32_t optimizer, int32_t* out) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer", optimizer, embscale::num_optimizers() - 1));
+    if (out == nullptr) return embscale::invalid_argument("out: must not be null");
+    embscale::OptimizerInfo info;
+    EMBSCALE_RETURN_IF_ERROR(embscale::optimizer_info(static_cast<embscale::OptimizerType>(optimizer), &info));
+    *out = static_cast<int32_t>(info.weight_decay);
     return Status::Ok();
   });
 }

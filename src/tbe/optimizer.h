@@ -13,16 +13,20 @@
 // The reduction order of a row sum is each backend's own fixed order, so each backend is deterministic;
 // CPU and CUDA may differ in the last bits of those sums (and by FMA contraction), not in the rules.
 //
-// Rules (w: fp32 value of the weight before the update; g: summed, clipped gradient; wd: weight decay):
+// Rules (w: fp32 value of the weight before the update; g: summed, clipped gradient; wd: weight decay).
+// Each is FBGEMM's (fbgemm_gpu's codegen/genscript/optimizers.py), weight decay included:
 //   clip:            g = clamp(g, -c, c) when gradient_clipping c > 0 (before anything else)
 //   SGD:             w -= lr * g                                     (weight decay is not applied)
 //   row-wise Adagrad g' = g + wd*w in L2 mode, else g;  m += mean_d(g'^2);  mult = lr / (sqrt(m) + eps)
 //                    w = corr*w - mult*g,  corr = 1 - mult*wd (L2), 1 - lr*wd (decoupled), else 1;
 //                    then if max_norm > 0 and ||w||_2 > max_norm: w *= max_norm / ||w||_2
-//   Adam:            g' = g + wd*w in L2 mode;  m1 = b1*m1 + (1-b1)*g';  m2 = b2*m2 + (1-b2)*g'^2
-//                    w -= lr * (m1/(1-b1^step) / (sqrt(m2/(1-b2^step)) + eps) [+ wd*w if decoupled])
+//   Adam:            m1 = b1*m1 + (1-b1)*g;  m2 = b2*m2 + (1-b2)*g^2
+//                    w -= lr * (m1/(1-b1^step) / (sqrt(m2/(1-b2^step)) + eps) + wd*w)
 //   partial row-wise Adam: as Adam with the element-wise m2 replaced by a row-wise
-//                    v = b2*v + (1-b2)*mean_d(g'^2).
+//                    v = b2*v + (1-b2)*mean_d(g^2).
+// Adam and partial row-wise Adam do not read weight_decay_mode: their weight decay is always decoupled
+// (AdamW's), as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM, which take no mode. torch.optim.Adam's L2 (wd*w
+// added to g before the moments) is not offered: FBGEMM has no such optimizer either.
 // mean_d(x) is computed as sum_d(x) / D (a correctly rounded fp32 division of the fp32 sum).
 // The bias corrections 1 - beta^step are computed once per call on the host in double and rounded
 // to fp32 (adam_corrections), so both backends use the same two floats.
@@ -49,15 +53,27 @@ EMBSCALE_HD float clip_grad(float g, const OptimizerParams& p) {
   return g;
 }
 
-// The gradient the moments see: g + wd*w in L2 mode, g otherwise.
+// Whether the optimizer adds the L2 term wd*w to the gradient: row-wise Adagrad in L2 mode only (Adam's
+// weight decay is decoupled whatever the mode, see above).
+EMBSCALE_HD bool adds_l2_term(const OptimizerParams& p) {
+  return p.type == OptimizerType::kRowwiseAdagrad && p.weight_decay_mode == WeightDecayMode::kL2;
+}
+
+// The gradient the second moment sees: g + wd*w where adds_l2_term, g otherwise.
 EMBSCALE_HD float l2_grad(float g, float w, const OptimizerParams& p) {
-  return p.weight_decay_mode == WeightDecayMode::kL2 ? g + p.weight_decay * w : g;
+  return adds_l2_term(p) ? g + p.weight_decay * w : g;
 }
 
 // One term of a row's second-moment sum (row-wise Adagrad, partial row-wise Adam): g'^2.
 EMBSCALE_HD float row_sq_term(float g, float w, const OptimizerParams& p) {
   const float gp = l2_grad(g, w, p);
   return gp * gp;
+}
+
+// Adam's decoupled weight decay term of the update (wd*w, added to the step before the learning rate
+// multiplies it; none when wd is 0, so that a row without decay is left bit-identical).
+EMBSCALE_HD float adam_decay(float upd, float w, const OptimizerParams& p) {
+  return p.weight_decay != 0.0f ? upd + p.weight_decay * w : upd;
 }
 
 // Bias corrections of Adam and partial row-wise Adam: 1 - beta1^step and 1 - beta2^step.
@@ -114,15 +130,13 @@ EMBSCALE_HD float max_norm_factor(float sum_sq_w, const OptimizerParams& p) {
 // One element: updates m1, m2 in place and returns the new weight.
 EMBSCALE_HD float adam_apply(float w, float g, float* m1, float* m2, const OptimizerParams& p,
                              const AdamCorrections& c) {
-  const float gp = l2_grad(g, w, p);
-  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * gp;
-  const float b = p.beta2 * *m2 + (1.0f - p.beta2) * (gp * gp);
+  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * g;
+  const float b = p.beta2 * *m2 + (1.0f - p.beta2) * (g * g);
   *m1 = a;
   *m2 = b;
   const float m1h = a / c.bc1;
   const float m2h = b / c.bc2;
-  float upd = m1h / (sqrtf(m2h) + p.eps);
-  if (p.weight_decay_mode == WeightDecayMode::kDecoupled) upd += p.weight_decay * w;
+  const float upd = adam_decay(m1h / (sqrtf(m2h) + p.eps), w, p);
   return w - p.learning_rate * upd;
 }
 
@@ -140,11 +154,9 @@ EMBSCALE_HD float partial_rowwise_adam_denominator(float* v, float sum_sq, int D
 // One element: updates m1 in place and returns the new weight.
 EMBSCALE_HD float partial_rowwise_adam_apply(float w, float g, float* m1, float denom, const OptimizerParams& p,
                                              const AdamCorrections& c) {
-  const float gp = l2_grad(g, w, p);
-  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * gp;
+  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * g;
   *m1 = a;
-  float upd = (a / c.bc1) / denom;
-  if (p.weight_decay_mode == WeightDecayMode::kDecoupled) upd += p.weight_decay * w;
+  const float upd = adam_decay((a / c.bc1) / denom, w, p);
   return w - p.learning_rate * upd;
 }
 

@@ -20,6 +20,17 @@ static_assert(static_cast<int>(StateLayout::kRowwise) == static_cast<int>(Optimi
                   static_cast<int>(StateLayout::kElementwise) == static_cast<int>(OptimizerStateLayout::kElementwise),
               "StateLayout and OptimizerStateLayout share their values");
 
+// How an optimizer applies weight_decay (the values of the public OptimizerWeightDecay and of the C API's
+// EMBSCALE_WEIGHT_DECAY_*), FBGEMM's rules:
+//   kNone       none (weight_decay must be 0 or weight_decay_mode none);
+//   kByMode     as weight_decay_mode says: L2, decoupled, or none (a weight_decay is then ignored);
+//   kDecoupled  decoupled whenever weight_decay != 0, whatever weight_decay_mode says (FBGEMM's Adam
+//               kernels take no mode).
+enum class DecayRule : int { kNone = 0, kByMode = 1, kDecoupled = 2 };
+static_assert(static_cast<int>(DecayRule::kByMode) == static_cast<int>(OptimizerWeightDecay::kByMode) &&
+                  static_cast<int>(DecayRule::kDecoupled) == static_cast<int>(OptimizerWeightDecay::kDecoupled),
+              "DecayRule and OptimizerWeightDecay share their values");
+
 struct StateSpec {
   StateLayout layout;
   const char* name;  // the Python package's name of the buffer ("sum", "exp_avg", "exp_avg_sq"), "" if absent
@@ -32,21 +43,21 @@ struct OptimizerSpec {
   StateSpec momentum2;     // TbeBackwardArgs::momentum2
   bool eps;                // reads eps (> 0)
   bool betas;              // reads beta1, beta2 (in [0, 1))
-  bool weight_decay;       // applies weight decay (else weight_decay must be 0 or its mode none)
+  DecayRule weight_decay;  // how it applies weight_decay
   bool max_norm;           // supports max_norm
 };
 
 constexpr StateSpec kNoState{StateLayout::kAbsent, ""};
 
 inline constexpr OptimizerSpec kOptimizerSpecs[] = {
-    {OptimizerType::kNone, "none", kNoState, kNoState, false, false, false, false},
-    {OptimizerType::kSgd, "sgd", kNoState, kNoState, false, false, false, false},
-    {OptimizerType::kRowwiseAdagrad, "rowwise_adagrad", {StateLayout::kRowwise, "sum"}, kNoState, true, false, true,
-     true},
+    {OptimizerType::kNone, "none", kNoState, kNoState, false, false, DecayRule::kNone, false},
+    {OptimizerType::kSgd, "sgd", kNoState, kNoState, false, false, DecayRule::kNone, false},
+    {OptimizerType::kRowwiseAdagrad, "rowwise_adagrad", {StateLayout::kRowwise, "sum"}, kNoState, true, false,
+     DecayRule::kByMode, true},
     {OptimizerType::kAdam, "adam", {StateLayout::kElementwise, "exp_avg"}, {StateLayout::kElementwise, "exp_avg_sq"},
-     true, true, true, false},
+     true, true, DecayRule::kDecoupled, false},
     {OptimizerType::kPartialRowwiseAdam, "partial_rowwise_adam", {StateLayout::kElementwise, "exp_avg"},
-     {StateLayout::kRowwise, "exp_avg_sq"}, true, true, true, false},
+     {StateLayout::kRowwise, "exp_avg_sq"}, true, true, DecayRule::kDecoupled, false},
 };
 constexpr int kNumOptimizers = static_cast<int>(sizeof(kOptimizerSpecs) / sizeof(kOptimizerSpecs[0]));
 

@@ -41,15 +41,19 @@ Status optimizer_info(OptimizerType optimizer, OptimizerInfo* out) {
   out->name = s->name;
   out->momentum1 = state(s->momentum1);
   out->momentum2 = state(s->momentum2);
+  out->weight_decay = static_cast<OptimizerWeightDecay>(s->weight_decay);
   return Status::Ok();
 }
 
 bool parse_optimizer(const std::string& name, OptimizerType* out) {
-  // The table's names, and FBGEMM's other names for the same optimizers.
+  // The table's names, and FBGEMM's other names for the same optimizers (its EmbOptimType values:
+  // "exact_sgd", "exact_row_wise_adagrad", "adam", "partial_row_wise_adam", "none").
   static const struct { const char* name; OptimizerType o; } kAliases[] = {
       {"dense", OptimizerType::kNone},
       {"exact_sgd", OptimizerType::kSgd},
       {"exact_rowwise_adagrad", OptimizerType::kRowwiseAdagrad},
+      {"exact_row_wise_adagrad", OptimizerType::kRowwiseAdagrad},
+      {"partial_row_wise_adam", OptimizerType::kPartialRowwiseAdam},
   };
   for (const opt::OptimizerSpec& s : opt::kOptimizerSpecs) {
     if (name == s.name) {
@@ -105,7 +109,7 @@ Status check_optimizer_params(const OptimizerParams& p) {
     return invalid_argument("optimizer.weight_decay_mode: unknown mode " + std::to_string(static_cast<int>(wm)));
   if (!std::isfinite(p.weight_decay))
     return invalid_argument("optimizer.weight_decay: " + fstr(p.weight_decay) + " is not finite");
-  if (!spec->weight_decay && wm != WeightDecayMode::kNone && p.weight_decay != 0.0f)
+  if (spec->weight_decay == opt::DecayRule::kNone && wm != WeightDecayMode::kNone && p.weight_decay != 0.0f)
     return invalid_argument("optimizer.weight_decay: " + name + " applies no weight decay; set it to 0 or the mode to none");
   if (!(std::isfinite(p.max_norm) && p.max_norm >= 0.0f))
     return invalid_argument("optimizer.max_norm: " + fstr(p.max_norm) + "; expected a finite value >= 0");

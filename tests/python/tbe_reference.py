@@ -91,10 +91,10 @@ def apply_optimizer(opt, tables, state, grads, touched, hp, step):
             if clip > 0:
                 g = g.clamp(-clip, clip)
             w = table[r]
-            gp = g + wd * w if wd_mode == "l2" else g
             if opt == "sgd":
                 table[r] = w - lr * g
-            elif opt == "rowwise_adagrad":
+            elif opt == "rowwise_adagrad":  # weight decay as the mode says
+                gp = g + wd * w if wd_mode == "l2" else g
                 state[t]["m1"][r] += (gp * gp).mean()
                 mult = lr / (math.sqrt(state[t]["m1"][r]) + eps)
                 corr = {"l2": 1 - mult * wd, "decoupled": 1 - lr * wd}.get(wd_mode, 1.0)
@@ -102,15 +102,13 @@ def apply_optimizer(opt, tables, state, grads, touched, hp, step):
                 if max_norm > 0 and nw.norm() > max_norm:
                     nw = nw * (max_norm / nw.norm())
                 table[r] = nw
-            elif opt in ("adam", "partial_rowwise_adam"):
-                m1 = state[t]["m1"][r] = b1 * state[t]["m1"][r] + (1 - b1) * gp
+            elif opt in ("adam", "partial_rowwise_adam"):  # FBGEMM's: decoupled weight decay whatever the mode
+                m1 = state[t]["m1"][r] = b1 * state[t]["m1"][r] + (1 - b1) * g
                 if opt == "adam":
-                    m2 = state[t]["m2"][r] = b2 * state[t]["m2"][r] + (1 - b2) * gp * gp
+                    m2 = state[t]["m2"][r] = b2 * state[t]["m2"][r] + (1 - b2) * g * g
                 else:
-                    m2 = state[t]["m2"][r] = b2 * state[t]["m2"][r] + (1 - b2) * (gp * gp).mean()
+                    m2 = state[t]["m2"][r] = b2 * state[t]["m2"][r] + (1 - b2) * (g * g).mean()
                 upd = (m1 / (1 - b1 ** step)) / (torch.sqrt(torch.as_tensor(m2 / (1 - b2 ** step))) + eps)
-                if wd_mode == "decoupled":
-                    upd = upd + wd * w
-                table[r] = w - lr * upd
+                table[r] = w - lr * (upd + wd * w)
             else:
                 raise ValueError(opt)

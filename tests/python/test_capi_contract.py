@@ -193,3 +193,24 @@ def test_optimizer_check_refuses_what_the_backward_refuses_by_field(fields, mess
     assert re.match(message, last_error()), last_error()
     assert _capi.lib.embscale_optimizer_check(None) == _capi.INVALID_ARGUMENT
     assert last_error() == "optimizer: must not be null"
+
+
+def test_optimizer_weight_decay_query_gives_fbgemms_rules():
+    """embscale_optimizer_weight_decay_get: how each optimizer applies weight_decay (FBGEMM's rules, which the
+    Python package reads): not at all, as weight_decay_mode says (row-wise Adagrad), or decoupled whatever the
+    mode (Adam and partial row-wise Adam, as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM); bad arguments refused."""
+    header = (Path(__file__).resolve().parents[2] / "include" / "embscale" / "embscale_c.h").read_text()
+    codes = {name: int(value) for name, value in re.findall(r"#define EMBSCALE_WEIGHT_DECAY_(\w+) (\d+)", header)}
+    assert codes == {"NONE": 0, "BY_MODE": 1, "DECOUPLED": 2}
+    want = {"none": "NONE", "sgd": "NONE", "rowwise_adagrad": "BY_MODE", "adam": "DECOUPLED",
+            "partial_rowwise_adam": "DECOUPLED"}
+    rule = ctypes.c_int32(-1)
+    for name, code in _capi.OPTIMIZER.items():
+        assert _capi.lib.embscale_optimizer_weight_decay_get(code, ctypes.byref(rule)) == _capi.OK, last_error()
+        assert rule.value == codes[want[name]], name
+    assert _capi.OPTIMIZER_WEIGHT_DECAY == {name: rule.lower() for name, rule in want.items()}
+    for bad in (-1, len(_capi.OPTIMIZER)):
+        assert _capi.lib.embscale_optimizer_weight_decay_get(bad, ctypes.byref(rule)) == _capi.INVALID_ARGUMENT
+        assert last_error().startswith("optimizer: value"), last_error()
+    assert _capi.lib.embscale_optimizer_weight_decay_get(0, None) == _capi.INVALID_ARGUMENT
+    assert last_error().startswith("out"), last_error()

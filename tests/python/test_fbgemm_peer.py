@@ -3,10 +3,12 @@ tables and lookups give the same forward, the same tables and optimizer state af
 SGD step, and the same get_learning_rate / split_optimizer_states. Skipped when fbgemm_gpu is not
 importable (scripts/test_torchrec.sh runs it in an environment that has it).
 
-Where several features share a table and a row is looked up by more than one of them, FBGEMM's CPU
-backward applies row-wise Adagrad once per feature, while embscale (as the maths of one step on the
-batch's summed gradient) applies it once to the row: those rows differ, so the Adagrad step is compared on
-tables of one feature each (SGD, being linear, is the same either way and is compared on a shared table)."""
+Where a table's features are not one contiguous run of feature_table_map (SHARED: table 0's features are 0 and
+2) and a row is looked up by features of both runs, FBGEMM's CPU backward applies row-wise Adagrad once per run,
+while embscale (as the maths of one step on the batch's summed gradient, and FBGEMM's GPU backward) applies it
+once to the row: those rows differ, so the Adagrad step is compared on tables of one feature each (SGD, being
+linear, is the same either way and is compared on a shared table). tests/python/test_fbgemm_migration.py
+compares every optimizer, weight decay mode and weights dtype, on contiguous shared tables too."""
 import pytest
 import torch
 

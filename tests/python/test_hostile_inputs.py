@@ -25,7 +25,7 @@ def test_defect1_per_sample_weights_wrong_length(device, n):
     # the backward checks them too (the raw operator, whose forward was not run)
     with refused(m, ValueError, f"per_sample_weights: {n} elements"):
         raw_backward(m, torch.ones(B, TOTAL_DIM, device=device), i, o, torch.ones(n, device=device))
-    assert m.step == 1
+    assert m.step == 0
 
 
 def test_defect1_per_sample_weights_2d_refused(device):
@@ -120,8 +120,8 @@ def test_defect4_cpu_handle_with_cuda_tensors():
 
 
 # ---- defect 7: the step counter ---------------------------------------------------------------------------
-@pytest.mark.parametrize("step", [2.0**64 + 4096, 2.0**63, -2.0**64, float("nan"), float("inf"), float("-inf"),
-                                  1.5, 0.0, -5.0])
+@pytest.mark.parametrize("step", [2.0**64 + 4096, 2.0**63, 2.0**63 - 1024, 2.0**53, -2.0**64, float("nan"),
+                                  float("inf"), float("-inf"), 1.5, 0.0, -5.0])
 def test_defect7_step_out_of_range(device, step):
     m = make(device, optimizer="adam")
     i, o = lookups(device)
@@ -138,11 +138,11 @@ def test_defect7_large_steps_accepted(device):
     i, o = lookups(device)
     m.hparams[7] = 2.0**40
     train_step(m, i, o)
-    assert m.step == 2**40 + 1
-    m.hparams[7] = 2.0**63 - 1024  # the largest float64 below 2^63
+    assert m.step == 2**40
+    m.hparams[7] = 2.0**53 - 1  # the last step the float64 counter can count past (to 2^53)
     before = m.weights.detach().clone()
     train_step(m, i, o)
-    assert not torch.equal(m.weights.detach(), before)
+    assert not torch.equal(m.weights.detach(), before) and m.step == 2**53 - 1
 
 
 # ---- defect 10: an empty feature_table_map ------------------------------------------------------------------

@@ -69,9 +69,9 @@ def test_defect11_unsupported_dtype_leaves_module_as_it_was(device, move):
     with refused(m, TypeError, "weights_dtype: torch.(float64|complex64) is not supported"):
         apply()
     assert m.weights is weights and m._handle_id == handle_id
-    assert m._grad_anchor.dtype == torch.float32 and m.num_skipped.dtype == torch.int64
+    assert m.num_skipped.dtype == torch.int64
     train_step(m, i, o)
-    assert m.step == 3
+    assert m.step == 2
 
 
 def test_defect11_unsupported_device():
@@ -92,7 +92,7 @@ def test_defect11_module_on_meta():
     out = m(i, o)
     assert out.device.type == "meta" and out.shape == (B, TOTAL_DIM)
     out.sum().backward()  # shapes only: nothing is trained
-    assert m.step == 1
+    assert m.step == 0
     seq = embscale.TableBatchedEmbeddingBags([(10, 4), (7, 4)], pooling="none", device="meta")
     assert seq(i, o).shape == (8, 4)
     with pytest.raises(ValueError, match="indices: is on cpu"):
@@ -127,4 +127,4 @@ def test_defect11_to_meta_and_back(device):
     m.to_empty(device=device)
     m.reset_parameters()
     train_step(m, *lookups(device))
-    assert m.step == 2
+    assert m.step == 1

@@ -4,6 +4,7 @@ import copy
 import ctypes
 import gc
 import io
+import pickle
 import warnings
 
 import pytest
@@ -76,12 +77,14 @@ OPTIMIZER_CASES = [
     ("rowwise_adagrad", dict(gradient_clipping=0.02)),
     ("adam", {}),
     ("adam", dict(weight_decay=0.01, weight_decay_mode="decoupled")),
+    ("adam", dict(weight_decay=0.01)),  # FBGEMM's Adam: decoupled whatever the mode
     ("partial_rowwise_adam", dict(weight_decay=0.01, weight_decay_mode="l2")),
 ]
 
 
 @pytest.mark.parametrize("optimizer,extra", OPTIMIZER_CASES)
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.filterwarnings("ignore:weight_decay.*whatever weight_decay_mode says:UserWarning")  # ("l2" with Adam)
 def test_training_steps(device, gen, optimizer, extra, pooling):
     specs, fmap = [(60, 4), (25, 33), (9, 1)], [0, 1, 2, 1]
     hp = dict(HP, **extra)
@@ -98,7 +101,7 @@ def test_training_steps(device, gen, optimizer, extra, pooling):
             hp["learning_rate"] = 0.02
         indices, offsets, _ = ref.make_lookups(gen, rows_of(specs, fmap), B, 5, hot_row=3, hot_share=0.3)
         grad_out = torch.randn(B, tbe.total_dim, generator=gen)
-        assert tbe.step == step
+        assert tbe.step == step - 1  # steps taken
         out = tbe(indices.to(device), offsets.to(device))
         out.backward(grad_out.to(device))
         grads, touched, _ = ref.dense_grads(tables, fmap, indices, offsets, B, pooling, grad_out)
@@ -338,12 +341,12 @@ def test_state_dict_round_trip(device, gen):
     b = make_module(specs, None, device, **kw)
     buf.seek(0)
     b.load_state_dict(torch.load(buf))
-    assert b.step == a.step == 3
+    assert b.step == a.step == 2
     for m in (a, b):
         indices, offsets, g = batches[2]
         m(indices.to(device), offsets.to(device)).backward(g.to(device))
     assert torch.equal(a.weights, b.weights) and torch.equal(a.momentum1, b.momentum1)
-    assert torch.equal(a.momentum2, b.momentum2) and b.step == 4
+    assert torch.equal(a.momentum2, b.momentum2) and b.step == 3
 
 
 def _vm_flags(ptr):
@@ -638,7 +641,6 @@ def test_errors(device):
 
 # ---- a weight decay the optimizer ignores ----------------------------------------------------------------------
 @pytest.mark.parametrize("optimizer, hint", [("rowwise_adagrad", "pass weight_decay_mode='l2' or 'decoupled'"),
-                                             ("adam", "pass weight_decay_mode='l2' or 'decoupled'"),
                                              ("sgd", "optimizer 'sgd' applies no weight decay")])
 def test_weight_decay_without_its_mode_warns_that_it_has_no_effect(optimizer, hint):
     # FBGEMM's meaning is kept (weight_decay_mode "none" ignores weight_decay), but not silently.
@@ -696,6 +698,47 @@ def test_a_hyper_parameter_that_rounds_to_zero_in_float32_is_refused_wherever_it
         m(indices, offsets).sum().backward()
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "partial_rowwise_adam"])
+def test_adam_weight_decay_is_fbgemms_decoupled_one_whatever_the_mode(optimizer):
+    """FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM apply decoupled weight decay (w -= lr * (update + wd * w)) whatever
+    weight_decay_mode says; so does embscale: a weight decay with the default mode "none" is applied, without a
+    warning that it has no effect, and mode "l2" gives the same tables as "decoupled", with a warning that it is
+    not torch.optim.Adam's L2."""
+    def trained(**kw):
+        torch.manual_seed(5)
+        m = embscale.TableBatchedEmbeddingBags([(10, 4), (6, 3)], optimizer=optimizer, learning_rate=0.1, **kw)
+        for _ in range(3):
+            m(torch.tensor([1, 2, 2, 5]), torch.tensor([0, 3, 4])).sum().backward()
+        return m
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain, none, decoupled = trained(), trained(weight_decay=0.5), trained(weight_decay=0.5,
+                                                                               weight_decay_mode="decoupled")
+        none.update_hyper_parameters({"weight_decay": 0.25})
+    with pytest.warns(UserWarning, match=rf"^weight_decay: optimizer '{optimizer}' applies decoupled weight decay.*"
+                                         r"whatever weight_decay_mode says.*not torch.optim.Adam's L2"):
+        l2 = trained(weight_decay=0.5, weight_decay_mode="l2")
+    with pytest.warns(UserWarning, match=r"^params_dict\['weight_decay'\]: optimizer .* applies decoupled"):
+        l2.update_hyper_parameters({"weight_decay": 0.25})
+    assert not torch.equal(none.weights, plain.weights)  # the decay is applied in mode "none"
+    for m in (none, l2):
+        assert torch.equal(m.weights, decoupled.weights) and torch.equal(m.momentum1, decoupled.momentum1)
+        assert torch.equal(m.momentum2, decoupled.momentum2)
+    # The first step by hand (zero state, bias corrections 1 - b^1): row 5 of table 0, looked up once.
+    b1, b2, eps, lr, wd = 0.9, 0.999, 1e-8, 0.1, 0.5
+    torch.manual_seed(5)
+    w = embscale.TableBatchedEmbeddingBags([(10, 4), (6, 3)], optimizer=optimizer).split_embedding_weights()[0][5]
+    w = w.double()
+    g = torch.ones(4, dtype=torch.float64)
+    v = (1 - b2) * g * g if optimizer == "adam" else (1 - b2) * (g * g).mean()
+    want = w - lr * (((1 - b1) * g / (1 - b1)) / (torch.sqrt(v / (1 - b2)) + eps) + wd * w)
+    one = embscale.TableBatchedEmbeddingBags([(10, 4), (6, 3)], optimizer=optimizer, learning_rate=lr, weight_decay=wd)
+    with torch.no_grad():
+        one.split_embedding_weights()[0][5] = w.float()
+    one(torch.tensor([5]), torch.tensor([0, 1, 1])).sum().backward()
+    torch.testing.assert_close(one.split_embedding_weights()[0][5].double(), want, rtol=1e-6, atol=1e-7)
+
+
 # ---- constructor arguments: whole numbers and booleans, never coerced ------------------------------------------
 @pytest.mark.parametrize("kw, error, message", [
     (dict(embedding_specs=[(5.7, 4)]), ValueError, r"embedding_specs\[0\]: \(5.7, 4\) is not"),
@@ -728,3 +771,31 @@ def test_constructor_takes_numpy_integers_tensors_and_whole_floats():
     assert (t.embedding_specs, t.feature_table_map, t.seed, t.stochastic_rounding) == ([(10, 4), (20, 4)], [0, 0, 1],
                                                                                         7, True)
     assert embscale.TableBatchedEmbeddingBags([(5, 4)], stochastic_rounding=0).stochastic_rounding is False
+
+
+# ---- what the module shows: its real parameters and state only ------------------------------------------------
+def test_the_module_shows_only_its_tables_and_state_and_still_trains(device):
+    """Earlier versions held an empty Parameter "_grad_anchor" (what makes the lookup's output require grad): it
+    showed in named_parameters() and state_dict(), and an optimizer or DistributedDataParallel saw a parameter
+    that never gets a gradient. Now the module's only Parameter is its tables; the backward still runs when no
+    input requires grad; earlier checkpoints and pickles holding the anchor load."""
+    m = make_module([(10, 4), (6, 3)], None, device, optimizer="adam")
+    assert [name for name, _ in m.named_parameters()] == ["weights"]
+    assert not any("anchor" in key for key in m.state_dict())
+    before = m.weights.detach().clone()
+    out = m(torch.tensor([1, 2, 5], device=device), torch.tensor([0, 2, 3], device=device))
+    assert out.requires_grad
+    out.sum().backward()
+    assert m.step == 1 and not torch.equal(m.weights, before) and m.weights.grad is None
+    with torch.no_grad():
+        assert not m(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).requires_grad
+    old = m.state_dict()
+    old["_grad_anchor"] = torch.zeros(0)  # an earlier version's checkpoint
+    fresh = make_module([(10, 4), (6, 3)], None, device, optimizer="adam")
+    assert not fresh.load_state_dict(old).unexpected_keys
+    assert torch.equal(fresh.weights, m.weights)
+    m._parameters["_grad_anchor"] = torch.nn.Parameter(torch.zeros(0, device=device))  # an earlier version's pickle
+    copy_of_old = pickle.loads(pickle.dumps(m))
+    assert [name for name, _ in copy_of_old.named_parameters()] == ["weights"]
+    copy_of_old(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).sum().backward()
+    assert copy_of_old.step == 2

@@ -30,7 +30,7 @@ def test_gradient_equals_the_reference(device, gen, pooling, weighted):
     before = m.weights.detach().clone()
     psw_arg = None if psw is None else psw.clone().to(device).requires_grad_()
     m(indices.to(device), offsets.to(device), psw_arg).backward(g.to(device))
-    assert torch.equal(m.weights.detach(), before) and m.step == 1  # nothing updated, no step taken
+    assert torch.equal(m.weights.detach(), before) and m.step == 0  # nothing updated, no step taken
     grad = m.weights.grad
     assert grad.is_sparse and grad.shape == m.weights.shape
     assert torch.equal(grad.coalesce().indices(), grad._indices())  # ascending, no repeats
