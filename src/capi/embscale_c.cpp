@@ -236,10 +236,11 @@ int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out)
 
 int embscale_optimizer_weight_decay_get(int32_t optimizer, int32_t* out) {
   return guarded([&]() -> Status {
-    EMBSCALE_RETURN_IF_ERROR(enum_in_range("optimizer", optimizer, embscale::num_optimizers() - 1));
+    embscale::OptimizerType type;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("optimizer", optimizer, &type));
     if (out == nullptr) return embscale::invalid_argument("out: must not be null");
     embscale::OptimizerInfo info;
-    EMBSCALE_RETURN_IF_ERROR(embscale::optimizer_info(static_cast<embscale::OptimizerType>(optimizer), &info));
+    EMBSCALE_RETURN_IF_ERROR(embscale::optimizer_info(type, &info));
     *out = static_cast<int32_t>(info.weight_decay);
     return Status::Ok();
   });

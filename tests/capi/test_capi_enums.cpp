@@ -264,6 +264,12 @@ std::vector<Entry> entries() {
          return embscale_optimizer_info_get(c.optimizer, &info);
        },
        {{"optimizer", kOptimizers, [](Calls& c) { return &c.optimizer; }, nullptr}}},
+      {"embscale_optimizer_weight_decay_get",
+       [](Calls& c) {
+         int32_t rule = 0;
+         return embscale_optimizer_weight_decay_get(c.optimizer, &rule);
+       },
+       {{"optimizer", kOptimizers, [](Calls& c) { return &c.optimizer; }, nullptr}}},
       {"embscale_optimizer_check", [](Calls& c) { return embscale_optimizer_check(&c.opt); },
        optimizer_fields([](Calls& c) { return &c.opt; })},
       {"embscale_tbe_backward_workspace_size",
