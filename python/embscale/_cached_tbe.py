@@ -10,6 +10,7 @@ after ``flush()``, which ``state_dict()``, ``split_embedding_weights()`` and ``o
 runs it outside the graph); dense-gradient mode and replicated tables are not offered here.
 """
 
+import math
 import weakref
 
 import torch
@@ -20,6 +21,9 @@ from .tbe import TableBatchedEmbeddingBags
 
 # What makes a lookup's output require grad (the tables do not: the fused optimizer updates them).
 _ANCHOR = torch.zeros(0, requires_grad=True)
+
+# Elements drawn on the device at a time by reset_parameters.
+_DRAW_CHUNK = 1 << 26
 
 # The default staging rows per batch: lookups of the largest batch seen, rounded up to a power of two.
 _MIN_MAX_LOOKUPS = 1 << 16
@@ -34,7 +38,7 @@ class _CachedLookup(torch.autograd.Function):
             cache.cache_weights, batch.remapped, offsets, per_sample_weights, cache.handle.id, batch_size,
             module.pooling, module.bounds_check, module._output_cols, module.output_dtype, count_skipped=counts)
         ctx.module = weakref.ref(module)
-        ctx.batch = batch
+        ctx.cache, ctx.batch = cache, batch
         ctx.batch_size = batch_size
         ctx.save_for_backward(offsets, per_sample_weights)
         ctx.set_materialize_grads(False)
@@ -49,8 +53,7 @@ class _CachedLookup(torch.autograd.Function):
         want_psw_grad = psw is not None and ctx.needs_input_grad[4]
         if module is None:
             return None, None, None, None, None, None
-        cache = module._cache
-        batch = ctx.batch
+        cache, batch = ctx.cache, ctx.batch
         if grad_output is None:
             rows = batch.remapped.shape[0] if module.pooling == "none" else ctx.batch_size
             grad_output = torch.zeros((rows, module._output_cols), dtype=module.output_dtype,
@@ -101,6 +104,10 @@ class CachedTableBatchedEmbeddingBags(TableBatchedEmbeddingBags):
     def _cache_for(self, num_indices):
         """The cache, built (or rebuilt larger, after a flush) for batches of num_indices lookups."""
         if self._cache is None or num_indices > self._cache.max_lookups:
+            if self._cache is not None and self._cache.in_flight():
+                raise ValueError(f"indices: {num_indices} lookups, more than this module's cache stages "
+                                 f"({self._cache.max_lookups}), while a batch waits for its backward; build the "
+                                 "module with cache_max_lookups of its largest batch")
             want = max(_MIN_MAX_LOOKUPS, 1 << max(0, int(num_indices) - 1).bit_length())
             self._build_cache(max(want, self._max_lookups or 0))
         return self._cache
@@ -124,7 +131,8 @@ class CachedTableBatchedEmbeddingBags(TableBatchedEmbeddingBags):
     def prefetch(self, indices, offsets):
         """Plans the next batch on the current stream (FBGEMM's and TorchRec's prefetch): its rows are
         locked and the evictions it needs are done, so the forward of the same indices and offsets tensors
-        finds them planned. One batch may be prefetched ahead of the one training."""
+        finds them planned. The module plans one batch ahead: a second prefetch before that batch's forward
+        replaces the first (whose forward then plans it again)."""
         indices, offsets, batch_size = self._lookups(indices, offsets)
         cache = self._cache_for(indices.numel())
         cache.prefetch(indices, offsets, batch_size, torch.is_grad_enabled())
@@ -164,10 +172,10 @@ class CachedTableBatchedEmbeddingBags(TableBatchedEmbeddingBags):
         batch = cache.batch_for(indices, offsets, batch_size, training)
         anchor = _ANCHOR if training else _ANCHOR.detach()
         out, num_skipped = _CachedLookup.apply(anchor, self, batch, offsets, per_sample_weights, batch_size)
-        if training and out.grad_fn is not None:
-            batch.node = weakref.ref(out.grad_fn)
-        elif training:  # no backward can come: nothing stays locked
-            cache.finished(batch)
+        try:  # the batch stays locked while its backward may still come
+            batch.node = weakref.ref(out.grad_fn) if training else None
+        except TypeError:  # (a node without weak references: locked until its backward)
+            batch.node = None
         if num_skipped is not None:
             self.num_skipped.copy_(num_skipped)
             if self.bounds_check == "warn":
@@ -195,6 +203,16 @@ class CachedTableBatchedEmbeddingBags(TableBatchedEmbeddingBags):
             self._cache.wait_all()
         super().reset_parameters()
         self.load_cache()
+
+    def _draw_tables(self):
+        """Each table uniform in [-sqrt(1/E_t), sqrt(1/E_t)], drawn on the cache's device in chunks and copied
+        to host memory: torch's CPU generator draws on one thread, minutes for tens of GiB of tables."""
+        for t, (rows, _) in enumerate(self.embedding_specs):
+            bound = math.sqrt(1.0 / rows)
+            flat = self._table_view(self.weights, t).view(-1)
+            for start in range(0, flat.numel(), _DRAW_CHUNK):
+                part = flat[start:start + _DRAW_CHUNK]
+                part.copy_(torch.empty(part.numel(), dtype=part.dtype, device=self._cache_device).uniform_(-bound, bound))
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         self.flush()

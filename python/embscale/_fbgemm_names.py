@@ -1,7 +1,7 @@
 """FBGEMM's spellings of TableBatchedEmbeddingBags' arguments, taken as FBGEMM's
 SplitTableBatchedEmbeddingBagsCodegen takes them, so that a FBGEMM script ports by changing its import: its
 enums (EmbOptimType, alias OptimType; SparseType; PoolingMode; BoundsCheckMode; WeightDecayMode;
-EmbeddingLocation; ComputeDevice), its 4-tuple table specs (E, D, EmbeddingLocation, ComputeDevice), the
+EmbeddingLocation; ComputeDevice; CacheAlgorithm), its 4-tuple table specs (E, D, EmbeddingLocation, ComputeDevice), the
 string values of its optimizer enum ("exact_row_wise_adagrad", ...) and its keyword names
 (weights_precision=, pooling_mode=, bounds_check_mode=; gradient_clipping=False, while gradient_clipping=True,
 which clips another gradient than embscale's, is refused with both ways to clip).
@@ -125,53 +125,92 @@ def dtype(argument: str, value):
     return PRECISIONS[name]
 
 
+# Where a table lives: embscale's placement names, and FBGEMM's EmbeddingLocation names for them.
+PLACEMENTS = ("device", "host", "cached")
+LOCATIONS = {"DEVICE": "device", "MANAGED": "host", "MANAGED_CACHING": "cached", "HOST": "device"}
+CACHE_ALGORITHMS = {"LRU": "lru", "LFU": "lfu"}
+
+
+def placement(t: int, value) -> str:
+    """A table's placement as embscale names it: "device", "host" or "cached", FBGEMM's EmbeddingLocation
+    member or name (DEVICE, MANAGED, MANAGED_CACHING; HOST is a CPU table, in host memory anyway); ValueError
+    naming embedding_specs[t] for anything else."""
+    name = member(value, "EmbeddingLocation")
+    if name is None and isinstance(value, str):
+        name = value if value in PLACEMENTS else None
+        if name is None and value in LOCATIONS:
+            return LOCATIONS[value]
+        if name is not None:
+            return name
+    elif name in LOCATIONS:
+        return LOCATIONS[name]
+    raise ValueError(f"embedding_specs[{t}]: placement {value!r} is not one of {', '.join(map(repr, PLACEMENTS))} "
+                     f"(FBGEMM's EmbeddingLocation.{', '.join(LOCATIONS)} are taken too)")
+
+
+def cache_algorithm(value) -> str:
+    """"lru" or "lfu", or FBGEMM's CacheAlgorithm member or name, as embscale's name; ValueError naming
+    cache_algorithm for anything else."""
+    name = member(value, "CacheAlgorithm")
+    if name is None and isinstance(value, str):
+        if value in CACHE_ALGORITHMS.values():
+            return value
+        name = value
+    if name in CACHE_ALGORITHMS:
+        return CACHE_ALGORITHMS[name]
+    raise ValueError(f"cache_algorithm: {value!r} is not 'lru' or 'lfu' (FBGEMM's CacheAlgorithm.LRU, LFU)")
+
+
 def table_specs(specs, device):
-    """FBGEMM's 4-tuple specs (E, D, EmbeddingLocation, ComputeDevice) as (E, D) pairs, and the device they
-    put the tables on: the tables live on one device, the module's (EmbeddingLocation.DEVICE with
-    ComputeDevice.CUDA: the current CUDA device; HOST with CPU: the CPU). (E, D) pairs pass through.
-    Returns (specs, device, fbgemm) with fbgemm True when FBGEMM's 4-tuples were given. ValueError naming
-    embedding_specs[t] for a location embscale does not have yet (MANAGED, MANAGED_CACHING), a location that
-    does not go with its compute device, tables on different devices, or a device= that contradicts them."""
-    pairs, kinds = [], set()
+    """The tables as (E, D) pairs with a placement each ("device", "host" or "cached"), and the device the
+    specs put them on. Taken: (E, D) (placement "device"); (E, D, placement) with embscale's placement names or
+    FBGEMM's EmbeddingLocation; FBGEMM's 4-tuples (E, D, EmbeddingLocation, ComputeDevice): DEVICE, MANAGED
+    and MANAGED_CACHING with ComputeDevice.CUDA (the current CUDA device), HOST with ComputeDevice.CPU (the
+    CPU). Returns (pairs, placements, device, fbgemm) with fbgemm True when FBGEMM's 4-tuples were given.
+    ValueError naming embedding_specs[t] for a location that does not go with its compute device, a placement
+    embscale does not have, tables on different devices, or a device= that contradicts them."""
+    pairs, placements, kinds = [], [], set()
     for t, s in enumerate(specs):
         if isinstance(s, (tuple, list)) and len(s) == 4 and member(s[3], "ComputeDevice") is not None:
             location, compute = member(s[2], "EmbeddingLocation"), member(s[3], "ComputeDevice")
-            if location in ("MANAGED", "MANAGED_CACHING"):
-                raise ValueError(f"embedding_specs[{t}]: EmbeddingLocation.{location} (tables in unified memory"
-                                 f"{', cached in HBM' if location == 'MANAGED_CACHING' else ''}) is not supported "
-                                 "yet; EmbeddingLocation.DEVICE (with ComputeDevice.CUDA) and HOST (with "
-                                 "ComputeDevice.CPU) are")
-            wanted = {"DEVICE": "CUDA", "HOST": "CPU"}.get(location)
+            wanted = {"DEVICE": "CUDA", "MANAGED": "CUDA", "MANAGED_CACHING": "CUDA", "HOST": "CPU"}.get(location)
             if wanted is None:
                 raise ValueError(f"embedding_specs[{t}]: {s[2]!r} is not supported; embscale takes "
-                                 "EmbeddingLocation.DEVICE (with ComputeDevice.CUDA) and HOST (with ComputeDevice.CPU)")
+                                 "EmbeddingLocation.DEVICE, MANAGED, MANAGED_CACHING (with ComputeDevice.CUDA) and "
+                                 "HOST (with ComputeDevice.CPU)")
             if compute != wanted:
                 raise ValueError(f"embedding_specs[{t}]: EmbeddingLocation.{location} goes with ComputeDevice."
                                  f"{wanted}, not ComputeDevice.{compute}")
             kinds.add(compute)
             pairs.append((s[0], s[1]))
+            placements.append(LOCATIONS[location])
         elif isinstance(s, (tuple, list)) and len(s) == 4 and member(s[2], "EmbeddingLocation") is not None:
             raise ValueError(f"embedding_specs[{t}]: {s[3]!r} is not a ComputeDevice (FBGEMM's specs are "
                              "(num_embeddings, embedding_dim, EmbeddingLocation, ComputeDevice))")
+        elif isinstance(s, (tuple, list)) and len(s) == 3:
+            kinds.add(None)
+            pairs.append((s[0], s[1]))
+            placements.append(placement(t, s[2]))
         else:
             kinds.add(None)
             pairs.append(s)
+            placements.append("device")
     if kinds <= {None}:
-        return pairs, device, False
+        return pairs, placements, device, False
     if len(kinds) > 1:
         raise ValueError("embedding_specs: the tables name different compute devices (or some none); embscale's "
                          "tables all live on the module's device")
     kind = kinds.pop()
     implied = "cuda" if kind == "CUDA" else "cpu"
     if device is None:
-        return pairs, implied, True
+        return pairs, placements, implied, True
     try:
         given = torch.device(device).type
     except (RuntimeError, TypeError):
-        return pairs, device, True  # (the module's device check names it)
+        return pairs, placements, device, True  # (the module's device check names it)
     if given != implied and given != "meta":
         raise ValueError(f"device: {device!r} contradicts embedding_specs' ComputeDevice.{kind} (tables on {implied})")
-    return pairs, device, True
+    return pairs, placements, device, True
 
 
 def gradient_clipping(value, max_gradient):

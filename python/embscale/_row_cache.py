@@ -77,12 +77,13 @@ def _unregister(ptr):
 
 class _Batch:
     """A planned batch: its step, plan index, remapped indices, and what it was planned from."""
-    __slots__ = ("step", "plan", "remapped", "key", "event", "training", "node")
+    __slots__ = ("step", "plan", "remapped", "key", "event", "training", "node", "stream")
 
     def __init__(self, step, plan, remapped, key, event, training):
         self.step, self.plan, self.remapped, self.key, self.event = step, plan, remapped, key, event
         self.training = training
         self.node = None  # a weak reference to the autograd node of its lookup, once looked up for training
+        self.stream = None  # the stream of its lookup
 
 
 def _batch_key(indices, offsets):
@@ -187,18 +188,29 @@ class RowCacheTables:
     def _live(self):
         """The batches whose rows stay locked: training batches whose backward may still come (their autograd
         node is alive) and evaluation batches until the next lookup."""
-        self.running = [b for b in self.running if b.node is None or b.node() is not None]
+        for b in [b for b in self.running if b.node is not None and b.node() is None]:
+            self._unlock(b)  # its graph is gone without a backward
         return self.running
+
+    def in_flight(self):
+        with self.lock:
+            return bool(self._live()) or bool(self.pending)
 
     def prefetch(self, indices, offsets, batch_size, training):
         """Plans a batch on the current stream (TorchRec's prefetch stream, say): its rows locked, its
         evictions done; the forward given the same indices and offsets tensors fetches and uses it."""
         with self.lock:
-            if self.pending:  # a third batch in flight would need a third staging half
-                raise RuntimeError("prefetch: a batch is prefetched already and not yet looked up; a cached module "
-                                   "plans one batch ahead (its staging rows hold two batches: one training, one "
-                                   "planned)")
+            # One batch is planned ahead (the staging rows hold two: one training, one planned): a plan still
+            # waiting for its lookup is fetched (as every plan must be) and dropped, its number reused.
+            self._drop_pending()
             self._plan(indices, offsets, batch_size, training)
+
+    def _drop_pending(self):
+        while self.pending:
+            b = self.pending.popleft()
+            self._fetch(b)
+            if b.step == self.step:
+                self.step -= 1
 
     def _plan(self, indices, offsets, batch_size, training):
         if indices.numel() > self.max_lookups:
@@ -235,9 +247,11 @@ class RowCacheTables:
                    ctypes.c_size_t(batch.plan.numel()))
 
     def _unlock(self, batch):
+        """batch leaves the locked set: an event after its last work (on its lookup's stream, or the current
+        one: its backward's) is what the next plan waits for."""
         self.running = [b for b in self.running if b is not batch]
         self.unlocked = torch.cuda.Event()
-        self.unlocked.record(torch.cuda.current_stream(self.device))
+        self.unlocked.record(batch.stream or torch.cuda.current_stream(self.device))
 
     def batch_for(self, indices, offsets, batch_size, training):
         """The planned batch of these lookups, fetched on the current stream (planned now when none was; a
@@ -258,6 +272,7 @@ class RowCacheTables:
                 batch = self._plan(indices, offsets, batch_size, training)
                 self.pending.popleft()
                 self._fetch(batch)
+            batch.stream = torch.cuda.current_stream(self.device)
             self.running.append(batch)
             return batch
 
@@ -267,6 +282,7 @@ class RowCacheTables:
         with self.lock:
             self._call(_capi.lib.embscale_row_cache_write_back, ctypes.c_void_p(batch.plan.data_ptr()),
                        ctypes.c_size_t(batch.plan.numel()))
+            batch.stream = None  # (the write-back is on the current stream)
             self._unlock(batch)
 
     def stats(self):

@@ -510,10 +510,20 @@ class TableBatchedEmbeddingBags(nn.Module):
                  weights_dtype: torch.dtype = torch.float32, output_dtype: torch.dtype = torch.float32,
                  bounds_check: str = "warn", stochastic_rounding: bool = True, seed: int = 0, device=None,
                  data_parallel_group="auto", table_names: Optional[Sequence[str]] = None, sparse: bool = True, *,
+                 cache_load_factor: float = 0.2, cache_algorithm: str = "lru", cache_max_lookups: Optional[int] = None,
                  weights_precision=None, pooling_mode=None, bounds_check_mode=None, max_gradient=None):
         super().__init__()
         # FBGEMM's spellings (its enums, 4-tuple specs and keyword names) become embscale's (_fbgemm_names).
-        embedding_specs, device, fbgemm_specs = _fbgemm_names.table_specs(list(embedding_specs), device)
+        embedding_specs, placements, device, fbgemm_specs = _fbgemm_names.table_specs(list(embedding_specs), device)
+        cache_algorithm = _fbgemm_names.cache_algorithm(cache_algorithm)
+        cache_load_factor = _hyper_parameter("cache_load_factor", cache_load_factor)
+        if not 0.0 < cache_load_factor <= 1.0:
+            raise ValueError(f"cache_load_factor: {cache_load_factor!r}; expected the share of a cached table's rows "
+                             "its cache holds, in (0, 1]")
+        if cache_max_lookups is not None:
+            cache_max_lookups = _whole_number("cache_max_lookups", cache_max_lookups)
+            if not 1 <= cache_max_lookups < 2**31:
+                raise ValueError(f"cache_max_lookups: {cache_max_lookups}; expected 1 .. 2^31 - 1 lookups a batch")
         if optimizer is None:  # FBGEMM's default optimizer is EXACT_SGD: a FBGEMM-spelled config keeps it
             optimizer = "sgd" if fbgemm_specs else "rowwise_adagrad"
         optimizer = _fbgemm_names.optimizer(optimizer, list(_MOMENTUM_SHAPES))
@@ -594,8 +604,17 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.feature_dims = [dims[t] for t in fmap]
         self.total_dim = sum(self.feature_dims)
         self._handles = {}
+        self.placements = placements
 
         device = _module_device(device)
+        # Tables in host memory on CUDA: the module is built on the CPU (its tables there are the host store)
+        # and trains on the CUDA device through a row cache (_cached_tbe).
+        cache_device = None
+        if device.type == "cuda" and any(p != "device" for p in placements):
+            if optimizer == "none":
+                raise ValueError("optimizer: 'none' (dense-gradient mode) names rows by their place in memory; tables "
+                                 "in host memory (placements 'host', 'cached') train with a fused optimizer")
+            cache_device, device = device, torch.device("cpu")
         handle = self._handle_for(device, weights_dtype)
         # The tables do not require grad: the backward updates them in place through the fused optimizer
         # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
@@ -612,6 +631,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.register_buffer("momentum2", _empty(sizes[m2], torch.float32, device).zero_())
         self.register_buffer("hparams", torch.tensor(hp_values, dtype=torch.float64, device="cpu"))
         self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
+        if cache_device is not None:
+            from ._cached_tbe import make_cached
+
+            make_cached(self, placements, cache_load_factor, cache_algorithm, cache_max_lookups, cache_device)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -619,13 +642,16 @@ class TableBatchedEmbeddingBags(nn.Module):
         zeroes the optimizer state and restarts the step count at 0 (the other hyper-parameters are kept): what a
         module materialised from the meta device by ``to_empty()`` needs before it trains."""
         with torch.no_grad():
-            for t, (rows, _) in enumerate(self.embedding_specs):
-                bound = math.sqrt(1.0 / rows)
-                self._table_view(self.weights, t).uniform_(-bound, bound)
+            self._draw_tables()
             self.momentum1.zero_()
             self.momentum2.zero_()
             self.num_skipped.zero_()
             self.hparams[ops.HPARAM["step"]] = 1
+
+    def _draw_tables(self):
+        for t, (rows, _) in enumerate(self.embedding_specs):
+            bound = math.sqrt(1.0 / rows)
+            self._table_view(self.weights, t).uniform_(-bound, bound)
 
     @classmethod
     def from_embedding_bags(cls, bags: Sequence[nn.EmbeddingBag], **kwargs):
@@ -1147,6 +1173,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         if probe.dtype not in ops.FLOAT_DTYPES:
             raise TypeError(f"weights_dtype: {probe.dtype} is not supported (the tables stay {self.weights.dtype}); "
                             "expected torch.float32, float16 or bfloat16")
+        if probe.device.type == "cuda" and any(p != "device" for p in getattr(self, "placements", ())):
+            raise ValueError(f"device: a module whose placements are {self.placements} trains on CUDA through a row "
+                             "cache, which it gets when it is built there: build it with device='cuda' (on the CPU "
+                             "every placement is host memory)")
         handle = self._handle_for(_module_device(probe.device), probe.dtype)
         kept = {name: getattr(self, name) for name in ("momentum1", "momentum2", "hparams")}
         before = {name: getattr(self, name).data_ptr() for name in _HOST_TABLES}
@@ -1178,6 +1208,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             state.pop(stale, None)
         state.setdefault("data_parallel_group", "auto")  # pickles of earlier versions
         state.setdefault("sparse", True)  # likewise
+        state.setdefault("placements", ["device"] * len(state["embedding_specs"]))  # likewise
         state.setdefault("table_names", [f"table_{t}" for t in range(len(state["embedding_specs"]))])  # likewise
         if "_grad_anchor" in state.get("_parameters", {}):  # likewise: their anchor Parameter (now _GRAD_ANCHOR)
             state["_parameters"] = {k: v for k, v in state["_parameters"].items() if k != "_grad_anchor"}
