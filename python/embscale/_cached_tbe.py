@@ -74,8 +74,6 @@ def make_cached(module, placements, cache_load_factor, cache_algorithm, cache_ma
     module._placements = list(placements)
     module._cache_rows = [max(1, int(round(cache_load_factor * rows))) if p == "cached" else 0
                           for (rows, _), p in zip(module.embedding_specs, placements)]
-    module.cache_load_factor = cache_load_factor
-    module.cache_algorithm = cache_algorithm
     module._cache_device = device
     module._max_lookups = cache_max_lookups
     module._cache = None

@@ -605,6 +605,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.total_dim = sum(self.feature_dims)
         self._handles = {}
         self.placements = placements
+        self.cache_load_factor, self.cache_algorithm = cache_load_factor, cache_algorithm
 
         device = _module_device(device)
         # Tables in host memory on CUDA: the module is built on the CPU (its tables there are the host store)
@@ -700,6 +701,14 @@ class TableBatchedEmbeddingBags(nn.Module):
             return flat[start:start + rows]
         start = h.weight_offsets[t]
         return flat[start:start + rows * dim].view(rows, dim)
+
+    def prefetch(self, indices: torch.Tensor, offsets: torch.Tensor):
+        """FBGEMM's prefetch: plans a batch's rows of tables in host memory ahead of its forward. Tables in the
+        memory of the module's device have nothing to plan: it does nothing (a cached module's plans it)."""
+
+    def flush(self):
+        """FBGEMM's flush: writes cached rows back to host memory. Tables in the memory of the module's device
+        have none: it does nothing (a cached module's writes them)."""
 
     def split_embedding_weights(self):
         """Views [E_t, D_t] of each table (writes through)."""

@@ -40,6 +40,8 @@ try:  # FBGEMM's modules, where installed (never needed by embscale itself); the
 except ImportError:
     FBGEMM_VARIANT = None
 
+requires_fbgemm = pytest.mark.skipif(FBGEMM_VARIANT is None, reason="fbgemm_gpu is not installed (scripts/"
+                                                                    "test_torchrec.sh has it on the CPU)")
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "### Moving from FBGEMM's `SplitTableBatchedEmbeddingBagsCodegen`"
 
@@ -105,7 +107,10 @@ def _row_key(fbgemm_cell):
 
 # Each row of the table and the tests of this file that check it.
 ROW_CHECKS = {
-    "embedding_specs": ["test_trains_as_fbgemm", "test_managed_locations_are_refused_naming_the_table"],
+    "embedding_specs": ["test_trains_as_fbgemm", "test_managed_locations_become_placements",
+                        "test_cached_placements_train_as_fbgemm"],
+    "cache_load_factor": ["test_managed_locations_become_placements", "test_cached_placements_train_as_fbgemm"],
+    "prefetch": ["test_cached_placements_train_as_fbgemm", "test_prefetch_and_flush_without_host_tables"],
     "optimizer": ["test_trains_as_fbgemm", "test_fbgemm_optimizers_support_is_as_declared",
                   "test_mapping_rows_give_the_embscale_spelling", "test_fbgemm_default_optimizer_is_kept"],
     "weight_decay_mode": ["test_trains_as_fbgemm", "test_mapping_rows_give_the_embscale_spelling"],
@@ -188,43 +193,32 @@ def test_mapping_rows_give_the_embscale_spelling():
                 assert a.weights.dtype == b.weights.dtype == value, (keyword, member)
 
 
-def test_managed_locations_are_refused_naming_the_table():
-    for location in ("MANAGED", "MANAGED_CACHING"):
+def test_managed_locations_become_placements():
+    """FBGEMM's MANAGED and MANAGED_CACHING tables (with ComputeDevice.CUDA) are embscale's "host" and "cached"
+    placements, with FBGEMM's cache_load_factor and CacheAlgorithm (built on meta here: no GPU needed)."""
+    lfu = enum.Enum("CacheAlgorithm", ["LRU", "LFU"], module="fbgemm_gpu.stand_in").LFU
+    for location, placement in (("MANAGED", "host"), ("MANAGED_CACHING", "cached")):
         specs = [(10, 4, fbgemm_enum("EmbeddingLocation", "DEVICE"), fbgemm_enum("ComputeDevice", "CUDA")),
                  (10, 4, fbgemm_enum("EmbeddingLocation", location), fbgemm_enum("ComputeDevice", "CUDA"))]
-        with pytest.raises(ValueError, match=rf"^embedding_specs\[1\]: EmbeddingLocation.{location} .*not supported "
-                                             "yet"):
-            embscale.TableBatchedEmbeddingBags(specs, optimizer="sgd")
+        m = embscale.TableBatchedEmbeddingBags(specs, optimizer="sgd", device="meta", cache_load_factor=0.05,
+                                               cache_algorithm=lfu)
+        assert m.placements == ["device", placement]
+        assert (m.cache_load_factor, m.cache_algorithm) == (0.05, "lfu")
 
 
-def test_fbgemm_default_optimizer_is_kept():
-    specs = [(10, 4, fbgemm_enum("EmbeddingLocation", "HOST"), fbgemm_enum("ComputeDevice", "CPU"))]
-    assert embscale.TableBatchedEmbeddingBags(specs).optimizer == OPTIMIZERS["EXACT_SGD"]
-    assert embscale.TableBatchedEmbeddingBags([(10, 4)]).optimizer == "rowwise_adagrad"  # embscale's own default
-
-
-def test_adam_has_no_l2():
-    """Neither embscale nor FBGEMM has torch.optim.Adam's L2: embscale's Adam variants train the same in every
-    weight decay mode, the decoupled rule (FBGEMM's, checked against FBGEMM by test_trains_as_fbgemm on CUDA)."""
-    for optimizer in ("adam", "partial_rowwise_adam"):
-        results = []
-        for mode in MODES.values():
-            torch.manual_seed(3)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # ('l2' warns that it is not torch's L2)
-                m = embscale.TableBatchedEmbeddingBags([(10, 4), (6, 8)], optimizer=optimizer, learning_rate=0.1,
-                                                       weight_decay=0.5, weight_decay_mode=mode)
-            for _ in range(2):
-                m(torch.tensor([1, 2, 5]), torch.tensor([0, 2, 3])).sum().backward()
-            results.append(m.weights.detach().clone())
-        assert all(torch.equal(r, results[0]) for r in results), optimizer
-    if FBGEMM_VARIANT is not None:
-        assert not [n for n in EmbOptimType.__members__ if "ADAM" in n and n not in OPTIMIZERS]
-
-
-# ---- the cross-check -----------------------------------------------------------------------------------------
-requires_fbgemm = pytest.mark.skipif(FBGEMM_VARIANT is None, reason="fbgemm_gpu is not installed (scripts/"
-                                                                    "test_torchrec.sh has it on the CPU)")
+def test_prefetch_and_flush_without_host_tables(gen):
+    """A module whose tables all live in its device's memory (or on the CPU) takes FBGEMM's prefetch and flush
+    calls and does nothing: what trains is what trains without them."""
+    a, b = (embscale.TableBatchedEmbeddingBags([(10, 4), (6, 8)], learning_rate=0.1) for _ in range(2))
+    b.load_state_dict(a.state_dict())
+    for _ in range(2):
+        indices, offsets, _ = ref.make_lookups(gen, [10, 6], 3, 3)
+        b.prefetch(indices, offsets)
+        grad = torch.randn(3, 12, generator=gen)
+        a(indices, offsets).backward(grad)
+        b(indices, offsets).backward(grad)
+        b.flush()
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.momentum1, b.momentum1)
 
 
 def _devices():
@@ -689,3 +683,69 @@ def test_methods_as_fbgemm(device, gen):
         for name, value in states.items():
             torch.testing.assert_close(state[f"table_{t}.{name}"], value.view(state[f"table_{t}.{name}"].shape),
                                        rtol=1e-5, atol=1e-7)
+
+
+@requires_fbgemm
+def test_cached_placements_train_as_fbgemm(gen):
+    """FBGEMM's MANAGED_CACHING and MANAGED tables (EXACT_ROWWISE_ADAGRAD, fp32) and embscale's "cached" and "host"
+    ones, trained side by side with the next batch prefetched: the same outputs, tables and optimizer state. CUDA
+    only (FBGEMM's managed tables need it)."""
+    if not torch.cuda.is_available() or fbgemm_on_cuda() is not None:
+        pytest.skip(fbgemm_on_cuda() or "FBGEMM's managed tables need CUDA")
+    location = fbgemm_enum("EmbeddingLocation", "MANAGED_CACHING"), fbgemm_enum("EmbeddingLocation", "MANAGED")
+    cuda = fbgemm_enum("ComputeDevice", "CUDA")
+    specs = [(400, 8, location[0], cuda), (300, 16, location[1], cuda), (200, 8, location[0], cuda)]
+    fmap = [0, 1, 2, 0]
+    kwargs = dict(optimizer=fbgemm_enum("EmbOptimType", "EXACT_ROWWISE_ADAGRAD"), learning_rate=0.05, eps=0.1,
+                  cache_load_factor=0.1, stochastic_rounding=False, feature_table_map=fmap,
+                  bounds_check_mode=fbgemm_enum("BoundsCheckMode", "NONE"))
+    fb = SplitTableBatchedEmbeddingBagsCodegen(specs, **kwargs)
+    ours = embscale.TableBatchedEmbeddingBags(specs, **kwargs)
+    fb.init_embedding_weights_uniform(-0.5, 0.5)
+    fb.flush()
+    with torch.no_grad():
+        for t, w in enumerate(fb.split_embedding_weights()):
+            ours.split_embedding_weights()[t].copy_(w.cpu())
+    ours.load_cache()
+    rows = [specs[t][0] for t in fmap]
+    batches = [tuple(x.cuda() for x in ref.make_lookups(gen, rows, 16, 6, hot_row=1, hot_share=0.3)[:2])
+               for _ in range(5)]
+    ours.prefetch(*batches[0])  # embscale's next batch planned while one trains; FBGEMM's plans in its forward
+    for s, (indices, offsets) in enumerate(batches):
+        grad = torch.randn(16, sum(specs[t][1] for t in fmap), generator=gen).cuda()
+        a, b = fb(indices, offsets), ours(indices, offsets)
+        assert_tables_close(b, a, torch.float32, f"step {s} output")
+        if s + 1 < len(batches):
+            ours.prefetch(*batches[s + 1])
+        a.backward(grad)
+        b.backward(grad)
+    fb.flush()
+    for t, (w_fb, w_ours) in enumerate(zip(fb.split_embedding_weights(), ours.split_embedding_weights())):
+        assert_tables_close(w_ours, w_fb.cpu(), torch.float32, f"table {t}")
+    for t, (s_fb, s_ours) in enumerate(zip(fb.split_optimizer_states(), ours.split_optimizer_states())):
+        assert_tables_close(s_ours[0], s_fb[0].cpu(), torch.float32, f"table {t} state")
+
+
+def test_fbgemm_default_optimizer_is_kept():
+    specs = [(10, 4, fbgemm_enum("EmbeddingLocation", "HOST"), fbgemm_enum("ComputeDevice", "CPU"))]
+    assert embscale.TableBatchedEmbeddingBags(specs).optimizer == OPTIMIZERS["EXACT_SGD"]
+    assert embscale.TableBatchedEmbeddingBags([(10, 4)]).optimizer == "rowwise_adagrad"  # embscale's own default
+
+
+def test_adam_has_no_l2():
+    """Neither embscale nor FBGEMM has torch.optim.Adam's L2: embscale's Adam variants train the same in every
+    weight decay mode, the decoupled rule (FBGEMM's, checked against FBGEMM by test_trains_as_fbgemm on CUDA)."""
+    for optimizer in ("adam", "partial_rowwise_adam"):
+        results = []
+        for mode in MODES.values():
+            torch.manual_seed(3)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # ('l2' warns that it is not torch's L2)
+                m = embscale.TableBatchedEmbeddingBags([(10, 4), (6, 8)], optimizer=optimizer, learning_rate=0.1,
+                                                       weight_decay=0.5, weight_decay_mode=mode)
+            for _ in range(2):
+                m(torch.tensor([1, 2, 5]), torch.tensor([0, 2, 3])).sum().backward()
+            results.append(m.weights.detach().clone())
+        assert all(torch.equal(r, results[0]) for r in results), optimizer
+    if FBGEMM_VARIANT is not None:
+        assert not [n for n in EmbOptimType.__members__ if "ADAM" in n and n not in OPTIMIZERS]
