@@ -183,3 +183,13 @@ def test_cached_modules_refuse_what_they_cannot_do(gen):
         embscale.TableBatchedEmbeddingBags([(10, 4, "host")], optimizer="none", device="cuda")
     with pytest.raises(ValueError, match=r"^device: a module whose tables live in host memory"):
         placed.half()
+
+
+def test_the_readmes_example_runs():
+    """The README's example of tables larger than GPU memory runs as written (on CUDA in the GPU suite)."""
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("### Tables larger than GPU memory"):]
+    code = section[section.index("```python") + len("```python"):]
+    exec(compile(code[:code.index("```")], "README.md", "exec"), {})
