@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/spelling.h"
 #include "core/workspace.h"
 #include "embscale/memory.h"
 #include "embscale/tbe_cache.h"
@@ -27,20 +28,20 @@ const char* table_placement_name(TablePlacement p) {
   return "unknown";
 }
 
+namespace {
+// Each name, then FBGEMM's EmbeddingLocation names for the same placements.
+constexpr Spelling<TablePlacement> kPlacementSpellings[] = {
+    {"device", TablePlacement::kDevice}, {"host", TablePlacement::kHost}, {"cached", TablePlacement::kCached},
+    {"DEVICE", TablePlacement::kDevice}, {"MANAGED", TablePlacement::kHost},
+    {"MANAGED_CACHING", TablePlacement::kCached},
+};
+constexpr Spelling<CacheAlgorithm> kCacheAlgorithmSpellings[] = {
+    {"lru", CacheAlgorithm::kLru}, {"lfu", CacheAlgorithm::kLfu}, {"LRU", CacheAlgorithm::kLru},
+    {"LFU", CacheAlgorithm::kLfu}};
+}  // namespace
+
 bool parse_table_placement(const std::string& name, TablePlacement* out) {
-  static const struct { const char* name; TablePlacement p; } kNames[] = {
-      {"device", TablePlacement::kDevice}, {"host", TablePlacement::kHost}, {"cached", TablePlacement::kCached},
-      // FBGEMM's EmbeddingLocation names
-      {"DEVICE", TablePlacement::kDevice}, {"MANAGED", TablePlacement::kHost},
-      {"MANAGED_CACHING", TablePlacement::kCached},
-  };
-  for (const auto& e : kNames) {
-    if (name == e.name) {
-      if (out) *out = e.p;
-      return true;
-    }
-  }
-  return false;
+  return parse_spelling(kPlacementSpellings, name, out);
 }
 
 const char* cache_algorithm_name(CacheAlgorithm a) {
@@ -52,16 +53,7 @@ const char* cache_algorithm_name(CacheAlgorithm a) {
 }
 
 bool parse_cache_algorithm(const std::string& name, CacheAlgorithm* out) {
-  static const struct { const char* name; CacheAlgorithm a; } kNames[] = {
-      {"lru", CacheAlgorithm::kLru}, {"lfu", CacheAlgorithm::kLfu}, {"LRU", CacheAlgorithm::kLru},
-      {"LFU", CacheAlgorithm::kLfu}};
-  for (const auto& e : kNames) {
-    if (name == e.name) {
-      if (out) *out = e.a;
-      return true;
-    }
-  }
-  return false;
+  return parse_spelling(kCacheAlgorithmSpellings, name, out);
 }
 
 namespace {
