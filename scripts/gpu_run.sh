@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call: build (Release, CUDA on, sm_90a) into build-gpu/,
 # `embscale info`, the whole test suite, the Python package's tests and its DLRM example on CUDA
-# (against libembscale_c from the build), a memcheck pass over small CUDA cases, the benchmarks (ours with
-# the in-harness peers, then torch's), and a summary table printed last.
+# (against libembscale_c from the build), the NCCL tests at world size 1 (embscale's TorchRec integration
+# under DistributedModelParallel on one GPU against TorchRec's own FBGEMM FUSED kernels, and the DLRM
+# example under torchrun; needs TorchRec, see below), a memcheck pass over small CUDA cases, the benchmarks
+# (ours with the in-harness peers, then torch's), and a summary table printed last.
 #
 # Each stage's failure is reported and the later stages still run, so one call yields as much as it
 # can; the exit status is non-zero when any stage failed. Logs and one results.jsonl (every benchmark
@@ -10,9 +12,11 @@
 #
 # Environment:
 #   OUT                    output directory (default: ./out)
-#   STAGES                 stages to run, in order (default: "build info test python sanitize bench summary")
-#   BUILD_DIR              build directory (default: build-gpu). When it already holds the embscale and
-#                          embscale_tests binaries (a build made elsewhere), the build stage is skipped.
+#   STAGES                 stages to run, in order (default: "build info test python nccl sanitize bench summary")
+#   BUILD_DIR              build directory (default: build-gpu; relative to the repository root, or absolute,
+#                          e.g. /tmp/b to reuse an earlier call's build while the machine is warm). When it
+#                          already holds embscale, embscale_tests and libembscale_c.so (a build made
+#                          elsewhere), the build stage is skipped.
 #   EMBSCALE_EXTRA_PREFIX  extra install prefix(es), ':'-separated, for CLI11, nlohmann_json and GTest
 #                          when the system lacks them: passed as CMAKE_PREFIX_PATH, and <prefix>/include
 #                          (or the directory itself when it holds the headers) is added to the include path.
@@ -21,17 +25,46 @@
 #   TEST_LIMIT             seconds for the test suite (default: 330; the H200 run takes ~200).
 #   EXTRA_BENCHES          more benchmark entries, one per line, in the BENCHES format below.
 #   BENCH_NAMES            when set, only the benchmark entries of these names (space-separated) run.
+#   NCCL_TEST_LIMIT        seconds for the nccl stage's pytest (default: 420); NCCL_DLRM_STEPS steps of each
+#                          torchrun example (default: 200), NCCL_DLRM_LIMIT seconds for each (default: 120).
+#   NCCL_DEVICE            cuda (default); cpu runs the nccl stage's tests and examples on gloo instead: a dry
+#                          run of the stage on a machine without a GPU (with EMBSCALE_TEST_WORLDS=1 for world 1).
+#   PEERS, UNPACK_TO       the nccl stage's .peers folder (default: .peers) and where it is unpacked (default:
+#                          /tmp), as scripts/gpu_peers_unpack.sh takes them.
+#
+# The nccl stage: pytest over tests/python/test_torchrec.py, test_torchrec_matches_fbgemm.py and
+# test_data_parallel.py with EMBSCALE_TEST_DIST_DEVICE=cuda (one process per GPU, NCCL; the world-size-1
+# cases on a machine of one GPU: tests/python/multiprocess.py's worlds()), then
+# `torchrun --standalone --nproc_per_node 1 examples/train_dlrm.py --distributed --device cuda` for every
+# --sharding the example takes (each must finish and its loss fall). It needs `import torchrec, fbgemm_gpu`
+# to work: /tmp/fb and /tmp/trsite go on PYTHONPATH where they exist, and .peers/ is unpacked there first
+# where it was carried (scripts/gpu_peers_unpack.sh). Without TorchRec the stage FAILS with "SKIPPED
+# (torchrec not available ...)", so a run without it never reads as a pass.
+#
+# TorchRec on the GPU machine, two calls (shared/peers/README.md; FBGEMM's main archive, the zstandard
+# wheel and the project fill one call's 64 MiB carry, and /tmp outlives a call only while the machine is
+# kept warm, ~30 s after a call ends):
+#   call 1  carry .peers/fbgemm_sm90.tar.zst and .peers/zstandard-0.25.0-cp312-*.whl (~62 MiB with the tree):
+#           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=520 \
+#             STAGES="build info test python sanitize bench summary" bash scripts/gpu_run.sh
+#   call 2  within 30 s, carry .peers/fbgemm_inference_sm90.tar.zst, .peers/torchrec and the zstandard wheel:
+#           BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build nccl" bash scripts/gpu_run.sh
+#           (the build of call 1 is reused; the nccl stage unpacks what call 2 carried)
+# Each call is one command of at most 10 minutes; its output comes back under $OUT. A call 2 on a fresh
+# machine (call 1's /tmp gone) reports the nccl stage failed, naming what /tmp lacks.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit
 ROOT=$PWD
 OUT=${OUT:-$ROOT/out}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
-STAGES=${STAGES:-"build info test python sanitize bench summary"}
+case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac  # absolute from here on
+STAGES=${STAGES:-"build info test python nccl sanitize bench summary"}
 TIME_BUDGET=${TIME_BUDGET:-470}
 SANITIZE_FILTER=${SANITIZE_FILTER:-"*/cuda:-*RealBufferBeyond2To31Elements*"}
-CLI="$ROOT/$BUILD_DIR/embscale"
-TESTS="$ROOT/$BUILD_DIR/embscale_tests"
-DEV_TESTS="$ROOT/$BUILD_DIR/embscale_dev_tests"  # dev/: the forward's kernel variants
+CLI="$BUILD_DIR/embscale"
+TESTS="$BUILD_DIR/embscale_tests"
+DEV_TESTS="$BUILD_DIR/embscale_dev_tests"  # dev/: the forward's kernel variants
+LIB="$BUILD_DIR/libembscale_c.so"
 
 # Benchmarks, in order: "name|timeout_s|command". A command prints readable lines and/or JSON records
 # on stdout, and may also write JSON records to the file $JSONL; records from both end up in
@@ -67,7 +100,7 @@ run_step() {
     return 1
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  echo "== $name (limit ${limit}s) -> ${log#$OUT/}"
+  echo "== $name (limit ${limit}s) -> ${log#"$OUT"/}"
   local t0 rc
   t0=$(date +%s)
   timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
@@ -88,8 +121,8 @@ run_step() {
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
 stage_build() {
-  if [ -x "$CLI" ] && [ -x "$TESTS" ]; then
-    echo "== build: $BUILD_DIR/embscale and $BUILD_DIR/embscale_tests exist; not rebuilding"
+  if [ -x "$CLI" ] && [ -x "$TESTS" ] && [ -f "$LIB" ]; then
+    echo "== build: $BUILD_DIR holds embscale, embscale_tests and libembscale_c.so; not rebuilding"
     REPORT+=("$(printf '%-26s %s' build "prebuilt (skipped)")")
     return 0
   fi
@@ -126,15 +159,76 @@ stage_test() {
 # pytest over tests/python (CPU and CUDA tensors) and the DLRM example on CUDA, against the build's
 # libembscale_c. pytest is installed from $BUILD_DIR/wheels when the machine lacks it and wheels are there.
 stage_python() {
-  export EMBSCALE_LIBRARY="$ROOT/$BUILD_DIR/libembscale_c.so" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
-  if ! python3 -c "import pytest" 2>/dev/null && [ -d "$BUILD_DIR/wheels" ]; then
-    python3 -m pip install -q --no-index --find-links "$BUILD_DIR/wheels" pytest >"$OUT/pip.log" 2>&1
-  fi
+  export EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+  ensure_pytest
   run_step "python tests" 240 "$OUT/pytest.log" python3 -m pytest -q -p no:cacheprovider tests/python
   tail -n 3 "$OUT/pytest.log"
   run_step "python example" 150 "$OUT/train_dlrm.log" python3 examples/train_dlrm.py --device cuda --steps 300 \
     --out "$OUT/train_dlrm_cuda.png"
   cat "$OUT/train_dlrm.log"
+}
+
+ensure_pytest() {
+  if ! python3 -c "import pytest" 2>/dev/null && [ -d "$BUILD_DIR/wheels" ]; then
+    python3 -m pip install -q --no-index --find-links "$BUILD_DIR/wheels" pytest >"$OUT/pip.log" 2>&1
+  fi
+}
+
+# The NCCL tests at world size 1 (see the header): TorchRec's DistributedModelParallel on this GPU with
+# embscale's kernels, against TorchRec's own FBGEMM FUSED kernels and one process on the global batch, and
+# the DLRM example under torchrun for each sharding type.
+NCCL_SHARDINGS="table_wise row_wise column_wise data_parallel"  # examples/train_dlrm.py's --sharding choices
+# Reads the example's JSON: every loss finite, and the last 20 steps' mean below the first 20's.
+LOSS_FELL='import json, math, sys
+loss = json.load(open(sys.argv[1]))["results"]["distributed"]["loss"]
+first, last = sum(loss[:20]) / 20, sum(loss[-20:]) / 20
+print(f"loss: {first:.4f} over the first 20 steps, {last:.4f} over the last 20")
+sys.exit(0 if all(map(math.isfinite, loss)) and last < first - 0.005 else "the loss did not fall")'
+stage_nccl() {
+  local peers=${PEERS:-$ROOT/.peers} to=${UNPACK_TO:-/tmp}  # as scripts/gpu_peers_unpack.sh takes them
+  if [ -d "$peers" ]; then  # whatever of .peers/ this call carried, unpacked to /tmp (once)
+    run_step "nccl unpack .peers" 120 "$OUT/peers_unpack.log" env PEERS="$peers" UNPACK_TO="$to" \
+      bash "$ROOT/scripts/gpu_peers_unpack.sh"
+    grep "^peers:" "$OUT/peers_unpack.log" | sed 's/^/   /'
+  fi
+  local pp="$ROOT/python" d
+  for d in "$to/fb" "$to/trsite"; do [ -d "$d" ] && pp+=":$d"; done
+  pp+="${PYTHONPATH:+:$PYTHONPATH}"
+  if ! PYTHONPATH="$pp" python3 -c "import torchrec, fbgemm_gpu" >"$OUT/nccl_import.log" 2>&1; then
+    echo "== nccl: \`import torchrec, fbgemm_gpu\` fails (PYTHONPATH=$pp):"
+    tail -n 3 "$OUT/nccl_import.log" | sed 's/^/   | /'
+    FAILED+=(nccl)
+    REPORT+=("$(printf '%-26s %s' nccl "SKIPPED (torchrec not available: carry .peers (the two calls of this script's header))")")
+    return 1
+  fi
+  if [ ! -f "$LIB" ]; then
+    echo "== nccl: $LIB is missing (the build stage makes it)"
+    FAILED+=(nccl)
+    REPORT+=("$(printf '%-26s %s' nccl "FAILED (no libembscale_c.so in $BUILD_DIR)")")
+    return 1
+  fi
+  ensure_pytest
+  local dev=${NCCL_DEVICE:-cuda}
+  local envs=(env EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$pp" EMBSCALE_TEST_DIST_DEVICE="$dev")
+  run_step "nccl tests" "${NCCL_TEST_LIMIT:-420}" "$OUT/nccl_pytest.log" "${envs[@]}" python3 -m pytest -q -rs \
+    -p no:cacheprovider --durations=10 tests/python/test_torchrec.py tests/python/test_torchrec_matches_fbgemm.py \
+    tests/python/test_data_parallel.py
+  grep -E "^(FAILED|ERROR) |^SKIPPED|passed|failed" "$OUT/nccl_pytest.log" | tail -n 20 | sed 's/^/   /'
+  # Every case skipped for want of TorchRec would pass quietly: a failure here.
+  if grep -q "torchrec is not installed" "$OUT/nccl_pytest.log"; then
+    echo "   pytest did not import torchrec: the TorchRec cases were skipped"
+    FAILED+=("nccl tests")
+    REPORT+=("$(printf '%-26s %s' "nccl tests" "FAILED (pytest skipped the TorchRec cases)")")
+  fi
+  local s
+  for s in $NCCL_SHARDINGS; do
+    # shellcheck disable=SC2016  # the inner script's arguments, expanded there
+    run_step "nccl dlrm $s" "${NCCL_DLRM_LIMIT:-120}" "$OUT/nccl_dlrm_$s.log" "${envs[@]}" bash -c \
+      'python3 -m torch.distributed.run --standalone --nproc_per_node 1 examples/train_dlrm.py --distributed \
+         --device "$5" --steps "$1" --sharding "$2" --out "$3.png" && python3 -c "$4" "$3.json"' \
+      _ "${NCCL_DLRM_STEPS:-200}" "$s" "$OUT/train_dlrm_nccl_$s" "$LOSS_FELL" "$dev"
+    grep -E "^distributed|^loss:|did not fall|Error" "$OUT/nccl_dlrm_$s.log" | tail -n 3 | sed 's/^/   /'
+  done
 }
 
 stage_sanitize() {
@@ -182,8 +276,8 @@ echo "embscale GPU run: stages '$STAGES', build $BUILD_DIR, output $OUT, budget 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 for s in $STAGES; do
   case $s in
-    build|info|test|python|sanitize|bench|summary) "stage_$s" ;;
-    *) echo "== unknown stage '$s' (expected build info test python sanitize bench summary)"; FAILED+=("$s") ;;
+    build|info|test|python|nccl|sanitize|bench|summary) "stage_$s" ;;
+    *) echo "== unknown stage '$s' (expected build info test python nccl sanitize bench summary)"; FAILED+=("$s") ;;
   esac
 done
 

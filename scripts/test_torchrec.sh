@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the tests of embscale under TorchRec (tests/python/test_torchrec.py: DistributedModelParallel on
-# gloo, 2 and 3 processes), of embscale's sharded training against TorchRec's own FBGEMM FUSED kernels
+# gloo, 1, 2 and 3 processes), of embscale's sharded training against TorchRec's own FBGEMM FUSED kernels
 # (tests/python/test_torchrec_matches_fbgemm.py), of replicated tables (tests/python/test_data_parallel.py)
 # and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
 # tests/python/test_fbgemm_migration.py, which checks the README's migration table by training both side by

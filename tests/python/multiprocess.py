@@ -1,7 +1,8 @@
 """Runs a function in several processes joined by a process group on this machine, for the tests of
 data-parallel and sharded training: every process calls worker(rank, world, *args) and its return value
 comes back (torch.save'd, tensors moved to the CPU) to the caller. The group is gloo on the CPU, or NCCL
-with one GPU a process where EMBSCALE_TEST_DIST_DEVICE=cuda (``device()`` says which). A process that
+with one GPU a process where EMBSCALE_TEST_DIST_DEVICE=cuda (``device()`` says which); ``worlds()`` gives
+the world sizes the tests take (2 and 3, or 1 on a machine of one GPU). A process that
 raises makes run() raise with its traceback; a run that does not finish within `timeout` seconds is
 ended (no hang)."""
 import datetime
@@ -21,6 +22,22 @@ def device(rank=0):
     if os.environ.get("EMBSCALE_TEST_DIST_DEVICE", "cpu") == "cuda":
         return torch.device("cuda", rank)
     return torch.device("cpu")
+
+
+def worlds(on_cpu=(2, 3)):
+    """The world sizes the distributed tests run at: EMBSCALE_TEST_WORLDS (comma-separated, e.g. "1" or
+    "1,2,3") where set; [1] on a machine of one GPU with EMBSCALE_TEST_DIST_DEVICE=cuda (NCCL at world size
+    1: scripts/gpu_run.sh's nccl stage); [2, 3] on more GPUs (a size beyond the GPUs present skips);
+    `on_cpu` on gloo."""
+    given = os.environ.get("EMBSCALE_TEST_WORLDS", "").strip()
+    if given:
+        sizes = [int(w) for w in given.split(",") if w.strip()]
+        if not sizes or min(sizes) < 1:
+            raise ValueError(f"EMBSCALE_TEST_WORLDS: {given!r} is not a list of world sizes >= 1")
+        return sizes
+    if device().type == "cuda":
+        return [1] if torch.cuda.device_count() == 1 else [2, 3]
+    return list(on_cpu)
 
 
 def skip_unless_enough_devices(world):

@@ -1,8 +1,9 @@
-"""embscale under TorchRec: DistributedModelParallel with embscale's kernels (gloo, 2 and 3 processes on
-this machine) trains like one process with the global batch, for table-wise, row-wise, column-wise,
-data-parallel and mixed plans, SUM and MEAN pooling, row-wise Adagrad and SGD: forward outputs, tables and
-optimizer state after several steps, bit for bit. Skipped where torchrec is not installed
-(scripts/test_torchrec.sh makes an environment that has it)."""
+"""embscale under TorchRec: DistributedModelParallel with embscale's kernels (gloo, 1, 2 and 3 processes
+on this machine; NCCL with one GPU a process under EMBSCALE_TEST_DIST_DEVICE=cuda, 1 process on a machine
+of one GPU: multiprocess.worlds()) trains like one process with the global batch, for table-wise, row-wise,
+column-wise, data-parallel and mixed plans, SUM and MEAN pooling, row-wise Adagrad and SGD: forward
+outputs, tables and optimizer state after several steps, bit for bit. Skipped where torchrec is not
+installed (scripts/test_torchrec.sh makes an environment that has it)."""
 import copy
 
 import pytest
@@ -60,17 +61,21 @@ class _Model(nn.Module):
 
 
 def _per_param(plan, world):
+    """A plan per table; with one process every shard is on rank 0 (the column shards of a table too)."""
     from torchrec.distributed import sharding_plan as sp
+
+    def on(*ranks):
+        return [r % world for r in ranks]
 
     if plan == "table_wise":
         return {n: sp.table_wise(rank=i % world) for i, (n, _, _, _) in enumerate(TABLES)}
     if plan == "row_wise":
         return {n: sp.row_wise() for n, _, _, _ in TABLES}
     if plan == "column_wise":  # t1 (8 columns) in two column shards on ranks 0 and 1, t2 (16) in four, two on each
-        return {"t0": sp.table_wise(rank=world - 1), "t1": sp.column_wise(ranks=[0, 1]),
-                "t2": sp.column_wise(ranks=[0, 1, 0, 1]), "t3": sp.table_wise(rank=0)}
+        return {"t0": sp.table_wise(rank=world - 1), "t1": sp.column_wise(ranks=on(0, 1)),
+                "t2": sp.column_wise(ranks=on(0, 1, 0, 1)), "t3": sp.table_wise(rank=0)}
     if plan == "mixed":
-        return {"t0": sp.row_wise(), "t1": sp.table_wise(rank=world - 1), "t2": sp.column_wise(ranks=[0, 1, 0, 1]),
+        return {"t0": sp.row_wise(), "t1": sp.table_wise(rank=world - 1), "t2": sp.column_wise(ranks=on(0, 1, 0, 1)),
                 "t3": sp.data_parallel()}
     return {n: sp.data_parallel() for n, _, _, _ in TABLES}
 
@@ -179,7 +184,11 @@ def _reference_pieces(plan, world):
     return pieces
 
 
-@pytest.fixture(scope="module", params=[2, 3])
+# One process too on gloo (cheap: one more group of processes): the world of a machine of one GPU.
+WORLDS = multiprocess.worlds(on_cpu=(1, 2, 3))
+
+
+@pytest.fixture(scope="module", params=WORLDS)
 def run(request):
     world = request.param
     multiprocess.skip_unless_enough_devices(world)
@@ -395,8 +404,14 @@ def _check_state_positions(results, plan):
                 f"rank {r}: table {n}, shard of column {c0}: its state at {at}"
 
 
-@pytest.mark.parametrize("saved, loaded", [(("table_wise", 2), ("row_wise", 3)), (("row_wise", 3), ("table_wise", 2)),
-                                           (("column_wise", 2), ("column_wise", 3))])
+# (plan, world size) saved -> loaded: across world sizes where the processes allow it, else (one GPU) across
+# plans in one process.
+RESHARDS = ([(("table_wise", 2), ("row_wise", 3)), (("row_wise", 3), ("table_wise", 2)),
+             (("column_wise", 2), ("column_wise", 3))] if max(WORLDS) > 1 else
+            [(("table_wise", 1), ("row_wise", 1)), (("column_wise", 1), ("column_wise", 1))])
+
+
+@pytest.mark.parametrize("saved, loaded", RESHARDS)
 def test_checkpoint_reshards(tmp_path, saved, loaded):
     """A checkpoint of the sharded model and its fused optimizer (torch.distributed.checkpoint) taken under
     one plan and world size loads into another: every table and its row-wise Adagrad state equal the

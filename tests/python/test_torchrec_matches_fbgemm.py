@@ -1,12 +1,13 @@
 """TorchRec's own kernels as the oracle of embscale's: one model trained under DistributedModelParallel
-(gloo, 2 and 3 processes) on torchrec's EmbeddingBagCollection with FBGEMM's FUSED CPU kernels and on
-embscale's collection and sharder gives the same losses, the same tables and the same fused optimizer
-state: its values, and its keys and layout in ``state_dict()``, for table-wise, row-wise, column-wise (with
-two column shards of a table on one process) and mixed plans, SUM and MEAN pooling, row-wise Adagrad and
-SGD, with hot rows and empty bags. Both sides use TorchRec's usual optimizer setup (the fused optimizer
-beside a dense SGD for the model's dense layer, through in_backward_optimizer_filter and
-CombinedOptimizer). And a checkpoint (torch.distributed.checkpoint) of either model and its optimizer
-loads into the other, which then trains on as the saved one does.
+(gloo, 1, 2 and 3 processes, FBGEMM's CPU kernels; under EMBSCALE_TEST_DIST_DEVICE=cuda NCCL with one GPU a
+process, FBGEMM's CUDA kernels, 1 process on a machine of one GPU: multiprocess.worlds()) on torchrec's
+EmbeddingBagCollection with FBGEMM's FUSED kernels and on embscale's collection and sharder gives the
+same losses, the same tables and the same fused optimizer state: its values, and its keys and layout in
+``state_dict()``, for table-wise, row-wise, column-wise (with two column shards of a table on one process)
+and mixed plans, SUM and MEAN pooling, row-wise Adagrad and SGD, with hot rows and empty bags. Both sides
+use TorchRec's usual optimizer setup (the fused optimizer beside a dense SGD for the model's dense layer,
+through in_backward_optimizer_filter and CombinedOptimizer). And a checkpoint (torch.distributed.checkpoint)
+of either model and its optimizer loads into the other, which then trains on as the saved one does.
 
 Where TorchRec's kernels cannot serve as the oracle, the case is left out with its reason:
 - data-parallel tables: TorchRec gives them its DENSE kernel only (trained by a dense optimizer, with no
@@ -18,6 +19,8 @@ Where TorchRec's kernels cannot serve as the oracle, the case is left out with i
   output distribution (a reduce-scatter) needs one batch size on every process.
 - a table looked up by several features only under SGD: FBGEMM's CPU backward applies row-wise Adagrad once
   per feature, embscale once per row (test_fbgemm_peer.py).
+- the checkpoint exchange at one world size, 2 (the smallest of multiprocess.worlds() where 2 is not among
+  them: 1 on a machine of one GPU).
 
 Skipped where torchrec is not installed (scripts/test_torchrec.sh makes an environment that has it).
 """
@@ -38,6 +41,8 @@ DENSE_LR = 0.05
 MAX_BAG = 4
 STEPS = 4
 SAVE_AFTER = 2  # the checkpoint exchange saves after this many steps and trains on for the rest
+WORLDS = multiprocess.worlds(on_cpu=(1, 2, 3))  # one process too on gloo: the world of a machine of one GPU
+EXCHANGE_WORLD = 2 if 2 in WORLDS else min(WORLDS)  # the world size of the checkpoint exchange
 # Each model holds one collection per (plan, pooling); a model's batches are even (the same size on every
 # process) where one of its plans has a row-wise table, else uneven.
 MODELS = {"even": [("row_wise", "sum"), ("row_wise", "mean"), ("mixed", "sum")],
@@ -59,20 +64,25 @@ def _tables(optimizer):
 
 
 def _per_param(plan, world, kernel):
-    """A plan per table; column-wise x2 is four shards, two on each of ranks 0 and 1."""
+    """A plan per table; column-wise x2 is four shards, two on each of ranks 0 and 1 (with one process,
+    every shard is on rank 0: x1's two column shards and x2's four)."""
     from torchrec.distributed import sharding_plan as sp
 
+    def on(*ranks):
+        return [r % world for r in ranks]
+
     if plan == "table_wise":
-        return {"x0": sp.table_wise(rank=0, compute_kernel=kernel), "x1": sp.table_wise(rank=1, compute_kernel=kernel),
+        return {"x0": sp.table_wise(rank=0, compute_kernel=kernel),
+                "x1": sp.table_wise(rank=1 % world, compute_kernel=kernel),
                 "x2": sp.table_wise(rank=world - 1, compute_kernel=kernel)}
     if plan == "row_wise":
         return {n: sp.row_wise(compute_kernel=kernel) for n in ("x0", "x1", "x2")}
     if plan == "column_wise":
         return {"x0": sp.table_wise(rank=world - 1, compute_kernel=kernel),
-                "x1": sp.column_wise(ranks=[1, 0], compute_kernel=kernel),
-                "x2": sp.column_wise(ranks=[0, 1, 0, 1], compute_kernel=kernel)}
+                "x1": sp.column_wise(ranks=on(1, 0), compute_kernel=kernel),
+                "x2": sp.column_wise(ranks=on(0, 1, 0, 1), compute_kernel=kernel)}
     return {"x0": sp.row_wise(compute_kernel=kernel), "x1": sp.table_wise(rank=world - 1, compute_kernel=kernel),
-            "x2": sp.column_wise(ranks=[0, 1, 0, 1], compute_kernel=kernel)}
+            "x2": sp.column_wise(ranks=on(0, 1, 0, 1), compute_kernel=kernel)}
 
 
 def _collection_name(plan, pooling):
@@ -109,7 +119,8 @@ class _Model(nn.Module):
 
 def _build(impl, rank, world, optimizer, model_name, start):
     """DistributedModelParallel over a _Model of the model's collections on TorchRec's FUSED kernels
-    ("torchrec") or embscale's, its tables and dense layer set to `start`, and TorchRec's usual optimizer."""
+    ("torchrec") or embscale's, its tables and dense layer set to `start`, and TorchRec's usual optimizer;
+    on the CPU, or on this process's GPU (multiprocess.device)."""
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed import DistributedModelParallel
@@ -123,6 +134,7 @@ def _build(impl, rank, world, optimizer, model_name, start):
     import embscale.torchrec as es
 
     fbgemm_name, hyper = OPTIMIZERS[optimizer]
+    dev = multiprocess.device(rank)
     if impl == "torchrec":
         sharder = TorchrecSharder(fused_params={"optimizer": getattr(EmbOptimType, fbgemm_name), **hyper})
     else:
@@ -140,10 +152,10 @@ def _build(impl, rank, world, optimizer, model_name, start):
         collections[name], features[name] = ebc, _features(name, optimizer)
         per_param = {f"{name}_{t}": g for t, g in _per_param(plan, world, "fused").items()}
         plans[f"ebcs.{name}"] = construct_module_sharding_plan(ebc, per_param_sharding=per_param, local_size=world,
-                                                               world_size=world, device_type="cpu", sharder=sharder)
+                                                               world_size=world, device_type=dev.type, sharder=sharder)
     dim = sum(d * len(fs) for _, _, d, fs in _tables(optimizer)) * len(collections)
     dmp = DistributedModelParallel(_Model(collections, features, dim),
-                                   env=ShardingEnv.from_process_group(dist.group.WORLD), device=torch.device("cpu"),
+                                   env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
                                    plan=ShardingPlan(plans), sharders=[sharder])
     _set_tables(dmp, start)
     dense = dict(in_backward_optimizer_filter(dmp.named_parameters()))
@@ -171,13 +183,14 @@ def _train(dmp, opt, rank, steps):
     """Trains on this process's batch of each step; per step its losses (collection or "dense" -> loss)."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+    dev = multiprocess.device(rank)
     losses = []
     for step in steps:
         kjts, target = step[rank]
-        kjts = {name: KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+        kjts = {name: KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths).to(dev)
                 for name, (keys, lengths, values) in kjts.items()}
         opt.zero_grad()
-        loss, parts = dmp(kjts, target)
+        loss, parts = dmp(kjts, target.to(dev))
         loss.backward()
         opt.step()
         losses.append({name: part.detach() for name, part in parts.items()})
@@ -284,7 +297,7 @@ def _runs(gen, world):
         for model_name in MODELS:
             start, steps = _start(gen, optimizer, model_name), _steps(gen, world, optimizer, model_name)
             for impl in ("torchrec", "embscale"):
-                runs.append((impl, optimizer, model_name, start, steps, world == 2))
+                runs.append((impl, optimizer, model_name, start, steps, world == EXCHANGE_WORLD))
     return runs
 
 
@@ -303,7 +316,7 @@ def folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def training(seed, folder):
     """world -> (world, runs, {(impl, optimizer, model): [each process's result]}): every run trained once
-    per world size (the run with 2 processes also saves the checkpoints the exchange test loads)."""
+    per world size (the run with EXCHANGE_WORLD processes also saves the checkpoints the exchange test loads)."""
     done = {}
 
     def train(world):
@@ -317,16 +330,17 @@ def training(seed, folder):
     return train
 
 
-@pytest.fixture(scope="module", params=[2, 3])
+@pytest.fixture(scope="module", params=WORLDS)
 def trained(request, training):
     return training(request.param)
 
 
 @pytest.fixture(scope="module")
 def exchanged(training, folder):
-    """Each implementation's model loading the other's checkpoint (row-wise Adagrad, 2 processes) and
-    training on: {(saved by, loaded by, model): (each process's result, the saved run's results)}."""
-    world, runs, by_run = training(2)
+    """Each implementation's model loading the other's checkpoint (row-wise Adagrad, EXCHANGE_WORLD
+    processes) and training on: {(saved by, loaded by, model): (each process's result, the saved run's
+    results)}."""
+    world, runs, by_run = training(EXCHANGE_WORLD)
     loads = []
     for impl, optimizer, model_name, start, steps, _ in runs:
         if optimizer == "rowwise_adagrad":
