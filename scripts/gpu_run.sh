@@ -161,7 +161,7 @@ stage_test() {
 stage_python() {
   export EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
   ensure_pytest
-  run_step "python tests" 240 "$OUT/pytest.log" python3 -m pytest -q -p no:cacheprovider tests/python
+  run_step "python tests" 360 "$OUT/pytest.log" python3 -m pytest -q -p no:cacheprovider tests/python
   tail -n 3 "$OUT/pytest.log"
   run_step "python example" 150 "$OUT/train_dlrm.log" python3 examples/train_dlrm.py --device cuda --steps 300 \
     --out "$OUT/train_dlrm_cuda.png"
