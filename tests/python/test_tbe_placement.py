@@ -116,11 +116,30 @@ def _train(device, placed, batches, gen, prefetch=False, side_stream=None):
                                               ("adam", torch.float32), ("partial_rowwise_adam", torch.bfloat16)])
 @pytest.mark.parametrize("algorithm", ["lru", "lfu"])
 def test_cached_tables_train_as_device_tables(gen, optimizer, dtype, algorithm):
-    device, placed = _pair(["cached", "cached", "host", "device"], optimizer, dtype, algorithm=algorithm)
-    _train(device, placed, [lookups(gen, hot=0.3, bad=s % 2 == 1) for s in range(6)], gen)
+    placements = ["cached", "cached", "host", "device"]
+    device, placed = _pair(placements, optimizer, dtype, algorithm=algorithm)
+    batches = [lookups(gen, B=16, hot=0.3, bad=s % 2 == 1) for s in range(6)]
+    _train(device, placed, batches, gen)
+    # The statistics, exactly: each cached table's cache is one set of 32 ways (load factor 0.05), and without a
+    # batch planned ahead only the running batch's rows are locked, so a batch with u > 32 unique rows of a table
+    # stages u - 32 of them (conflict misses) and none otherwise.
+    slots = placed._cache.cache_slots
+    lookups_want = conflicts_want = 0
+    for indices, offsets in batches:
+        B = (offsets.numel() - 1) // len(FMAP)
+        for t, p in enumerate(placements):
+            if p != "cached":
+                continue
+            rows = set()
+            for f, table in enumerate(FMAP):
+                if table == t:
+                    bag = indices[offsets[f * B]:offsets[(f + 1) * B]]
+                    rows |= {int(i) for i in bag if 0 <= int(i) < SPECS[t][0]}
+            lookups_want += len(rows)
+            conflicts_want += max(0, len(rows) - slots[t])
     stats = placed.cache_stats()
-    assert stats["hits"] + stats["misses"] == stats["unique_lookups"] > 0
-    assert stats["conflict_misses"] > 0  # caches of 32 rows (one set) against batches of more rows
+    assert stats["unique_lookups"] == lookups_want and stats["hits"] + stats["misses"] == lookups_want
+    assert stats["conflict_misses"] == conflicts_want > 0, (stats, conflicts_want)
 
 
 @cuda
