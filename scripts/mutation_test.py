@@ -208,9 +208,10 @@ class Runner:
         if rc == -1:
             return False, out
         lines = out.splitlines()
-        # The first failed test (gtest, pytest, ctest), else the first failure line, else the last line.
+        # The first failed test (gtest, pytest, ctest by name), else the first failure line, else the last line.
         picks = ([l for l in lines if re.match(r"\[  FAILED  \] [A-Za-z_]", l)] or
-                 [l for l in lines if l.startswith("FAILED ") or "tests FAILED" in l or l.strip().endswith("(Failed)")] or
+                 [l for l in lines if l.startswith("FAILED ") or l.strip().endswith("(Failed)")] or
+                 [l for l in lines if "tests FAILED" in l] or
                  [l for l in lines if "Failure" in l or "Error" in l] or lines[-1:] or [""])
         detail = picks[0].strip()
         if rc < 0:

@@ -282,11 +282,9 @@ std::string first_flag_in(const std::string& message) {
 }
 
 std::string subcommand_names(const CLI::App& app) {
-  std::string names;
-  const std::vector<const CLI::App*> subs = app.get_subcommands([](const CLI::App*) { return true; });
-  for (size_t i = 0; i < subs.size(); ++i)
-    names += (i == 0 ? "" : i + 1 == subs.size() ? " or " : ", ") + subs[i]->get_name();
-  return names;
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+  return one_of(names);
 }
 
 // The deepest parsed subcommand (the app itself when none).
