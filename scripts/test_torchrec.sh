@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the tests of embscale under TorchRec (tests/python/test_torchrec.py: DistributedModelParallel on
-# gloo, 1, 2 and 3 processes), of embscale's sharded training against TorchRec's own FBGEMM FUSED kernels
+# gloo, 1, 2 and 3 processes; tests/python/test_torchrec_placement.py: FUSED_UVM and FUSED_UVM_CACHING plans,
+# by hand and from TorchRec's planner, and TorchRec's prefetch), of embscale's sharded training against
+# TorchRec's own FBGEMM FUSED kernels
 # (tests/python/test_torchrec_matches_fbgemm.py), of replicated tables (tests/python/test_data_parallel.py)
 # and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
 # tests/python/test_fbgemm_migration.py, which checks the README's migration table by training both side by
@@ -29,5 +31,5 @@ if [ ! -f "$LIB" ]; then
   LIB=$ROOT/build/libembscale_c.so
 fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/python/test_torchrec.py tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py \
+  tests/python/test_torchrec.py tests/python/test_torchrec_placement.py tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py \
   tests/python/test_fbgemm_peer.py tests/python/test_fbgemm_migration.py

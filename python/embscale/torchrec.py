@@ -15,6 +15,25 @@ name the FUSED kernel (TorchRec's planner does not estimate a customized one) or
 tables: the sharder makes every table's kernel the customized one, embscale's. A process may hold several
 column shards of one table (column_wise(ranks=[0, 1, 0, 1])), of one width.
 
+Tables larger than device memory: the plan's kernel gives each table its placement in its shard group's
+TableBatchedEmbeddingBags (docs/tbe_cache.md): FUSED "device", FUSED_UVM "host" (FBGEMM's MANAGED: host
+memory), FUSED_UVM_CACHING "cached" (MANAGED_CACHING: host memory behind a row cache in device memory); a
+data-parallel table stays in device memory. A cached table's cache takes the plan's cache_params
+(load_factor, algorithm), else the sharder's fused_params (``cache_load_factor``, ``cache_algorithm``), else
+TorchRec's planner's default load factor (0.2) and LRU; a shard group (TorchRec groups FUSED, FUSED_UVM and
+FUSED_UVM_CACHING tables together, apart by cache algorithm) is one TBE with a placement per table and one
+load factor, its cached tables' averaged weighted by their rows, as TorchRec averages them for FBGEMM. The
+sharder offers TorchRec's planner FUSED_UVM and FUSED_UVM_CACHING on CUDA topologies, as TorchRec's own
+sharder does, so a Topology whose device memory cannot hold the tables gets such a plan. Other kernels
+(KEY_VALUE, the virtual tables, DENSE for sharded tables) and cache_params embscale cannot honour (a cache
+precision other than the table's) are refused by name. TorchRec's prefetch (PrefetchTrainPipelineSparseDist,
+on its prefetch stream a batch ahead) reaches each shard group with a table in host memory, whose TBE plans
+the batch; its forward then hands the TBE the same indices and offsets tensors, by which the row cache finds
+the plan. On CUDA such a group keeps all its tables in the TBE's host store: their parameters and
+ShardedTensors view host memory (their metadata places them on the CPU), stay there when
+DistributedModelParallel moves the model, are flushed before ``state_dict()`` and reloaded into the cache
+after ``load_state_dict()``. On the CPU every placement is host memory: the same plans run there.
+
 Training matches one process with the global batch (the processes' batches side by side in rank order):
 TorchRec lays each shard's lookups out in that order, so each row's gradient is summed as there; the
 output gradients come back divided by the world size (TorchRec's gradient division, as DDP averages the
@@ -36,6 +55,7 @@ Needs torchrec (with fbgemm_gpu): ``pip install .[torchrec]``.
 """
 
 import copy
+import dataclasses
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional
 
@@ -49,6 +69,7 @@ from torchrec.distributed.embedding_kernel import BaseEmbedding
 from torchrec.distributed.embedding_types import EmbeddingComputeKernel, GroupedEmbeddingConfig
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder as _TorchrecSharder
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection as _TorchrecShardedEBC
+from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 from torchrec.distributed.sharding.cw_sharding import CwPooledEmbeddingSharding
 from torchrec.distributed.sharding.dp_sharding import DpPooledEmbeddingSharding
 from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
@@ -59,12 +80,22 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer, FusedOptimizerModule
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
+from . import _fbgemm_names
 from . import tbe as _tbe
 
 _POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
 _FUSED_KEY = "embscale"  # the fused_params entry that carries the module's optimizer settings to its shards
 _SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.ROW_WISE.value, ShardingType.COLUMN_WISE.value,
                    ShardingType.DATA_PARALLEL.value)
+# The plan's compute kernels embscale serves for sharded tables, and the placement each gives a table: TorchRec's
+# FUSED (FBGEMM's EmbeddingLocation.DEVICE), FUSED_UVM (MANAGED: host memory) and FUSED_UVM_CACHING
+# (MANAGED_CACHING: host memory behind a cache in device memory). Data-parallel tables are replicas in device
+# memory (the plan names DENSE, or FUSED).
+_KERNEL_PLACEMENT = {EmbeddingComputeKernel.FUSED.value: "device", EmbeddingComputeKernel.FUSED_UVM.value: "host",
+                     EmbeddingComputeKernel.FUSED_UVM_CACHING.value: "cached"}
+_DATA_PARALLEL_KERNELS = (EmbeddingComputeKernel.DENSE.value, EmbeddingComputeKernel.FUSED.value)
+_PLACEMENTS_KEY = "embscale_placements"  # the fused_params entry that carries each table's placement to its shards
+_PLAN_KERNEL = "_embscale_compute_kernel"  # where shard() records, on a ParameterSharding, the kernel it replaced
 
 
 def _pooling(configs):
@@ -117,6 +148,18 @@ class EmbscaleFusedOptimizer(FusedOptimizer):
     def zero_grad(self, set_to_none: bool = False) -> None:
         pass
 
+    def state_dict(self) -> Dict[str, Any]:
+        flush = getattr(self._tbe, "flush", None)  # tables in host memory (CUDA): the views made current
+        if flush is not None:
+            flush()
+        return super().state_dict()
+
+    def post_load_state_dict(self) -> None:
+        super().post_load_state_dict()
+        load = getattr(self._tbe, "load_cache", None)  # written through the views: the cache drops its copies
+        if load is not None:
+            load()
+
 
 def _state_entries(table: str, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """A table's optimizer state under TorchRec's keys (torchrec 1.9.2's EmbeddingFusedOptimizer):
@@ -168,7 +211,25 @@ def _state_layout(state: torch.Tensor, table: ShardedTensorMetadata):
 
 def _sharded(locals_, metadata: ShardedTensorMetadata, pg) -> ShardedTensor:
     """A ShardedTensor over this process's shards (tensor, ShardMetadata); the tensors are views, so reads
-    and writes go to the module's buffers."""
+    and writes go to the module's buffers.
+
+    A shard kept in host memory by a process that computes on CUDA (the tables of a shard group with a
+    "host" or "cached" table live in the TableBatchedEmbeddingBags' host store) is placed on the CPU in its
+    metadata, pinned as that memory is: ShardedTensor checks each local shard's device and pinning against
+    its metadata. The other processes' shards keep the plan's placement."""
+    moved = {}
+    for t, m in locals_:
+        if m.placement is not None and m.placement.device() != t.device:
+            moved[(tuple(m.shard_offsets), tuple(m.shard_sizes))] = ShardMetadata(
+                list(m.shard_offsets), list(m.shard_sizes), f"rank:{m.placement.rank()}/{t.device}")
+    if moved:
+        def placed(m):
+            return moved.get((tuple(m.shard_offsets), tuple(m.shard_sizes)), m)
+
+        locals_ = [(t, placed(m)) for t, m in locals_]
+        props = dataclasses.replace(metadata.tensor_properties, pin_memory=locals_[0][0].is_pinned())
+        metadata = ShardedTensorMetadata(shards_metadata=[placed(m) for m in metadata.shards_metadata],
+                                         size=metadata.size, tensor_properties=props)
     return ShardedTensor._init_from_local_shards_and_global_metadata(
         local_shards=[Shard(tensor=t, metadata=m) for t, m in locals_], sharded_tensor_metadata=metadata,
         process_group=pg)
@@ -309,27 +370,66 @@ def _check_one_batch_size(features: KeyedJaggedTensor):
                          "supported; every feature needs the same batch size")
 
 
+def _cache_settings(tables, placements) -> Dict[str, Any]:
+    """cache_load_factor and cache_algorithm of a shard group's TableBatchedEmbeddingBags, from its cached
+    tables' fused params, where TorchRec puts a plan's ParameterSharding.cache_params (over the sharder's
+    fused_params). The TBE takes one load factor, as FBGEMM's does: the tables' own, averaged weighted by
+    their rows as TorchRec averages them for FBGEMM's TBE; where none is given, TorchRec's planner's default
+    (UVM_CACHING_RATIO), which its memory estimate assumed. TorchRec groups tables by their cache
+    algorithm, so a group has one (FBGEMM's LRU where none is given). Nothing for a group without a cached
+    table."""
+    cached = [t for t, p in zip(tables, placements) if p == "cached"]
+    if not cached:
+        return {}
+    given = [(t.fused_params or {}).get("cache_load_factor") for t in cached]
+    weighted = [(f, t.num_embeddings) for f, t in zip(given, cached) if f is not None]
+    factor = (sum(f * rows for f, rows in weighted) / sum(rows for _, rows in weighted) if weighted
+              else UVM_CACHING_RATIO)
+    settings: Dict[str, Any] = {"cache_load_factor": factor}
+    algorithms = {_fbgemm_names.cache_algorithm(a) for a in ((t.fused_params or {}).get("cache_algorithm")
+                                                             for t in cached) if a is not None}
+    if len(algorithms) > 1:
+        raise ValueError(f"fused_params: cache algorithms {sorted(algorithms)} in one shard group (tables "
+                         f"{[t.name for t in cached]}); one TableBatchedEmbeddingBags has one")
+    if algorithms:
+        settings["cache_algorithm"] = algorithms.pop()
+    return settings
+
+
 class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
     """One TableBatchedEmbeddingBags over a group of local shards: forward(KeyedJaggedTensor of the
     group's features, feature-major) -> [batch, sum of the shards' columns]. A process may hold several
     column shards of one table (column_wise(ranks=[0, 1, 0, 1])): each is a table of the TBE, and the
-    table's parameter, state_dict entry and fused optimizer entry cover them all, as TorchRec's kernels'."""
+    table's parameter, state_dict entry and fused optimizer entry cover them all, as TorchRec's kernels'.
+
+    Each table takes the placement its plan's compute kernel gave it (fused_params[_PLACEMENTS_KEY]: "device",
+    "host" or "cached"), and the group's TBE the cache settings of its cached tables (_cache_settings). On
+    CUDA a group with a table in host memory keeps all its tables in the TBE's host store and trains through
+    its row cache; ``prefetch`` plans a batch ahead (TorchRec's prefetch pipeline) and the forward of that
+    batch uses the plan."""
 
     def __init__(self, config: GroupedEmbeddingConfig, pg, device, sharding_type):
         super().__init__()
         self._config = config
         tables = config.embedding_tables
-        settings = dict((config.fused_params or {}).get(_FUSED_KEY, ()))
+        fused = config.fused_params or {}
+        settings = dict(fused.get(_FUSED_KEY, ()))
         if not settings:
             raise ValueError("fused_params: no embscale optimizer settings; shard embscale.torchrec's "
                              "EmbeddingBagCollection with embscale.torchrec.EmbeddingBagCollectionSharder")
+        placement_of = dict(fused.get(_PLACEMENTS_KEY, ()))
+        placements = [placement_of.get(t.name, "device") for t in tables]
+        settings.update(_cache_settings(tables, placements))
         fmap = [i for i, t in enumerate(tables) for _ in range(t.num_features())]
         self._sharding_type = sharding_type
         self._pg = pg
         group = pg if sharding_type == ShardingType.DATA_PARALLEL else None
-        self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols) for t in tables],
+        self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols, p) for t, p in zip(tables, placements)],
                                                   feature_table_map=fmap, pooling=_POOLING[config.pooling],
                                                   device=device, data_parallel_group=group, **settings)
+        # On CUDA, tables in host memory: the module's parameters view the TBE's host store (CPU tensors)
+        self.host_tables = self.tbe.weights.device.type == "cpu" and torch.device(device or "cpu").type != "cpu"
+        self._prefetched = None  # (the batch's key, indices, offsets) of the batch planned by prefetch()
         self._params = _table_params(self.tbe)  # per local shard
         self._shards: Dict[str, List[int]] = OrderedDict()  # table -> its shards' positions in `tables`
         for i, t in enumerate(tables):
@@ -405,6 +505,7 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
             if (self._sharding_type == ShardingType.DATA_PARALLEL and self._pg is not None and dist.is_initialized()
                     and dist.get_world_size(self._pg) > 1):
                 dist.broadcast(self.tbe.weights, src=dist.get_global_rank(self._pg, 0), group=self._pg)
+        self.reload_cache()
 
     @property
     def sharding_type(self) -> ShardingType:
@@ -424,11 +525,55 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
     def fused_optimizer(self) -> FusedOptimizer:
         return self._optim
 
+    @staticmethod
+    def _lookup_args(features: KeyedJaggedTensor):
+        """The TBE's indices and offsets of a batch."""
+        values = features.values()
+        return values, features.offsets().to(values.dtype)
+
+    @staticmethod
+    def _batch_key(features: KeyedJaggedTensor):
+        """What identifies a batch between its prefetch and its forward: its values and lengths (or offsets)
+        tensors by storage, version and size, and its batch size. TorchRec's lookup splits the batch into
+        the shard groups' parts again for the forward (new KeyedJaggedTensors viewing the same tensors, whose
+        offsets it computes again); nothing is read from the device."""
+        lengths = features.lengths_or_none()
+        parts = [features.values(), lengths if lengths is not None else features.offsets_or_none()]
+        return (features.stride(),) + tuple((t.data_ptr(), t._version, t.numel(), t.dtype, t.device)
+                                            for t in parts if t is not None)
+
+    def prefetch(self, features: KeyedJaggedTensor, forward_stream=None) -> None:
+        """Plans a batch's lookups before its forward, on the current stream (TorchRec's prefetch pipeline
+        calls it on its prefetch stream while the previous batch trains): the TBE's prefetch, on CUDA where the
+        group has tables in host memory; nothing for tables in device memory or on the CPU. The forward of the
+        same batch then passes the TBE the very indices and offsets tensors planned here, by which it finds
+        the plan (a forward of another batch drops it). One batch is planned ahead: a second prefetch
+        replaces the first, as in the TBE. ``forward_stream``: the tensors made here are kept from reuse
+        until the work queued on that stream is done (FBGEMM's argument)."""
+        plan = getattr(self.tbe, "prefetch", None)
+        if plan is None or all(p == "device" for p in self.tbe.placements):
+            return
+        _check_one_batch_size(features)
+        indices, offsets = self._lookup_args(features)
+        plan(indices, offsets)
+        if forward_stream is not None and indices.is_cuda:
+            indices.record_stream(forward_stream)
+            offsets.record_stream(forward_stream)
+        self._prefetched = (self._batch_key(features), indices, offsets)
+
     def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
         _check_one_batch_size(features)
-        values = features.values()
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == self._batch_key(features):
+            _, values, offsets = prefetched  # the tensors the TBE planned
+            if values.is_cuda:  # made on the prefetch stream: not reused before this stream is done with them
+                stream = torch.cuda.current_stream(values.device)
+                values.record_stream(stream)
+                offsets.record_stream(stream)
+        else:
+            values, offsets = self._lookup_args(features)
         weights = features.weights_or_none() if self._config.is_weighted else None
-        return self.tbe(values, features.offsets().to(values.dtype), weights)
+        return self.tbe(values, offsets, weights)
 
     def copy_from_full_tables(self, full: Dict[str, torch.Tensor]):
         """Fills each local shard from the whole table it is a part of (name -> [rows, dim])."""
@@ -437,13 +582,27 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
                 md = t.local_metadata
                 r0, c0 = (md.shard_offsets[0], md.shard_offsets[1]) if md is not None else (0, 0)
                 w.copy_(full[t.name][r0:r0 + t.local_rows, c0:c0 + t.local_cols])
+        self.reload_cache()
+
+    def reload_cache(self) -> None:
+        """After the tables were written through their views of the host store (a load, an init): the TBE's
+        cache drops its copies (TableBatchedEmbeddingBags.load_cache; nothing without a cache)."""
+        load = getattr(self.tbe, "load_cache", None)
+        if load is not None:
+            load()
 
     def named_parameters_by_table(self):
         """(table, its parameter over the local shards), which TorchRec registers as the collection's
         ``embedding_bags.<table>.weight``."""
         yield from self._tables.items()
 
+    @property
+    def tables(self) -> Dict[str, nn.Parameter]:
+        """table -> its parameter over the local shards."""
+        return self._tables
+
     def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
+        self.flush()  # tables in host memory: their views current
         destination = {} if destination is None else destination
         for name, p in self._tables.items():
             destination[f"{prefix}{name}.weight"] = p if keep_vars else p.detach()
@@ -454,10 +613,16 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
             yield f"{prefix}{name}.weight", p
 
     def flush(self) -> None:
-        pass  # the tables are updated in place at every backward: nothing is held back
+        """Tables in host memory: the cache's changed rows written to the host store (TableBatchedEmbeddingBags
+        .flush). Tables in device memory are updated in place at every backward: nothing is held back."""
+        flush = getattr(self.tbe, "flush", None)
+        if flush is not None:
+            flush()
 
     def purge(self) -> None:
-        pass  # no cache
+        """The cache emptied, its changes written back first (nothing is lost; nothing without a cache)."""
+        self.flush()
+        self.reload_cache()
 
 
 class _Lookup(GroupedPooledEmbeddingsLookup):
@@ -467,6 +632,17 @@ class _Lookup(GroupedPooledEmbeddingsLookup):
         if config.compute_kernel != EmbeddingComputeKernel.CUSTOMIZED_KERNEL:
             return super()._create_embedding_kernel(config, device, pg, sharding_type, env)
         return _ShardKernel(config, pg, device, sharding_type)
+
+    def prefetch(self, sparse_features: KeyedJaggedTensor, forward_stream=None) -> None:
+        """TorchRec's prefetch (ShardedEmbeddingBagCollection.prefetch, from its prefetch pipeline): each
+        shard group's part of the batch goes to its kernel's prefetch, which plans it where the group has
+        tables in host memory. TorchRec's own lookup asks each table's compute kernel whether to prefetch,
+        and sees the customized one."""
+        if not self._emb_modules:
+            return
+        for kernel, features in zip(self._emb_modules, sparse_features.split(self._feature_splits)):
+            if isinstance(kernel, _ShardKernel):
+                kernel.prefetch(features, forward_stream)
 
 
 class _TwSharding(TwPooledEmbeddingSharding):
@@ -544,6 +720,10 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
         TorchRec's own kernels give them: ``state_dict()`` then holds every table whole, so
         ``torch.distributed.checkpoint`` saves it and loads it into another plan or world size."""
         super()._initialize_torch_state(skip_registering)
+        if not hasattr(self, "_embscale_hooks"):  # (TorchRec's lookups are not submodules: no state_dict of theirs)
+            self._embscale_hooks = (
+                self.register_state_dict_pre_hook(ShardedEmbeddingBagCollection._flush_before_save),
+                self.register_load_state_dict_post_hook(ShardedEmbeddingBagCollection._caches_after_load))
         pg = self._env.process_group
         local: Dict[str, List[Shard]] = {}
         for kernel in self._embscale_kernels():
@@ -564,10 +744,48 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                 dtype = data_type_to_dtype(dtype)
             meta = ps.sharding_spec.build_metadata(tensor_sizes=[rows, cols],
                                                    tensor_properties=TensorProperties(dtype=dtype))
-            self._model_parallel_name_to_local_shards[name] = local.get(name, [])
+            table = _sharded([(s.tensor, s.metadata) for s in local.get(name, [])], meta, pg)
+            self._model_parallel_name_to_local_shards[name] = table.local_shards()
             self._model_parallel_name_to_shards_wrapper[name] = OrderedDict(local_tensors=[], local_offsets=[])
-            self._model_parallel_name_to_sharded_tensor[name] = ShardedTensor._init_from_local_shards_and_global_metadata(
-                local_shards=local.get(name, []), sharded_tensor_metadata=meta, process_group=pg)
+            self._model_parallel_name_to_sharded_tensor[name] = table
+
+    @staticmethod
+    def _flush_before_save(module, prefix, keep_vars):
+        """Before state_dict: tables in host memory (on CUDA) made current in the host store, which the
+        ShardedTensors view."""
+        module.flush()
+
+    def flush(self) -> None:
+        """Every shard group's cached rows written to its host store (tables in host memory on CUDA)."""
+        for kernel in self._embscale_kernels():
+            kernel.flush()
+
+    @staticmethod
+    def _caches_after_load(module, incompatible_keys):
+        """After load_state_dict wrote the tables through their views of the host store: the caches drop
+        their copies (tables in host memory on CUDA; nothing otherwise)."""
+        for kernel in module._embscale_kernels():
+            kernel.reload_cache()
+
+    def _apply(self, fn, recurse=True):
+        """Tables kept in host memory (on CUDA, the shard groups with a "host" or "cached" table) stay there
+        when the module is moved, as their TableBatchedEmbeddingBags do: DistributedModelParallel moves the
+        whole model to its device when it wraps the dense part in DDP, which would otherwise give
+        ``embedding_bags.<table>.weight`` a device copy in place of its view of the host store."""
+        built = getattr(self, "_lookups", None) is not None  # (not while TorchRec's __init__ builds it)
+        host = {id(p) for kernel in (self._embscale_kernels() if built else ())
+                if kernel.host_tables for p in [*kernel.params, *kernel.tables.values()]}
+        held = []
+        if "embedding_bags" in self._modules:
+            for bag in self.embedding_bags.values():
+                w = bag._parameters.get("weight")
+                if w is not None and id(w) in host:
+                    held.append((bag, bag._parameters.pop("weight")))
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            for bag, w in held:
+                bag._parameters["weight"] = w
 
     def reset_parameters(self):
         """Each shard group's tables drawn again and its optimizer state zeroed, each local shard drawn by its
@@ -601,23 +819,79 @@ def _check_shards_per_rank(name, ps) -> None:
                              "their rows, as TorchRec stacks them)")
 
 
+def _plan_kernel(ps) -> str:
+    """The compute kernel the plan names for a table: shard() replaces it by the customized one and records
+    it on the ParameterSharding, so a plan sharded once is read as it was written when it is used again."""
+    if ps.compute_kernel == EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value:
+        return getattr(ps, _PLAN_KERNEL, ps.compute_kernel)
+    return ps.compute_kernel
+
+
+def _table_placement(name, ps, dtype) -> str:
+    """The placement a table's plan gives it (FUSED: "device", FUSED_UVM: "host", FUSED_UVM_CACHING: "cached";
+    a data-parallel table, DENSE or FUSED: "device"; embscale's customized kernel named directly: "device"),
+    its cache_params checked. ValueError naming params[<table>] for a kernel embscale does not serve."""
+    kernel = _plan_kernel(ps)
+    if kernel == EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value:
+        return "device"
+    if ps.sharding_type == ShardingType.DATA_PARALLEL.value:
+        if kernel not in _DATA_PARALLEL_KERNELS:
+            raise ValueError(f"params[{name!r}]: compute_kernel {kernel} is not served by embscale for a data_parallel "
+                             f"table (a replica in device memory); it takes {' or '.join(_DATA_PARALLEL_KERNELS)}")
+        return "device"
+    if kernel not in _KERNEL_PLACEMENT:
+        raise ValueError(f"params[{name!r}]: compute_kernel {kernel} is not served by embscale; it takes fused (the "
+                         "table in device memory), fused_uvm (in host memory) and fused_uvm_caching (in host memory, "
+                         f"rows cached in device memory) for {ps.sharding_type} tables, and "
+                         f"{' or '.join(_DATA_PARALLEL_KERNELS)} for data_parallel ones")
+    placement = _KERNEL_PLACEMENT[kernel]
+    cache = ps.cache_params
+    if placement == "cached" and cache is not None:
+        if cache.load_factor is not None and not 0.0 < cache.load_factor <= 1.0:
+            raise ValueError(f"params[{name!r}].cache_params.load_factor: {cache.load_factor!r}; expected the share of "
+                             "the table's rows its cache holds, in (0, 1]")
+        if cache.algorithm is not None:
+            try:
+                _fbgemm_names.cache_algorithm(cache.algorithm)
+            except ValueError:
+                raise ValueError(f"params[{name!r}].cache_params.algorithm: {cache.algorithm!r} is not FBGEMM's "
+                                 "CacheAlgorithm.LRU or LFU") from None
+        if cache.precision is not None and data_type_to_dtype(cache.precision) != dtype:
+            raise ValueError(f"params[{name!r}].cache_params.precision: {cache.precision}; embscale's cache holds the "
+                             f"table's rows in the table's own precision ({str(dtype).replace('torch.', '')}): leave "
+                             "it None or give the table's data_type")
+    return placement
+
+
 class EmbeddingBagCollectionSharder(_TorchrecSharder):
     """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
     each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
-    module's tables (where they are not on the meta device)."""
+    module's tables (where they are not on the meta device).
+
+    The plan's compute kernel gives each table its placement: FUSED "device", FUSED_UVM "host" and
+    FUSED_UVM_CACHING "cached" (data-parallel tables, DENSE or FUSED, "device"); a cached table's cache
+    follows the plan's cache_params (load_factor, algorithm) or the sharder's ``fused_params``
+    (``cache_load_factor``, ``cache_algorithm``), as TorchRec passes them to FBGEMM. ``compute_kernels()``
+    offers TorchRec's planner the kernels of TorchRec's own sharder that embscale serves, so on a CUDA
+    topology whose device memory cannot hold the tables it plans FUSED_UVM_CACHING or FUSED_UVM."""
 
     def shard(self, module: EmbeddingBagCollection, params, env, device=None, module_fqn=None):
         if not isinstance(module, EmbeddingBagCollection):
             raise TypeError(f"module: {type(module).__name__} is not embscale.torchrec.EmbeddingBagCollection")
+        dtype = module._optimizer_settings["weights_dtype"]
+        placements = {}
         for name, ps in params.items():
             if ps.sharding_type not in _SHARDING_TYPES:
                 raise ValueError(f"params[{name!r}]: sharding_type {ps.sharding_type} is not supported by embscale; "
                                  f"expected one of {', '.join(_SHARDING_TYPES)}")
             _check_shards_per_rank(name, ps)
+            placements[name] = _table_placement(name, ps, dtype)
         for ps in params.values():  # checked first: a refused plan is left as it was
+            setattr(ps, _PLAN_KERNEL, _plan_kernel(ps))
             ps.compute_kernel = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
         fused = dict(self.fused_params or {})
         fused[_FUSED_KEY] = tuple(sorted(module._optimizer_settings.items()))
+        fused[_PLACEMENTS_KEY] = tuple(sorted(placements.items()))
         sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
                                                 fused_params=fused, device=device,
                                                 qcomm_codecs_registry=self.qcomm_codecs_registry,
@@ -630,9 +904,15 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
         return sharded
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> List[str]:
+        """The kernels TorchRec's planner may choose, as TorchRec's own sharder offers them, those embscale
+        serves: DENSE for data-parallel tables; FUSED, and on CUDA FUSED_UVM and FUSED_UVM_CACHING, for the
+        others."""
         if sharding_type == ShardingType.DATA_PARALLEL.value:
             return [EmbeddingComputeKernel.DENSE.value]
-        return [EmbeddingComputeKernel.FUSED.value]
+        kernels = [EmbeddingComputeKernel.FUSED.value]
+        if compute_device_type == "cuda":
+            kernels += [EmbeddingComputeKernel.FUSED_UVM.value, EmbeddingComputeKernel.FUSED_UVM_CACHING.value]
+        return kernels
 
     def sharding_types(self, compute_device_type: str) -> List[str]:
         return list(_SHARDING_TYPES)
