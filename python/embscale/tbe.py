@@ -480,6 +480,16 @@ class TableBatchedEmbeddingBags(nn.Module):
         stochastic_rounding: fp16/bf16 weights are rounded stochastically after an update (seeded by
             ``seed`` and the step), else to nearest.
         device: where the tables live: cpu, cuda or meta (shapes only; see the module's notes).
+        embedding_specs entries may name a placement, (E, D, placement): "device" (default), "host" (the table
+            stays in host memory; each batch's rows are staged into device memory and written back) or
+            "cached" (host memory with a cache of rows in device memory), or FBGEMM's EmbeddingLocation. On
+            CUDA a module with a host or cached table keeps its tables in host memory and trains through a row
+            cache, bit for bit as with every table in device memory (docs/tbe_cache.md); on the CPU every
+            placement is host memory.
+        cache_load_factor: the share of a cached table's rows its cache holds, in (0, 1] (FBGEMM's; default 0.2).
+        cache_algorithm: "lru" (default) or "lfu" (or FBGEMM's CacheAlgorithm).
+        cache_max_lookups: the most lookups a batch has (the cache's staging rows); default: the first batch's,
+            rounded up to a power of two (at least 65,536); a larger batch rebuilds the cache after a flush.
         data_parallel_group: the process group over which the tables are replicas (each backward applies
             the update of all processes' batches together), None for tables of this process alone, or
             "auto" (default): the default group when torch.distributed is initialized with more than one
@@ -490,7 +500,8 @@ class TableBatchedEmbeddingBags(nn.Module):
     so a FBGEMM script ports by changing its import: its enums (EmbOptimType, SparseType, PoolingMode,
     BoundsCheckMode, WeightDecayMode; recognised without importing fbgemm_gpu) wherever embscale's names go,
     embedding_specs as (E, D, EmbeddingLocation, ComputeDevice) (DEVICE with CUDA, HOST with CPU: the tables
-    then live on that device; MANAGED and MANAGED_CACHING are not supported yet), and the keywords
+    then live on that device; MANAGED and MANAGED_CACHING with CUDA: the placements "host" and "cached"), its
+    CacheAlgorithm, and the keywords
     ``weights_precision`` (for weights_dtype), ``pooling_mode`` (pooling) and ``bounds_check_mode`` (bounds_check).
     What embscale cannot take raises ValueError (TypeError for a precision) naming the argument and embscale's
     equivalent: FBGEMM's ``gradient_clipping=True`` with ``max_gradient`` clamps the output gradient, not the
