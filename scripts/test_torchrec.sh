@@ -5,7 +5,7 @@
 # TorchRec's own FBGEMM FUSED kernels
 # (tests/python/test_torchrec_matches_fbgemm.py), of replicated tables (tests/python/test_data_parallel.py)
 # and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
-# tests/python/test_fbgemm_migration.py, which checks the README's migration table by training both side by
+# tests/python/test_fbgemm_migration.py, which checks docs/python.md's migration table by training both side by
 # side) in a virtual
 # environment with the pinned CPU triple of scripts/torchrec-cpu-requirements.txt. The environment lives
 # in a cache folder outside the tree and is reused while its pins are unchanged (first run: a download of

@@ -1,4 +1,4 @@
-"""The README's migration table ("Moving from FBGEMM's SplitTableBatchedEmbeddingBagsCodegen") checked against
+"""docs/python.md's migration table ("Moving from FBGEMM's SplitTableBatchedEmbeddingBagsCodegen") checked against
 the real FBGEMM in one process.
 
 The table is parsed here. Its mapping rows (FBGEMM's `optimizer=EmbOptimType.X` / ... against embscale's
@@ -42,21 +42,21 @@ except ImportError:
 
 requires_fbgemm = pytest.mark.skipif(FBGEMM_VARIANT is None, reason="fbgemm_gpu is not installed (scripts/"
                                                                     "test_torchrec.sh has it on the CPU)")
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+TABLE_DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"  # the migration table
 SECTION = "### Moving from FBGEMM's `SplitTableBatchedEmbeddingBagsCodegen`"
 
 
 # ---- the table -----------------------------------------------------------------------------------------------
 def table_rows():
     """The migration table's rows as (FBGEMM cell, embscale cell)."""
-    text = README.read_text()
+    text = TABLE_DOC.read_text()
     section = text[text.index(SECTION):]
     section = section[:section.index("\n### ", 1)]
     rows = []
     for line in section.splitlines():
         if line.startswith("| ") and not line.startswith(("| ---", "| FBGEMM |")):
             cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-            assert len(cells) == 2, f"README migration table: a row of {len(cells)} cells: {line}"
+            assert len(cells) == 2, f"migration table: a row of {len(cells)} cells: {line}"
             rows.append((cells[0], cells[1]))
     return rows
 
@@ -71,7 +71,7 @@ def _embscale_value(text):
         return text[1:-1]
     if text.startswith("torch."):
         return getattr(torch, text[len("torch."):])
-    raise AssertionError(f"README migration table: cannot read embscale's value {text!r}")
+    raise AssertionError(f"migration table: cannot read embscale's value {text!r}")
 
 
 def mappings():
@@ -84,9 +84,9 @@ def mappings():
             continue
         members = [m.group(3)] + re.findall(r"`(\w+)`", m.group(4))
         e = _EMBSCALE_LIST.search(ours)
-        assert e is not None, f"README migration table: no embscale spelling for {fbgemm}"
+        assert e is not None, f"migration table: no embscale spelling for {fbgemm}"
         values = [e.group(2)] + re.findall(r"`([^`]+)`", e.group(3))
-        assert len(values) == len(members), f"README migration table: {members} against {values}"
+        assert len(values) == len(members), f"migration table: {members} against {values}"
         out[m.group(1)] = (m.group(2), e.group(1), dict(zip(members, map(_embscale_value, values))))
     return out
 
@@ -137,9 +137,9 @@ ROW_CHECKS = {
 
 def test_every_row_of_the_table_is_checked():
     keys = [_row_key(f) for f, _ in table_rows()]
-    assert len(keys) == len(set(keys)), f"README migration table: rows of the same name {keys}"
+    assert len(keys) == len(set(keys)), f"migration table: rows of the same name {keys}"
     assert sorted(keys) == sorted(ROW_CHECKS), (
-        "README migration table and ROW_CHECKS differ: rows without a check "
+        "migration table and ROW_CHECKS differ: rows without a check "
         f"{sorted(set(keys) - set(ROW_CHECKS))}, checks without a row {sorted(set(ROW_CHECKS) - set(keys))}")
     for key, tests in ROW_CHECKS.items():
         for name in tests:
@@ -455,10 +455,10 @@ def test_trains_as_fbgemm(device, gen, optimizer, mode, precision):
 
 @requires_fbgemm
 def test_fbgemm_cpu_fast_path_drops_weight_decay(gen):
-    """The README's note on FBGEMM's CPU TBE: an fp32 row-wise Adagrad table that one feature reads takes a fast path
+    """The migration table's note on FBGEMM's CPU TBE: an fp32 row-wise Adagrad table that one feature reads takes a fast path
     that passes weight_decay=0 (fbgemm_gpu's CPU backward template), so its L2 and DECOUPLE modes train as NONE,
     while embscale applies the decay (as FBGEMM's GPU TBE and its other CPU tables, test_trains_as_fbgemm). Should
-    FBGEMM apply it one day, this fails and the README's note goes."""
+    FBGEMM apply it one day, this fails and the table's note goes."""
     cpu = torch.device("cpu")
     results = {}
     for mode in MODES:

@@ -1,8 +1,10 @@
-"""bench/readme_figures.py: the README's figures section is exactly what the generator writes from the
-records in bench/results/, and a figure edited by hand (or a record changed without regenerating) fails."""
+"""bench/readme_figures.py: the figures of docs/benchmarks.md and the README's summary lines are exactly what the
+generator writes from the records in bench/results/, and a figure edited by hand (or a record changed without
+regenerating) fails."""
 import importlib.util
 import json
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "readme_figures.py"
@@ -15,34 +17,91 @@ def load_generator():
     return mod
 
 
-def test_readme_figures_match_the_records():
+def test_figures_and_summary_match_the_records():
     gen = load_generator()
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    start, end = doc.index(gen.BEGIN), doc.index(gen.END) + len(gen.END)
+    assert doc[start:end] == gen.figures(), "docs/benchmarks.md's figures differ from bench/results/; run " \
+                                            "python3 bench/readme_figures.py"
     readme = (ROOT / "README.md").read_text()
-    start, end = readme.index(gen.BEGIN), readme.index(gen.END) + len(gen.END)
-    assert readme[start:end] == gen.figures(), "README.md's figures differ from bench/results/; run " \
-                                                "python3 bench/readme_figures.py"
+    start, end = readme.index(gen.SUMMARY_BEGIN), readme.index(gen.SUMMARY_END) + len(gen.SUMMARY_END)
+    assert readme[start:end] == gen.summary(), "README.md's summary differs from bench/results/; run " \
+                                               "python3 bench/readme_figures.py"
     assert gen.main(["--check"]) == 0
 
 
 def test_figures_do_not_depend_on_the_working_directory(tmp_path, monkeypatch):
     gen = load_generator()
     monkeypatch.chdir(ROOT)
-    from_root = gen.figures()
+    from_root = gen.figures(), gen.summary()
     monkeypatch.chdir(tmp_path)
-    assert gen.figures() == from_root
+    assert (gen.figures(), gen.summary()) == from_root
+
+
+def copies(tmp_path):
+    doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
+    doc.write_text((ROOT / "docs" / "benchmarks.md").read_text())
+    readme.write_text((ROOT / "README.md").read_text())
+    return doc, readme
 
 
 def test_a_figure_edited_by_hand_is_caught(tmp_path, capsys):
     gen = load_generator()
-    readme = (ROOT / "README.md").read_text()
-    section = gen.figures()
-    assert "| uniform, fp32 | 656 µs |" in section  # the TBE forward's uniform fp32 record
-    edited = tmp_path / "README.md"
-    edited.write_text(readme.replace("| uniform, fp32 | 656 µs |", "| uniform, fp32 | 600 µs |"))
-    assert gen.main(["--check", "--readme", str(edited)]) == 1
+    doc, readme = copies(tmp_path)
+    original = doc.read_text()
+    assert "| uniform, fp32 | 656 µs |" in gen.figures()  # the TBE forward's uniform fp32 record
+    doc.write_text(original.replace("| uniform, fp32 | 656 µs |", "| uniform, fp32 | 600 µs |"))
+    assert gen.main(["--check", "--doc", str(doc), "--readme", str(readme)]) == 1
     assert "differ from bench/results/" in capsys.readouterr().err
-    assert gen.main(["--readme", str(edited)]) == 0  # regenerating restores the record's figure
-    assert edited.read_text() == readme
+    assert gen.main(["--doc", str(doc), "--readme", str(readme)]) == 0  # regenerating restores the record's figure
+    assert doc.read_text() == original
+
+
+def test_a_summary_line_edited_by_hand_is_caught(tmp_path, capsys):
+    gen = load_generator()
+    doc, readme = copies(tmp_path)
+    original = readme.read_text()
+    line = next(l for l in gen.summary().split("\n") if l.startswith("- **FBGEMM_GPU**"))
+    readme.write_text(original.replace(line, line.replace("training steps", "training steps up to 3×, from")))
+    assert gen.main(["--check", "--doc", str(doc), "--readme", str(readme)]) == 1
+    assert "README.md: the figures differ" in capsys.readouterr().err
+    assert gen.main(["--doc", str(doc), "--readme", str(readme)]) == 0
+    assert readme.read_text() == original
+
+
+def test_each_summary_line_spans_its_table():
+    """A summary line's range is the smallest and largest ratio of the table it links (wall time, no bounds
+    checks), and its link names that table's heading."""
+    gen = load_generator()
+    figures, summary = gen.figures(), gen.summary()
+
+    def part(heading):
+        text = figures[figures.index("### " + heading):]
+        nxt = text.find("\n### ", 1)
+        return text if nxt < 0 else text[:nxt]
+
+    def cells(text, row_filter=lambda row: True):
+        out = []
+        for row in text.split("\n"):
+            if row.startswith("| ") and not row.startswith(("| ---", "|  |")) and row_filter(row):  # no header
+                out += [float(v) for v in re.findall(r"\| ([0-9.]+)×", row)]  # the first ratio of each cell
+        return out
+
+    lines = {l.split("**")[1]: l for l in summary.split("\n") if l.startswith("- **")}
+    fbgemm = part(gen.HEADINGS["fbgemm"])
+    train = cells(fbgemm, lambda r: r.startswith("| train") and "bounds checks" not in r)
+    fwd = cells(fbgemm, lambda r: r.startswith("| forward") and "bounds checks" not in r)
+    assert f"training steps {gen.ratio(min(train))} to {gen.ratio(max(train))}" in lines["FBGEMM_GPU"]
+    assert f"forwards {gen.ratio(min(fwd))} to {gen.ratio(max(fwd))}" in lines["FBGEMM_GPU"]
+    te = cells(part(gen.HEADINGS["te"]))
+    assert f"{gen.ratio(min(te))} to {gen.ratio(max(te))}" in lines["TransformerEngine"]
+    cpu = part(gen.HEADINGS["fbgemm_cpu"])
+    adagrad = cells(cpu, lambda r: r.startswith("| row-wise Adagrad"))
+    assert f"row-wise Adagrad steps {gen.ratio(min(adagrad))} to {gen.ratio(max(adagrad))}" in lines["FBGEMM's CPU TBE"]
+    for key, part_name in (("torch", "torch"), ("FBGEMM_GPU", "fbgemm"), ("TransformerEngine", "te"),
+                           ("FBGEMM's CPU TBE", "fbgemm_cpu")):
+        assert f"(docs/benchmarks.md#{gen.anchor(gen.HEADINGS[part_name])})" in lines[key]
+        assert "### " + gen.HEADINGS[part_name] in figures
 
 
 def tbe_record(impl, op, dtype, alpha, dim, us, kernel_us, date="2026-12-02"):
@@ -178,7 +237,7 @@ def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):
 
 def test_laboratory_experiments_are_not_peer_runs(tmp_path):
     """Records of a laboratory experiment (field "experiment": build A/Bs, cost breakdowns) never become the
-    run a README table comes from, however new; without that field the same records would."""
+    run a figures table comes from, however new; without that field the same records would."""
     gen = load_generator()
     def run(fb, **extra):
         return [dict(r, **extra) for r in (tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 128, fb, fb),

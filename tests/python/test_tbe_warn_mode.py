@@ -1,5 +1,5 @@
 """bounds_check="warn": each call's BoundsCheckWarning reports that call's own count of dropped indices,
-also when threads share a module (the README allows it)."""
+also when threads share a module (docs/python.md allows it)."""
 import threading
 import warnings
 

@@ -1,7 +1,8 @@
 // Launch parameters of the FP8 kernels, one policy struct per architecture. Each value carries the
-// reason it is what it is and the record under bench/results/ that chose it ("tuning" below is
-// bench/results/2026-11-30-nvidia-h200-tuning.md). The variants those records compared are built in
-// dev/, never in the library.
+// reason it is what it is and the record that chose it: a file under bench/results/, or "tuning" below,
+// the tables of the 2026-11-30 sweeps in docs/tuning.md (section "Tuning sweeps, NVIDIA H200, 2026-11-30":
+// "amax: single-cluster path vs grid path by size" and "FP8: A/B of the CUDA tunables", whose columns the
+// A/B references below name). The variants those records compared are built in dev/, never in the library.
 //
 // Only sm_90 (H200) has been measured. Every other architecture runs the sm_90 values (Fp8Policy
 // below): no record says otherwise, and a port adds a struct here once it has one.

@@ -1,6 +1,7 @@
 // Launch parameters of the CUDA TBE forward, one policy struct per architecture. Each value carries the
-// reason it is what it is and the record under bench/results/ that chose it ("tuning" below is
-// bench/results/2026-11-30-nvidia-h200-tuning.md). The other kernel shapes, grid orders and bags per
+// reason it is what it is and the record that chose it: a file under bench/results/, or "tuning" below,
+// the tables of the 2026-11-30 sweeps in docs/tuning.md (section "Tuning sweeps, NVIDIA H200, 2026-11-30",
+// which holds the tables quoted by name below). The other kernel shapes, grid orders and bags per
 // lane group those records compared are built in dev/, never in the library.
 //
 // Only sm_90 (H200) has been measured. Every other architecture runs the sm_90 values (ForwardPolicy
