@@ -33,7 +33,12 @@ and row-wise state each within --tolerance (max |a - b| / max |b|, default 1e-5)
 reported and not timed (exit status 1). Later distributions check again from the states the earlier timed
 steps left (identical steps on both, so still equal up to rounding). --one-impl-at-a-time (for table sets that
 fit host memory once, e.g. 96 GiB on a 128 GiB host) builds, runs and frees one impl before the next: there
-is no copy and no check, each impl keeps its own initial tables (values do not change the work).
+is no copy and no check against FBGEMM, each impl keeps its own initial tables (values do not change the work).
+Instead (--replay-check, on by default) an embscale impl run alone is checked against itself in HBM: before
+the check's three steps, the rows they touch (each table's unique rows, with their row-wise state) are copied
+into an all-HBM module of those rows alone; the same steps, their ids remapped, run on it; afterwards the
+touched rows must agree (--tolerance) and a random sample of untouched rows (--check-rows per table) must
+not have changed at all.
 
 Timing (CUDA): after the warm-up, CUDA events around each timed step give median_ms, p10_ms and p90_ms;
 the same loop, the device synchronised only before and after it, gives loop_ms (wall time per step: what a
@@ -169,6 +174,9 @@ def parse_args(argv):
     p.add_argument("--fbgemm-cache-stats", choices=("on", "off"), default="on")
     p.add_argument("--one-impl-at-a-time", action="store_true",
                    help="build, run and free one impl before the next (no copy, no check)")
+    p.add_argument("--replay-check", choices=("on", "off"), default="on",
+                   help="an embscale impl run alone: replay the check's steps on an all-HBM module of the rows "
+                        "they touch and compare those rows; untouched rows sampled must not change (default on)")
     p.add_argument("--link-gib", type=positive_float, default=1.0, help="pinned buffer of the link test (GiB)")
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds for the whole run (0: no limit)")
     p.add_argument("--seed", type=int, default=20261206)
@@ -176,6 +184,7 @@ def parse_args(argv):
     p.add_argument("--out", default="", help="append the JSON records to this file")
     p.add_argument("--dry-run", action="store_true", help="simulated device, made-up numbers (never in bench/results)")
     a = p.parse_args(argv)
+    a.replay_check = a.replay_check == "on"
     if a.dim % 4:
         p.error(f"--dim {a.dim}: FBGEMM needs a multiple of 4")
     if a.index_sets is None:
@@ -362,6 +371,7 @@ class RealEngine:
         torch, a = self.torch, self.a
         T, B, L = a.num_tables, a.batch_size, a.bag_size
         n = a.index_sets
+        self.E = E
         self.gen.manual_seed(a.seed)
         draw = make_indices(torch, T, B * n, L, E, alpha, self.gen, self.dev)  # [T, n*B*L]
         sets = [draw[:, s * B * L:(s + 1) * B * L].reshape(-1).clone() for s in range(n)]  # each [T*B*L]
@@ -510,6 +520,68 @@ class RealEngine:
         ew, es = self.sampled_rows(es_built, inputs.picks)
         return dict(weights_max_rel_err=max_rel_err(ew, fw), state_max_rel_err=max_rel_err(es, fs),
                     check_rows=int(fw.shape[0]))
+
+    def replay_start(self, built, inputs, seq):
+        """Before the check's steps of an embscale impl run alone: an all-HBM module holding only the rows the
+        steps touch (each table's sorted unique rows, with their row-wise state), the steps' index sets remapped
+        to it, and a sample of untouched rows (--check-rows per table) with their values."""
+        torch, a = self.torch, self.a
+        m, T = built.module, a.num_tables
+        touched, untouched = [], []
+        for t in range(T):
+            touched.append(torch.unique(torch.cat([inputs.sets[s].view(T, -1)[t] for s in seq])))
+            cand = torch.randint(0, self.E, (4 * a.check_rows,), generator=self.gen, device=self.dev)
+            cand = cand[~torch.isin(cand, touched[t])][:a.check_rows]
+            untouched.append(cand.cpu())
+        ref = self.embscale.TableBatchedEmbeddingBags(
+            [(int(r.numel()), a.dim, "device") for r in touched], optimizer="rowwise_adagrad",
+            learning_rate=a.learning_rate, eps=a.eps, stochastic_rounding=False, device=self.dev,
+            bounds_check="off", data_parallel_group=None)
+        with torch.no_grad():
+            ws, ss = m.split_embedding_weights(), m.split_optimizer_states()
+            rws, rss = ref.split_embedding_weights(), ref.split_optimizer_states()
+            before = []
+            for t in range(T):
+                rows = touched[t].to(ws[t].device)
+                rws[t].copy_(ws[t][rows])
+                rss[t][0].reshape(-1).copy_(ss[t][0].reshape(-1)[rows.to(ss[t][0].device)])
+                u = untouched[t].to(ws[t].device)
+                before.append((ws[t][u].double().cpu(), ss[t][0].reshape(-1)[u.to(ss[t][0].device)].double().cpu()))
+        sets = [None] * len(inputs.sets)
+        for s in seq:
+            idx = inputs.sets[s].view(T, -1)
+            sets[s] = torch.stack([torch.searchsorted(touched[t], idx[t]) for t in range(T)]).reshape(-1)
+        ref_inputs = Inputs(inputs.alpha, sets, inputs.offsets, inputs.grad, None, None)
+        ref_built = Built("embscale_device", ref, 0.0)
+        self.sync()
+        return dict(ref=ref_built, inputs=ref_inputs, touched=touched, untouched=untouched, before=before)
+
+    def replay_finish(self, built, replay, seq):
+        """The same steps on the reference; the touched rows compared with it, the untouched sample with its
+        values before the steps. Returns the check's record fields."""
+        torch = self.torch
+        self.steps(replay["ref"], replay["inputs"], seq)
+        m, ref = built.module, replay["ref"].module
+        werr = serr = 0.0
+        changed = 0
+        with torch.no_grad():
+            ws, ss = m.split_embedding_weights(), m.split_optimizer_states()
+            rws, rss = ref.split_embedding_weights(), ref.split_optimizer_states()
+            for t, rows in enumerate(replay["touched"]):
+                r = rows.to(ws[t].device)
+                werr = max(werr, max_rel_err(ws[t][r].double().cpu(), rws[t].double().cpu()))
+                serr = max(serr, max_rel_err(ss[t][0].reshape(-1)[r.to(ss[t][0].device)].double().cpu(),
+                                             rss[t][0].reshape(-1).double().cpu()))
+                u = replay["untouched"][t].to(ws[t].device)
+                w0, s0 = replay["before"][t]
+                changed += int((ws[t][u].double().cpu() != w0).any(dim=1).sum())
+                changed += int((ss[t][0].reshape(-1)[u.to(ss[t][0].device)].double().cpu() != s0).sum())
+        touched = sum(int(r.numel()) for r in replay["touched"])
+        replay["ref"].module = None
+        self.release()
+        return dict(replay_weights_max_rel_err=werr, replay_state_max_rel_err=serr, replay_touched_rows=touched,
+                    untouched_rows_checked=sum(int(u.numel()) for u in replay["untouched"]),
+                    untouched_rows_changed=changed)
 
     # -- timing
     def read_counters(self, built):
@@ -711,6 +783,16 @@ class DryRunEngine:
 
     def compare(self, fb_built, es_built, inputs):
         return dict(weights_max_rel_err=0.0, state_max_rel_err=0.0, check_rows=self.a.num_tables * self.a.check_rows)
+
+    def replay_start(self, built, inputs, seq):
+        self.clock += 0.05 * self.a.gb
+        return {}
+
+    def replay_finish(self, built, replay, seq):
+        self.steps(built, Inputs(0.0, [], None, None, None, None), seq)
+        return dict(replay_weights_max_rel_err=0.0, replay_state_max_rel_err=0.0,
+                    replay_touched_rows=self.a.num_tables * self.a.batch_size * self.a.bag_size,
+                    untouched_rows_checked=self.a.num_tables * self.a.check_rows, untouched_rows_changed=0)
 
     def _hit_rate(self, built, alpha):
         return min(0.99, 0.8 + 0.5 * built.lf) if alpha > 0 else built.lf
@@ -1099,8 +1181,25 @@ class Run:
                     continue
                 try:
                     check_sets, _, _ = inputs.schedule(a.warmup, a.iters)
+                    replay = (self.engine.replay_start(b, inputs, check_sets)
+                              if a.replay_check and b.lib == "embscale" else None)
                     self.engine.steps(b, inputs, check_sets)  # the same sequence as a checked case
                     check = dict(check="not_run (one impl at a time)" if paired_asked else "not_run (no peer)")
+                    if replay is not None:
+                        r = self.engine.replay_finish(b, replay, check_sets)
+                        ok = (r["replay_weights_max_rel_err"] <= a.tolerance
+                              and r["replay_state_max_rel_err"] <= a.tolerance and r["untouched_rows_changed"] == 0)
+                        log(f"{impl} {self.case_text(group, lf, alpha)}: replay check after {CHECK_STEPS} steps, "
+                            f"{r['replay_touched_rows']} touched rows against an all-HBM module of those rows "
+                            f"alone: max rel error weights {r['replay_weights_max_rel_err']:.2e}, row-wise state "
+                            f"{r['replay_state_max_rel_err']:.2e}; {r['untouched_rows_changed']} of "
+                            f"{r['untouched_rows_checked']} sampled untouched rows changed")
+                        check = dict(check="ok (replay)" if ok else "failed (replay)", check_tolerance=a.tolerance,
+                                     **r)
+                        if not ok:
+                            self.note(impl, group, lf, alpha, "check_failed",
+                                      f"the replay check failed: {r}; not timed", paired=False)
+                            continue
                     self.time_one(b, inputs, False, check)
                 except Exception as e:  # noqa: BLE001
                     self.note(impl, group, lf, alpha, "failed", f"timing: {type(e).__name__}: {e}", paired=False)
