@@ -32,7 +32,8 @@
 #   PEERS, UNPACK_TO       the nccl stage's .peers folder (default: .peers) and where it is unpacked (default:
 #                          /tmp), as scripts/gpu_peers_unpack.sh takes them.
 #
-# The nccl stage: pytest over tests/python/test_torchrec.py, test_torchrec_matches_fbgemm.py and
+# The nccl stage: pytest over tests/python/test_torchrec.py, test_torchrec_matches_fbgemm.py,
+# test_torchrec_placement.py (FUSED_UVM / FUSED_UVM_CACHING plans, TorchRec's prefetch pipeline) and
 # test_data_parallel.py with EMBSCALE_TEST_DIST_DEVICE=cuda (one process per GPU, NCCL; the world-size-1
 # cases on a machine of one GPU: tests/python/multiprocess.py's worlds()), then
 # `torchrun --standalone --nproc_per_node 1 examples/train_dlrm.py --distributed --device cuda` for every
@@ -212,7 +213,7 @@ stage_nccl() {
   local envs=(env EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$pp" EMBSCALE_TEST_DIST_DEVICE="$dev")
   run_step "nccl tests" "${NCCL_TEST_LIMIT:-420}" "$OUT/nccl_pytest.log" "${envs[@]}" python3 -m pytest -q -rs \
     -p no:cacheprovider --durations=10 tests/python/test_torchrec.py tests/python/test_torchrec_matches_fbgemm.py \
-    tests/python/test_data_parallel.py
+    tests/python/test_torchrec_placement.py tests/python/test_data_parallel.py
   grep -E "^(FAILED|ERROR) |^SKIPPED|passed|failed" "$OUT/nccl_pytest.log" | tail -n 20 | sed 's/^/   /'
   # Every case skipped for want of TorchRec would pass quietly: a failure here.
   if grep -q "torchrec is not installed" "$OUT/nccl_pytest.log"; then
