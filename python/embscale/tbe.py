@@ -73,9 +73,8 @@ from . import _capi, _data_parallel, _fbgemm_names, _host_memory, ops
 from ._ops_common import _check_backend
 from ._ops_tbe import check_hparams
 
-# optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
-# from the library's optimizer table ("none" is the dense-gradient mode: no state, a gradient instead).
-# The module's tensors that can be large: the tables and the optimizer state.
+# The module's tensors that can be large, the tables and the optimizer state: on huge pages on the CPU, and in
+# state_dict() per table (views of them) instead of whole.
 _HOST_TABLES = ("weights", "momentum1", "momentum2")
 
 
@@ -86,13 +85,11 @@ def _empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     return torch.empty(numel, dtype=dtype, device=device)
 
 
+# optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
+# from the library's optimizer table ("none" is the dense-gradient mode: no state, a gradient instead).
 _MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
                     for name, states in _capi.OPTIMIZER_STATES.items()}
 _STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()}
-
-
-# The handle now lives with the operators that look it up; modules pickled by earlier versions name it here.
-_Handle = ops.TbeHandle
 
 
 def _module_device(device):
@@ -125,8 +122,7 @@ class _CountTargets:
 # An empty leaf that requires grad, given to every lookup as its first input so that the lookup's output
 # requires grad (and its backward, the fused update, runs) even when no other input does: the tables do not
 # require grad. It is no module's Parameter, so named_parameters(), state_dict() and optimizers never see it;
-# the lookup gives it no gradient. (Earlier versions held one per module as the Parameter "_grad_anchor":
-# their checkpoints and pickles load without it.)
+# the lookup gives it no gradient.
 _GRAD_ANCHOR = torch.empty(0, requires_grad=True)
 
 
@@ -822,9 +818,7 @@ class TableBatchedEmbeddingBags(nn.Module):
     # ``<name>.exp_avg`` / ``<name>.exp_avg_sq`` for Adam), all views of the module's buffers; then
     # ``hparams`` (hyper-parameters and step), ``num_skipped``, and ``_extra_state`` naming the optimizer, its
     # weight decay mode and the tables, so a checkpoint of another optimizer, mode or tables is refused by
-    # name. load_state_dict also takes the flat checkpoints of earlier versions (``weights``, ``momentum1``,
-    # ``momentum2``), and checks every entry before it writes any (_check_loaded_entries).
-    _FLAT_BUFFERS = ("weights", "momentum1", "momentum2")
+    # name. load_state_dict checks every entry before it writes any (_check_loaded_entries).
 
     def _table_entries(self):
         """(key, view) of every per-table state_dict entry, in table order."""
@@ -835,7 +829,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        for name in self._FLAT_BUFFERS:
+        for name in _HOST_TABLES:
             del destination[prefix + name]
         for key, view in self._table_entries():
             destination[prefix + key] = view.detach()
@@ -847,15 +841,14 @@ class TableBatchedEmbeddingBags(nn.Module):
     def set_extra_state(self, state):
         """Checks a checkpoint's ``_extra_state`` against this module: ValueError naming both optimizers, both
         weight decay modes, or both table lists, when they differ (the state of one optimizer cannot train
-        with another, and the checkpoint's ``hparams`` carry a weight decay meant for its own mode).
-        Checkpoints of earlier versions name no weight decay mode; theirs is not checked."""
-        if not isinstance(state, dict) or not {"optimizer", "embedding_specs"} <= state.keys():
+        with another, and the checkpoint's ``hparams`` carry a weight decay meant for its own mode)."""
+        if not isinstance(state, dict) or not {"optimizer", "embedding_specs", "weight_decay_mode"} <= state.keys():
             raise ValueError(f"state_dict: _extra_state {state!r} does not describe a TableBatchedEmbeddingBags")
         if state["optimizer"] != self.optimizer:
             raise ValueError(f"state_dict: the checkpoint was written with optimizer '{state['optimizer']}'; this "
                              f"module's optimizer is '{self.optimizer}' (to load only the tables, pass the "
                              "'<table>.weight' entries with strict=False)")
-        mode = state.get("weight_decay_mode", self.weight_decay_mode)
+        mode = state["weight_decay_mode"]
         if mode != self.weight_decay_mode:
             raise ValueError(f"state_dict: the checkpoint was written with weight_decay_mode {mode!r}; this module's "
                              f"is {self.weight_decay_mode!r}, and its hparams' weight_decay would be applied another "
@@ -870,45 +863,22 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise ValueError(f"state_dict: the checkpoint's tables (num_embeddings, embedding_dim) are {specs}; "
                              f"this module's are {self.embedding_specs}")
 
-    def _check_flat_checkpoint(self, state_dict, prefix):
-        """A flat checkpoint (earlier versions) names no optimizer: its buffers' sizes must be this module's."""
-        sizes = {name: state_dict[prefix + name].numel() for name in self._FLAT_BUFFERS
-                 if isinstance(state_dict.get(prefix + name), torch.Tensor)}
-        if sizes.get("weights", self.weights.numel()) != self.weights.numel():
-            raise ValueError(f"state_dict: weights holds {sizes['weights']} elements; this module's tables "
-                             f"{self.embedding_specs} hold {self.weights.numel()} (the checkpoint holds other tables)")
-        want = {"momentum1": self.momentum1.numel(), "momentum2": self.momentum2.numel()}
-        got = {name: sizes.get(name, n) for name, n in want.items()}
-        if got != want:
-            layout = self._layout
-            per_kind = {"none": 0, "rows": layout.total_rows, "elements": layout.num_weights}
-            fits = [opt for opt, kinds in _MOMENTUM_SHAPES.items()
-                    if (per_kind[kinds[0]], per_kind[kinds[1]]) == (got["momentum1"], got["momentum2"])]
-            raise ValueError(f"state_dict: its optimizer state (momentum1 {got['momentum1']}, momentum2 "
-                             f"{got['momentum2']} floats) is not that of this module's optimizer '{self.optimizer}' "
-                             f"({want['momentum1']}, {want['momentum2']}); it is that of "
-                             f"{' or '.join(repr(o) for o in fits) or 'no optimizer of these tables'}")
-
     # Optimizer states that are sums of squares (row-wise Adagrad's accumulator, Adam's second moments): the
     # update divides by their square root, so a negative one gives NaN or a huge step.
     _NON_NEGATIVE_STATES = ("sum", "exp_avg_sq")
 
-    def _load_targets(self, prefix, flat):
+    def _load_targets(self, prefix):
         """(key, the module's tensor the entry is copied into, its optimizer state's name or None) of every
-        entry a load may write: the per-table entries (a flat checkpoint's weights, momentum1, momentum2
-        instead), then the module's other parameters and persistent buffers, which torch's loader copies."""
-        if flat:
-            states = dict(zip(("momentum1", "momentum2"), _STATE_NAMES[self.optimizer]))
-            targets = [(prefix + name, getattr(self, name), states.get(name)) for name in self._FLAT_BUFFERS]
-        else:
-            targets = [(prefix + key, view, None if key.endswith(".weight") else key.rpartition(".")[2])
-                       for key, view in self._table_entries()]
+        entry a load may write: the per-table entries, then the module's other parameters and persistent
+        buffers, which torch's loader copies."""
+        targets = [(prefix + key, view, None if key.endswith(".weight") else key.rpartition(".")[2])
+                   for key, view in self._table_entries()]
         own = [*self._parameters.items(), *((name, buf) for name, buf in self._buffers.items()
                                              if name not in self._non_persistent_buffers_set)]
         return targets + [(prefix + name, t, None) for name, t in own if t is not None and name not in
-                          self._FLAT_BUFFERS]
+                          _HOST_TABLES]
 
-    def _check_loaded_entries(self, rest, prefix, flat, materialising):
+    def _check_loaded_entries(self, rest, prefix, materialising):
         """Every entry a load would write is checked before the first write, so a refused checkpoint changes
         nothing (torch's loader copies entry by entry, and a bad entry's copy_ fails without naming it): a
         dense tensor of this module's shape, holding values (not on the meta device, unless the module is
@@ -916,7 +886,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         optimizer state finite, and not negative where it is a sum of squares (_NON_NEGATIVE_STATES);
         hparams as the backward checks them. materialising: an assign=True load will make a meta module
         real (_materialize_for) first."""
-        for key, own, state in self._load_targets(prefix, flat):
+        for key, own, state in self._load_targets(prefix):
             if key not in rest:
                 continue
             t = rest[key]
@@ -973,41 +943,36 @@ class TableBatchedEmbeddingBags(nn.Module):
         extra_key = prefix + "_extra_state"
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])
-        # (prefix + "_grad_anchor": the empty anchor Parameter of earlier versions, nothing to load)
-        rest = {k: v for k, v in state_dict.items() if k not in (extra_key, prefix + "_grad_anchor")}
-        flat = prefix + "weights" in state_dict
+        rest = {k: v for k, v in state_dict.items() if k != extra_key}
+        # The whole tables and state are no entries (their per-table views are), though torch's loader would
+        # copy them in by their names, unchecked.
+        for key in [prefix + name for name in _HOST_TABLES if prefix + name in rest]:
+            del rest[key]
+            if strict:
+                unexpected_keys.append(key)
         assign = local_metadata.get("assign_to_params_buffers", False)
-        if flat:
-            self._check_flat_checkpoint(state_dict, prefix)
-            first = rest[prefix + "weights"]
-        else:
-            first = next((rest[prefix + key] for key, _ in self._table_entries() if prefix + key in rest), None)
+        first = next((rest[prefix + key] for key, _ in self._table_entries() if prefix + key in rest), None)
         materialising = (assign and self.weights.is_meta and isinstance(first, torch.Tensor)
                          and not first.is_meta)
-        self._check_loaded_entries(rest, prefix, flat, materialising)
+        self._check_loaded_entries(rest, prefix, materialising)
         # hparams stay CPU float64 whatever the checkpoint's were (they are read on the host at every step).
         self._as_own_buffers(rest, prefix, ("hparams",))
         if materialising:
             self._materialize_for(first)
-        if flat:
-            if assign:
-                self._as_own_buffers(rest, prefix, self._FLAT_BUFFERS + ("num_skipped",))
-            handled = {extra_key}
-        else:
-            if assign:
-                self._as_own_buffers(rest, prefix, ("num_skipped",))
-            elif self.weights.is_meta and first is not None and not first.is_meta:
-                warnings.warn(f"{prefix}tables: copying a checkpoint's tables into a module on the meta device loads "
-                              "nothing (as torch's loader warns for parameters); pass assign=True to load them",
-                              UserWarning, stacklevel=4)
-            entries = [(prefix + key, view) for key, view in self._table_entries()]  # (materialised: new views)
-            with torch.no_grad():
-                for key, view in entries:
-                    if key in rest:
-                        view.copy_(rest.pop(key))
-                    elif strict:
-                        missing_keys.append(key)
-            handled = {extra_key} | {prefix + name for name in self._FLAT_BUFFERS}
+        if assign:
+            self._as_own_buffers(rest, prefix, ("num_skipped",))
+        elif self.weights.is_meta and first is not None and not first.is_meta:
+            warnings.warn(f"{prefix}tables: copying a checkpoint's tables into a module on the meta device loads "
+                          "nothing (as torch's loader warns for parameters); pass assign=True to load them",
+                          UserWarning, stacklevel=4)
+        entries = [(prefix + key, view) for key, view in self._table_entries()]  # (materialised: new views)
+        with torch.no_grad():
+            for key, view in entries:
+                if key in rest:
+                    view.copy_(rest.pop(key))
+                elif strict:
+                    missing_keys.append(key)
+        handled = {extra_key} | {prefix + name for name in _HOST_TABLES}
         first_new = len(missing_keys)
         super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -1223,19 +1188,10 @@ class TableBatchedEmbeddingBags(nn.Module):
         return state
 
     def __setstate__(self, state):
-        state = dict(state)
-        for stale in ("_handles", "_handle_id", "_handle_ptr"):  # _handle_ptr: pickles of earlier versions
-            state.pop(stale, None)
-        state.setdefault("data_parallel_group", "auto")  # pickles of earlier versions
-        state.setdefault("sparse", True)  # likewise
-        state.setdefault("placements", ["device"] * len(state["embedding_specs"]))  # likewise
-        state.setdefault("table_names", [f"table_{t}" for t in range(len(state["embedding_specs"]))])  # likewise
-        if "_grad_anchor" in state.get("_parameters", {}):  # likewise: their anchor Parameter (now _GRAD_ANCHOR)
-            state["_parameters"] = {k: v for k, v in state["_parameters"].items() if k != "_grad_anchor"}
         super().__setstate__(state)
         if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor
             self.hparams = self.hparams.cpu()
-        # Earlier versions took any value in set_learning_rate: a pickle may hold one the backward refuses.
+        # hparams written directly (past set_learning_rate's check) may hold a value the backward refuses.
         _check_hyper_parameters(self.optimizer, self.weight_decay_mode, self.hparams.tolist(),
                                 where="pickle: hparams: ")
         self._handles = {}

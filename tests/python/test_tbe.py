@@ -775,10 +775,8 @@ def test_constructor_takes_numpy_integers_tensors_and_whole_floats():
 
 # ---- what the module shows: its real parameters and state only ------------------------------------------------
 def test_the_module_shows_only_its_tables_and_state_and_still_trains(device):
-    """Earlier versions held an empty Parameter "_grad_anchor" (what makes the lookup's output require grad): it
-    showed in named_parameters() and state_dict(), and an optimizer or DistributedDataParallel saw a parameter
-    that never gets a gradient. Now the module's only Parameter is its tables; the backward still runs when no
-    input requires grad; earlier checkpoints and pickles holding the anchor load."""
+    """The module's only Parameter is its tables (an optimizer or DistributedDataParallel sees no parameter
+    that never gets a gradient), and the backward still runs when no input requires grad."""
     m = make_module([(10, 4), (6, 3)], None, device, optimizer="adam")
     assert [name for name, _ in m.named_parameters()] == ["weights"]
     assert not any("anchor" in key for key in m.state_dict())
@@ -789,13 +787,7 @@ def test_the_module_shows_only_its_tables_and_state_and_still_trains(device):
     assert m.step == 1 and not torch.equal(m.weights, before) and m.weights.grad is None
     with torch.no_grad():
         assert not m(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).requires_grad
-    old = m.state_dict()
-    old["_grad_anchor"] = torch.zeros(0)  # an earlier version's checkpoint
-    fresh = make_module([(10, 4), (6, 3)], None, device, optimizer="adam")
-    assert not fresh.load_state_dict(old).unexpected_keys
-    assert torch.equal(fresh.weights, m.weights)
-    m._parameters["_grad_anchor"] = torch.nn.Parameter(torch.zeros(0, device=device))  # an earlier version's pickle
-    copy_of_old = pickle.loads(pickle.dumps(m))
-    assert [name for name, _ in copy_of_old.named_parameters()] == ["weights"]
-    copy_of_old(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).sum().backward()
-    assert copy_of_old.step == 2
+    copied = pickle.loads(pickle.dumps(m))
+    assert [name for name, _ in copied.named_parameters()] == ["weights"]
+    copied(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).sum().backward()
+    assert copied.step == 2
