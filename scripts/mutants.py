@@ -652,8 +652,9 @@ MUTANTS = [
       "order = [(r, f) for r in range(len(parts)) for f in range(num_features)]",
       "the global batch laid out rank-major: lookups paired with another feature's bags"),
     M("py-replicas-hparams-unchecked", "python/embscale/_data_parallel.py",
-      "settings = (optimizer, wd_mode, bounds_check, sr, seed, hparams.tolist())",
-      "settings = (optimizer, wd_mode, bounds_check, sr, seed)",
+      "settings = (cfg.optimizer, cfg.weight_decay_mode, cfg.bounds_check, cfg.stochastic_rounding, cfg.seed,\n"
+      "                    hparams.tolist())",
+      "settings = (cfg.optimizer, cfg.weight_decay_mode, cfg.bounds_check, cfg.stochastic_rounding, cfg.seed)",
       "replicas with different hyper-parameters not detected: the tables drift apart"),
     M("py-fp8-grad-e4m3", "python/embscale/fp8_training.py",
       "g_nonfinite, E5M2, ctx.eps)",

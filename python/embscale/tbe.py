@@ -64,6 +64,7 @@ import numbers
 import threading
 import warnings
 import weakref
+from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import torch
@@ -119,6 +120,27 @@ class _CountTargets:
         self.buffer, self.word, self.written, self.tensor = buffer, word, False, None
 
 
+@dataclass(frozen=True)
+class LookupConfig:
+    """What a lookup takes besides its tensors: the module's settings at its forward call."""
+    handle: int  # the id of the handle of the tables' device and dtype (ops.TbeHandle), never a pointer
+    batch_size: int
+    pooling: str
+    bounds_check: str
+    output_cols: int  # the output's columns: every feature's dim side by side (pooling "none": one's)
+    output_dtype: torch.dtype
+    optimizer: str
+    weight_decay_mode: str
+    stochastic_rounding: bool
+    seed: int
+    sparse: bool  # dense-gradient mode (optimizer "none"): a sparse COO gradient of the tables, else a dense one
+
+    def forward_args(self, weights, indices, offsets, per_sample_weights):
+        """tbe_forward's arguments."""
+        return (weights, indices, offsets, per_sample_weights, self.handle, self.batch_size, self.pooling,
+                self.bounds_check, self.output_cols, self.output_dtype)
+
+
 # An empty leaf that requires grad, given to every lookup as its first input so that the lookup's output
 # requires grad (and its backward, the fused update, runs) even when no other input does: the tables do not
 # require grad. It is no module's Parameter, so named_parameters(), state_dict() and optimizers never see it;
@@ -130,40 +152,36 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
                 counts=None, owner=None):
-        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed, _) = cfg
-        forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
-                   else torch.ops.embscale.tbe_forward)
-        if forward is ops.tbe_forward_eager:
+        """cfg: a LookupConfig; counts: where an eager skip- or warn-mode call stores its count (_CountTargets),
+        or None; owner: a weak reference to the module, or None (_backward_state)."""
+        args = cfg.forward_args(weights, indices, offsets, per_sample_weights)
+        if not ops.eager_call(weights, indices, offsets, per_sample_weights):
+            out, num_skipped = torch.ops.embscale.tbe_forward(*args)
+        else:
             # The count's gradient (never used) is passed as None, not as a zero tensor made per step.
             ctx.set_materialize_grads(False)
-        if forward is ops.tbe_forward_eager and counts is not None:
-            try:
-                out, counts.tensor = forward(
-                    weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
-                    output_cols, output_dtype, num_skipped_out=counts.buffer,
-                    num_skipped_host=None if counts.word is None else counts.word.address)
-            except ValueError as e:  # (checked before anything is written: the call can be made again)
-                if counts.word is None or not str(e).startswith("num_skipped_host"):
-                    raise
-                with _BOUNDS_LOCK:
-                    _HOST_WORDS.refused.add(counts.word.device)
-                    _HOST_WORDS.give_back(counts.word)
-                counts.word = counts.buffer = None  # (reported behind an event, from a count of its own)
-                out, counts.tensor = forward(weights, indices, offsets, per_sample_weights, handle, batch_size,
-                                             pooling, bounds_check, output_cols, output_dtype)
-            counts.written = True
-            num_skipped = None
-        elif forward is ops.tbe_forward_eager:  # no count where the module reads none (bounds_check off, error)
-            out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
-                                       bounds_check, output_cols, output_dtype, count_skipped=False)
-        else:
-            out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
-                                       bounds_check, output_cols, output_dtype)
+            if counts is None:  # no count where the module reads none (bounds_check off, error)
+                out, num_skipped = ops.tbe_forward_eager(*args, count_skipped=False)
+            else:
+                try:
+                    out, counts.tensor = ops.tbe_forward_eager(
+                        *args, num_skipped_out=counts.buffer,
+                        num_skipped_host=None if counts.word is None else counts.word.address)
+                except ValueError as e:  # (checked before anything is written: the call can be made again)
+                    if counts.word is None or not str(e).startswith("num_skipped_host"):
+                        raise
+                    with _BOUNDS_LOCK:
+                        _HOST_WORDS.refused.add(counts.word.device)
+                        _HOST_WORDS.give_back(counts.word)
+                    counts.word = counts.buffer = None  # (reported behind an event, from a count of its own)
+                    out, counts.tensor = ops.tbe_forward_eager(*args)
+                counts.written = True
+                num_skipped = None
         # The tables, the optimizer state and the hyper-parameters are held, not saved: the backward updates
         # them as they are when it runs (saved tensors would make autograd refuse a learning rate set after
         # the forward, and the second of two lookups of one module once the first one's backward has
         # updated the tables); see _backward_state.
-        ctx.state = (handle, weights, momentum1, momentum2, hparams)
+        ctx.state = (cfg.handle, weights, momentum1, momentum2, hparams)
         ctx.owner = owner
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         ctx.cfg = cfg
@@ -175,28 +193,29 @@ class _Lookup(torch.autograd.Function):
     def backward(ctx, grad_output, _grad_num_skipped):
         handle, weights, momentum1, momentum2, hparams = _backward_state(ctx)
         indices, offsets, psw = ctx.saved_tensors
-        (_, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed,
-         sparse) = ctx.cfg
+        cfg = ctx.cfg
         if grad_output is None:  # (grads are not materialised) a zero gradient, as autograd would have made
-            rows = indices.shape[0] if pooling == "none" else batch_size
-            grad_output = torch.zeros((rows, output_cols), dtype=output_dtype, device=weights.device)
+            rows = indices.shape[0] if cfg.pooling == "none" else cfg.batch_size
+            grad_output = torch.zeros((rows, cfg.output_cols), dtype=cfg.output_dtype, device=weights.device)
         want_psw_grad = psw is not None and ctx.needs_input_grad[7]
         grad_weights = None
         eager = ops.eager_call(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw)
-        if optimizer == "none":
+        if cfg.optimizer == "none":
             dense_grad = ops.tbe_dense_grad_eager if eager else torch.ops.embscale.tbe_dense_grad
             rows, num_unique, grads, grad_psw = dense_grad(
-                weights, grad_output, indices, offsets, psw, handle, batch_size, pooling, bounds_check, want_psw_grad)
+                weights, grad_output, indices, offsets, psw, handle, cfg.batch_size, cfg.pooling, cfg.bounds_check,
+                want_psw_grad)
             if weights.device.type != "meta":  # meta holds shapes only: no rows to give a gradient
                 grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
-                if not sparse:  # the layout DistributedDataParallel reduces (as nn.EmbeddingBag(sparse=False))
+                if not cfg.sparse:  # the layout DistributedDataParallel reduces (as nn.EmbeddingBag(sparse=False))
                     grad_weights = grad_weights.to_dense()
         else:
             if eager:  # before the update, as the operator's dispatch does
                 ops.bump_versions(weights, momentum1, momentum2, hparams)
             backward = ops.tbe_backward_eager if eager else torch.ops.embscale.tbe_backward
             grad_psw = backward(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw, handle,
-                                batch_size, pooling, bounds_check, optimizer, wd_mode, sr, seed, want_psw_grad)
+                                cfg.batch_size, cfg.pooling, cfg.bounds_check, cfg.optimizer, cfg.weight_decay_mode,
+                                cfg.stochastic_rounding, cfg.seed, want_psw_grad)
         return (None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None,
                 None)
 
@@ -990,8 +1009,10 @@ class TableBatchedEmbeddingBags(nn.Module):
             # As FBGEMM: int32 and int64 mixed (e.g. int64 indices with int32 offsets) run as int64.
             indices, offsets = indices.long(), offsets.long()
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
-        cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
-               self.weight_decay_mode, self.stochastic_rounding, self.seed, self.sparse)
+        cfg = LookupConfig(handle=self._handle_id, batch_size=batch_size, pooling=self.pooling,
+                           bounds_check=self.bounds_check, output_cols=cols, output_dtype=self.output_dtype,
+                           optimizer=self.optimizer, weight_decay_mode=self.weight_decay_mode,
+                           stochastic_rounding=self.stochastic_rounding, seed=self.seed, sparse=self.sparse)
         group = None if self.optimizer == "none" else _data_parallel.resolve_group(self.data_parallel_group)
         lookup_args = (_GRAD_ANCHOR, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
