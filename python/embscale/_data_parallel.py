@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from . import ops
+from ._tbe_autograd import backward_state
 
 # Per process: batch size, number of indices, payload bytes, then what must agree across processes.
 _HEADER = ("batch_size", "num_indices", "payload_bytes", "num_features", "output_cols", "grad_dtype",
@@ -145,7 +146,7 @@ def _global_batch(parts, num_features, pooling):
 
 class ReplicatedLookup(torch.autograd.Function):
     """The lookup of a module whose tables are replicas over `group`: a local forward, and a backward that
-    applies the global batch's update (see the module's notes)."""
+    applies the global batch's update (this file's notes)."""
 
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
@@ -160,8 +161,7 @@ class ReplicatedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, _grad_num_skipped):
-        from .tbe import _backward_state  # (tbe imports this module)
-        handle, weights, momentum1, momentum2, hparams = _backward_state(ctx)
+        handle, weights, momentum1, momentum2, hparams = backward_state(ctx)
         indices, offsets, psw = ctx.saved_tensors
         cfg = ctx.cfg
         h = ops.tbe_handle(handle)
