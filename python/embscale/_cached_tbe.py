@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from . import _data_parallel, ops
+from . import _bounds_warnings, _data_parallel, ops
 from ._row_cache import RowCacheTables
 from .tbe import TableBatchedEmbeddingBags
 
@@ -177,7 +177,7 @@ class CachedTableBatchedEmbeddingBags(TableBatchedEmbeddingBags):
         if num_skipped is not None:
             self.num_skipped.copy_(num_skipped)
             if self.bounds_check == "warn":
-                self._note_bounds(num_skipped)
+                _bounds_warnings.note_bounds(self, num_skipped)
         return out
 
     # ---- the host store's views -------------------------------------------------------------------

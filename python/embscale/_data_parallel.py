@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from . import ops
+from ._tbe_autograd import backward_state
 
 # Per process: batch size, number of indices, payload bytes, then what must agree across processes.
 _HEADER = ("batch_size", "num_indices", "payload_bytes", "num_features", "output_cols", "grad_dtype",
@@ -145,15 +146,14 @@ def _global_batch(parts, num_features, pooling):
 
 class ReplicatedLookup(torch.autograd.Function):
     """The lookup of a module whose tables are replicas over `group`: a local forward, and a backward that
-    applies the global batch's update (see the module's notes)."""
+    applies the global batch's update (this file's notes)."""
 
     @staticmethod
     def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
                 group, owner=None):
-        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, *_rest) = cfg
-        out, num_skipped = torch.ops.embscale.tbe_forward(weights, indices, offsets, per_sample_weights, handle,
-                                                          batch_size, pooling, bounds_check, output_cols, output_dtype)
-        ctx.state, ctx.owner = (handle, weights, momentum1, momentum2, hparams), owner
+        out, num_skipped = torch.ops.embscale.tbe_forward(*cfg.forward_args(weights, indices, offsets,
+                                                                            per_sample_weights))
+        ctx.state, ctx.owner = (cfg.handle, weights, momentum1, momentum2, hparams), owner
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         ctx.cfg, ctx.group = cfg, group
         ctx.mark_non_differentiable(num_skipped)
@@ -161,19 +161,20 @@ class ReplicatedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, _grad_num_skipped):
-        from .tbe import _backward_state  # (tbe imports this module)
-        handle, weights, momentum1, momentum2, hparams = _backward_state(ctx)
+        handle, weights, momentum1, momentum2, hparams = backward_state(ctx)
         indices, offsets, psw = ctx.saved_tensors
-        (_, batch_size, pooling, bounds_check, _, _, optimizer, wd_mode, sr, seed, _) = ctx.cfg
+        cfg = ctx.cfg
         h = ops.tbe_handle(handle)
         grad = grad_output.contiguous() / dist.get_world_size(ctx.group)
         tables = h.args[1:]  # rows, dims, feature map, weights dtype (not the device: each process has its own)
-        settings = (optimizer, wd_mode, bounds_check, sr, seed, hparams.tolist())
-        parts = _gather(ctx.group, grad, indices, offsets, psw, batch_size, pooling, h.num_features,
+        settings = (cfg.optimizer, cfg.weight_decay_mode, cfg.bounds_check, cfg.stochastic_rounding, cfg.seed,
+                    hparams.tolist())
+        parts = _gather(ctx.group, grad, indices, offsets, psw, cfg.batch_size, cfg.pooling, h.num_features,
                         h.total_rows, tables, settings)
-        B, g_indices, g_offsets, g_psw, g_grad = _global_batch(parts, h.num_features, pooling)
+        B, g_indices, g_offsets, g_psw, g_grad = _global_batch(parts, h.num_features, cfg.pooling)
         dev = weights.device
         torch.ops.embscale.tbe_backward(weights, momentum1, momentum2, hparams, g_grad.to(dev), g_indices.to(dev),
                                         g_offsets.to(dev), None if g_psw is None else g_psw.to(dev), handle, B,
-                                        pooling, bounds_check, optimizer, wd_mode, sr, seed, False)
+                                        cfg.pooling, cfg.bounds_check, cfg.optimizer, cfg.weight_decay_mode,
+                                        cfg.stochastic_rounding, cfg.seed, False)
         return None, None, None, None, None, None, None, None, None, None, None

@@ -1,67 +1,23 @@
-"""Table-batched embedding bags with a fused optimizer, for PyTorch.
+"""Table-batched embedding bags with a fused optimizer, for PyTorch: TableBatchedEmbeddingBags.
 
     tbe = embscale.TableBatchedEmbeddingBags([(1_000_000, 128), (50_000, 64)], optimizer="rowwise_adagrad",
                                              learning_rate=0.05, device="cuda")
     pooled = tbe(indices, offsets)      # [B, 128 + 64]
     loss(pooled).backward()             # the tables are updated here, in place
 
-Inputs follow FBGEMM's layout: ``indices`` [N] and ``offsets`` [T*B+1] (int32 or int64; mixed, both run as int64),
-table-major: bag (f, b) is ``indices[offsets[f*B+b]:offsets[f*B+b+1]]``. The backward pass never
-materialises a dense gradient: it sorts the lookups, sums each touched row's gradient once in a fixed
-order and applies the optimizer to that row (``weights`` is a Parameter that does not require grad, so a
-torch optimizer given ``model.parameters()`` leaves the tables alone).
+Inputs follow FBGEMM's layout: ``indices`` [N] and ``offsets`` [T*B+1], table-major (bag (f, b) is
+``indices[offsets[f*B+b]:offsets[f*B+b+1]]``). The backward never materialises a dense gradient: it applies
+the optimizer to the rows the lookup touched. The user's guide (checkpoints, bounds checks, what the backward
+reads, threads, copies, the meta device, FBGEMM's names) is docs/python.md; replicated tables under
+DistributedDataParallel, docs/distributed.md.
 
-The backward reads the tables, the optimizer state and the hyper-parameters when it runs, not as they
-were at the forward, from whichever tensors the module holds then (``load_state_dict(assign=True)`` installs
-new ones; compiled code updates those its forward was given):
-
-- Hyper-parameters (``set_learning_rate``, ``hparams``) changed between a forward and its backward take
-  effect at that backward.
-- A module looked up several times before one backward (two calls in one loss) applies one update per
-  lookup, in the order autograd runs their backwards, each on the rows it touched and each advancing the
-  step, as FBGEMM does; a later one sees the earlier ones' updates (also in the gradient of its
-  per-sample weights).
-- Threads may share a module: its forward and backward calls are serialised by a per-module lock that
-  also covers the read and advance of the step, so no update or step is lost. On CUDA this orders the
-  launches; threads on different streams must order their streams themselves.
-
-Errors raise before anything is written (tables, optimizer state and step are unchanged): TypeError for
-a dtype, ValueError for a shape, device or value, IndexError for an index or offset out of range (with
-``bounds_check="error"``), NotImplementedError for what the build lacks; the message names the argument.
-
-Bounds checks: by default (``bounds_check="warn"``; FBGEMM's default is its WARNING mode) an index outside
-its table is dropped (it adds nothing and no row is updated for it; MEAN divides by the valid count) and a
-BoundsCheckWarning says how many were dropped. FBGEMM's WARNING (and IGNORE) mode does not drop it: it
-rewrites the index to row 0, which the lookup then reads and the backward updates. On CUDA the
-step never waits for the device to learn that: the device stores the count to a word of pinned host memory
-and the warning comes at a later call that finds it written (or at ``check_bounds()``), so it may arrive a
-few steps late and cannot name the position (inside torch.compile or a CUDA graph capture there is no
-warning: the last call's count is in ``num_skipped``). ``bounds_check="error"`` raises IndexError naming
-the feature, bag and position before anything is written, at the price of one synchronisation per call on
-CUDA; "skip" drops and counts (``num_skipped``) without warning; "off" trusts the indices.
-
-Copies and pickling: the module holds its C object through a handle it does not share. copy.deepcopy,
-pickle and torch.save(module) / torch.load give a module with a handle of its own, rebuilt for the
-device its tables load on.
-
-Several processes (DistributedDataParallel): when torch.distributed is initialized with more than one
-process, the tables are taken as replicas (``data_parallel_group="auto"``): each backward gathers every
-process's lookups and output gradients (divided by the world size, as DDP averages dense gradients) and
-applies the update of the global batch, so the replicas stay identical and train as one process would on
-the global batch (``_data_parallel.py``). Tables that are not replicas (each process its own, or shards
-under TorchRec, ``embscale.torchrec``) take ``data_parallel_group=None``.
-
-Meta device: a module built with ``device="meta"`` (or moved there with ``.to("meta")``) has no C object;
-its forward on meta inputs returns meta outputs (shapes only) and traces under torch.compile.
-``.to_empty(device=...)`` then gives a working module on a real device, whose tables and state are
-uninitialised until ``reset_parameters()`` or ``load_state_dict()``; ``.to()`` from meta is refused by
-torch (no data to copy).
+This file is the module (its arguments, layout, hyper-parameters, state dict, forward, moves and pickling);
+beside it: _tbe_args.py (the arguments coerced and checked), _tbe_autograd.py (the lookup's autograd
+Function), _bounds_warnings.py (warn mode's reports), _data_parallel.py (replicated tables) and _cached_tbe.py
+(tables in host memory on CUDA).
 """
 
-import ctypes
 import math
-import numbers
-import threading
 import warnings
 import weakref
 from typing import List, Optional, Sequence
@@ -69,14 +25,23 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import _capi, _data_parallel, _fbgemm_names, _host_memory, ops
-from ._ops_common import _check_backend
-from ._ops_tbe import check_hparams
+from . import _bounds_warnings, _capi, _data_parallel, _fbgemm_names, _host_memory, ops
+from ._bounds_warnings import BoundsCheckWarning
+from ._tbe_args import (boolean, check_hyper_parameters, fbgemm_alias, hyper_parameter, module_device,
+                        warn_ignored_weight_decay, whole_number)
+from ._tbe_autograd import GRAD_ANCHOR, Lookup, LookupConfig
+
+__all__ = ["BoundsCheckWarning", "TableBatchedEmbeddingBags"]
+
+# The module's tensors that can be large, the tables and the optimizer state: on huge pages on the CPU, and in
+# state_dict() per table (views of them) instead of whole.
+_TABLE_BUFFERS = ("weights", "momentum1", "momentum2")
 
 # optimizer -> (momentum1, momentum2) as "none" / "rows" / "elements", and the names of the state it keeps,
 # from the library's optimizer table ("none" is the dense-gradient mode: no state, a gradient instead).
-# The module's tensors that can be large: the tables and the optimizer state.
-_HOST_TABLES = ("weights", "momentum1", "momentum2")
+_MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
+                    for name, states in _capi.OPTIMIZER_STATES.items()}
+_STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()}
 
 
 def _empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -84,363 +49,6 @@ def _empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     if device.type == "cpu":
         return _host_memory.empty(numel, dtype)
     return torch.empty(numel, dtype=dtype, device=device)
-
-
-_MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
-                    for name, states in _capi.OPTIMIZER_STATES.items()}
-_STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()}
-
-
-# The handle now lives with the operators that look it up; modules pickled by earlier versions name it here.
-_Handle = ops.TbeHandle
-
-
-def _module_device(device):
-    """A device a module can live on (cpu, cuda with an index, meta), or ValueError naming it."""
-    try:
-        device = torch.device("cpu") if device is None else torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device: {device!r} is not a device ({e})") from None
-    if device.type not in ("cpu", "cuda", "meta"):
-        raise ValueError(f"device: {device} is not supported; expected cpu, cuda or meta")
-    if device.type == "cuda":
-        _check_backend(device)
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-class _CountTargets:
-    """Where an eager skip- or warn-mode forward of the module stores its count of skipped indices: the
-    module's ``num_skipped`` buffer (None where it cannot be written in place) and, in warn mode on CUDA, a
-    pinned host word (_HostWord). ``written`` says the forward did so (an eager call; ``tensor`` is then the
-    count's tensor, the buffer where one was given); otherwise the count comes back from the operator and the
-    module copies it into its buffer."""
-    __slots__ = ("buffer", "word", "written", "tensor")
-
-    def __init__(self, buffer, word):
-        self.buffer, self.word, self.written, self.tensor = buffer, word, False, None
-
-
-# An empty leaf that requires grad, given to every lookup as its first input so that the lookup's output
-# requires grad (and its backward, the fused update, runs) even when no other input does: the tables do not
-# require grad. It is no module's Parameter, so named_parameters(), state_dict() and optimizers never see it;
-# the lookup gives it no gradient. (Earlier versions held one per module as the Parameter "_grad_anchor":
-# their checkpoints and pickles load without it.)
-_GRAD_ANCHOR = torch.empty(0, requires_grad=True)
-
-
-class _Lookup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, anchor, weights, momentum1, momentum2, hparams, indices, offsets, per_sample_weights, cfg,
-                counts=None, owner=None):
-        (handle, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed, _) = cfg
-        forward = (ops.tbe_forward_eager if ops.eager_call(weights, indices, offsets, per_sample_weights)
-                   else torch.ops.embscale.tbe_forward)
-        if forward is ops.tbe_forward_eager:
-            # The count's gradient (never used) is passed as None, not as a zero tensor made per step.
-            ctx.set_materialize_grads(False)
-        if forward is ops.tbe_forward_eager and counts is not None:
-            try:
-                out, counts.tensor = forward(
-                    weights, indices, offsets, per_sample_weights, handle, batch_size, pooling, bounds_check,
-                    output_cols, output_dtype, num_skipped_out=counts.buffer,
-                    num_skipped_host=None if counts.word is None else counts.word.address)
-            except ValueError as e:  # (checked before anything is written: the call can be made again)
-                if counts.word is None or not str(e).startswith("num_skipped_host"):
-                    raise
-                with _BOUNDS_LOCK:
-                    _HOST_WORDS.refused.add(counts.word.device)
-                    _HOST_WORDS.give_back(counts.word)
-                counts.word = counts.buffer = None  # (reported behind an event, from a count of its own)
-                out, counts.tensor = forward(weights, indices, offsets, per_sample_weights, handle, batch_size,
-                                             pooling, bounds_check, output_cols, output_dtype)
-            counts.written = True
-            num_skipped = None
-        elif forward is ops.tbe_forward_eager:  # no count where the module reads none (bounds_check off, error)
-            out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
-                                       bounds_check, output_cols, output_dtype, count_skipped=False)
-        else:
-            out, num_skipped = forward(weights, indices, offsets, per_sample_weights, handle, batch_size, pooling,
-                                       bounds_check, output_cols, output_dtype)
-        # The tables, the optimizer state and the hyper-parameters are held, not saved: the backward updates
-        # them as they are when it runs (saved tensors would make autograd refuse a learning rate set after
-        # the forward, and the second of two lookups of one module once the first one's backward has
-        # updated the tables); see _backward_state.
-        ctx.state = (handle, weights, momentum1, momentum2, hparams)
-        ctx.owner = owner
-        ctx.save_for_backward(indices, offsets, per_sample_weights)
-        ctx.cfg = cfg
-        if num_skipped is not None:
-            ctx.mark_non_differentiable(num_skipped)
-        return out, num_skipped
-
-    @staticmethod
-    def backward(ctx, grad_output, _grad_num_skipped):
-        handle, weights, momentum1, momentum2, hparams = _backward_state(ctx)
-        indices, offsets, psw = ctx.saved_tensors
-        (_, batch_size, pooling, bounds_check, output_cols, output_dtype, optimizer, wd_mode, sr, seed,
-         sparse) = ctx.cfg
-        if grad_output is None:  # (grads are not materialised) a zero gradient, as autograd would have made
-            rows = indices.shape[0] if pooling == "none" else batch_size
-            grad_output = torch.zeros((rows, output_cols), dtype=output_dtype, device=weights.device)
-        want_psw_grad = psw is not None and ctx.needs_input_grad[7]
-        grad_weights = None
-        eager = ops.eager_call(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw)
-        if optimizer == "none":
-            dense_grad = ops.tbe_dense_grad_eager if eager else torch.ops.embscale.tbe_dense_grad
-            rows, num_unique, grads, grad_psw = dense_grad(
-                weights, grad_output, indices, offsets, psw, handle, batch_size, pooling, bounds_check, want_psw_grad)
-            if weights.device.type != "meta":  # meta holds shapes only: no rows to give a gradient
-                grad_weights = _sparse_weight_grad(ops.tbe_handle(handle), rows, num_unique, grads, weights.dtype)
-                if not sparse:  # the layout DistributedDataParallel reduces (as nn.EmbeddingBag(sparse=False))
-                    grad_weights = grad_weights.to_dense()
-        else:
-            if eager:  # before the update, as the operator's dispatch does
-                ops.bump_versions(weights, momentum1, momentum2, hparams)
-            backward = ops.tbe_backward_eager if eager else torch.ops.embscale.tbe_backward
-            grad_psw = backward(weights, momentum1, momentum2, hparams, grad_output, indices, offsets, psw, handle,
-                                batch_size, pooling, bounds_check, optimizer, wd_mode, sr, seed, want_psw_grad)
-        return (None, grad_weights, None, None, None, None, None, (grad_psw if want_psw_grad else None), None, None,
-                None)
-
-
-def _backward_state(ctx):
-    """(handle id, weights, momentum1, momentum2, hparams) that a lookup's backward updates: its module's as
-    they are now (ctx.owner: a weak reference, given by a forward outside compiled code), which
-    load_state_dict(assign=True), .to() or an assignment may have replaced since the forward; else (compiled
-    code, or a module that is gone) those the forward was given (ctx.state). ReplicatedLookup's too."""
-    module = None if ctx.owner is None else ctx.owner()
-    if module is None:
-        return ctx.state
-    return module._handle_id, module.weights, module.momentum1, module.momentum2, module.hparams
-
-
-def _sparse_weight_grad(h, rows, num_unique, grads, dtype):
-    """The gradient of the flat weights buffer as a sparse COO tensor [num_weights] holding the touched rows'
-    elements: unique row u (linearised row_offset(t) + r) gives the D_t elements from weight_offset(t) + r D_t.
-    Reading num_unique synchronises a CUDA stream (as FBGEMM's dense mode takes the count from the host)."""
-    n = int(num_unique[0])
-    rows, grads = rows[:n], grads[:n]
-    dev = rows.device
-    row_offsets = torch.tensor(h.row_offsets, dtype=torch.int64, device=dev)
-    table = torch.searchsorted(row_offsets, rows, right=True) - 1
-    dims = torch.tensor(h.table_dims, dtype=torch.int64, device=dev)[table]
-    first = torch.tensor(h.weight_offsets, dtype=torch.int64, device=dev)[table] + (rows - row_offsets[table]) * dims
-    cols = torch.arange(h.max_dim, dtype=torch.int64, device=dev)
-    keep = cols[None, :] < dims[:, None]
-    index = (first[:, None] + cols[None, :])[keep]
-    # Rows ascend and tables lie in order, so the element indices ascend without repeats: coalesced.
-    return torch.sparse_coo_tensor(index[None], grads[keep].to(dtype), (h.num_weights,), is_coalesced=True,
-                                   check_invariants=False)
-
-
-class BoundsCheckWarning(UserWarning):
-    """Indices outside their tables (or broken offsets) met by a TableBatchedEmbeddingBags in
-    bounds_check="warn" mode. ``warnings.simplefilter("error", embscale.BoundsCheckWarning)`` turns
-    the warnings into exceptions (raised when the report is read, possibly some calls later)."""
-
-
-_BOUNDS_LOCK = threading.Lock()  # the warn-mode report lists of every module and _HOST_WORDS
-
-
-class _HostWord:
-    """One int64 of pinned host memory that a warn-mode forward on CUDA has the device store its count
-    of skipped indices to (tbe_forward's num_skipped_host). It holds PENDING until the device writes it, so
-    a later call learns the count by reading host memory: no event and no copy on the stream."""
-    PENDING = -(1 << 63)
-    __slots__ = ("words", "i", "address", "device")
-
-    def __init__(self, words, i):
-        self.words, self.i, self.address, self.device = words, i, ctypes.addressof(words) + 8 * i, None
-
-    def read(self):
-        """The count, or None while the device has not written it."""
-        value = self.words[self.i]
-        return None if value == self.PENDING else value
-
-
-class _HostWords:
-    """The process's pool of _HostWords, taken and given back under _BOUNDS_LOCK. Words come in chunks of
-    pinned memory (torch's pin_memory: cudaHostAlloc, which unified addressing maps for every device at
-    the same address) that live as long as the process, so a word the device may still write never becomes
-    someone else's memory. A word goes back to the pool only once its count has been read; the pending
-    words of a module that is gone once the device has written them; a word whose call failed after the
-    launch never. A device whose library call refuses the words (pinned memory that is not mapped at its
-    host address) is not offered them again."""
-    CHUNK = 64
-
-    def __init__(self):
-        self.free, self.chunks, self.refused = [], [], set()
-        self.orphans = []  # words of modules that are gone, given back once the device has written them
-        self.inbox = []  # where a module's finalizer leaves them (without the lock: it may run under it)
-
-    def take(self, device):
-        if device in self.refused:
-            return None
-        if self.inbox:  # (list slicing and deletion are each atomic; the finalizer only appends)
-            arrived = self.inbox[:]
-            del self.inbox[:len(arrived)]
-            self.orphans.extend(arrived)
-        if self.orphans:
-            waiting = []
-            for w in self.orphans:
-                (waiting if w.read() is None else self.free).append(w)
-            self.orphans = waiting
-        if not self.free:
-            chunk = torch.empty(self.CHUNK, dtype=torch.int64, pin_memory=True)
-            words = (ctypes.c_int64 * self.CHUNK).from_address(chunk.data_ptr())
-            self.chunks.append(chunk)
-            self.free.extend(_HostWord(words, i) for i in range(self.CHUNK))
-        word = self.free.pop()
-        word.words[word.i] = _HostWord.PENDING
-        word.device = device
-        return word
-
-    def give_back(self, word):
-        self.free.append(word)
-
-    def orphan(self, reports):
-        """The words among a deleted module's pending reports (weakref.finalize of the module). Takes no
-        lock: a collection may run it while this thread holds _BOUNDS_LOCK."""
-        self.inbox.extend([r for r in reports if isinstance(r, _HostWord)])
-
-
-_HOST_WORDS = _HostWords()
-
-
-def _warn_skipped(count: int, when: str, stacklevel: int):
-    if count > 0:
-        warnings.warn(f"bounds_check='warn': {count} indices outside their tables were dropped in {when} (they "
-                      "added nothing to their bags); bounds_check='error' raises IndexError naming the feature, "
-                      "bag and position", BoundsCheckWarning, stacklevel=stacklevel)
-    elif count < 0:
-        warnings.warn(f"bounds_check='warn': offsets were broken in {when} (decreasing, or not ending at the "
-                      "number of indices): each bag was clamped into the indices and no table row was updated "
-                      "(the step still advanced; dense mode gave no gradient, per-sample weights a zero one); "
-                      "bounds_check='error' raises IndexError naming the offset", BoundsCheckWarning,
-                      stacklevel=stacklevel)
-
-
-def _hyper_parameter(name: str, value) -> float:
-    """A hyper-parameter as given to the module (a real number: Python, numpy or a one-element tensor) as a
-    float; TypeError naming it for anything else (strings and booleans included), ValueError for a number
-    no float holds."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex() or value.device.type == "meta":
-            raise TypeError(f"{name}: a tensor of shape {list(value.shape)}, dtype {value.dtype} on {value.device} "
-                            "is not a number")
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}: {value!r} is not a number")
-    try:
-        return float(value)
-    except OverflowError:
-        raise ValueError(f"{name}: {value!r} is not a finite number") from None
-
-
-def _as_float32_text(value: float) -> float:
-    """value rounded to float32 and printed as the library prints it (the fewest digits that read back as
-    that float32), read back as a Python float."""
-    f32 = ctypes.c_float(value).value
-    if not math.isfinite(f32):
-        return f32
-    for digits in range(1, 10):
-        text = float(f"{f32:.{digits}g}")
-        if ctypes.c_float(text).value == f32:
-            return text
-    return f32
-
-
-def _check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, names=None, where: str = ""):
-    """ops' check_hparams in the caller's words: the library names a field optimizer.<field>; the message
-    names it names[<field>] (the caller's argument; default <field>), after `where` (the values' source),
-    and says so when the library's float32 of the value is not the value given. Dense-gradient mode
-    ("none") reads no hyper-parameter, so nothing is checked there."""
-    if optimizer == "none":
-        return
-    try:
-        check_hparams(optimizer, weight_decay_mode, values)
-    except ValueError as e:
-        message = str(e)
-        if message.startswith("optimizer."):
-            field, _, rest = message[len("optimizer."):].partition(":")
-            message = (names or {}).get(field, field) + ":" + rest
-            given = values[ops.HPARAM[field]] if field in ops.HPARAM else None
-            if (isinstance(given, float) and math.isfinite(given) and _as_float32_text(given) != given
-                    and repr(given) not in rest):  # (not where the message already gives it)
-                message += f" (the float32 the optimizer computes with; given {given!r})"
-        raise ValueError(where + message) from None
-
-
-def _warn_ignored_weight_decay(optimizer: str, weight_decay_mode: str, values, name: str, stacklevel: int):
-    """Says so where a weight decay does not do what its mode's name suggests, by the optimizer's rule (the
-    library's, FBGEMM's: _capi.OPTIMIZER_WEIGHT_DECAY): set while the mode is "none", it is kept and ignored
-    by row-wise Adagrad (FBGEMM's meaning of NONE) and by SGD (which applies none; the library refuses any
-    other mode there); Adam and partial row-wise Adam apply it, decoupled, whatever the mode, so "l2" there
-    is not torch.optim.Adam's L2. values: the hyper-parameters as set (HPARAM_FIELDS order, already checked
-    for this mode)."""
-    value = values[ops.HPARAM["weight_decay"]]
-    rule = _capi.OPTIMIZER_WEIGHT_DECAY.get(optimizer, "none")
-    if optimizer == "none" or value == 0.0:
-        return
-    if rule == "decoupled":
-        if weight_decay_mode == "l2":
-            warnings.warn(f"{name}: optimizer '{optimizer}' applies decoupled weight decay (w -= learning_rate * "
-                          f"weight_decay * w each step, AdamW's) whatever weight_decay_mode says, as FBGEMM's "
-                          f"{optimizer.upper()}: weight_decay_mode='l2' is not torch.optim.Adam's L2, which neither "
-                          "embscale nor FBGEMM offers; pass weight_decay_mode='decoupled' to say what it does",
-                          UserWarning, stacklevel=stacklevel)
-        return
-    if weight_decay_mode != "none":
-        return
-    hint = ("pass weight_decay_mode='l2' or 'decoupled' for the optimizer to apply it" if rule == "by_mode"
-            else f"optimizer '{optimizer}' applies no weight decay")
-    warnings.warn(f"{name}: {value!r} has no effect with weight_decay_mode='none' (the default); {hint}",
-                  UserWarning, stacklevel=stacklevel)
-
-
-def _fbgemm_alias(name: str, value, default, fbgemm_name: str, fbgemm_value, convert):
-    """An argument that FBGEMM names otherwise (pooling / pooling_mode, ...), given under either name, in
-    embscale's spelling (convert: FBGEMM's spelling to embscale's, anything else as given). ValueError naming
-    both when both are given and disagree."""
-    value = convert(value)
-    if fbgemm_value is None:
-        return value
-    converted = convert(fbgemm_value)
-    if value != default and value != converted:
-        raise ValueError(f"{fbgemm_name}: {fbgemm_value!r} (FBGEMM's name for {name}) contradicts {name}={value!r}; "
-                         "pass one of them")
-    return converted
-
-
-def _whole_number(name: str, value) -> int:
-    """An integer argument as given (a Python or numpy integer, a one-element integer tensor, or a real
-    number holding a whole value, as a config file may give); TypeError naming it for anything else: a
-    fraction is not truncated, and a string or a boolean is not taken for a number."""
-    given = value
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool \
-            and not value.is_complex():
-        value = value.item()
-    if isinstance(value, bool):
-        raise TypeError(f"{name}: {given!r} is not a whole number")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        return int(value)
-    raise TypeError(f"{name}: {given!r} is not a whole number")
-
-
-def _boolean(name: str, value) -> bool:
-    """A flag as given: a bool (numpy's and one-element bool tensors included) or 0 / 1; TypeError naming
-    it for anything else (a string such as "no" is not taken for True)."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool:
-        return bool(value.item())
-    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
-        return bool(value)  # (numpy's bool is no Python bool)
-    if isinstance(value, numbers.Integral) and value in (0, 1):
-        return bool(value)
-    raise TypeError(f"{name}: {value!r} is not a boolean (True or False)")
 
 
 class TableBatchedEmbeddingBags(nn.Module):
@@ -479,7 +87,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             warning) or "off" (trusted).
         stochastic_rounding: fp16/bf16 weights are rounded stochastically after an update (seeded by
             ``seed`` and the step), else to nearest.
-        device: where the tables live: cpu, cuda or meta (shapes only; see the module's notes).
+        device: where the tables live: cpu, cuda or meta (shapes only; docs/python.md's "The meta device").
         embedding_specs entries may name a placement, (E, D, placement): "device" (default), "host" (the table
             stays in host memory; each batch's rows are staged into device memory and written back) or
             "cached" (host memory with a cache of rows in device memory), or FBGEMM's EmbeddingLocation. On
@@ -527,21 +135,21 @@ class TableBatchedEmbeddingBags(nn.Module):
         # FBGEMM's spellings (its enums, 4-tuple specs and keyword names) become embscale's (_fbgemm_names).
         embedding_specs, placements, device, fbgemm_specs = _fbgemm_names.table_specs(list(embedding_specs), device)
         cache_algorithm = _fbgemm_names.cache_algorithm(cache_algorithm)
-        cache_load_factor = _hyper_parameter("cache_load_factor", cache_load_factor)
+        cache_load_factor = hyper_parameter("cache_load_factor", cache_load_factor)
         if not 0.0 < cache_load_factor <= 1.0:
             raise ValueError(f"cache_load_factor: {cache_load_factor!r}; expected the share of a cached table's rows "
                              "its cache holds, in (0, 1]")
         if cache_max_lookups is not None:
-            cache_max_lookups = _whole_number("cache_max_lookups", cache_max_lookups)
+            cache_max_lookups = whole_number("cache_max_lookups", cache_max_lookups)
             if not 1 <= cache_max_lookups < 2**31:
                 raise ValueError(f"cache_max_lookups: {cache_max_lookups}; expected 1 .. 2^31 - 1 lookups a batch")
         if optimizer is None:  # FBGEMM's default optimizer is EXACT_SGD: a FBGEMM-spelled config keeps it
             optimizer = "sgd" if fbgemm_specs else "rowwise_adagrad"
         optimizer = _fbgemm_names.optimizer(optimizer, list(_MOMENTUM_SHAPES))
-        pooling = _fbgemm_alias("pooling", pooling, "sum", "pooling_mode", pooling_mode, _fbgemm_names.pooling)
-        bounds_check = _fbgemm_alias("bounds_check", bounds_check, "warn", "bounds_check_mode", bounds_check_mode,
+        pooling = fbgemm_alias("pooling", pooling, "sum", "pooling_mode", pooling_mode, _fbgemm_names.pooling)
+        bounds_check = fbgemm_alias("bounds_check", bounds_check, "warn", "bounds_check_mode", bounds_check_mode,
                                      _fbgemm_names.bounds_check)
-        weights_dtype = _fbgemm_alias("weights_dtype", weights_dtype, torch.float32, "weights_precision",
+        weights_dtype = fbgemm_alias("weights_dtype", weights_dtype, torch.float32, "weights_precision",
                                       weights_precision, lambda v: _fbgemm_names.dtype("weights_precision", v))
         output_dtype = _fbgemm_names.dtype("output_dtype", output_dtype)
         weight_decay_mode = _fbgemm_names.weight_decay_mode(weight_decay_mode)
@@ -549,7 +157,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         specs = []
         for t, s in enumerate(embedding_specs):
             try:
-                specs.append(tuple(_whole_number(f"embedding_specs[{t}]", v) for v in s))
+                specs.append(tuple(whole_number(f"embedding_specs[{t}]", v) for v in s))
             except TypeError:
                 raise ValueError(f"embedding_specs[{t}]: {s!r} is not (num_embeddings, embedding_dim) as integers") \
                     from None
@@ -561,7 +169,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                                  f"1 <= num_embeddings < 2^63 and 1 <= embedding_dim < 2^31")
         try:
             fmap = (list(range(len(specs))) if feature_table_map is None
-                    else [_whole_number("feature_table_map", t) for t in feature_table_map])
+                    else [whole_number("feature_table_map", t) for t in feature_table_map])
         except TypeError:
             raise ValueError(f"feature_table_map: {feature_table_map!r} is not a list of table numbers") from None
         if not fmap:
@@ -579,9 +187,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         for name, value in (("learning_rate", learning_rate), ("eps", eps), ("beta1", beta1), ("beta2", beta2),
                             ("weight_decay", weight_decay), ("max_norm", max_norm),
                             ("gradient_clipping", gradient_clipping), ("step", 1)):
-            hp_values[ops.HPARAM[name]] = _hyper_parameter(name, value)
-        _check_hyper_parameters(optimizer, weight_decay_mode, hp_values)
-        _warn_ignored_weight_decay(optimizer, weight_decay_mode, hp_values, "weight_decay", stacklevel=3)
+            hp_values[ops.HPARAM[name]] = hyper_parameter(name, value)
+        check_hyper_parameters(optimizer, weight_decay_mode, hp_values)
+        warn_ignored_weight_decay(optimizer, weight_decay_mode, hp_values, "weight_decay", stacklevel=3)
         for name, dt in (("weights_dtype", weights_dtype), ("output_dtype", output_dtype)):
             if dt not in ops.FLOAT_DTYPES:
                 raise TypeError(f"{name}: {dt} is not supported; expected torch.float32, float16 or bfloat16")
@@ -603,12 +211,12 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.pooling = pooling
         self.output_dtype = output_dtype
         self.bounds_check = bounds_check
-        self.stochastic_rounding = _boolean("stochastic_rounding", stochastic_rounding)
-        self.seed = _whole_number("seed", seed)
+        self.stochastic_rounding = boolean("stochastic_rounding", stochastic_rounding)
+        self.seed = whole_number("seed", seed)
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"seed: {seed!r}; expected an integer in [0, 2^63) (the operators take an int64)")
         self.data_parallel_group = data_parallel_group
-        self.sparse = _boolean("sparse", sparse)
+        self.sparse = boolean("sparse", sparse)
         if not self.sparse and optimizer != "none":
             raise ValueError(f"sparse: False applies to optimizer='none' only (with optimizer={optimizer!r} the "
                              f"backward updates the tables and gives them no gradient)")
@@ -618,7 +226,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.placements = placements
         self.cache_load_factor, self.cache_algorithm = cache_load_factor, cache_algorithm
 
-        device = _module_device(device)
+        device = module_device(device)
         # Tables in host memory on CUDA: the module is built on the CPU (its tables there are the host store)
         # and trains on the CUDA device through a row cache (_cached_tbe).
         cache_device = None
@@ -630,7 +238,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         handle = self._handle_for(device, weights_dtype)
         # The tables do not require grad: the backward updates them in place through the fused optimizer
         # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
-        # _GRAD_ANCHOR is what makes the lookup's output require grad so the backward runs. In
+        # GRAD_ANCHOR is what makes the lookup's output require grad so the backward runs. In
         # dense-gradient mode the backward updates nothing and the tables get a gradient instead.
         # CPU tables and optimizer state of 2 MiB or more live on transparent huge pages (_host_memory).
         self.weights = nn.Parameter(_empty(handle.num_weights, weights_dtype, device),
@@ -754,13 +362,13 @@ class TableBatchedEmbeddingBags(nn.Module):
             for field, value in values.items():
                 self.hparams[ops.HPARAM[field]] = value
             return
-        values = {field: _hyper_parameter(names[field], value) for field, value in values.items()}
+        values = {field: hyper_parameter(names[field], value) for field, value in values.items()}
         new = self.hparams.tolist()
         for field, value in values.items():
             new[ops.HPARAM[field]] = value
-        _check_hyper_parameters(self.optimizer, self.weight_decay_mode, new, names)
+        check_hyper_parameters(self.optimizer, self.weight_decay_mode, new, names)
         if "weight_decay" in values:
-            _warn_ignored_weight_decay(self.optimizer, self.weight_decay_mode, new, names["weight_decay"],
+            warn_ignored_weight_decay(self.optimizer, self.weight_decay_mode, new, names["weight_decay"],
                                        stacklevel=4)
         for field, value in values.items():
             self.hparams[ops.HPARAM[field]] = value
@@ -822,9 +430,7 @@ class TableBatchedEmbeddingBags(nn.Module):
     # ``<name>.exp_avg`` / ``<name>.exp_avg_sq`` for Adam), all views of the module's buffers; then
     # ``hparams`` (hyper-parameters and step), ``num_skipped``, and ``_extra_state`` naming the optimizer, its
     # weight decay mode and the tables, so a checkpoint of another optimizer, mode or tables is refused by
-    # name. load_state_dict also takes the flat checkpoints of earlier versions (``weights``, ``momentum1``,
-    # ``momentum2``), and checks every entry before it writes any (_check_loaded_entries).
-    _FLAT_BUFFERS = ("weights", "momentum1", "momentum2")
+    # name. load_state_dict checks every entry before it writes any (_check_loaded_entries).
 
     def _table_entries(self):
         """(key, view) of every per-table state_dict entry, in table order."""
@@ -835,7 +441,7 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        for name in self._FLAT_BUFFERS:
+        for name in _TABLE_BUFFERS:
             del destination[prefix + name]
         for key, view in self._table_entries():
             destination[prefix + key] = view.detach()
@@ -847,15 +453,14 @@ class TableBatchedEmbeddingBags(nn.Module):
     def set_extra_state(self, state):
         """Checks a checkpoint's ``_extra_state`` against this module: ValueError naming both optimizers, both
         weight decay modes, or both table lists, when they differ (the state of one optimizer cannot train
-        with another, and the checkpoint's ``hparams`` carry a weight decay meant for its own mode).
-        Checkpoints of earlier versions name no weight decay mode; theirs is not checked."""
-        if not isinstance(state, dict) or not {"optimizer", "embedding_specs"} <= state.keys():
+        with another, and the checkpoint's ``hparams`` carry a weight decay meant for its own mode)."""
+        if not isinstance(state, dict) or not {"optimizer", "embedding_specs", "weight_decay_mode"} <= state.keys():
             raise ValueError(f"state_dict: _extra_state {state!r} does not describe a TableBatchedEmbeddingBags")
         if state["optimizer"] != self.optimizer:
             raise ValueError(f"state_dict: the checkpoint was written with optimizer '{state['optimizer']}'; this "
                              f"module's optimizer is '{self.optimizer}' (to load only the tables, pass the "
                              "'<table>.weight' entries with strict=False)")
-        mode = state.get("weight_decay_mode", self.weight_decay_mode)
+        mode = state["weight_decay_mode"]
         if mode != self.weight_decay_mode:
             raise ValueError(f"state_dict: the checkpoint was written with weight_decay_mode {mode!r}; this module's "
                              f"is {self.weight_decay_mode!r}, and its hparams' weight_decay would be applied another "
@@ -870,45 +475,22 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise ValueError(f"state_dict: the checkpoint's tables (num_embeddings, embedding_dim) are {specs}; "
                              f"this module's are {self.embedding_specs}")
 
-    def _check_flat_checkpoint(self, state_dict, prefix):
-        """A flat checkpoint (earlier versions) names no optimizer: its buffers' sizes must be this module's."""
-        sizes = {name: state_dict[prefix + name].numel() for name in self._FLAT_BUFFERS
-                 if isinstance(state_dict.get(prefix + name), torch.Tensor)}
-        if sizes.get("weights", self.weights.numel()) != self.weights.numel():
-            raise ValueError(f"state_dict: weights holds {sizes['weights']} elements; this module's tables "
-                             f"{self.embedding_specs} hold {self.weights.numel()} (the checkpoint holds other tables)")
-        want = {"momentum1": self.momentum1.numel(), "momentum2": self.momentum2.numel()}
-        got = {name: sizes.get(name, n) for name, n in want.items()}
-        if got != want:
-            layout = self._layout
-            per_kind = {"none": 0, "rows": layout.total_rows, "elements": layout.num_weights}
-            fits = [opt for opt, kinds in _MOMENTUM_SHAPES.items()
-                    if (per_kind[kinds[0]], per_kind[kinds[1]]) == (got["momentum1"], got["momentum2"])]
-            raise ValueError(f"state_dict: its optimizer state (momentum1 {got['momentum1']}, momentum2 "
-                             f"{got['momentum2']} floats) is not that of this module's optimizer '{self.optimizer}' "
-                             f"({want['momentum1']}, {want['momentum2']}); it is that of "
-                             f"{' or '.join(repr(o) for o in fits) or 'no optimizer of these tables'}")
-
     # Optimizer states that are sums of squares (row-wise Adagrad's accumulator, Adam's second moments): the
     # update divides by their square root, so a negative one gives NaN or a huge step.
     _NON_NEGATIVE_STATES = ("sum", "exp_avg_sq")
 
-    def _load_targets(self, prefix, flat):
+    def _load_targets(self, prefix):
         """(key, the module's tensor the entry is copied into, its optimizer state's name or None) of every
-        entry a load may write: the per-table entries (a flat checkpoint's weights, momentum1, momentum2
-        instead), then the module's other parameters and persistent buffers, which torch's loader copies."""
-        if flat:
-            states = dict(zip(("momentum1", "momentum2"), _STATE_NAMES[self.optimizer]))
-            targets = [(prefix + name, getattr(self, name), states.get(name)) for name in self._FLAT_BUFFERS]
-        else:
-            targets = [(prefix + key, view, None if key.endswith(".weight") else key.rpartition(".")[2])
-                       for key, view in self._table_entries()]
+        entry a load may write: the per-table entries, then the module's other parameters and persistent
+        buffers, which torch's loader copies."""
+        targets = [(prefix + key, view, None if key.endswith(".weight") else key.rpartition(".")[2])
+                   for key, view in self._table_entries()]
         own = [*self._parameters.items(), *((name, buf) for name, buf in self._buffers.items()
                                              if name not in self._non_persistent_buffers_set)]
         return targets + [(prefix + name, t, None) for name, t in own if t is not None and name not in
-                          self._FLAT_BUFFERS]
+                          _TABLE_BUFFERS]
 
-    def _check_loaded_entries(self, rest, prefix, flat, materialising):
+    def _check_loaded_entries(self, rest, prefix, materialising):
         """Every entry a load would write is checked before the first write, so a refused checkpoint changes
         nothing (torch's loader copies entry by entry, and a bad entry's copy_ fails without naming it): a
         dense tensor of this module's shape, holding values (not on the meta device, unless the module is
@@ -916,7 +498,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         optimizer state finite, and not negative where it is a sum of squares (_NON_NEGATIVE_STATES);
         hparams as the backward checks them. materialising: an assign=True load will make a meta module
         real (_materialize_for) first."""
-        for key, own, state in self._load_targets(prefix, flat):
+        for key, own, state in self._load_targets(prefix):
             if key not in rest:
                 continue
             t = rest[key]
@@ -946,7 +528,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                                      f"state {state!r} must be finite{rule}")
         key = prefix + "hparams"
         if key in rest:
-            _check_hyper_parameters(self.optimizer, self.weight_decay_mode, rest[key].tolist(),
+            check_hyper_parameters(self.optimizer, self.weight_decay_mode, rest[key].tolist(),
                                     where=f"state_dict: {key}: ")
 
     def _materialize_for(self, loaded):
@@ -973,41 +555,36 @@ class TableBatchedEmbeddingBags(nn.Module):
         extra_key = prefix + "_extra_state"
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])
-        # (prefix + "_grad_anchor": the empty anchor Parameter of earlier versions, nothing to load)
-        rest = {k: v for k, v in state_dict.items() if k not in (extra_key, prefix + "_grad_anchor")}
-        flat = prefix + "weights" in state_dict
+        rest = {k: v for k, v in state_dict.items() if k != extra_key}
+        # The whole tables and state are no entries (their per-table views are), though torch's loader would
+        # copy them in by their names, unchecked.
+        for key in [prefix + name for name in _TABLE_BUFFERS if prefix + name in rest]:
+            del rest[key]
+            if strict:
+                unexpected_keys.append(key)
         assign = local_metadata.get("assign_to_params_buffers", False)
-        if flat:
-            self._check_flat_checkpoint(state_dict, prefix)
-            first = rest[prefix + "weights"]
-        else:
-            first = next((rest[prefix + key] for key, _ in self._table_entries() if prefix + key in rest), None)
+        first = next((rest[prefix + key] for key, _ in self._table_entries() if prefix + key in rest), None)
         materialising = (assign and self.weights.is_meta and isinstance(first, torch.Tensor)
                          and not first.is_meta)
-        self._check_loaded_entries(rest, prefix, flat, materialising)
+        self._check_loaded_entries(rest, prefix, materialising)
         # hparams stay CPU float64 whatever the checkpoint's were (they are read on the host at every step).
         self._as_own_buffers(rest, prefix, ("hparams",))
         if materialising:
             self._materialize_for(first)
-        if flat:
-            if assign:
-                self._as_own_buffers(rest, prefix, self._FLAT_BUFFERS + ("num_skipped",))
-            handled = {extra_key}
-        else:
-            if assign:
-                self._as_own_buffers(rest, prefix, ("num_skipped",))
-            elif self.weights.is_meta and first is not None and not first.is_meta:
-                warnings.warn(f"{prefix}tables: copying a checkpoint's tables into a module on the meta device loads "
-                              "nothing (as torch's loader warns for parameters); pass assign=True to load them",
-                              UserWarning, stacklevel=4)
-            entries = [(prefix + key, view) for key, view in self._table_entries()]  # (materialised: new views)
-            with torch.no_grad():
-                for key, view in entries:
-                    if key in rest:
-                        view.copy_(rest.pop(key))
-                    elif strict:
-                        missing_keys.append(key)
-            handled = {extra_key} | {prefix + name for name in self._FLAT_BUFFERS}
+        if assign:
+            self._as_own_buffers(rest, prefix, ("num_skipped",))
+        elif self.weights.is_meta and first is not None and not first.is_meta:
+            warnings.warn(f"{prefix}tables: copying a checkpoint's tables into a module on the meta device loads "
+                          "nothing (as torch's loader warns for parameters); pass assign=True to load them",
+                          UserWarning, stacklevel=4)
+        entries = [(prefix + key, view) for key, view in self._table_entries()]  # (materialised: new views)
+        with torch.no_grad():
+            for key, view in entries:
+                if key in rest:
+                    view.copy_(rest.pop(key))
+                elif strict:
+                    missing_keys.append(key)
+        handled = {extra_key} | {prefix + name for name in _TABLE_BUFFERS}
         first_new = len(missing_keys)
         super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -1025,24 +602,25 @@ class TableBatchedEmbeddingBags(nn.Module):
             # As FBGEMM: int32 and int64 mixed (e.g. int64 indices with int32 offsets) run as int64.
             indices, offsets = indices.long(), offsets.long()
         cols = self.feature_dims[0] if self.pooling == "none" else self.total_dim
-        cfg = (self._handle_id, batch_size, self.pooling, self.bounds_check, cols, self.output_dtype, self.optimizer,
-               self.weight_decay_mode, self.stochastic_rounding, self.seed, self.sparse)
+        cfg = LookupConfig(handle=self._handle_id, batch_size=batch_size, pooling=self.pooling,
+                           bounds_check=self.bounds_check, output_cols=cols, output_dtype=self.output_dtype,
+                           optimizer=self.optimizer, weight_decay_mode=self.weight_decay_mode,
+                           stochastic_rounding=self.stochastic_rounding, seed=self.seed, sparse=self.sparse)
         group = None if self.optimizer == "none" else _data_parallel.resolve_group(self.data_parallel_group)
-        lookup_args = (_GRAD_ANCHOR, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
+        lookup_args = (GRAD_ANCHOR, self.weights, self.momentum1, self.momentum2, self.hparams, indices,
                        offsets, per_sample_weights, cfg)
-        owner = None if torch.compiler.is_compiling() else weakref.ref(self)  # (_backward_state)
+        owner = None if torch.compiler.is_compiling() else weakref.ref(self)  # (_tbe_autograd.backward_state)
         if group is None:
-            counts = (self._count_targets() if self.bounds_check in ("skip", "warn")
+            counts = (_bounds_warnings.count_targets(self) if self.bounds_check in ("skip", "warn")
                       and not torch.compiler.is_compiling() else None)
             try:
-                out, num_skipped = _Lookup.apply(*lookup_args, counts, owner)
+                out, num_skipped = Lookup.apply(*lookup_args, counts, owner)
             except (TypeError, ValueError, NotImplementedError):
                 # Refused before anything was launched (the argument checks, the library's validation): the
                 # word is free again. After a launch (any other error, or one raised once the call has
                 # returned) the device may still write it, so it is dropped, never reused.
-                if counts is not None and counts.word is not None and not counts.written:
-                    with _BOUNDS_LOCK:
-                        _HOST_WORDS.give_back(counts.word)
+                if counts is not None and not counts.written:
+                    counts.give_back_word()
                 raise
             if counts is not None and counts.written:
                 if counts.buffer is not None:
@@ -1050,11 +628,10 @@ class TableBatchedEmbeddingBags(nn.Module):
                 elif torch.is_inference_mode_enabled() or not self.num_skipped.is_inference():
                     self.num_skipped.copy_(counts.tensor)
                 if self.bounds_check == "warn":
-                    self._note_bounds(counts.tensor, counts.word)
+                    _bounds_warnings.note_bounds(self, counts.tensor, counts.word)
                 return out
-            if counts is not None and counts.word is not None:
-                with _BOUNDS_LOCK:
-                    _HOST_WORDS.give_back(counts.word)
+            if counts is not None:
+                counts.give_back_word()
         else:
             if per_sample_weights is not None and per_sample_weights.requires_grad:
                 raise NotImplementedError("per_sample_weights: their gradient is not computed for replicated "
@@ -1066,123 +643,14 @@ class TableBatchedEmbeddingBags(nn.Module):
                                                        or not self.num_skipped.is_inference()):
             self.num_skipped.copy_(num_skipped)
         if self.bounds_check == "warn":
-            self._note_bounds(num_skipped)
+            _bounds_warnings.note_bounds(self, num_skipped)
         return out
-
-    # ---- warn-mode bounds reports ------------------------------------------------------------------
-    def _pending_reports(self):
-        """This module's list of unread warn-mode reports (under _BOUNDS_LOCK). Made with a finalizer that
-        hands its host words to the pool when the module is gone."""
-        pending = self.__dict__.get("_bounds_reports")
-        if pending is None:
-            pending = self.__dict__["_bounds_reports"] = []
-            weakref.finalize(self, _HOST_WORDS.orphan, pending).atexit = False
-        return pending
-
-    def _count_targets(self):
-        """Where an eager forward stores its count (_CountTargets). The num_skipped buffer, written in place,
-        where it is what the module made (one int64 on the tables' device) and may be written (not an
-        inference tensor outside inference mode); in warn mode on the current CUDA device, outside a graph
-        capture, a pinned host word too. A warn call without a word (on the CPU, or on CUDA where none is
-        taken) warns from a count tensor of its own, copied into the buffer afterwards: the buffer is shared
-        by every call of the module, and another thread's call (or, on CUDA, a later one before the copy
-        behind its event runs) may overwrite it before this call's warning reads it."""
-        buffer = self.num_skipped
-        dev = buffer.device
-        if (buffer.dtype != torch.int64 or buffer.numel() != 1 or buffer.layout != torch.strided
-                or dev != self.weights.device or (buffer.is_inference() and not torch.is_inference_mode_enabled())):
-            buffer = None
-        word = None
-        if (self.bounds_check == "warn" and dev.type == "cuda" and dev.index == torch.cuda.current_device()
-                and not torch.cuda.is_current_stream_capturing()):
-            with _BOUNDS_LOCK:
-                word = _HOST_WORDS.take(dev)
-        if self.bounds_check == "warn" and word is None:
-            buffer = None
-        return _CountTargets(buffer, word)
-
-    def _note_bounds(self, num_skipped: torch.Tensor, word: Optional[_HostWord] = None):
-        # A CPU count is known now. A CUDA one is read by a later call once the device has written it (never
-        # waiting): from the pinned host word the forward had the device store it to (eager calls), else
-        # from pinned memory it is copied to behind an event on the stream that produced it (the current
-        # stream of the tables' device). Under compile, tracing, fake or meta tensors, a transform or a CUDA
-        # graph capture the count stays in num_skipped only.
-        if word is not None:
-            with _BOUNDS_LOCK:
-                self._pending_reports().append(word)
-            self._read_bounds_reports(wait=False, stacklevel=7)
-            return
-        if not ops.real_tensors(num_skipped):
-            return
-        if num_skipped.device.type == "cpu":
-            _warn_skipped(int(num_skipped.item()), "this call", 6)  # at the module call
-            return
-        dev = num_skipped.device
-        if dev.index == torch.cuda.current_device():  # (switching to the current device costs two calls)
-            queued = self._queue_bounds_report(num_skipped)
-        else:
-            with torch.cuda.device(dev):
-                queued = self._queue_bounds_report(num_skipped)
-        if queued is None:
-            return
-        with _BOUNDS_LOCK:
-            self._pending_reports().append(queued)
-        self._read_bounds_reports(wait=False, stacklevel=7)
-
-    def _queue_bounds_report(self, num_skipped: torch.Tensor):
-        """(host, event, device): the count copied to pinned memory behind an event on the current stream of
-        its device (the current device); None inside a CUDA graph capture."""
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        dev = num_skipped.device
-        with _BOUNDS_LOCK:  # threads may share a module; a read report's buffer and event are reused
-            free = self.__dict__.setdefault("_bounds_free", [])
-            host, event, _ = free.pop() if free and free[-1][2] == dev else (
-                torch.empty(1, dtype=torch.int64, pin_memory=True), torch.cuda.Event(), dev)
-        host.copy_(num_skipped, non_blocking=True)
-        event.record()
-        return host, event, dev
-
-    def _read_bounds_reports(self, wait: bool, stacklevel: int):
-        counts = []
-        waited = set()  # unwritten words whose devices finished their work first, outside the lock
-        if wait:
-            with _BOUNDS_LOCK:
-                waited = {r for r in self.__dict__.get("_bounds_reports", ())
-                          if isinstance(r, _HostWord) and r.read() is None}
-            for dev in {w.device for w in waited}:
-                torch.cuda.synchronize(dev)
-        with _BOUNDS_LOCK:
-            pending = self.__dict__.get("_bounds_reports", [])
-            while pending:
-                if isinstance(pending[0], _HostWord):
-                    word = pending[0]
-                    count = word.read()
-                    if count is None and word not in waited:
-                        break  # not written yet (or queued by another thread since the wait)
-                    pending.pop(0)
-                    if count is not None:  # (None after its device's work: a call whose kernels never ran)
-                        counts.append(count)
-                        _HOST_WORDS.give_back(word)
-                    continue
-                host, event, _ = pending[0]
-                if wait:
-                    event.synchronize()
-                elif not event.query():
-                    break
-                counts.append(int(host[0]))
-                free = self.__dict__.setdefault("_bounds_free", [])
-                if len(free) < 4:
-                    free.append(pending[0])
-                pending.pop(0)
-        for count in counts:
-            _warn_skipped(count, "an earlier call", stacklevel)
 
     def check_bounds(self):
         """Waits for the bounds reports of this module's earlier warn-mode calls on CUDA (for the work queued
         on their devices) and issues their warnings now (without it they come at later calls, as the device
         finishes)."""
-        self._read_bounds_reports(wait=True, stacklevel=4)
+        _bounds_warnings.read_bounds_reports(self, wait=True, stacklevel=4)
 
     def _apply(self, fn, recurse=True):
         # .to() / .cuda() / .half() / .to_empty() move or cast the tables; optimizer state stays fp32 and the
@@ -1197,16 +665,16 @@ class TableBatchedEmbeddingBags(nn.Module):
             raise ValueError(f"device: a module whose placements are {self.placements} trains on CUDA through a row "
                              "cache, which it gets when it is built there: build it with device='cuda' (on the CPU "
                              "every placement is host memory)")
-        handle = self._handle_for(_module_device(probe.device), probe.dtype)
+        handle = self._handle_for(module_device(probe.device), probe.dtype)
         kept = {name: getattr(self, name) for name in ("momentum1", "momentum2", "hparams")}
-        before = {name: getattr(self, name).data_ptr() for name in _HOST_TABLES}
+        before = {name: getattr(self, name).data_ptr() for name in _TABLE_BUFFERS}
         super()._apply(fn, recurse)
         for name in ("momentum1", "momentum2"):
             moved = getattr(self, name)
             if moved.dtype != torch.float32:  # a dtype cast: keep the fp32 values, follow the device
                 setattr(self, name, kept[name].to(moved.device))
         self.hparams = kept["hparams"]
-        self._host_tables_on_huge_pages([n for n in _HOST_TABLES if getattr(self, n).data_ptr() != before[n]])
+        self._host_tables_on_huge_pages([n for n in _TABLE_BUFFERS if getattr(self, n).data_ptr() != before[n]])
         self._handle_id = handle.id
         return self
 
@@ -1223,20 +691,11 @@ class TableBatchedEmbeddingBags(nn.Module):
         return state
 
     def __setstate__(self, state):
-        state = dict(state)
-        for stale in ("_handles", "_handle_id", "_handle_ptr"):  # _handle_ptr: pickles of earlier versions
-            state.pop(stale, None)
-        state.setdefault("data_parallel_group", "auto")  # pickles of earlier versions
-        state.setdefault("sparse", True)  # likewise
-        state.setdefault("placements", ["device"] * len(state["embedding_specs"]))  # likewise
-        state.setdefault("table_names", [f"table_{t}" for t in range(len(state["embedding_specs"]))])  # likewise
-        if "_grad_anchor" in state.get("_parameters", {}):  # likewise: their anchor Parameter (now _GRAD_ANCHOR)
-            state["_parameters"] = {k: v for k, v in state["_parameters"].items() if k != "_grad_anchor"}
         super().__setstate__(state)
         if self.hparams.device.type != "cpu":  # torch.load(map_location=...) moves every tensor
             self.hparams = self.hparams.cpu()
-        # Earlier versions took any value in set_learning_rate: a pickle may hold one the backward refuses.
-        _check_hyper_parameters(self.optimizer, self.weight_decay_mode, self.hparams.tolist(),
+        # hparams written directly (past set_learning_rate's check) may hold a value the backward refuses.
+        check_hyper_parameters(self.optimizer, self.weight_decay_mode, self.hparams.tolist(),
                                 where="pickle: hparams: ")
         self._handles = {}
         self._handle_id = self._handle_for(self.weights.device, self.weights.dtype).id

@@ -532,10 +532,10 @@ def test_a_count_buffer_of_another_kind_is_copied_into_not_overwritten(device):
 def test_a_host_word_the_device_may_still_write_is_never_reused(monkeypatch):
     # A forward that fails after the library took the word (here: saving for backward raises) drops it; a
     # refused call gives it back; a deleted module's pending words go back once the device has written them.
-    from embscale import tbe as tbe_module
+    from embscale import _bounds_warnings
     dev = torch.device("cuda")
-    pool = tbe_module._HostWords()
-    monkeypatch.setattr(tbe_module, "_HOST_WORDS", pool)
+    pool = _bounds_warnings.HostWords()
+    monkeypatch.setattr(_bounds_warnings, "HOST_WORDS", pool)
     m = make_module([(10, 4), (5, 2)], None, dev, optimizer="sgd")
     offsets = torch.tensor([0, 1, 2], device=dev)
 
@@ -564,7 +564,7 @@ def test_a_host_word_the_device_may_still_write_is_never_reused(monkeypatch):
 def test_warn_mode_on_cuda_reads_counts_from_pinned_host_words():
     # Each warn call has the device store its count to a pinned host word (no event, no copy on the stream);
     # the reports still come in call order, each with its own count, and the words go back to the pool.
-    from embscale import tbe as tbe_module
+    from embscale import _bounds_warnings
     dev = torch.device("cuda")
     m = make_module([(10, 4), (5, 2)], None, dev, optimizer="sgd")
     offsets = torch.tensor([0, 3, 6], device=dev)
@@ -574,23 +574,23 @@ def test_warn_mode_on_cuda_reads_counts_from_pinned_host_words():
         warnings.simplefilter("always")
         for indices in calls:
             m(indices, offsets).sum().backward()
-        assert all(isinstance(r, tbe_module._HostWord) for r in m._bounds_reports)
+        assert all(isinstance(r, _bounds_warnings.HostWord) for r in m._bounds_reports)
         assert "_bounds_free" not in m.__dict__  # the event path was not taken
         m.check_bounds()
     reports = [str(w.message) for w in caught if issubclass(w.category, embscale.BoundsCheckWarning)]
     assert [r.split(" indices outside")[0].split()[-1] for r in reports] == ["1", "3", "6"], reports
     assert m.num_skipped.item() == 6 and not m._bounds_reports
-    assert all(w.read() is not None for w in tbe_module._HOST_WORDS.free)
+    assert all(w.read() is not None for w in _bounds_warnings.HOST_WORDS.free)
 
 
 @requires_cuda
 def test_warn_mode_on_cuda_falls_back_to_events_when_the_library_refuses_a_host_word(monkeypatch):
     # Pinned memory that the device does not see at its host address (the library refuses it by name) sends
     # this device's reports back through a copy behind an event, losing none.
-    from embscale import tbe as tbe_module
+    from embscale import _bounds_warnings
     dev = torch.device("cuda")
-    pool = tbe_module._HostWords()
-    monkeypatch.setattr(tbe_module, "_HOST_WORDS", pool)
+    pool = _bounds_warnings.HostWords()
+    monkeypatch.setattr(_bounds_warnings, "HOST_WORDS", pool)
     device_memory = torch.zeros(1, dtype=torch.int64, device=dev)
     real_take = pool.take
 
@@ -775,10 +775,8 @@ def test_constructor_takes_numpy_integers_tensors_and_whole_floats():
 
 # ---- what the module shows: its real parameters and state only ------------------------------------------------
 def test_the_module_shows_only_its_tables_and_state_and_still_trains(device):
-    """Earlier versions held an empty Parameter "_grad_anchor" (what makes the lookup's output require grad): it
-    showed in named_parameters() and state_dict(), and an optimizer or DistributedDataParallel saw a parameter
-    that never gets a gradient. Now the module's only Parameter is its tables; the backward still runs when no
-    input requires grad; earlier checkpoints and pickles holding the anchor load."""
+    """The module's only Parameter is its tables (an optimizer or DistributedDataParallel sees no parameter
+    that never gets a gradient), and the backward still runs when no input requires grad."""
     m = make_module([(10, 4), (6, 3)], None, device, optimizer="adam")
     assert [name for name, _ in m.named_parameters()] == ["weights"]
     assert not any("anchor" in key for key in m.state_dict())
@@ -789,13 +787,7 @@ def test_the_module_shows_only_its_tables_and_state_and_still_trains(device):
     assert m.step == 1 and not torch.equal(m.weights, before) and m.weights.grad is None
     with torch.no_grad():
         assert not m(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).requires_grad
-    old = m.state_dict()
-    old["_grad_anchor"] = torch.zeros(0)  # an earlier version's checkpoint
-    fresh = make_module([(10, 4), (6, 3)], None, device, optimizer="adam")
-    assert not fresh.load_state_dict(old).unexpected_keys
-    assert torch.equal(fresh.weights, m.weights)
-    m._parameters["_grad_anchor"] = torch.nn.Parameter(torch.zeros(0, device=device))  # an earlier version's pickle
-    copy_of_old = pickle.loads(pickle.dumps(m))
-    assert [name for name, _ in copy_of_old.named_parameters()] == ["weights"]
-    copy_of_old(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).sum().backward()
-    assert copy_of_old.step == 2
+    copied = pickle.loads(pickle.dumps(m))
+    assert [name for name, _ in copied.named_parameters()] == ["weights"]
+    copied(torch.tensor([1], device=device), torch.tensor([0, 1, 1], device=device)).sum().backward()
+    assert copied.step == 2
