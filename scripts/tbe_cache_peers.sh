@@ -32,6 +32,7 @@ MODE=${1:-16}
 BUDGET=${2:-560}
 OUT=${OUT:-$ROOT/out}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
+case $BUILD_DIR in /*) LIBDIR=$BUILD_DIR ;; *) LIBDIR=$ROOT/$BUILD_DIR ;; esac
 PEERS=$ROOT/.peers
 [ -z "${EMBSCALE_EXTRA_PREFIX:-}" ] && [ -d "$ROOT/.deps" ] && EMBSCALE_EXTRA_PREFIX=$ROOT/.deps
 mkdir -p "$OUT"
@@ -119,7 +120,7 @@ LOG=$OUT/tbe_cache_$MODE.log
 echo "== bench/tbe_cache_vs_fbgemm.py ${MODE_ARGS[*]} ${ARGS:-} (time budget ${LEFT}s) -> ${RECORDS#"$OUT"/}"
 # shellcheck disable=SC2086  # ARGS: words by design
 PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/fb:$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
-  EMBSCALE_LIBRARY="$ROOT/$BUILD_DIR/libembscale_c.so" EMBSCALE_BUILD="${EMBSCALE_BUILD:-}" \
+  EMBSCALE_LIBRARY="$LIBDIR/libembscale_c.so" EMBSCALE_BUILD="${EMBSCALE_BUILD:-}" \
   timeout --kill-after=10 $((LEFT + 10)) python3 bench/tbe_cache_vs_fbgemm.py "${MODE_ARGS[@]}" ${ARGS:-} \
   --time-budget "$LEFT" --out "$RECORDS" 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
