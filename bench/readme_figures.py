@@ -337,7 +337,8 @@ def stale_figures(prov, root=ROOT):
     clone without the commit)."""
     top = git(root, "rev-parse", "--show-toplevel")
     if top.returncode or os.path.realpath(top.stdout.strip()) != os.path.realpath(root):
-        raise HistoryUnavailable(f"{root} is not a git checkout (a tarball?)")
+        why = top.stderr.strip().splitlines()[-1] if top.returncode and top.stderr.strip() else "a tarball?"
+        raise HistoryUnavailable(f"{root} is not a git checkout ({why})")
     shallow = git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
     problems, last = [], {}
     for fid in sorted(prov):
