@@ -26,12 +26,22 @@ GPU memory", between TBE_CACHE_BEGIN and TBE_CACHE_END. They read the per-case "
 the standard setup (LRU, no prefetch), each case from the newest run that measured it on the card of the
 table set's newest run; until there is one, both say so in one line. A record of a --dry-run (made-up
 numbers, "dry_run": true) anywhere under bench/results/ is refused: the script stops and names it.
+
+Every figure's caption names its records and the builds they name (a record's "build", or "embscale_build"), and
+the generator refuses (exit status 2, with --check or without) a figure whose records are not of the code it
+measures: each figure belongs to a family whose library sources SOURCES lists, and its records must name a build
+that contains the last commit that changed them (git log -1 -- <paths>; git merge-base --is-ancestor). A figure
+whose records are older, or name no build, stays only where HISTORICAL marks it, with the records, date and
+builds the mark gives: its caption then says "Historical, measured <date> on build <hash>" and why. Without the
+git history (a tarball, a shallow clone lacking the build) the check is skipped and the script says so; what it
+writes never depends on git. tests/python/test_readme_figures_stale.py runs the check.
 """
 import argparse
 import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,6 +108,282 @@ def alpha_name(a):
     return "uniform" if a == 0 else f"Zipf {a:g}"
 
 
+# ---- what each figure measures, and whether its records are of that code --------------------------------------
+# Each figure names its records and the builds they name (a record's "build", or "embscale_build" for
+# bench/tbe_cache_vs_fbgemm.py's: a git short commit), and measures the library's sources of its family below. A
+# figure is current when every record it shows names a build that contains the last commit that changed those
+# sources (`git log -1 -- <paths>`, `git merge-base --is-ancestor`); otherwise the generator refuses it, unless
+# HISTORICAL marks it: then its caption says "Historical, measured <date> on build <hash>". The paths are the
+# library's (and the torch module's, for figures measured through it); the harnesses and the peers are not in
+# them: a change to those changes how a figure is measured, and docs/tuning.md tells those stories.
+COMMON_SOURCES = ("src/core", "include/embscale/context.h", "include/embscale/dtype.h", "include/embscale/memory.h",
+                  "include/embscale/status.h", "include/embscale/tensor.h")
+FP8_SOURCES = ("src/fp8/fp8.cpp", "src/fp8/fp8_backend.h", "src/fp8/scaling.h", "src/fp8/activation.h",
+               "include/embscale/fp8.h")
+TBE_SOURCES = ("src/tbe/tbe.cpp", "src/tbe/tbe_backend.h", "src/tbe/tbe_validate.h", "src/tbe/bounds_report.cpp",
+               "src/tbe/bounds_report.h", "src/tbe/rounding.h", "include/embscale/tbe.h")
+TBE_BACKWARD_SOURCES = ("src/tbe/tbe_backward.cpp", "src/tbe/optimizer.h", "src/tbe/optimizer_table.h",
+                        "src/tbe/optimizer_traits.h")
+TBE_INPUT_SOURCES = ("src/tbe/tbe_generator.cpp", "include/embscale/tbe_generator.h")  # `embscale bench`'s index sets
+TBE_CUDA_SOURCES = ("src/tbe/cuda/bounds_check.cuh", "src/tbe/cuda/tbe_report.cuh")
+MODULE_SOURCES = ("src/capi", "include/embscale/embscale_c.h", "python/embscale/tbe.py", "python/embscale/_ops_tbe.py",
+                  "python/embscale/_ops_common.py", "python/embscale/_capi.py", "python/embscale/_host_memory.py",
+                  "python/embscale/_data_parallel.py")
+CACHE_SOURCES = ("src/tbe/cuda/cache", "src/tbe/tbe_cache.cpp", "src/tbe/tbe_cache_backend.h",
+                 "include/embscale/tbe_cache.h", "python/embscale/_row_cache.py", "python/embscale/_cached_tbe.py")
+
+
+def _union(*groups):
+    return tuple(dict.fromkeys(p for g in groups for p in g))
+
+
+# A figure's family is its id up to the first comma ("fbgemm_cpu, AMD EPYC" is of "fbgemm_cpu").
+SOURCES = {
+    # amax, quantize and fusions against torch and the in-harness peers; against TransformerEngine
+    "fp8_cuda": _union(COMMON_SOURCES, FP8_SOURCES, ("src/fp8/cuda",)),
+    # embscale bench tbe-forward / tbe-backward on the GPU
+    "tbe_forward_cuda": _union(COMMON_SOURCES, TBE_SOURCES, TBE_INPUT_SOURCES, TBE_CUDA_SOURCES,
+                               ("src/tbe/cuda/forward",)),
+    "tbe_backward_cuda": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_INPUT_SOURCES, TBE_CUDA_SOURCES,
+                                ("src/tbe/cuda/backward",)),
+    # the torch module's forward and training step on the GPU (bench/tbe_vs_fbgemm.py)
+    "tbe_module_cuda": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_CUDA_SOURCES,
+                              ("src/tbe/cuda/forward", "src/tbe/cuda/backward"), MODULE_SOURCES),
+    # the CPU backend: FP8 ops and `embscale bench`'s TBE forward and backward
+    "cpu": _union(COMMON_SOURCES, FP8_SOURCES, ("src/fp8/cpu",), TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_INPUT_SOURCES,
+                  ("src/tbe/cpu",)),
+    # the torch module on the CPU (bench/fbgemm_tbe_cpu_peers.py)
+    "fbgemm_cpu": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, ("src/tbe/cpu",), MODULE_SOURCES),
+    # tables beyond HBM: the cached and host placements and the all-HBM step, through the module
+    # (bench/tbe_cache_vs_fbgemm.py)
+    "tbe_cache": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_CUDA_SOURCES,
+                        ("src/tbe/cuda/forward", "src/tbe/cuda/backward"), MODULE_SOURCES, CACHE_SOURCES),
+    # examples/train_dlrm.py on both backends
+    "dlrm": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_CUDA_SOURCES,
+                   ("src/tbe/cuda/forward", "src/tbe/cuda/backward", "src/tbe/cpu"), MODULE_SOURCES,
+                   ("examples/train_dlrm.py",)),
+}
+FAMILIES = {"torch_amax": "fp8_cuda", "torch_quantize": "fp8_cuda", "torch_fusions": "fp8_cuda", "te": "fp8_cuda",
+            "torch_tbe_forward": "tbe_forward_cuda", "torch_tbe_by_dim": "tbe_forward_cuda",
+            "torch_tbe_backward": "tbe_backward_cuda", "fbgemm": "tbe_module_cuda"}
+
+# Figures whose records are older than the code they measure, kept as a record of their day until a GPU (or CPU)
+# run replaces them: figure id -> the records the mark covers, when they were measured, the builds they name
+# (and, for records that name none, the commits that added them), and why the figure is not current. A mark
+# covers those records only: a figure that reads another file is checked against the code again (remove the
+# mark, or extend it), and a mark whose figure is gone is refused.
+HISTORICAL = {
+    "torch_amax": dict(records=("2026-12-03-nvidia-h200-amax-peers.jsonl",), measured="2026-12-03", builds=(),
+                       committed=("56bc419",), why="the CUDA FP8 kernels have changed since"),
+    "torch_quantize": dict(records=(GPU_RECORDS,), measured="2026-11-30", builds=(), committed=("4a14654",),
+                           why="the CUDA FP8 kernels have changed since"),
+    "torch_fusions": dict(records=(GPU_RECORDS,), measured="2026-11-30", builds=(), committed=("4a14654",),
+                          why="the CUDA FP8 kernels have changed since"),
+    "torch_tbe_forward": dict(records=(GPU_RECORDS,), measured="2026-12-01", builds=("4092f9b",),
+                              why="the CUDA forward has changed since"),
+    "torch_tbe_by_dim": dict(records=(GPU_RECORDS,), measured="2026-11-30", builds=("39ca103",),
+                             why="the CUDA forward has changed since"),
+    "torch_tbe_backward": dict(records=(GPU_RECORDS,), measured="2026-11-30", builds=("39ca103",),
+                               why="the CUDA backward has changed since"),
+    "fbgemm": dict(records=("2026-12-02-nvidia-h200-busy-time-peers.jsonl",
+                            "2026-12-03-nvidia-h200-small-d-peers.jsonl",
+                            "2026-12-03-nvidia-h200-small-d-fp16-peers.jsonl",
+                            "2026-12-03-nvidia-h200-warn-host-word-peers.jsonl"),
+                   measured="2026-12-02 to 2026-12-03", builds=(),
+                   committed=("a23032a", "9da0f50", "7ff5801", "2f86ff6"),
+                   why="the CUDA TBE and the torch module have changed since"),
+    "te": dict(records=("2026-12-03-nvidia-h200-te-resident-qcs-peers.jsonl",
+                        "2026-12-04-nvidia-h200-te-qcs-runs-peers.jsonl"),
+               measured="2026-12-03 to 2026-12-04", builds=(), committed=("efdea6b", "bdecbf3"),
+               why="the CUDA FP8 kernels have changed since"),
+    "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
+                 why="both backends' TBE and the torch module have changed since"),
+    "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),
+                committed=("930ecc5", "4a81761"), why="the CPU backend has changed since"),
+    "fbgemm_cpu, AMD EPYC": dict(records=("2026-12-04-cpu-fbgemm-zen4.jsonl",), measured="2026-12-04",
+                                 builds=("d16f6ac",), why="the CPU backward and the torch module have changed since"),
+    "fbgemm_cpu, AMD EPYC, both on huge pages": dict(
+        records=("2026-12-04-cpu-fbgemm-zen4-both-huge-pages.jsonl",), measured="2026-12-04", builds=("d16f6ac",),
+        why="the CPU backward and the torch module have changed since"),
+    "fbgemm_cpu, Intel(R) Xeon(R) Processor": dict(
+        records=("2026-12-04-cpu-fbgemm-xeon.jsonl",), measured="2026-12-04", builds=("730ad8f",),
+        why="the CPU backward and the torch module have changed since"),
+    "fbgemm_cpu, Intel(R) Xeon(R) Processor, both on huge pages": dict(
+        records=("2026-12-04-cpu-fbgemm-xeon-both-huge-pages.jsonl",), measured="2026-12-04", builds=("730ad8f",),
+        why="the CPU backward and the torch module have changed since"),
+}
+
+
+def family_of(fid):
+    prefix = fid.split(",")[0]
+    return FAMILIES.get(prefix, prefix)
+
+
+def build_of(rec):
+    """The build a record names: bench/tbe_cache_vs_fbgemm.py's "embscale_build", the others' "build"."""
+    return rec.get("embscale_build") or rec.get("build") or None
+
+
+def builds_of(used):
+    """(the builds `used`'s records name, sorted; whether some name none)."""
+    return sorted({build_of(r) for _, r in used if build_of(r)}), any(not build_of(r) for _, r in used)
+
+
+def builds_text(named, unnamed):
+    if not named:
+        return "no build named"
+    text = ("build " if len(named) == 1 else "builds ") + ", ".join(f"`{b}`" for b in named)
+    return text + ("; some records name none" if unnamed else "")
+
+
+def measured_on(named, unnamed, committed):
+    """'on build `x`' and its kin, for a historical figure's caption."""
+    if not named:
+        text = "on a build the records do not name"
+    else:
+        text = ("on build " if len(named) == 1 else "on builds ") + ", ".join(f"`{b}`" for b in named)
+        text += " and one the other records do not name" if unnamed else ""
+    if unnamed and committed:
+        text += " (records committed in " + ", ".join(f"`{c}`" for c in committed) + ")"
+    return text
+
+
+def cite(fid, used, prov=None, lead="Records"):
+    """The sentence that ends figure `fid`'s caption: the files of `used` ((file name, record) pairs: the records
+    it shows that measure embscale) and the builds they name; for a figure HISTORICAL marks, first 'Historical,
+    measured <date> on build <hash>' and why. Registers the figure's records in `prov` (figure id -> used)."""
+    if prov is not None:
+        prov.setdefault(fid, []).extend(used)
+    files = ", ".join(f"`{RESULTS}/{f}`" for f in dict.fromkeys(f for f, _ in used))
+    named, unnamed = builds_of(used)
+    mark = HISTORICAL.get(fid)
+    if mark is None:
+        return f"{lead}: {files} ({builds_text(named, unnamed)})."
+    when = dates([r for _, r in used]) if all(r.get("date") for _, r in used) else mark["measured"]
+    return (f"Historical, measured {when} {measured_on(named, unnamed, mark.get('committed'))}: "
+            f"{mark['why']}. {lead}: {files}.")
+
+
+def cite_summary(fids, used):
+    """A summary line's note on the figures `fids` it sums up: historical where they are, and the builds of
+    `used` ((file name, record) pairs), the records its ranges come from."""
+    named, unnamed = builds_of(used)
+    marked = [fid in HISTORICAL for fid in fids]
+    lead = "historical, " if all(marked) else "partly historical, " if any(marked) else ""
+    return lead + builds_text(named, unnamed)
+
+
+def check_marks(prov, complete=True):
+    """ValueError where a HISTORICAL mark does not describe what its figure shows (`prov`: cite's registry of
+    every figure when `complete`): a figure reading records the mark does not name, builds or dates the mark
+    does not give, records without a build and no commit for them, a mark of no figure."""
+    problems = []
+    for fid, mark in HISTORICAL.items():
+        if fid not in prov:
+            if complete:
+                problems.append(f"HISTORICAL marks {fid!r}, which no figure is; remove the mark")
+            continue
+        used = prov[fid]
+        extra = sorted({f for f, _ in used} - set(mark["records"]))
+        if extra:
+            problems.append(f"{fid}: reads {', '.join(extra)}, which its HISTORICAL mark does not cover: remove the "
+                            f"mark (the figure is then checked against the code) or extend it")
+        named, unnamed = builds_of(used)
+        if set(named) - set(mark["builds"]):
+            problems.append(f"{fid}: its records name builds {', '.join(sorted(set(named) - set(mark['builds'])))}, "
+                            f"which its HISTORICAL mark does not")
+        if unnamed and not mark.get("committed"):
+            problems.append(f"{fid}: records that name no build; its HISTORICAL mark must give the commits that "
+                            f"added them")
+        lo, _, hi = mark["measured"].partition(" to ")
+        outside = sorted({r["date"] for _, r in used if not lo <= r["date"] <= (hi or lo)})
+        if outside:
+            problems.append(f"{fid}: records of {', '.join(outside)}, outside its HISTORICAL mark's {mark['measured']}")
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+class HistoryUnavailable(Exception):
+    """git cannot tell whether the records are of the code: no git, no checkout (a tarball), or a shallow clone
+    without the build."""
+
+
+def git(root, *args):
+    try:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise HistoryUnavailable(f"git does not run here ({e})")
+
+
+def commit_of(root, rev, shallow):
+    """The full hash of commit `rev`, None where this repository's history has no such commit;
+    HistoryUnavailable where a shallow clone may just lack it."""
+    p = git(root, "rev-parse", "--verify", "--quiet", rev + "^{commit}")
+    if p.returncode == 0:
+        return p.stdout.strip()
+    if shallow:
+        raise HistoryUnavailable(f"{rev} is not in this shallow clone's history")
+    return None
+
+
+BUILD_HASH = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+def stale_figures(prov, root=ROOT):
+    """The figures of `prov` (cite's registry) whose records are not of the code they measure, one line each,
+    and the HISTORICAL marks whose commits did not add their records: a figure not marked historical must show
+    records that name a build (a commit of this repository, without "+dirty") containing the last commit that
+    changed its family's SOURCES. HistoryUnavailable where git cannot tell (not a checkout, no git, a shallow
+    clone without the commit)."""
+    top = git(root, "rev-parse", "--show-toplevel")
+    if top.returncode or os.path.realpath(top.stdout.strip()) != os.path.realpath(root):
+        why = top.stderr.strip().splitlines()[-1] if top.returncode and top.stderr.strip() else "a tarball?"
+        raise HistoryUnavailable(f"{root} is not a git checkout ({why})")
+    shallow = git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+    problems, last = [], {}
+    for fid in sorted(prov):
+        used = prov[fid]
+        mark = HISTORICAL.get(fid)
+        if mark is not None:
+            added = git(root, "log", "--format=%H", "--", *(os.path.join(RESULTS, f) for f in mark["records"]))
+            for c in mark.get("committed", ()):
+                full = commit_of(root, c, shallow)
+                if full is None or full not in added.stdout.split():
+                    problems.append(f"{fid}: its HISTORICAL mark says records were committed in {c}, which did not "
+                                    f"change {', '.join(mark['records'])}")
+            continue
+        family = family_of(fid)
+        if family not in last:
+            p = git(root, "log", "-1", "--format=%H", "--", *SOURCES[family])
+            if p.returncode:
+                raise HistoryUnavailable(f"git log failed: {p.stderr.strip()}")
+            last[family] = p.stdout.strip()
+        changed = last[family]
+        for build in sorted({build_of(r) or "" for _, r in used}):
+            files = ", ".join(f"{RESULTS}/{f}" for f in
+                              dict.fromkeys(f for f, r in used if (build_of(r) or "") == build))
+            fix = "re-measure it, or mark it historical in bench/readme_figures.py's HISTORICAL"
+            if not build:
+                problems.append(f"{fid}: {files}: records that name no build, so not known to be of the code; {fix}")
+                continue
+            if not BUILD_HASH.match(build):
+                problems.append(f"{fid}: {files}: build {build!r} is not a commit (a clean checkout's git short hash); "
+                                f"{fix}")
+                continue
+            commit = commit_of(root, build, shallow)
+            if commit is None:
+                problems.append(f"{fid}: {files}: build {build} is not a commit of this repository; {fix}")
+                continue
+            if changed:
+                p = git(root, "merge-base", "--is-ancestor", changed, commit)
+                if p.returncode not in (0, 1):
+                    raise HistoryUnavailable(f"git merge-base failed: {p.stderr.strip()}")
+                if p.returncode == 1:
+                    problems.append(f"{fid}: {files}: build {build} is older than {changed[:7]}, the last commit that "
+                                    f"changed the sources it measures (SOURCES[{family!r}]); {fix}")
+    return problems
+
+
 # ---- GPU ----------------------------------------------------------------------------------------------
 def gpu_intro(recs):
     copy = first(recs, op="copy", impl="cudaMemcpyAsync")
@@ -108,11 +394,11 @@ def gpu_intro(recs):
             f"{copy['GBps'] / 1000:.2f} TB/s (bytes read + written). Records: `{RESULTS}/{GPU_RECORDS}`.")
 
 
-def gpu_amax(recs, source):
+def gpu_amax(recs, source, prov=None):
     """The amax table from `recs` (read from `source`): embscale against the in-harness peers of `embscale
     bench fp8`, from their newest run, which may be newer than the rest of the GPU records."""
     sizes = sorted({r["n"] for r in recs if r["op"] == "amax"})
-    rows = []
+    rows, used = [], []
     for n in sizes:
         row = [pow2(n)]
         for dtype in ("fp32", "bf16"):
@@ -120,42 +406,47 @@ def gpu_amax(recs, source):
             peers = [r for r in recs if r["op"] == "amax" and r["dtype"] == dtype and r["n"] == n and r["impl"] != "embscale"]
             best = min(peers, key=lambda r: r["median_us"])
             speedup = best["median_us"] / mine["median_us"]
+            used.append((source, mine))
             row += [us(mine["median_us"]), f"{us(best['median_us'])} ({PEER_NAMES.get(best['impl'], best['impl'])})",
                     f"**{ratio(speedup)}**" if speedup < 1 else ratio(speedup)]
         rows.append(row)
     date = first(recs, op="amax", impl="embscale")["date"]
     return (f"**amax** (µs; peers in the same run: a TransformerEngine-design atomic kernel with its memset, a "
             f"two-stage kernel, `cub::DeviceReduce`{', torch' if any(r['impl'].startswith('torch') for r in recs) else ''}; "
-            f"speedup over the best of them, in bold where below 1; {date}, `{RESULTS}/{source}`. The real "
-            f"TransformerEngine's amax is in the table against it below)\n\n" +
+            f"speedup over the best of them, in bold where below 1; {date}. The real TransformerEngine's amax is in "
+            f"the table against it below). {cite('torch_amax', used, prov)}\n\n" +
             table(["n", "fp32 embscale", "best peer", "speedup", "bf16 embscale", "best peer", "speedup"], rows))
 
 
-def gpu_quantize(recs):
+def gpu_quantize(recs, prov=None, source=GPU_RECORDS):
     op, dtype = "quantize_current_scaling", "bf16"
-    rows = []
+    rows, used = [], []
     for n in sorted({r["n"] for r in recs if r["op"] == op and r["dtype"] == dtype}):
         mine = first(recs, op=op, impl="embscale", dtype=dtype, n=n)
         eager = first(recs, op=op, impl="torch_eager", dtype=dtype, n=n)
         comp = first(recs, op=op, impl="torch_compile", dtype=dtype, n=n)
+        used.append((source, mine))
         rows.append([pow2(n), f"{us(mine['median_us'])} ({mine['pct_of_copy']:.0f}% of copy)", us(eager["median_us"]),
                      us(comp["median_us"]), ratio(comp["median_us"] / mine["median_us"])])
-    return ("**Quantize with current scaling**, bf16 → e4m3 (amax → scale → cast on the device), µs:\n\n" +
+    return (f"**Quantize with current scaling**, bf16 → e4m3 (amax → scale → cast on the device), µs. "
+            f"{cite('torch_quantize', used, prov)}\n\n" +
             table(["n", "embscale", "torch eager", "torch.compile", "speedup over compile"], rows))
 
 
-def gpu_fusions(recs):
-    rows = []
+def gpu_fusions(recs, prov=None, source=GPU_RECORDS):
+    rows, used = [], []
     for op, label in (("activation_amax", "GELU(tanh) + amax"), ("cast_transpose", "cast to e4m3 + transpose")):
         mine = first(recs, op=op, impl="embscale", dtype="bf16")
         eager = first(recs, op=op, impl="torch_eager", dtype="bf16")
         comp = first(recs, op=op, impl="torch_compile", dtype="bf16")
+        used.append((source, mine))
         rows.append([f"{label}, {mine['rows']}×{mine['cols']}", us(mine["median_us"]), f"{mine['pct_of_copy']:.1f}%",
                      us(eager["median_us"]), us(comp["median_us"])])
     n = max(r["n"] for r in recs if r["op"] == "quantize" and r["dtype"] == "bf16")
     q = first(recs, op="quantize", impl="embscale", dtype="bf16", n=n)
     rows.append([f"quantize with a given scale, {pow2(n)}", us(q["median_us"]), f"{q['pct_of_copy']:.1f}%", "—", "—"])
-    return "**Fusions**, bf16 in, µs:\n\n" + table(["op", "embscale", "% of copy", "torch eager", "torch.compile"], rows)
+    used.append((source, q))
+    return f"**Fusions**, bf16 in, µs. {cite('torch_fusions', used, prov)}\n\n" + table(["op", "embscale", "% of copy", "torch eager", "torch.compile"], rows)
 
 
 def tbe_config(r):
@@ -163,7 +454,7 @@ def tbe_config(r):
             f"L={r['bag_size']}")
 
 
-def gpu_tbe_forward(recs):
+def gpu_tbe_forward(recs, prov=None, source=GPU_RECORDS):
     mine = [r for r in recs if r["op"] == "tbe_forward" and r.get("build") == GPU_FORWARD_BUILD and r["impl"] == "embscale"
             and r["num_tables"] == 32 and r["embedding_dim"] == 128]
     rows = []
@@ -179,12 +470,12 @@ def gpu_tbe_forward(recs):
                      f"{r['pct_of_floor']:.0f}%", f"{per_table['median_us']:.0f} µs" if per_table else "—",
                      f"{concat['median_us']:.0f} µs" if concat else "—", speedup])
     return (f"**TBE forward**, {tbe_config(mine[0])}, pooled SUM (FBGEMM's byte metric; its floor is the bytes at the "
-            f"copy bandwidth of the same run; build `{GPU_FORWARD_BUILD}`):\n\n" +
+            f"copy bandwidth of the same run). {cite('torch_tbe_forward', [(source, r) for r in mine], prov)}\n\n" +
             table(["indices, weights", "embscale", "% of byte floor", "torch `nn.EmbeddingBag` per table",
                    "one concatenated `EmbeddingBag`", "speedup"], rows))
 
 
-def gpu_tbe_by_dim(recs):
+def gpu_tbe_by_dim(recs, prov=None, source=GPU_RECORDS):
     base = dict(op="tbe_forward", impl="embscale", build=GPU_SWEEP_BUILD, num_tables=32, alpha=0.0,
                 weights_precision="fp32")
     dims = sorted({r["embedding_dim"] for r in recs if all(r.get(k) == v for k, v in base.items())
@@ -198,14 +489,14 @@ def gpu_tbe_by_dim(recs):
     wide = [r for r in recs if all(r.get(k) == v for k, v in dict(base, num_tables=4).items())
             and isinstance(r["embedding_dim"], int) and r["embedding_dim"] > 256]
     wide_text = ", ".join(f"D={r['embedding_dim']} {r['pct_of_floor']:.0f}%" for r in wide)
-    return ("By row size (T=32, uniform, fp32, build `" + GPU_SWEEP_BUILD + "`; the bare gather (`embscale-dev tbe-forward --gather-ceiling`) "
+    return ("By row size (T=32, uniform, fp32; the bare gather (`embscale-dev tbe-forward --gather-ceiling`) "
             "reads the same rows and does nothing else, so its share of the byte floor is what the memory system "
-            "gives for rows of that size):\n\n" + table(["D"] + [str(r["embedding_dim"]) for r in sweep], rows) +
+            f"gives for rows of that size). {cite('torch_tbe_by_dim', [(source, r) for r in sweep + wide], prov)}\n\n" + table(["D"] + [str(r["embedding_dim"]) for r in sweep], rows) +
             f"\n\nWide rows (T=4), share of the byte floor: {wide_text}.")
 
 
-def gpu_tbe_backward(recs):
-    rows = []
+def gpu_tbe_backward(recs, prov=None, source=GPU_RECORDS):
+    rows, used = [], []
     for optimizer in ("rowwise_adagrad", "sgd"):
         op = f"tbe_backward_{optimizer}"
         # Records with the phases timed: `embscale bench tbe-backward`'s before the phase timing moved to
@@ -216,13 +507,14 @@ def gpu_tbe_backward(recs):
             peer = first(recs, op=op, impl="torch_embeddingbag_sparse", build=GPU_SWEEP_BUILD, alpha=r["alpha"],
                          embedding_dim=r["embedding_dim"])
             ph = r["phases"]
+            used.append((source, r))
             phases = ", ".join(f"{name} {ph[name + '_us'] / 1000:.2f}" for name in ("linearize", "sort", "encode", "rows"))
             rows.append([f"{optimizer}, {alpha_name(r['alpha'])}, D={r['embedding_dim']}",
                          f"{r['median_us'] / 1000:.2f} ms ({phases})",
                          f"{peer['median_us'] / 1000:.1f} ms" if peer else "—",
                          ratio(peer["median_us"] / r["median_us"]) if peer else "—"])
     return ("**TBE backward fused with the optimizer** (T=32 as above; everything included: linearize, radix sort, "
-            "run-length encode, gradient sums, update; build `" + GPU_SWEEP_BUILD + "`):\n\n" +
+            f"run-length encode, gradient sums, update). {cite('torch_tbe_backward', used, prov)}\n\n" +
             table(["", "embscale (phases, ms)", "torch `EmbeddingBag(sparse=True)` + `torch.optim`", "speedup"], rows))
 
 
@@ -281,7 +573,10 @@ def gpu_time_ratio(peer, mine):
     return None, None
 
 
-def vs_fbgemm(runs):
+FBGEMM_RECORDS = "Records (each case from the newest run that measured it)"
+
+
+def vs_fbgemm(runs, prov=None):
     """The FBGEMM table over `runs` (runs_of): each case from the newest run that measured it."""
     newest = {}  # case -> (file name, that run's records)
     for _, name, recs in runs:
@@ -310,9 +605,9 @@ def vs_fbgemm(runs):
                         case = dict(op=op, weights_precision=dtype, alpha=alpha, embedding_dim=d)
                         name, recs = newest.get((op, dtype, alpha, d, bc), (None, []))
                         recs = [r for r in recs if checks(r) == bc]
-                        if name and name not in used:
-                            used.append(name)
                         peer, mine = first(recs, impl="fbgemm", **case), first(recs, impl="embscale_torch", **case)
+                        if peer and mine:
+                            used.append((name, mine))
                         cell = ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—"
                         k, key = gpu_time_ratio(peer, mine) if peer and mine else (None, None)
                         if k is not None:
@@ -352,11 +647,11 @@ def vs_fbgemm(runs):
             f"L={first_peer['bag_size']}, {first_peer.get('tables_gib', '?')} GiB of fp32 tables per impl "
             f"({first_peer['num_embeddings']:,} rows per table at D={first_peer['embedding_dim']}); exact optimizers; no bounds checks except in the rows marked warn, where each library runs its default checked mode (FBGEMM's WARNING, embscale's warn); {first_peer['device']}, {first_peer['date']}). FBGEMM's "
             f"time / embscale's, wall time per step (CUDA events), above 1× where embscale is faster.{kernel_text} "
-            f"Records (each case from the newest run that measured it): "
-            f"{', '.join(f'`{RESULTS}/{n}`' for n in sorted(used))}.\n\n" + table(["", *[f"D={d}" for d in dims]], rows))
+            f"{cite('fbgemm', sorted(used, key=lambda u: u[0]), prov, FBGEMM_RECORDS)}"
+            f"\n\n" + table(["", *[f"D={d}" for d in dims]], rows))
 
 
-def vs_te(run, transpose_run=None):
+def vs_te(run, transpose_run=None, prov=None):
     """The TE table from `run` (file name, records) and, when `run` did not measure cast_transpose, the
     cast_transpose row from `transpose_run`, the newest run that did."""
     name, recs = run
@@ -364,8 +659,9 @@ def vs_te(run, transpose_run=None):
         transpose_run = run
     peers = [r for r in recs if r["impl"] == "te"]
     first_peer = peers[0]
+    used = []
 
-    def pivot(ops, size_of, sizes, recs=recs):
+    def pivot(ops, size_of, sizes, recs=recs, source=name):
         peers = [r for r in recs if r["impl"] == "te"]
         rows = []
         for op in ops:
@@ -378,6 +674,8 @@ def vs_te(run, transpose_run=None):
                     mine = peer and next((r for r in recs if r["impl"] == "embscale" and r.get("harness") == "te_fp8_peer"
                                           and r["op"] == op and r["dtype"] == dtype and size_of(r) == size), None)
                     row.append(ratio(peer["median_us"] / mine["median_us"]) if peer and mine else "—")
+                    if peer and mine:
+                        used.append((source, mine))
                 rows.append(row)
         return rows
 
@@ -388,32 +686,40 @@ def vs_te(run, transpose_run=None):
     shapes = sorted({(r["rows"], r["cols"]) for r in t_recs if r["impl"] == "te" and r["op"] == "cast_transpose"})
     if shapes:
         parts.append(table(["", *[f"{r}×{c}" for r, c in shapes]],
-                           pivot(["cast_transpose"], lambda r: (r.get("rows"), r.get("cols")), shapes, t_recs)))
-    records = f"`{RESULTS}/{name}`"
+                           pivot(["cast_transpose"], lambda r: (r.get("rows"), r.get("cols")), shapes, t_recs,
+                                 transpose_run[0])))
+    records = ""
     if shapes and transpose_run[0] != name:
         t_date = next(r["date"] for r in t_recs if r["impl"] == "te" and r["op"] == "cast_transpose")
-        records += f" (cast_transpose: `{RESULTS}/{transpose_run[0]}`, {t_date})"
+        records = f" The cast_transpose rows are of {t_date}, the newest run that measured it."
     return (f"**vs TransformerEngine** ({first_peer.get('transformer_engine', '?')}, its C API linked into one harness "
             f"with embscale on the same device buffers, FP8 codes, amax and scale_inv checked bit-identical first; "
             f"current scaling as TE's PyTorch quantizer runs it: amax, scale, then the cast; e4m3; "
             f"{first_peer['device']}, {first_peer['date']}). TE's time / embscale's, medians of CUDA-event timings "
-            f"on inputs rotated past the L2, above 1× where embscale is faster. Records: {records}.\n\n" +
+            f"on inputs rotated past the L2, above 1× where embscale is faster.{records} {cite('te', used, prov)}\n\n" +
             "\n\n".join(parts))
 
 
-def peer_sections(results_dir):
+def peer_sections(results_dir, prov=None):
     """The vs-FBGEMM and vs-TE parts, each from its newest run (none while there are no such records)."""
     parts = []
     runs = runs_of(results_dir, "fbgemm")
     if runs:
-        parts.append(vs_fbgemm(runs))
+        parts.append(vs_fbgemm(runs, prov))
     run = newest_run(results_dir, "te")
     if run:
-        parts.append(vs_te(run, newest_run(results_dir, "te", op="cast_transpose")))
+        parts.append(vs_te(run, newest_run(results_dir, "te", op="cast_transpose"), prov))
     return parts
 
 
-def vs_fbgemm_cpu(name, recs):
+def cpu_peer_id(recs):
+    """The figure id of a vs-FBGEMM-on-the-CPU table: its CPU model, and whether both libraries' tables were on
+    huge pages."""
+    peer = next(r for r in recs if r["impl"] == "fbgemm_cpu")
+    return f"fbgemm_cpu, {peer.get('device', '?')}" + (", both on huge pages" if peer.get("fbgemm_huge_pages") else "")
+
+
+def vs_fbgemm_cpu(name, recs, prov=None):
     """FBGEMM's CPU TBE against embscale's, one thread each (bench/fbgemm_tbe_cpu_peers.py)."""
     peers = [r for r in recs if r["impl"] == "fbgemm_cpu"]
     first_peer = peers[0]
@@ -427,13 +733,15 @@ def vs_fbgemm_cpu(name, recs):
         memory = ""
     dims = sorted({r["embedding_dim"] for r in peers})
     labels = {"tbe_forward": "forward", "tbe_train_sgd": "SGD step", "tbe_train_rowwise_adagrad": "row-wise Adagrad step"}
-    rows = []
+    rows, used = [], []
     for op in [op for op in labels if any(r["op"] == op for r in peers)]:
         for alpha in sorted({r["alpha"] for r in peers if r["op"] == op}):
             row = [f"{labels[op]}, {alpha_name(alpha)}"]
             for d in dims:
                 case = dict(op=op, alpha=alpha, embedding_dim=d)
                 peer, mine = first(recs, impl="fbgemm_cpu", **case), first(recs, impl="embscale", **case)
+                if peer and mine:
+                    used.append((name, mine))
                 row.append(f"{ratio(peer['median_us'] / mine['median_us'])} ({ratio(peer['min_us'] / mine['min_us'])})"
                            if peer and mine else "—")
             rows.append(row)
@@ -442,7 +750,8 @@ def vs_fbgemm_cpu(name, recs):
             f"T={first_peer['num_tables']}, E={first_peer['num_embeddings']:,}, B={first_peer['batch_size']}, "
             f"L={first_peer['bag_size']}, fp32; {memory}{first_peer['device']}, a shared 2-core VM whose speed varies from "
             f"run to run by 10-30%; {first_peer['date']}). FBGEMM's time / embscale's, median of the interleaved "
-            f"calls (minimum in brackets), above 1× where embscale is faster. Records: `{RESULTS}/{name}`.\n\n" +
+            f"calls (minimum in brackets), above 1× where embscale is faster. "
+            f"{cite(cpu_peer_id(recs), used, prov)}\n\n" +
             table(["", *[f"D={d}" for d in dims]], rows))
 
 
@@ -470,9 +779,9 @@ def cpu_peer_runs(results_dir):
     return out
 
 
-def cpu_peer_sections(results_dir):
+def cpu_peer_sections(results_dir, prov=None):
     """The vs-FBGEMM-on-the-CPU parts, one per run of cpu_peer_runs."""
-    return [vs_fbgemm_cpu(name, recs) for name, recs in cpu_peer_runs(results_dir)]
+    return [vs_fbgemm_cpu(name, recs, prov) for name, recs in cpu_peer_runs(results_dir)]
 
 
 # ---- tables larger than GPU memory (bench/tbe_cache_vs_fbgemm.py) --------------------------------------------
@@ -576,7 +885,13 @@ def tbe_cache_about(workload, cases):
                 f"{gib:g} GiB of fp32 tables: T={T}, D={D}", batch=f"B={B}, L={L}")
 
 
-def tbe_cache_table(workload, cases):
+def tbe_cache_id(workload):
+    """The figure id of a table set's tables (docs/benchmarks.md's and, for the README's, its compact one)."""
+    gib, T, D, B, L = workload
+    return f"tbe_cache, {gib:g} GiB, T={T}, D={D}, B={B}, L={L}"
+
+
+def tbe_cache_table(workload, cases, prov=None):
     """The full table of one table set, with its caption."""
     about = tbe_cache_about(workload, cases)
     ref = [c["es"] or c["fb"] for c in cases]
@@ -589,7 +904,7 @@ def tbe_cache_table(workload, cases):
                "against each other" if alone else
                "FBGEMM's tables and state copied into embscale's and a sample of the rows checked equal after three "
                "steps first")
-    files = ", ".join(f"`{RESULTS}/{f}`" for f in sorted({c["file"] for c in cases}))
+    used = sorted(((c["file"], c["s"]) for c in cases), key=lambda u: u[0])
     rows = []
     for c in cases:
         s = c["s"]
@@ -604,20 +919,20 @@ def tbe_cache_table(workload, cases):
             f"the same `cache_load_factor` (the same HBM budget); hit rates from each library's counters over the "
             f"timed steps (FBGEMM: 1 − unique misses / unique ids); the floor is embscale's rows moved per step × "
             f"(4·D + 4) bytes at the link's both-ways rate; the last column is embscale's step over its own step "
-            f"with every table in GPU memory. Records: {files}.\n\n" +
+            f"with every table in GPU memory. {cite(tbe_cache_id(workload), used, prov)}\n\n" +
             table(["ids", "placement (FBGEMM)", "load factor", "embscale ms", "FBGEMM ms", "FBGEMM / embscale",
                    "hit rate embscale", "hit rate FBGEMM", "link floor ms", "% of floor", "over own all-HBM"], rows))
 
 
-def tbe_cache_section(results_dir):
+def tbe_cache_section(results_dir, prov=None):
     """docs/benchmarks.md's part: a table per table set, or the one-line placeholder while there is none."""
     sets = tbe_cache_sets(results_dir)
     if not sets:
         return TBE_CACHE_NO_RECORD
-    return "\n\n".join(tbe_cache_table(workload, cases) for workload, cases in sets)
+    return "\n\n".join(tbe_cache_table(workload, cases, prov) for workload, cases in sets)
 
 
-def tbe_cache_readme(results_dir):
+def tbe_cache_readme(results_dir, prov=None):
     """The README's compact table, markers included: of the smallest table set with a cached case at load
     factor 0.1, per id distribution the all-HBM step and the cached one at 0.1; the placeholder while there
     is none."""
@@ -637,24 +952,28 @@ def tbe_cache_readme(results_dir):
                  maybe_ratio(c["s"]["embscale_over_own_hbm"])] for c in cases]
         body = (f"Milliseconds per training step (forward + backward + row-wise Adagrad), {about['tables']}, "
                 f"{about['batch']}; {about['card']}, {about['dates']}, build {about['builds']}. Every case, the "
-                f"other table sets and how they are measured: {link('tbe_cache')}.\n\n" +
+                f"other table sets and how they are measured: {link('tbe_cache')}. "
+                f"{cite(tbe_cache_id(workload), sorted(((c['file'], c['s']) for c in cases), key=lambda u: u[0]), prov)}"
+                f"\n\n" +
                 table(["ids", "placement (FBGEMM), load factor", "embscale ms", "FBGEMM ms", "FBGEMM / embscale",
                        "hit rate (embscale)", "% of link floor", "over own all-HBM"], rows))
     return TBE_CACHE_BEGIN + "\n\n" + body + "\n\n" + TBE_CACHE_END
 
 
 # ---- CPU ----------------------------------------------------------------------------------------------
-def cpu_section(recs):
+def cpu_section(recs, prov=None, source=CPU_RECORDS):
     copy = first(recs, op="copy")
-    fp8 = {}
+    fp8, used = {}, []
     for r in recs:
         if r["impl"] == "embscale" and r["op"] in ("amax", "quantize", "quantize_current_scaling", "dequantize"):
             fp8.setdefault(r["op"], []).append(r["pct_of_copy"])
+            used.append((source, r))
     fp8_text = "; ".join(f"{op} {min(v):.0f}–{max(v):.0f}%" for op, v in fp8.items())
     fwd = {}
     for r in recs:
         if r["op"] == "tbe_forward" and r.get("build") == CPU_FORWARD_BUILD and r["weights_precision"] == "fp32":
             fwd.setdefault(r["alpha"], []).append(r)
+            used.append((source, r))
     fwd_rows = [[f"forward, {alpha_name(a)}", f"{min(r['median_us'] for r in rs) / 1000:.2f}–"
                  f"{max(r['median_us'] for r in rs) / 1000:.2f} ms ({len(rs)} runs)",
                  f"{min(r['pct_of_floor'] for r in rs):.0f}–{max(r['pct_of_floor'] for r in rs):.0f}%"]
@@ -664,22 +983,24 @@ def cpu_section(recs):
         for alpha in sorted({r["alpha"] for r in recs if r["op"] == f"tbe_backward_{optimizer}"}):
             rs = [r for r in recs if r["op"] == f"tbe_backward_{optimizer}" and r["alpha"] == alpha and "pct_of_floor" in r]
             r = rs[-1]  # the latest build's run
+            used.append((source, r))
             bwd_rows.append([f"backward {optimizer}, {alpha_name(alpha)}", f"{r['median_us'] / 1000:.2f} ms",
                              f"{r['pct_of_floor']:.0f}%"])
     example = fwd[0.0][0]
     return (f"**CPU backend** ({copy['device'] if 'device' in copy else 'the development machine'}, memcpy "
-            f"{copy['GBps']:.1f} GB/s read + write, {copy['date']}; records: `{RESULTS}/{CPU_RECORDS}`). FP8 ops "
+            f"{copy['GBps']:.1f} GB/s read + write, {copy['date']}). FP8 ops "
             f"(fp32 and bf16, {pow2(min(r['n'] for r in recs if r['op'] == 'amax'))}–"
             f"{pow2(max(r['n'] for r in recs if r['op'] == 'amax'))} elements), share of the memcpy bandwidth: "
             f"{fp8_text}. TBE on the CLI's default config ({tbe_config(example)}, fp32; the floor is FBGEMM's "
             f"bytes at the copy bandwidth of the same run, the backward's 2 × the forward's bytes; build "
-            f"`{CPU_FORWARD_BUILD}` for the forward):\n\n" + table(["", "time", "% of byte floor"], fwd_rows + bwd_rows))
+            f"`{CPU_FORWARD_BUILD}` for the forward). {cite('cpu', used, prov)}\n\n" + table(["", "time", "% of byte floor"], fwd_rows + bwd_rows))
 
 
-def train_section():
-    parts = []
+def train_section(prov=None):
+    parts, used = [], []
     for name in TRAIN_RECORDS:
         d = load(name)
+        used.append((name, {"date": os.path.basename(name)[:10]}))  # the summaries carry no date: their names do
         res = d["results"]
         parts.append(f"{d['args']['device'].upper()}: median step {res['embscale']['step_ms_median']:.2f} ms vs "
                      f"{res['baseline']['step_ms_median']:.2f} ms, largest gap of the smoothed loss curves "
@@ -688,7 +1009,7 @@ def train_section():
     return (f"**PyTorch** (`examples/train_dlrm.py`, {a['num_tables']} tables × {a['num_embeddings']:,} × "
             f"{a['embedding_dim']}, B = {a['batch_size']}, {a['optimizer']}, {a['steps']} steps; embscale's module "
             f"against `nn.EmbeddingBag` + the same sparse optimizer in torch): " + "; ".join(parts) +
-            ". Plots and records: `bench/results/train_dlrm/`.")
+            f"; plots beside the records in `bench/results/train_dlrm/`. {cite('dlrm', used, prov)}")
 
 
 def anchor(heading):
@@ -700,22 +1021,23 @@ def heading(part):
     return "### " + HEADINGS[part]
 
 
-def figures():
+def figures(prov=None):
+    """docs/benchmarks.md's figures, markers included; each figure's records registered in `prov` (see cite)."""
     gpu = load(GPU_RECORDS)
     cpu = load(CPU_RECORDS)
     results = os.path.join(ROOT, RESULTS)
     amax_source, amax_recs = newest_run(results, "te_atomic")  # GPU_RECORDS has some
-    parts = [heading("torch"), gpu_intro(gpu), gpu_amax(amax_recs, amax_source), gpu_quantize(gpu), gpu_fusions(gpu),
-             gpu_tbe_forward(gpu), gpu_tbe_by_dim(gpu), gpu_tbe_backward(gpu)]
+    parts = [heading("torch"), gpu_intro(gpu), gpu_amax(amax_recs, amax_source, prov), gpu_quantize(gpu, prov),
+             gpu_fusions(gpu, prov), gpu_tbe_forward(gpu, prov), gpu_tbe_by_dim(gpu, prov), gpu_tbe_backward(gpu, prov)]
     runs = runs_of(results, "fbgemm")
     if runs:
-        parts += [heading("fbgemm"), vs_fbgemm(runs)]
+        parts += [heading("fbgemm"), vs_fbgemm(runs, prov)]
     run = newest_run(results, "te")
     if run:
-        parts += [heading("te"), vs_te(run, newest_run(results, "te", op="cast_transpose"))]
-    parts += [heading("tbe_cache"), tbe_cache_section(results)]
-    parts += [heading("dlrm"), train_section(), heading("cpu"), cpu_section(cpu)]
-    cpu_parts = cpu_peer_sections(results)
+        parts += [heading("te"), vs_te(run, newest_run(results, "te", op="cast_transpose"), prov)]
+    parts += [heading("tbe_cache"), tbe_cache_section(results, prov)]
+    parts += [heading("dlrm"), train_section(prov), heading("cpu"), cpu_section(cpu, prov)]
+    cpu_parts = cpu_peer_sections(results, prov)
     if cpu_parts:
         parts += [heading("fbgemm_cpu"), *cpu_parts]
     return BEGIN + "\n\n" + "\n\n".join(parts) + "\n\n" + END
@@ -738,7 +1060,7 @@ def link(part):
 
 def torch_summary(recs):
     """The TBE forward and backward and quantize with current scaling against torch, as the tables show them."""
-    fwd = []
+    fwd, used = [], []
     for r in recs:
         if (r["op"] == "tbe_forward" and r.get("build") == GPU_FORWARD_BUILD and r["impl"] == "embscale"
                 and r["num_tables"] == 32 and r["embedding_dim"] == 128):
@@ -748,6 +1070,7 @@ def torch_summary(recs):
             concat = first(recs, impl="torch_embeddingbag_concat", **case)
             if per_table and concat:
                 fwd.append(min(per_table["median_us"], concat["median_us"]) / r["median_us"])
+                used.append((GPU_RECORDS, r))
     bwd = []
     for optimizer in ("rowwise_adagrad", "sgd"):
         op = f"tbe_backward_{optimizer}"
@@ -757,14 +1080,17 @@ def torch_summary(recs):
                              embedding_dim=r["embedding_dim"])
                 if peer:
                     bwd.append(peer["median_us"] / r["median_us"])
+                    used.append((GPU_RECORDS, r))
     qcs = []
     for r in recs:
         if r["op"] == "quantize_current_scaling" and r["impl"] == "embscale" and r["dtype"] == "bf16":
             comp = first(recs, op=r["op"], impl="torch_compile", dtype="bf16", n=r["n"])
             qcs.append(comp["median_us"] / r["median_us"])
+            used.append((GPU_RECORDS, r))
     copy = first(recs, op="copy", impl="cudaMemcpyAsync")
     torch = first(recs, op="copy", impl="torch_copy")
-    return (f"- **torch** {torch['torch'].split('+')[0]} ({copy['device']}, {copy['date']}): TBE forward {span(fwd)} "
+    note = cite_summary(("torch_tbe_forward", "torch_tbe_backward", "torch_quantize"), used)
+    return (f"- **torch** {torch['torch'].split('+')[0]} ({copy['device']}, {copy['date']}; {note}): TBE forward {span(fwd)} "
             f"over `nn.EmbeddingBag`, the backward fused with the optimizer {span(bwd)} over `EmbeddingBag(sparse=True)` "
             f"+ `torch.optim`, quantize with current scaling {span(qcs)} over `torch.compile` ({link('torch')}).")
 
@@ -786,7 +1112,8 @@ def fbgemm_summary(runs):
             (fwd if op == "tbe_forward" else train).append(peer["median_us"] / mine["median_us"])
             used += [peer, mine]
     peer = used[0]
-    return (f"- **FBGEMM_GPU** {peer.get('fbgemm_gpu', '?')} ({peer['device']}, {dates(used)}): training steps "
+    note = cite_summary(("fbgemm",), [(None, r) for r in used if r["impl"] == "embscale_torch"])
+    return (f"- **FBGEMM_GPU** {peer.get('fbgemm_gpu', '?')} ({peer['device']}, {dates(used)}; {note}): training steps "
             f"{span(train)}, forwards {span(fwd)}, wall time per step without bounds checks, D from "
             f"{min(d for d in (r['embedding_dim'] for r in used) if isinstance(d, int))} to "
             f"{max(d for d in (r['embedding_dim'] for r in used) if isinstance(d, int))}, fp32 and fp16 tables "
@@ -806,16 +1133,18 @@ def te_summary(run, transpose_run):
                 pairs.append((peer, mine))
     peer = pairs[0][0]
     sizes = sorted({p["n"] for p, _ in pairs})
+    note = cite_summary(("te",), [(None, m) for _, m in pairs])
     return (f"- **TransformerEngine** {peer.get('transformer_engine', '?')} ({peer['device']}, "
-            f"{dates([p for p, _ in pairs])}): amax, quantize, current scaling and cast + transpose "
+            f"{dates([p for p, _ in pairs])}; {note}): amax, quantize, current scaling and cast + transpose "
             f"{span([p['median_us'] / m['median_us'] for p, m in pairs])}, {pow2(sizes[0])} to {pow2(sizes[-1])} "
             f"elements, fp32 and bf16 in ({link('te')}).")
 
 
 def fbgemm_cpu_summary(results_dir):
     ops = {"tbe_forward": [], "tbe_train_sgd": [], "tbe_train_rowwise_adagrad": []}
-    used = []
+    used, mine_used, fids = [], [], []
     for _, recs in cpu_peer_runs(results_dir):
+        fids.append(cpu_peer_id(recs))
         for peer in recs:
             if peer["impl"] != "fbgemm_cpu" or peer["op"] not in ops:
                 continue
@@ -823,15 +1152,17 @@ def fbgemm_cpu_summary(results_dir):
             if mine:
                 ops[peer["op"]].append(peer["median_us"] / mine["median_us"])
                 used.append(peer)
+                mine_used.append((None, mine))
     devices = sorted({r["device"] for r in used})
     return (f"- **FBGEMM's CPU TBE** (fbgemm_gpu {used[0].get('fbgemm_gpu', '?')}, one thread each; "
-            f"{' and '.join(devices)}, {dates(used)}): forwards {span(ops['tbe_forward'])}, SGD steps "
+            f"{' and '.join(devices)}, {dates(used)}; {cite_summary(fids, mine_used)}): forwards "
+            f"{span(ops['tbe_forward'])}, SGD steps "
             f"{span(ops['tbe_train_sgd'])}, row-wise Adagrad steps {span(ops['tbe_train_rowwise_adagrad'])}, "
             f"on shared 2-core virtual machines whose speed varies by 10-30% from run to run ({link('fbgemm_cpu')}).")
 
 
 def summary():
-    """The README's summary lines, markers included."""
+    """The README's summary lines, markers included (their figures' records are registered by figures())."""
     results = os.path.join(ROOT, RESULTS)
     lines = [torch_summary(load(GPU_RECORDS))]
     runs = runs_of(results, "fbgemm")
@@ -843,6 +1174,14 @@ def summary():
     if cpu_peer_runs(results):
         lines.append(fbgemm_cpu_summary(results))
     return SUMMARY_BEGIN + "\n\n" + "\n".join(lines) + "\n\n" + SUMMARY_END
+
+
+def provenance():
+    """Every figure's records, as cite registers them: figure id -> [(file name, record)]."""
+    prov = {}
+    figures(prov)
+    tbe_cache_readme(os.path.join(ROOT, RESULTS), prov)
+    return prov
 
 
 def splice(text, section, begin=BEGIN, end=END, name="docs/benchmarks.md"):
@@ -859,12 +1198,23 @@ def main(argv=None):
     ap.add_argument("--doc", default=os.path.join(ROOT, BENCHMARKS_DOC), help="the figures' file")
     ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"), help="the summary's file")
     args = ap.parse_args(argv)
-    status = 0
+    status, prov = 0, {}
     try:
-        sections = ((args.doc, figures(), BEGIN, END), (args.readme, summary(), SUMMARY_BEGIN, SUMMARY_END),
-                    (args.readme, tbe_cache_readme(os.path.join(ROOT, RESULTS)), TBE_CACHE_BEGIN, TBE_CACHE_END))
+        sections = ((args.doc, figures(prov), BEGIN, END), (args.readme, summary(), SUMMARY_BEGIN, SUMMARY_END),
+                    (args.readme, tbe_cache_readme(os.path.join(ROOT, RESULTS), prov), TBE_CACHE_BEGIN,
+                     TBE_CACHE_END))
+        check_marks(prov)
     except ValueError as e:
         print(f"bench/readme_figures.py: {e}", file=sys.stderr)
+        return 2
+    try:
+        stale = stale_figures(prov)
+    except HistoryUnavailable as e:
+        print(f"bench/readme_figures.py: the records' builds are not checked against the sources: {e}", file=sys.stderr)
+        stale = []
+    if stale:
+        print("bench/readme_figures.py: figures whose records are not of the code they measure:\n  " +
+              "\n  ".join(stale), file=sys.stderr)
         return 2
     for path, section, begin, end in sections:
         with open(path) as f:

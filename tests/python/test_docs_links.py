@@ -1,8 +1,9 @@
 """The links of README.md and the docs lead somewhere.
 
-Every relative Markdown link of README.md, docs/*.md and dev/README.md (`[text](path)`, `[text](path#anchor)`,
-`[text](#anchor)`, images too) points to a file or folder of the tree, and an anchor to a heading of the Markdown
-file it names, spelled as GitHub spells a heading's anchor. A path in backticks that names a file of the tree's
+Every relative Markdown link of README.md, docs/*.md, dev/README.md and bench/results/README.md (the records'
+index, which lists every file of bench/results/) (`[text](path)`, `[text](path#anchor)`, `[text](#anchor)`, images
+too) points to a file or folder of the tree, and an anchor to a heading of the Markdown file it names, spelled as
+GitHub spells a heading's anchor. A path in backticks that names a file of the tree's
 records or docs (`bench/results/...`, `docs/...`, `dev/...`, or a record's bare name such as
 `2026-12-02-nvidia-h200-peers.jsonl`), and such a path written bare in the prose, must exist too: such citations
 are how the docs point at their sources.
@@ -22,8 +23,11 @@ HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 CITED = re.compile(r"^(?:(?:bench/results|docs|dev)/[\w.\-/]+\.\w+|\d{4}-\d{2}-\d{2}-[\w.\-]+\.(?:md|jsonl|json|png))$")
 
 
+RESULTS_INDEX = ROOT / "bench" / "results" / "README.md"
+
+
 def documents():
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "dev" / "README.md"]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "dev" / "README.md", RESULTS_INDEX]
 
 
 def prose(text):
@@ -145,6 +149,14 @@ def test_code_cites_records_and_docs_that_exist():
                 if not (ROOT / cited).exists():
                     bad.append(f"{f.relative_to(ROOT).as_posix()}:{n}: {cited} names no file of the tree")
     assert not bad, "\n".join(bad)
+
+
+def test_the_results_index_lists_every_file_of_bench_results():
+    """bench/results/README.md has a line for each file of bench/results/ (its links are checked above)."""
+    listed = {target for _, target in links(RESULTS_INDEX) if not re.match(r"^[a-z]+:|\.\./|#", target)}
+    present = {p.relative_to(RESULTS_INDEX.parent).as_posix() for p in RESULTS_INDEX.parent.rglob("*")
+               if p.is_file() and p != RESULTS_INDEX}
+    assert sorted(present - listed) == [], "files of bench/results/ missing from bench/results/README.md"
 
 
 def test_the_readme_links_every_guide():

@@ -94,7 +94,7 @@ def test_the_full_table(gen, tmp_path):
     assert text.startswith("**16 GiB of fp32 tables: T=26 × 1,290,555 rows, D=128, B=8192, L=20**")
     for part in ("NVIDIA H100 80GB HBM3, 2026-12-06, build `abc1234`", "FBGEMM_GPU 1.6.0",
                  "the host link 90.0 GB/s both ways at once (50.0 H2D, 50.0 D2H)", "checked equal",
-                 "Records: `bench/results/2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl`."):
+                 "Records: `bench/results/2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl` (build `abc1234`)."):
         assert part in text
     assert rows(text) == [
         "| uniform | device (`DEVICE`) | — | 4.00 | 6.00 | 1.5× | — | — | — | — | — |",
