@@ -57,7 +57,7 @@ Needs torchrec (with fbgemm_gpu): ``pip install .[torchrec]``.
 import copy
 import dataclasses
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -67,6 +67,7 @@ from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, Sharde
 from torchrec.distributed.embedding_lookup import GroupedPooledEmbeddingsLookup
 from torchrec.distributed.embedding_kernel import BaseEmbedding
 from torchrec.distributed.embedding_types import EmbeddingComputeKernel, GroupedEmbeddingConfig
+import torchrec.distributed.embeddingbag as _torchrec_ebc_module
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder as _TorchrecSharder
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection as _TorchrecShardedEBC
 from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
@@ -207,6 +208,19 @@ def _state_layout(state: torch.Tensor, table: ShardedTensorMetadata):
     meta = ShardedTensorMetadata(shards_metadata=[sm for _, sm in placed], size=torch.Size([size]),
                                  tensor_properties=props)
     return meta, place
+
+
+class _NoDdpWrap(nn.parallel.DistributedDataParallel):
+    """Stands for DistributedDataParallel while TorchRec before 1.7 builds a sharded collection: holds the
+    data-parallel lookup as ``module`` (where TorchRec unwraps it) and forwards to it, with none of DDP's
+    gradient reduction (see ShardedEmbeddingBagCollection.init_data_parallel)."""
+
+    def __init__(self, module: nn.Module, **_ddp_arguments) -> None:  # pylint: disable=super-init-not-called
+        nn.Module.__init__(self)  # pylint: disable=non-parent-init-called
+        self.module = module
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
 
 
 def _sharded(locals_, metadata: ShardedTensorMetadata, pg) -> ShardedTensor:
@@ -709,6 +723,20 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
             for kernel in self._embscale_kernels():
                 kernel.pool_sums()
 
+    def __init__(self, *args, **kwargs) -> None:
+        if hasattr(_TorchrecShardedEBC, "init_data_parallel"):
+            super().__init__(*args, **kwargs)
+            return
+        # TorchRec before 1.7 (1.6.1) wraps the data-parallel lookups in DistributedDataParallel inside its
+        # __init__, with no init_data_parallel to override: there the lookups get a stand-in that does not
+        # reduce, for the reason below.
+        ddp = _torchrec_ebc_module.DistributedDataParallel
+        _torchrec_ebc_module.DistributedDataParallel = _NoDdpWrap
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            _torchrec_ebc_module.DistributedDataParallel = ddp
+
     def init_data_parallel(self) -> None:
         """No DistributedDataParallel around the data-parallel lookups (TorchRec's wrap): embscale's replicated
         tables apply the global batch's update themselves (TableBatchedEmbeddingBags' data_parallel_group), so
@@ -725,12 +753,14 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                 self.register_state_dict_pre_hook(ShardedEmbeddingBagCollection._flush_before_save),
                 self.register_load_state_dict_post_hook(ShardedEmbeddingBagCollection._caches_after_load))
         pg = self._env.process_group
-        local: Dict[str, List[Shard]] = {}
+        local: Dict[str, List[Tuple[torch.Tensor, ShardMetadata]]] = {}  # (view, the plan's metadata)
         for kernel in self._embscale_kernels():
             if kernel.sharding_type == ShardingType.DATA_PARALLEL:
                 continue
             for t, p in zip(kernel.config.embedding_tables, kernel.params):
-                local.setdefault(t.name, []).append(Shard(tensor=p.detach(), metadata=t.local_metadata))
+                # Not a Shard yet: a shard in host memory is placed on the CPU by _sharded (Shard refuses a
+                # tensor whose device is not its metadata's).
+                local.setdefault(t.name, []).append((p.detach(), t.local_metadata))
         for name, ps in self.module_sharding_plan.items():
             if ps.sharding_type == ShardingType.DATA_PARALLEL.value:
                 continue
@@ -739,12 +769,12 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                 empty = nn.Parameter(torch.empty(0), requires_grad=False)
                 _mark_trained_in_backward([empty], EmptyFusedOptimizer())  # as TorchRec's kernels mark theirs
                 self.embedding_bags[name].register_parameter("weight", empty)
-            dtype = local[name][0].tensor.dtype if name in local else self._table_name_to_config[name].data_type
+            dtype = local[name][0][0].dtype if name in local else self._table_name_to_config[name].data_type
             if not isinstance(dtype, torch.dtype):
                 dtype = data_type_to_dtype(dtype)
             meta = ps.sharding_spec.build_metadata(tensor_sizes=[rows, cols],
                                                    tensor_properties=TensorProperties(dtype=dtype))
-            table = _sharded([(s.tensor, s.metadata) for s in local.get(name, [])], meta, pg)
+            table = _sharded(local.get(name, []), meta, pg)
             self._model_parallel_name_to_local_shards[name] = table.local_shards()
             self._model_parallel_name_to_shards_wrapper[name] = OrderedDict(local_tensors=[], local_offsets=[])
             self._model_parallel_name_to_sharded_tensor[name] = table
