@@ -65,7 +65,9 @@ any placement must move).
 Memory: per impl the device memory its construction took (cudaMemGetInfo before and after, device_bytes;
 torch's allocator's share, allocated_bytes), the peak torch allocation during its steps (peak_allocated_bytes:
 the whole process's, so in a paired case it includes the other impl) and, for the cached impls, the cache's
-rows where the module tells them. --fbgemm-uvm auto (default) gives FBGEMM managed memory (cudaMallocManaged,
+rows where the module tells them and the cache's device bytes after the timed steps (cache_device_bytes:
+embscale's cache rows, their state, the staging rows and the plans, which it builds at the first batch, so
+device_bytes misses them; FBGEMM's cache rows and cache state). --fbgemm-uvm auto (default) gives FBGEMM managed memory (cudaMallocManaged,
 its default) while its UVM tables fit in the device's free memory and host-mapped memory (uvm_host_mapped=True:
 malloc + cudaHostRegister) beyond that, since asking for more managed memory than the card has free can hang
 the GPU; the records say which ("fbgemm_uvm").
@@ -622,7 +624,27 @@ class RealEngine:
         if self.cuda:
             out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(self.dev),
                        allocated_at_start_bytes=alloc_start)
+        cache = self.cache_device_bytes(built)
+        if cache is not None:
+            out["cache_device_bytes"] = cache
         return out
+
+    def cache_device_bytes(self, built):
+        """Device bytes of the impl's cache as it stands after its steps (the GPU memory a placement costs
+        beyond the tables it keeps in HBM): embscale's cache rows, their state, the staging rows and the plans
+        (built at the first batch, so not in device_bytes); FBGEMM's cache rows and its cache state."""
+        m = built.module
+        if built.lib == "embscale":
+            c = getattr(m, "_cache", None)
+            if c is None:
+                return None
+            parts = [c.cache_weights, c.state, *c.cache_momentum, *c.plans]
+        elif built.impl == "fbgemm_cached":
+            parts = [getattr(m, n) for n in ("lxu_cache_weights", "lxu_cache_state", "lxu_state")
+                     if isinstance(getattr(m, n, None), self.torch.Tensor)]
+        else:
+            return None
+        return int(sum(t.numel() * t.element_size() for t in parts if t.is_cuda))
 
 
 class Stepper:
@@ -902,7 +924,7 @@ class Run:
         rec.update(status="ok", one_impl_at_a_time=not paired, median_ms=med, p10_ms=percentile(times, 0.1),
                    p90_ms=percentile(times, 0.9), median_us=med * 1e3, loop_ms=m["loop_ms"], loop_us=m["loop_ms"] * 1e3,
                    build_s=round(built.build_s, 2), unique_rows_per_step=inputs.unique_rows_per_step, **built.info)
-        for k in ("peak_allocated_bytes", "allocated_at_start_bytes"):
+        for k in ("peak_allocated_bytes", "allocated_at_start_bytes", "cache_device_bytes"):
             if k in m:
                 rec[k] = m[k]
         rec.update(check or dict(check="not_run (one impl at a time)" if not paired else "not_run (no peer)"))
