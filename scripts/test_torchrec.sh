@@ -7,7 +7,8 @@
 # and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
 # tests/python/test_fbgemm_migration.py, which checks docs/python.md's migration table by training both side by
 # side) in a virtual
-# environment with the pinned CPU triple of scripts/torchrec-cpu-requirements.txt. The environment lives
+# environment with the pinned CPU triple (and the first three again under torchrec 1.6.1, the oldest
+# pyproject.toml accepts) of scripts/torchrec-cpu-requirements.txt. The environment lives
 # in a cache folder outside the tree and is reused while its pins are unchanged (first run: a download of
 # about 3 GB, since torch's wheel brings its CUDA libraries). Uses the library of build/ (built by
 # scripts/test.sh), or EMBSCALE_LIBRARY.
@@ -33,3 +34,15 @@ fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/python/test_torchrec.py tests/python/test_torchrec_placement.py tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py \
   tests/python/test_fbgemm_peer.py tests/python/test_fbgemm_migration.py
+# Again under the oldest TorchRec that pyproject.toml accepts (torchrec>=1.6.1), over the same FBGEMM: there
+# embscale's collection takes another path (TorchRec before 1.7 wraps data-parallel lookups in
+# DistributedDataParallel inside its constructor). Its wheel goes into a folder of the environment, first on
+# the path.
+OLDEST=$VENV/torchrec-1.6.1
+if [ ! -f "$OLDEST/torchrec/__init__.py" ]; then
+  rm -rf "$OLDEST"
+  "$VENV/bin/pip" install -q --no-deps --target "$OLDEST" torchrec==1.6.1
+fi
+echo "== the same under torchrec 1.6.1"
+EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$OLDEST:$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  tests/python/test_torchrec.py tests/python/test_torchrec_placement.py tests/python/test_data_parallel.py
