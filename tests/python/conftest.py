@@ -3,7 +3,9 @@
 Every test that draws random data takes the `gen` fixture, which prints its seed (shown by pytest for a
 failing test) and can be replayed with EMBSCALE_TEST_SEED=<seed>.
 """
+import importlib.util
 import os
+import pathlib
 import zlib
 
 import pytest
@@ -36,3 +38,13 @@ def gen(request):
 
 
 requires_cuda = pytest.mark.skipif("cuda" not in DEVICES, reason="no CUDA device with an embscale CUDA backend")
+
+
+@pytest.fixture(scope="module")
+def readme_figures():
+    """bench/readme_figures.py (the figures' generator) loaded as a module."""
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "readme_figures.py"
+    spec = importlib.util.spec_from_file_location("readme_figures", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,24 +1,15 @@
 """bench/readme_figures.py: the figures of docs/benchmarks.md and the README's summary lines are exactly what the
 generator writes from the records in bench/results/, and a figure edited by hand (or a record changed without
 regenerating) fails."""
-import importlib.util
 import json
 import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "readme_figures.py"
 
 
-def load_generator():
-    spec = importlib.util.spec_from_file_location("readme_figures", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_figures_and_summary_match_the_records():
-    gen = load_generator()
+def test_figures_and_summary_match_the_records(readme_figures):
+    gen = readme_figures
     doc = (ROOT / "docs" / "benchmarks.md").read_text()
     start, end = doc.index(gen.BEGIN), doc.index(gen.END) + len(gen.END)
     assert doc[start:end] == gen.figures(), "docs/benchmarks.md's figures differ from bench/results/; run " \
@@ -30,8 +21,8 @@ def test_figures_and_summary_match_the_records():
     assert gen.main(["--check"]) == 0
 
 
-def test_figures_do_not_depend_on_the_working_directory(tmp_path, monkeypatch):
-    gen = load_generator()
+def test_figures_do_not_depend_on_the_working_directory(tmp_path, monkeypatch, readme_figures):
+    gen = readme_figures
     monkeypatch.chdir(ROOT)
     from_root = gen.figures(), gen.summary()
     monkeypatch.chdir(tmp_path)
@@ -45,8 +36,8 @@ def copies(tmp_path):
     return doc, readme
 
 
-def test_a_figure_edited_by_hand_is_caught(tmp_path, capsys):
-    gen = load_generator()
+def test_a_figure_edited_by_hand_is_caught(tmp_path, capsys, readme_figures):
+    gen = readme_figures
     doc, readme = copies(tmp_path)
     original = doc.read_text()
     assert "| uniform, fp32 | 656 µs |" in gen.figures()  # the TBE forward's uniform fp32 record
@@ -57,8 +48,8 @@ def test_a_figure_edited_by_hand_is_caught(tmp_path, capsys):
     assert doc.read_text() == original
 
 
-def test_a_summary_line_edited_by_hand_is_caught(tmp_path, capsys):
-    gen = load_generator()
+def test_a_summary_line_edited_by_hand_is_caught(tmp_path, capsys, readme_figures):
+    gen = readme_figures
     doc, readme = copies(tmp_path)
     original = readme.read_text()
     line = next(l for l in gen.summary().split("\n") if l.startswith("- **FBGEMM_GPU**"))
@@ -69,10 +60,10 @@ def test_a_summary_line_edited_by_hand_is_caught(tmp_path, capsys):
     assert readme.read_text() == original
 
 
-def test_each_summary_line_spans_its_table():
+def test_each_summary_line_spans_its_table(readme_figures):
     """A summary line's range is the smallest and largest ratio of the table it links (wall time, no bounds
     checks), and its link names that table's heading."""
-    gen = load_generator()
+    gen = readme_figures
     figures, summary = gen.figures(), gen.summary()
 
     def part(heading):
@@ -121,8 +112,8 @@ def fp8_record(impl, op, dtype, us, n=None, rows=None, cols=None):
     return r
 
 
-def test_peer_tables_come_from_the_newest_run(tmp_path):
-    gen = load_generator()
+def test_peer_tables_come_from_the_newest_run(tmp_path, readme_figures):
+    gen = readme_figures
     assert gen.peer_sections(str(tmp_path)) == []  # no FBGEMM or TE records yet: no tables
     older = [tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 128, 900.0, 800.0, date="2026-12-01"),
              tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, 128, 100.0, 90.0, date="2026-12-01")]
@@ -156,8 +147,8 @@ def test_peer_tables_come_from_the_newest_run(tmp_path):
     assert "| cast_transpose, fp32 | 1.1× |" in te_part and "TransformerEngine** (2.20.2" in te_part
 
 
-def test_te_table_takes_cast_transpose_from_the_newest_run_that_measured_it(tmp_path):
-    gen = load_generator()
+def test_te_table_takes_cast_transpose_from_the_newest_run_that_measured_it(tmp_path, readme_figures):
+    gen = readme_figures
     older = [fp8_record("te", "amax", "bf16", 12.0, n=1 << 20), fp8_record("embscale", "amax", "bf16", 8.0, n=1 << 20),
              fp8_record("te", "cast_transpose", "fp32", 110.0, rows=8192, cols=8192),
              fp8_record("embscale", "cast_transpose", "fp32", 100.0, rows=8192, cols=8192)]
@@ -171,8 +162,8 @@ def test_te_table_takes_cast_transpose_from_the_newest_run_that_measured_it(tmp_
     assert "Records: `bench/results/2026-12-03-b.jsonl`, `bench/results/2026-12-02-a.jsonl`" in te_part
 
 
-def test_back_to_back_ratios_span_the_unchecked_cases_that_have_them(tmp_path):
-    gen = load_generator()
+def test_back_to_back_ratios_span_the_unchecked_cases_that_have_them(tmp_path, readme_figures):
+    gen = readme_figures
     def loop(rec, us):
         return dict(rec, loop_us=us)
     recs = [loop(tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 64, 300.0, 200.0), 330.0),
@@ -196,8 +187,8 @@ def test_back_to_back_ratios_span_the_unchecked_cases_that_have_them(tmp_path):
     assert "Back to back" not in gen.peer_sections(str(tmp_path))[0]  # records without loop_us: no sentence
 
 
-def test_gpu_time_is_the_busy_time_where_both_records_have_it(tmp_path):
-    gen = load_generator()
+def test_gpu_time_is_the_busy_time_where_both_records_have_it(tmp_path, readme_figures):
+    gen = readme_figures
     def busy(rec, us):
         return dict(rec, busy_us=us)
     recs = [busy(tbe_record("fbgemm", "tbe_train_sgd", "fp32", 1.15, 64, 900.0, 800.0), 800.0),
@@ -218,10 +209,10 @@ def test_gpu_time_is_the_busy_time_where_both_records_have_it(tmp_path):
     assert "Rows from records without the busy time" not in fbgemm
 
 
-def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):
+def test_runs_of_one_date_are_ordered_by_their_time(tmp_path, readme_figures):
     """Of two runs on one date, the later by its records' time wins whatever the file names; a run without
     a time counts as the day's earliest."""
-    gen = load_generator()
+    gen = readme_figures
     def run(fb, time=None):
         recs = [tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 128, fb, fb),
                 tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, 128, 100.0, 100.0)]
@@ -235,10 +226,10 @@ def test_runs_of_one_date_are_ordered_by_their_time(tmp_path):
     assert "| forward, fp32, uniform | 3× (3×) |" in fbgemm
 
 
-def test_laboratory_experiments_are_not_peer_runs(tmp_path):
+def test_laboratory_experiments_are_not_peer_runs(tmp_path, readme_figures):
     """Records of a laboratory experiment (field "experiment": build A/Bs, cost breakdowns) never become the
     run a figures table comes from, however new; without that field the same records would."""
-    gen = load_generator()
+    gen = readme_figures
     def run(fb, **extra):
         return [dict(r, **extra) for r in (tbe_record("fbgemm", "tbe_forward", "fp32", 0.0, 128, fb, fb),
                                            tbe_record("embscale_torch", "tbe_forward", "fp32", 0.0, 128, 100.0, 100.0))]
@@ -253,8 +244,8 @@ def test_laboratory_experiments_are_not_peer_runs(tmp_path):
     assert gen.newest_run(str(tmp_path), "fbgemm")[0] == "2026-12-03-b.jsonl"
 
 
-def test_cpu_peer_table_comes_from_the_newest_run(tmp_path):
-    gen = load_generator()
+def test_cpu_peer_table_comes_from_the_newest_run(tmp_path, readme_figures):
+    gen = readme_figures
     assert gen.cpu_peer_sections(str(tmp_path)) == []  # no FBGEMM CPU records: no table
 
     def cpu(impl, op, alpha, dim, med, mn, date="2026-12-02"):
@@ -277,8 +268,8 @@ def test_cpu_peer_table_comes_from_the_newest_run(tmp_path):
     assert "| SGD step, Zipf 1.15 | — | 0.9× (0.8×) |" in part
 
 
-def test_cpu_peer_tables_one_per_cpu_model(tmp_path):
-    gen = load_generator()
+def test_cpu_peer_tables_one_per_cpu_model(tmp_path, readme_figures):
+    gen = readme_figures
 
     def cpu(device, impl, med, date):
         return {"date": date, "device": device, "backend": "cpu", "op": "tbe_forward", "impl": impl,
@@ -298,8 +289,8 @@ def test_cpu_peer_tables_one_per_cpu_model(tmp_path):
     assert "Intel Xeon" in xeon and "2026-12-02-xeon.jsonl" in xeon and "| forward, uniform | 1.5× (1.5×) |" in xeon
 
 
-def test_backward_phases_from_old_and_new_records():
-    gen = load_generator()
+def test_backward_phases_from_old_and_new_records(readme_figures):
+    gen = readme_figures
 
     def bwd(dim, us, phases=None, impl="embscale"):
         r = {"op": "tbe_backward_sgd", "impl": impl, "build": gen.GPU_SWEEP_BUILD, "alpha": 0.0,

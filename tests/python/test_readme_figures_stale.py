@@ -4,41 +4,33 @@ measures (SOURCES, by figure family), unless HISTORICAL marks it, when its capti
 <date> on build <hash>". The check needs the git history: where there is none (a tarball, a shallow clone without
 the build) the test of this repository's figures skips, saying why. The rule itself is tested on temporary git
 repositories with synthetic records of the tables-beyond-HBM benchmark, which land under it once they exist."""
-import importlib.util
 import json
 import os
 import pathlib
-import re
 import subprocess
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "readme_figures.py"
 
 
-@pytest.fixture(scope="module")
-def gen():
-    spec = importlib.util.spec_from_file_location("readme_figures", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ---- this repository -------------------------------------------------------------------------------------------
-def test_every_source_path_exists_and_every_figure_has_a_family(gen):
-    for family, paths in gen.SOURCES.items():
+def test_every_source_path_exists_and_every_figure_has_a_family(readme_figures):
+    for family, paths in readme_figures.SOURCES.items():
         for p in paths:
             assert (ROOT / p).exists(), f"SOURCES[{family!r}] names {p}, which is not in the tree"
-    for fid in gen.provenance():
-        assert gen.family_of(fid) in gen.SOURCES, f"figure {fid!r} has no family in SOURCES"
+    for fid in readme_figures.provenance():
+        assert readme_figures.family_of(fid) in readme_figures.SOURCES, f"figure {fid!r} has no family in SOURCES"
 
 
-def test_every_figure_names_its_records_and_builds(gen):
+def test_every_figure_names_its_records_and_builds(readme_figures):
     """Each table's caption (the paragraph before it) names records; every file a figure reads is cited in the
     generated text; a figure marked historical says so, with its date and builds."""
     prov = {}
-    text = gen.figures(prov) + "\n\n" + gen.tbe_cache_readme(str(ROOT / gen.RESULTS), prov)
+    results = str(ROOT / readme_figures.RESULTS)
+    text = readme_figures.figures(prov) + "\n\n" + readme_figures.tbe_cache_readme(results, prov)
     paragraphs = text.split("\n\n")
     for i, p in enumerate(paragraphs):
         if p.startswith("|"):
@@ -46,25 +38,25 @@ def test_every_figure_names_its_records_and_builds(gen):
             assert "Records" in caption, f"a table without its records: {caption[:200]}"
     for fid, used in prov.items():
         for name in {f for f, _ in used}:
-            assert f"`{gen.RESULTS}/{name}`" in text, f"{fid}: {name} is not cited"
-        if fid in gen.HISTORICAL:
-            named, unnamed = gen.builds_of(used)
-            mark = gen.HISTORICAL[fid]
-            assert f"Historical, measured {gen.dates([r for _, r in used])} " \
-                   f"{gen.measured_on(named, unnamed, mark.get('committed'))}: {mark['why']}." in text
+            assert f"`{readme_figures.RESULTS}/{name}`" in text, f"{fid}: {name} is not cited"
+        if fid in readme_figures.HISTORICAL:
+            named, unnamed = readme_figures.builds_of(used)
+            mark = readme_figures.HISTORICAL[fid]
+            assert f"Historical, measured {readme_figures.dates([r for _, r in used])} " \
+                   f"{readme_figures.measured_on(named, unnamed, mark.get('committed'))}: {mark['why']}." in text
         else:
-            assert gen.cite(fid, used) in text
+            assert readme_figures.cite(fid, used) in text
 
 
-def test_the_historical_marks_describe_their_figures(gen):
-    gen.check_marks(gen.provenance())  # ValueError names what a mark gets wrong
+def test_the_historical_marks_describe_their_figures(readme_figures):
+    readme_figures.check_marks(readme_figures.provenance())  # ValueError names what a mark gets wrong
 
 
-def test_the_figures_are_of_the_code_they_measure_or_marked_historical(gen):
-    prov = gen.provenance()
+def test_the_figures_are_of_the_code_they_measure_or_marked_historical(readme_figures):
+    prov = readme_figures.provenance()
     try:
-        stale = gen.stale_figures(prov)
-    except gen.HistoryUnavailable as e:
+        stale = readme_figures.stale_figures(prov)
+    except readme_figures.HistoryUnavailable as e:
         pytest.skip(f"no git history to check the records' builds against: {e}")
     assert not stale, "\n".join(stale)
 
@@ -128,147 +120,147 @@ def cache_records(build, date="2026-12-06"):
 RECORD = "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl"
 
 
-def cache_figures(gen, results, build, **kw):
+def cache_figures(readme_figures, results, build, **kw):
     """(the provenance of the tables-beyond-HBM figures of a run of `build`, their docs/benchmarks.md text)."""
     results.mkdir(exist_ok=True)
     (results / RECORD).write_text("".join(json.dumps(r) + "\n" for r in cache_records(build, **kw)))
     prov = {}
-    text = gen.tbe_cache_section(str(results), prov)
-    gen.tbe_cache_readme(str(results), prov)
+    text = readme_figures.tbe_cache_section(str(results), prov)
+    readme_figures.tbe_cache_readme(str(results), prov)
     return prov, text
 
 
-def test_a_record_older_than_a_change_to_what_it_measures_is_refused(gen, repo, tmp_path):
+def test_a_record_older_than_a_change_to_what_it_measures_is_refused(readme_figures, repo, tmp_path):
     first = commit(repo, {CACHE_SOURCE: "v1\n", "docs/notes.md": "a\n"}, "the cache")
     results = tmp_path / "results"
-    prov, text = cache_figures(gen, results, first)
+    prov, text = cache_figures(readme_figures, results, first)
     (fid,) = prov
-    assert fid.startswith("tbe_cache, 16 GiB") and gen.family_of(fid) == "tbe_cache"
+    assert fid.startswith("tbe_cache, 16 GiB") and readme_figures.family_of(fid) == "tbe_cache"
     assert f"Records: `bench/results/{RECORD}` (build `{first}`)." in text
-    assert gen.stale_figures(prov, str(repo)) == []  # measured on the build that last changed the cache
+    assert readme_figures.stale_figures(prov, str(repo)) == []  # measured on the build that last changed the cache
 
     commit(repo, {"docs/notes.md": "b\n"}, "docs only")
-    assert gen.stale_figures(prov, str(repo)) == []  # a change to nothing the figure measures
+    assert readme_figures.stale_figures(prov, str(repo)) == []  # a change to nothing the figure measures
 
     changed = commit(repo, {CACHE_SOURCE: "v2\n"}, "the cache changes")
-    (problem,) = gen.stale_figures(prov, str(repo))
+    (problem,) = readme_figures.stale_figures(prov, str(repo))
     assert problem.startswith(f"{fid}: bench/results/{RECORD}: build {first} is older than {changed}")
     assert "SOURCES['tbe_cache']" in problem and "HISTORICAL" in problem
 
     # The module the cached step runs through is measured too.
-    prov, _ = cache_figures(gen, results, changed)
-    assert gen.stale_figures(prov, str(repo)) == []
+    prov, _ = cache_figures(readme_figures, results, changed)
+    assert readme_figures.stale_figures(prov, str(repo)) == []
     commit(repo, {"python/embscale/_row_cache.py": "x = 1\n"}, "the host side of the cache")
-    assert len(gen.stale_figures(prov, str(repo))) == 1
+    assert len(readme_figures.stale_figures(prov, str(repo))) == 1
 
 
-def test_builds_that_are_not_commits_are_refused(gen, repo, tmp_path):
+def test_builds_that_are_not_commits_are_refused(readme_figures, repo, tmp_path):
     head = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     for build, says in ((head + "+dirty", "is not a commit"), ("before", "is not a commit"),
                         ("deadbee", "is not a commit of this repository"), ("", "records that name no build")):
-        prov, text = cache_figures(gen, tmp_path / "results", build)
-        (problem,) = gen.stale_figures(prov, str(repo))
+        prov, text = cache_figures(readme_figures, tmp_path / "results", build)
+        (problem,) = readme_figures.stale_figures(prov, str(repo))
         assert says in problem, problem
     assert "(no build named)" in text
 
 
-def test_a_figure_marked_historical_says_so_and_passes(gen, repo, tmp_path, monkeypatch):
+def test_a_figure_marked_historical_says_so_and_passes(readme_figures, repo, tmp_path, monkeypatch):
     first = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     commit(repo, {CACHE_SOURCE: "v2\n"}, "the cache changes")
-    prov, _ = cache_figures(gen, tmp_path / "results", first)
+    prov, _ = cache_figures(readme_figures, tmp_path / "results", first)
     (fid,) = prov
-    assert len(gen.stale_figures(prov, str(repo))) == 1
-    monkeypatch.setitem(gen.HISTORICAL, fid, dict(records=(RECORD,), measured="2026-12-06", builds=(first,),
+    assert len(readme_figures.stale_figures(prov, str(repo))) == 1
+    monkeypatch.setitem(readme_figures.HISTORICAL, fid, dict(records=(RECORD,), measured="2026-12-06", builds=(first,),
                                                   why="the cache has changed since"))
-    prov, text = cache_figures(gen, tmp_path / "results", first)
-    assert gen.stale_figures(prov, str(repo)) == []
-    gen.check_marks(prov, complete=False)  # prov: this figure's alone
+    prov, text = cache_figures(readme_figures, tmp_path / "results", first)
+    assert readme_figures.stale_figures(prov, str(repo)) == []
+    readme_figures.check_marks(prov, complete=False)  # prov: this figure's alone
     assert (f"Historical, measured 2026-12-06 on build `{first}`: the cache has changed since. Records: "
             f"`bench/results/{RECORD}`.") in text
-    readme = gen.tbe_cache_readme(str(tmp_path / "results"))
+    readme = readme_figures.tbe_cache_readme(str(tmp_path / "results"))
     assert f"Historical, measured 2026-12-06 on build `{first}`" in readme
     # The mark covers those records only: a new run's file, or a build the mark does not give, is refused.
     (tmp_path / "results" / RECORD).rename(tmp_path / "results" / "2026-12-07-nvidia-h100-tbe-cache-16gib.jsonl")
     prov = {}
-    gen.tbe_cache_section(str(tmp_path / "results"), prov)
+    readme_figures.tbe_cache_section(str(tmp_path / "results"), prov)
     with pytest.raises(ValueError, match=r"2026-12-07-nvidia-h100-tbe-cache-16gib\.jsonl, which its HISTORICAL mark"):
-        gen.check_marks(prov, complete=False)
+        readme_figures.check_marks(prov, complete=False)
     (tmp_path / "results" / "2026-12-07-nvidia-h100-tbe-cache-16gib.jsonl").unlink()
-    prov, _ = cache_figures(gen, tmp_path / "results", "abc1234")
+    prov, _ = cache_figures(readme_figures, tmp_path / "results", "abc1234")
     with pytest.raises(ValueError, match="name builds abc1234, which its HISTORICAL mark does not"):
-        gen.check_marks(prov, complete=False)
+        readme_figures.check_marks(prov, complete=False)
     # A mark whose figure is gone is refused too.
     with pytest.raises(ValueError, match="which no figure is"):
-        gen.check_marks({})
+        readme_figures.check_marks({})
 
 
-def test_the_command_refuses_a_stale_figure(gen, repo, tmp_path, monkeypatch, capsys):
+def test_the_command_refuses_a_stale_figure(readme_figures, repo, tmp_path, monkeypatch, capsys):
     """main() exits 2 naming the figure, with --check and without, and writes nothing; the other figures of this
     repository are left out of the check here (their records and marks are of this repository's history)."""
     first = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     results = tmp_path / "results"
-    cache_figures(gen, results, first)
-    find, check = gen.tbe_cache_cases, gen.stale_figures
-    monkeypatch.setattr(gen, "tbe_cache_cases", lambda _results_dir: find(str(results)))
-    monkeypatch.setattr(gen, "stale_figures", lambda prov: check(
+    cache_figures(readme_figures, results, first)
+    find, check = readme_figures.tbe_cache_cases, readme_figures.stale_figures
+    monkeypatch.setattr(readme_figures, "tbe_cache_cases", lambda _results_dir: find(str(results)))
+    monkeypatch.setattr(readme_figures, "stale_figures", lambda prov: check(
         {k: v for k, v in prov.items() if k.startswith("tbe_cache")}, str(repo)))
     doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
     doc.write_text((ROOT / "docs" / "benchmarks.md").read_text())
     readme.write_text((ROOT / "README.md").read_text())
-    assert gen.main(["--doc", str(doc), "--readme", str(readme)]) == 0  # fresh: written
+    assert readme_figures.main(["--doc", str(doc), "--readme", str(readme)]) == 0  # fresh: written
     written = doc.read_text(), readme.read_text()
     assert f"(build `{first}`)" in written[0] and f"(build `{first}`)" in written[1]
     changed = commit(repo, {CACHE_SOURCE: "v2\n"}, "the cache changes")
     capsys.readouterr()
     for check_flag in (["--check"], []):
-        assert gen.main(check_flag + ["--doc", str(doc), "--readme", str(readme)]) == 2
+        assert readme_figures.main(check_flag + ["--doc", str(doc), "--readme", str(readme)]) == 2
         err = capsys.readouterr().err
         assert "not of the code they measure" in err and f"build {first} is older than {changed}" in err
     assert (doc.read_text(), readme.read_text()) == written
 
 
-def test_without_history_the_check_says_why_and_does_not_fail(gen, tmp_path, monkeypatch, capsys):
-    prov, _ = cache_figures(gen, tmp_path / "results", "abc1234")
+def test_without_history_the_check_says_why_and_does_not_fail(readme_figures, tmp_path, monkeypatch, capsys):
+    prov, _ = cache_figures(readme_figures, tmp_path / "results", "abc1234")
     tarball = tmp_path / "tarball"
     tarball.mkdir()
-    with pytest.raises(gen.HistoryUnavailable, match="not a git checkout"):
-        gen.stale_figures(prov, str(tarball))
+    with pytest.raises(readme_figures.HistoryUnavailable, match="not a git checkout"):
+        readme_figures.stale_figures(prov, str(tarball))
     # The command carries on, saying the builds were not checked; its output does not depend on git.
-    check = gen.stale_figures
-    monkeypatch.setattr(gen, "stale_figures", lambda prov: check(prov, str(tarball)))
-    assert gen.main(["--check"]) == 0
+    check = readme_figures.stale_figures
+    monkeypatch.setattr(readme_figures, "stale_figures", lambda prov: check(prov, str(tarball)))
+    assert readme_figures.main(["--check"]) == 0
     assert "the records' builds are not checked against the sources" in capsys.readouterr().err
 
 
-def test_a_shallow_clone_without_the_build_cannot_tell(gen, repo, tmp_path):
+def test_a_shallow_clone_without_the_build_cannot_tell(readme_figures, repo, tmp_path):
     old = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     commit(repo, {CACHE_SOURCE: "v2\n"}, "the cache changes")
     head = commit(repo, {"docs/notes.md": "a\n"}, "docs")
     shallow = tmp_path / "shallow"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow)], check=True,
                    capture_output=True, env=GIT_ENV)
-    prov, _ = cache_figures(gen, tmp_path / "results", old)
-    with pytest.raises(gen.HistoryUnavailable, match=f"{old} is not in this shallow clone's history"):
-        gen.stale_figures(prov, str(shallow))
-    prov, _ = cache_figures(gen, tmp_path / "results", head)
-    assert gen.stale_figures(prov, str(shallow)) == []  # a build the clone has is checked as usual
+    prov, _ = cache_figures(readme_figures, tmp_path / "results", old)
+    with pytest.raises(readme_figures.HistoryUnavailable, match=f"{old} is not in this shallow clone's history"):
+        readme_figures.stale_figures(prov, str(shallow))
+    prov, _ = cache_figures(readme_figures, tmp_path / "results", head)
+    assert readme_figures.stale_figures(prov, str(shallow)) == []  # a build the clone has is checked as usual
 
 
-def test_the_marks_commits_must_have_added_their_records(gen, repo, tmp_path, monkeypatch):
+def test_the_marks_commits_must_have_added_their_records(readme_figures, repo, tmp_path, monkeypatch):
     """For records that name no build, a mark gives the commits that added them; a commit that did not is
     refused (the check runs where the history is)."""
     (repo / "bench" / "results").mkdir(parents=True)
     other = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     added = commit(repo, {f"bench/results/{RECORD}": "{}\n"}, "records")
-    prov, _ = cache_figures(gen, tmp_path / "results", "")
+    prov, _ = cache_figures(readme_figures, tmp_path / "results", "")
     (fid,) = prov
     for commits, ok in (((added,), True), ((other,), False)):
-        monkeypatch.setitem(gen.HISTORICAL, fid, dict(records=(RECORD,), measured="2026-12-06", builds=(),
+        monkeypatch.setitem(readme_figures.HISTORICAL, fid, dict(records=(RECORD,), measured="2026-12-06", builds=(),
                                                       committed=commits, why="the cache has changed since"))
-        gen.check_marks(prov, complete=False)
-        problems = gen.stale_figures(prov, str(repo))
+        readme_figures.check_marks(prov, complete=False)
+        problems = readme_figures.stale_figures(prov, str(repo))
         assert (problems == []) == ok, problems
-    monkeypatch.setitem(gen.HISTORICAL, fid, dict(records=(RECORD,), measured="2026-12-06", builds=(),
+    monkeypatch.setitem(readme_figures.HISTORICAL, fid, dict(records=(RECORD,), measured="2026-12-06", builds=(),
                                                   why="the cache has changed since"))
     with pytest.raises(ValueError, match="must give the commits that added them"):
-        gen.check_marks(prov, complete=False)
+        readme_figures.check_marks(prov, complete=False)

@@ -2,25 +2,17 @@
 rendered from the newest GPU runs' summary records, one line saying so while there is none, and a --dry-run's
 records (made-up numbers) refused. The records here are synthetic, in a temporary directory, shaped as
 tbe_cache_vs_fbgemm.py writes them."""
-import importlib.util
 import json
 import pathlib
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "readme_figures.py"
 
 IMPLS = {"device": ("embscale_device", "fbgemm_device"), "cached": ("embscale_cached", "fbgemm_cached"),
          "host": ("embscale_host", "fbgemm_managed")}
 
 
-@pytest.fixture(scope="module")
-def gen():
-    spec = importlib.util.spec_from_file_location("readme_figures", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_records(cases, date="2026-12-06", time="10:00", device="NVIDIA H100 80GB HBM3", build="abc1234", gib=16.0,
@@ -76,21 +68,22 @@ def rows(text):
     return [l for l in text.split("\n") if l.startswith("| ") and not l.startswith(("| ids", "| ---"))]
 
 
-def test_without_a_gpu_record_both_say_so_in_one_line(gen, tmp_path):
-    assert gen.tbe_cache_section(str(tmp_path)) == gen.TBE_CACHE_NO_RECORD
-    assert gen.tbe_cache_readme(str(tmp_path)) == (gen.TBE_CACHE_BEGIN + "\n\n" + gen.TBE_CACHE_NO_RECORD + "\n\n" +
-                                                    gen.TBE_CACHE_END)
-    assert "\n" not in gen.TBE_CACHE_NO_RECORD and "No GPU record yet" in gen.TBE_CACHE_NO_RECORD
-    assert not any(ch.isdigit() for ch in gen.TBE_CACHE_NO_RECORD)  # no figure of any kind
+def test_without_a_gpu_record_both_say_so_in_one_line(readme_figures, tmp_path):
+    assert readme_figures.tbe_cache_section(str(tmp_path)) == readme_figures.TBE_CACHE_NO_RECORD
+    rf = readme_figures
+    assert rf.tbe_cache_readme(str(tmp_path)) == "\n\n".join((rf.TBE_CACHE_BEGIN, rf.TBE_CACHE_NO_RECORD,
+                                                                 rf.TBE_CACHE_END))
+    assert "\n" not in readme_figures.TBE_CACHE_NO_RECORD and "No GPU record yet" in readme_figures.TBE_CACHE_NO_RECORD
+    assert not any(ch.isdigit() for ch in readme_figures.TBE_CACHE_NO_RECORD)  # no figure of any kind
     # Other records (another harness, a CPU smoke run of this one) are not a GPU record of it.
     write(tmp_path, "2026-12-01-other.jsonl", [{"date": "2026-12-01", "impl": "fbgemm", "op": "tbe_forward"}])
     write(tmp_path, "2026-12-05-cpu-tbe-cache.jsonl", run_records(SIXTEEN, backend="cpu", device="cpu"))
-    assert gen.tbe_cache_section(str(tmp_path)) == gen.TBE_CACHE_NO_RECORD
+    assert readme_figures.tbe_cache_section(str(tmp_path)) == readme_figures.TBE_CACHE_NO_RECORD
 
 
-def test_the_full_table(gen, tmp_path):
+def test_the_full_table(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
-    text = gen.tbe_cache_section(str(tmp_path))
+    text = readme_figures.tbe_cache_section(str(tmp_path))
     assert text.startswith("**16 GiB of fp32 tables: T=26 × 1,290,555 rows, D=128, B=8192, L=20**")
     for part in ("NVIDIA H100 80GB HBM3, 2026-12-06, build `abc1234`", "FBGEMM_GPU 1.6.0",
                  "the host link 90.0 GB/s both ways at once (50.0 H2D, 50.0 D2H)", "checked equal",
@@ -106,13 +99,14 @@ def test_the_full_table(gen, tmp_path):
         "| Zipf 1.15 | cached (`MANAGED_CACHING`) | 0.2 | 2.50 | 5.00 | 2× | 90.0% | 88.0% | 0.75 | 30% | 1.25× |"]
 
 
-def test_the_readme_table_is_load_factor_0_1_and_the_all_hbm_step(gen, tmp_path):
+def test_the_readme_table_is_load_factor_0_1_and_the_all_hbm_step(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
-    text = gen.tbe_cache_readme(str(tmp_path))
-    assert text.startswith(gen.TBE_CACHE_BEGIN + "\n\n") and text.endswith("\n\n" + gen.TBE_CACHE_END)
+    text = readme_figures.tbe_cache_readme(str(tmp_path))
+    assert text.startswith(readme_figures.TBE_CACHE_BEGIN + "\n\n")
+    assert text.endswith("\n\n" + readme_figures.TBE_CACHE_END)
     assert "NVIDIA H100 80GB HBM3, 2026-12-06, build `abc1234`" in text
     assert "(docs/benchmarks.md#tables-larger-than-gpu-memory-against-fbgemm)" in text
-    assert gen.anchor(gen.HEADINGS["tbe_cache"]) == "tables-larger-than-gpu-memory-against-fbgemm"
+    assert readme_figures.anchor(readme_figures.HEADINGS["tbe_cache"]) == "tables-larger-than-gpu-memory-against-fbgemm"
     assert rows(text) == [
         "| uniform | device (`DEVICE`) | 4.00 | 6.00 | 1.5× | — | — | — |",
         "| uniform | cached (`MANAGED_CACHING`), 0.1 | 38.0 | 57.0 | 1.5× | 10.0% | 90% | 9.5× |",
@@ -120,11 +114,11 @@ def test_the_readme_table_is_load_factor_0_1_and_the_all_hbm_step(gen, tmp_path)
         "| Zipf 1.15 | cached (`MANAGED_CACHING`), 0.1 | 3.00 | 6.00 | 2× | 85.0% | 40% | 1.5× |"]
 
 
-def test_dry_run_records_are_refused(gen, tmp_path, capsys, monkeypatch):
+def test_dry_run_records_are_refused(readme_figures, tmp_path, capsys, monkeypatch):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     # A dry run's records, however new, are made-up numbers: the generator stops and names the file and line.
     write(tmp_path, "2026-12-07-dry.jsonl", run_records(SIXTEEN, date="2026-12-07", dry_run=True))
-    for render in (gen.tbe_cache_section, gen.tbe_cache_readme):
+    for render in (readme_figures.tbe_cache_section, readme_figures.tbe_cache_readme):
         with pytest.raises(ValueError, match=r"2026-12-07-dry\.jsonl:1: a record of a --dry-run"):
             render(str(tmp_path))
     # One dry-run record among real ones (a summary appended by hand) is refused as well.
@@ -132,21 +126,21 @@ def test_dry_run_records_are_refused(gen, tmp_path, capsys, monkeypatch):
     real = run_records(SIXTEEN)
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", real[:-1] + [dict(real[-1], dry_run=True)])
     with pytest.raises(ValueError, match=f"tbe-cache-16gib.jsonl:{len(real)}: "):
-        gen.tbe_cache_section(str(tmp_path))
+        readme_figures.tbe_cache_section(str(tmp_path))
     # The command reports it and exits 2, with --check or without, and writes nothing.
-    find = gen.tbe_cache_cases
-    monkeypatch.setattr(gen, "tbe_cache_cases", lambda _results_dir: find(str(tmp_path)))
+    find = readme_figures.tbe_cache_cases
+    monkeypatch.setattr(readme_figures, "tbe_cache_cases", lambda _results_dir: find(str(tmp_path)))
     doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
     doc.write_text((ROOT / "docs" / "benchmarks.md").read_text())
     readme.write_text((ROOT / "README.md").read_text())
     for check in (["--check"], []):
-        assert gen.main(check + ["--doc", str(doc), "--readme", str(readme)]) == 2
+        assert readme_figures.main(check + ["--doc", str(doc), "--readme", str(readme)]) == 2
         assert "tbe-cache-16gib.jsonl" in capsys.readouterr().err
     assert doc.read_text() == (ROOT / "docs" / "benchmarks.md").read_text()
     assert readme.read_text() == (ROOT / "README.md").read_text()
 
 
-def test_newest_case_of_the_newest_card_and_the_standard_setup_only(gen, tmp_path):
+def test_newest_case_of_the_newest_card_and_the_standard_setup_only(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     # A later partial run of one case on the same card replaces that case only (its file is cited too).
     write(tmp_path, "2026-12-07-nvidia-h100-tbe-cache-16gib.jsonl",
@@ -156,7 +150,7 @@ def test_newest_case_of_the_newest_card_and_the_standard_setup_only(gen, tmp_pat
           run_records(SIXTEEN, date="2026-12-08", cache_algorithm="lfu") +
           run_records(SIXTEEN, date="2026-12-08", prefetch=True) +
           [dict(r, experiment="ab") for r in run_records(SIXTEEN, date="2026-12-08")])
-    text = gen.tbe_cache_section(str(tmp_path))
+    text = readme_figures.tbe_cache_section(str(tmp_path))
     assert "| Zipf 1.15 | cached (`MANAGED_CACHING`) | 0.1 | 2.80 | 7.00 | 2.5× | 86.0% | 80.0% |" in text
     assert "| uniform | cached (`MANAGED_CACHING`) | 0.1 | 38.0 | 57.0 | 1.5× |" in text
     assert len(rows(text)) == len(SIXTEEN)
@@ -167,28 +161,31 @@ def test_newest_case_of_the_newest_card_and_the_standard_setup_only(gen, tmp_pat
     # A newer run on another card: the table is that card's alone.
     write(tmp_path, "2026-12-09-nvidia-h200-tbe-cache-16gib.jsonl",
           run_records(SIXTEEN[:3], date="2026-12-09", device="NVIDIA H200"))
-    text = gen.tbe_cache_section(str(tmp_path))
+    text = readme_figures.tbe_cache_section(str(tmp_path))
     assert "NVIDIA H200, 2026-12-09" in text and "H100" not in text and len(rows(text)) == 3
 
 
-def test_a_table_per_table_set(gen, tmp_path):
+def test_a_table_per_table_set(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     big = [("cached", 0.1, 0.0, 300.0, 450.0, 0.1, 0.1, 280.0), ("cached", 0.1, 1.15, 20.0, 50.0, 0.8, 0.78, 9.0)]
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-96gib.jsonl", run_records(big, gib=96.0, alone=True))
-    text = gen.tbe_cache_section(str(tmp_path))
+    text = readme_figures.tbe_cache_section(str(tmp_path))
     sixteen, ninety_six = text.split("\n\n**96 GiB")
     assert sixteen.startswith("**16 GiB") and len(rows(sixteen)) == len(SIXTEEN)
     assert "each impl built and run alone" in ninety_six and "checked equal" not in ninety_six
     assert "| Zipf 1.15 | cached (`MANAGED_CACHING`) | 0.1 | 20.0 | 50.0 | 2.5× | 80.0% | 78.0% | 9.00 | 45% | — |" \
         in ninety_six  # no all-HBM step at 96 GiB
-    assert "16 GiB" in gen.tbe_cache_readme(str(tmp_path))  # the README's: the smallest set with load factor 0.1
+    # the README's: the smallest set with load factor 0.1
+    assert "16 GiB" in readme_figures.tbe_cache_readme(str(tmp_path))
 
 
-def test_the_repository_shows_what_the_records_give(gen):
-    results = str(ROOT / gen.RESULTS)
+def test_the_repository_shows_what_the_records_give(readme_figures):
+    results = str(ROOT / readme_figures.RESULTS)
     readme = (ROOT / "README.md").read_text()
-    start, end = readme.index(gen.TBE_CACHE_BEGIN), readme.index(gen.TBE_CACHE_END) + len(gen.TBE_CACHE_END)
-    assert readme[start:end] == gen.tbe_cache_readme(results), "run python3 bench/readme_figures.py"
+    start = readme.index(readme_figures.TBE_CACHE_BEGIN)
+    end = readme.index(readme_figures.TBE_CACHE_END) + len(readme_figures.TBE_CACHE_END)
+    assert readme[start:end] == readme_figures.tbe_cache_readme(results), "run python3 bench/readme_figures.py"
     doc = (ROOT / "docs" / "benchmarks.md").read_text()
-    assert "### " + gen.HEADINGS["tbe_cache"] + "\n\n" + gen.tbe_cache_section(results) + "\n\n###" in doc
+    heading = "### " + readme_figures.HEADINGS["tbe_cache"]
+    assert heading + "\n\n" + readme_figures.tbe_cache_section(results) + "\n\n###" in doc
     assert readme.index("## Tables larger than GPU memory") < start
