@@ -507,11 +507,7 @@ def test_output_dtypes_as_fbgemm(device, gen):
         fb_specs, theirs = fbgemm_module(device, MIXED, None, kwargs)
         ported = embscale.TableBatchedEmbeddingBags(fb_specs, **kwargs)
         ours = embscale.TableBatchedEmbeddingBags(MIXED, optimizer="sgd", output_dtype=dtype, device=device)
-        with torch.no_grad():
-            for t, w in enumerate(theirs.split_embedding_weights()):
-                w.copy_(torch.randn(w.shape, generator=gen))
-                ported.split_embedding_weights()[t].copy_(w)
-                ours.split_embedding_weights()[t].copy_(w)
+        same_tables(gen, device, [theirs, ported, ours])
         indices, offsets, _ = ref.make_lookups(gen, [e for e, _ in MIXED], 5, 4)
         indices, offsets = indices.to(device), offsets.to(device)
         want = theirs(indices, offsets)
@@ -596,10 +592,7 @@ def test_shared_tables_max_norm_and_stochastic_rounding_as_fbgemm(device, gen):
     fmap = [0, 0, 1, 2]
     fb_specs, theirs = fbgemm_module(device, MIXED, fmap, dict(optimizer=EmbOptimType.EXACT_SGD))
     ours = embscale.TableBatchedEmbeddingBags(fb_specs, feature_table_map=fmap, optimizer=EmbOptimType.EXACT_SGD)
-    with torch.no_grad():
-        for t, w in enumerate(theirs.split_embedding_weights()):
-            w.copy_(torch.randn(w.shape, generator=gen))
-            ours.split_embedding_weights()[t].copy_(w)
+    same_tables(gen, device, [theirs, ours])
     indices, offsets, _ = ref.make_lookups(gen, [MIXED[t][0] for t in fmap], 6, 4, hot_row=2, hot_share=0.5)
     indices, offsets = indices.to(device), offsets.to(device)
     for m in (theirs, ours):
@@ -610,10 +603,7 @@ def test_shared_tables_max_norm_and_stochastic_rounding_as_fbgemm(device, gen):
     kwargs = dict(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=1.0, max_norm=0.5)
     fb_specs, theirs = fbgemm_module(device, MIXED, None, kwargs)
     ours = embscale.TableBatchedEmbeddingBags(fb_specs, **kwargs)
-    with torch.no_grad():
-        for t, w in enumerate(theirs.split_embedding_weights()):
-            w.copy_(torch.randn(w.shape, generator=gen))
-            ours.split_embedding_weights()[t].copy_(w)
+    same_tables(gen, device, [theirs, ours])
     indices, offsets = torch.tensor([1, 2, 3]).to(device), torch.tensor([0, 1, 2, 3]).to(device)
     for m in (theirs, ours):
         (m(indices, offsets) * 5.0).sum().backward()
@@ -630,10 +620,7 @@ def test_shared_tables_max_norm_and_stochastic_rounding_as_fbgemm(device, gen):
                   learning_rate=0.01)
     fb_specs, theirs = fbgemm_module(device, MIXED, None, kwargs)
     ours = embscale.TableBatchedEmbeddingBags(fb_specs, **kwargs)
-    with torch.no_grad():
-        for t, w in enumerate(theirs.split_embedding_weights()):
-            w.copy_(torch.randn(w.shape, generator=gen))
-            ours.split_embedding_weights()[t].copy_(w)
+    same_tables(gen, device, [theirs, ours])
     indices, offsets, _ = ref.make_lookups(gen, [e for e, _ in MIXED], 6, 4)
     indices, offsets = indices.to(device), offsets.to(device)
     g = torch.randn(6, sum(d for _, d in MIXED), generator=gen).to(device)
@@ -649,10 +636,7 @@ def test_shared_tables_max_norm_and_stochastic_rounding_as_fbgemm(device, gen):
 def test_mixed_index_dtypes_as_fbgemm(device, gen):
     fb_specs, theirs = fbgemm_module(device, MIXED, None, dict(optimizer=EmbOptimType.EXACT_SGD))
     ours = embscale.TableBatchedEmbeddingBags(fb_specs, optimizer=EmbOptimType.EXACT_SGD)
-    with torch.no_grad():
-        for t, w in enumerate(theirs.split_embedding_weights()):
-            w.copy_(torch.randn(w.shape, generator=gen))
-            ours.split_embedding_weights()[t].copy_(w)
+    same_tables(gen, device, [theirs, ours])
     indices, offsets, psw = ref.make_lookups(gen, [e for e, _ in MIXED], 5, 4, weighted=True)
     for idx, off in ((indices.int(), offsets), (indices, offsets.int()), (indices.int(), offsets.int())):
         args = (idx.to(device), off.to(device), psw.to(device))
@@ -668,10 +652,7 @@ def test_methods_as_fbgemm(device, gen):
     kwargs = dict(optimizer=EmbOptimType[optimizer], **HYPER[optimizer])
     fb_specs, theirs = fbgemm_module(device, MIXED, None, kwargs)
     ours = embscale.TableBatchedEmbeddingBags(fb_specs, **kwargs)
-    with torch.no_grad():
-        for t, w in enumerate(theirs.split_embedding_weights()):
-            w.copy_(torch.randn(w.shape, generator=gen))
-            ours.split_embedding_weights()[t].copy_(w)
+    same_tables(gen, device, [theirs, ours])
     for m in (theirs, ours):
         m.set_learning_rate(0.03)
         m.update_hyper_parameters({"lr": 0.02, "eps": 0.05})
