@@ -14,8 +14,9 @@
 // table per device table (its rows as they are) and one "pool" per dimension D of the host and cached
 // tables, holding those tables' cache slots and then 2 x max_lookups staging rows (batch s stages into
 // half s % 2, so at most two batches may be in flight: one running, one prefetched). prefetch() maps each
-// lookup of a batch to its row in cache_tbe() (remapped indices), choosing the rows to evict and
-// writing back the dirty ones; fetch() copies the missing rows in; the caller then runs cache_tbe()'s
+// lookup of a batch to its row in cache_tbe() (remapped indices) and chooses the rows to evict;
+// fetch() copies the missing rows in, writing each dirty victim back as its slot's new row comes in (both
+// directions of the host link at once); the caller then runs cache_tbe()'s
 // forward and backward with the remapped indices and the unchanged offsets (and rounding_bases(), so
 // stochastic rounding hashes each weight by its place in the tables, not in the cache); write_back()
 // returns the staged rows after the backward. Within a batch the remapping is one-to-one, and the
@@ -24,11 +25,12 @@
 //
 // Pipelining: rows a batch uses are locked (their stamp is its step). prefetch(step s, lock_from l)
 // never evicts a row stamped l or later, so a batch still running keeps its rows while the next one is
-// prepared on another stream. prefetch() reads and writes only cache bookkeeping and evicted rows (no
-// row of a batch at or after lock_from), so it may run beside that batch's forward and backward; fetch()
-// reads the host store, which the running batch's write_back() updates: order fetch() after it. Every
-// prefetch() is followed by its fetch() (a planned batch that is then dropped is fetched all the same):
-// the slots it claimed hold their new rows only then.
+// prepared on another stream. prefetch() reads and writes only cache bookkeeping (no row), so it may run
+// beside that batch's forward and backward; fetch() reads the host store, which the running batch's
+// write_back() updates, and writes the victims, which no batch at or after lock_from uses: order fetch()
+// after write_back(). Every prefetch() is followed by its fetch() before the next prefetch() or flush()
+// (a planned batch that is then dropped is fetched all the same): the slots it claimed hold their new
+// rows, and their victims are home, only then.
 //
 // Memory: the host store (RowCacheBuffers::host_*) has the layout of a TableBatchedEmbedding of
 // cfg.tables (device tables' rows in it are written by flush() and read by load() only). The cache's
@@ -140,9 +142,10 @@ class RowCache {
   // Empties the cache (nothing written back), zeroes the statistics and copies the device tables' rows
   // and their state from the host store: after creation, and after the caller changed the host store.
   Status load(const Context& ctx, const RowCacheBuffers& b) const;
-  // Plans a batch: remapped indices, the rows to fetch, evictions (dirty ones written back now).
+  // Plans a batch: remapped indices, the rows to fetch, the victims their slots evict.
   Status prefetch(const Context& ctx, const RowCacheBuffers& b, const RowCachePrefetchArgs& args) const;
-  // Copies the planned batch's missing rows (and their state) from the host store into the cache.
+  // Copies the planned batch's missing rows (and their state) from the host store into the cache, each
+  // dirty victim to the host store first.
   Status fetch(const Context& ctx, const RowCacheBuffers& b, const void* plan, size_t plan_bytes) const;
   // After a training batch's backward: its staged rows (host tables, conflicts) back to the host store.
   Status write_back(const Context& ctx, const RowCacheBuffers& b, const void* plan, size_t plan_bytes) const;

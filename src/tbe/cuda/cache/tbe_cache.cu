@@ -10,16 +10,17 @@
 //              are flagged, then compacted in key order (CUB select);
 //   insert     a warp per miss: the set's unlocked way of lowest priority (LRU: oldest stamp; LFU: fewest
 //              uses, then oldest) is claimed by a compare-and-swap of its stamp (misses of one set race;
-//              a loser takes the next way), its dirty row written back, its tag replaced; when every way
-//              is locked, or the table is host-resident, the row is staged instead (half step % 2 of its
-//              pool's staging rows, at the miss's index: no counter);
+//              a loser takes the next way), its tag replaced and its dirty row (the victim) noted for
+//              fetch; when every way is locked, or the table is host-resident, the row is staged instead
+//              (half step % 2 of its pool's staging rows, at the miss's index: no counter);
 //   remap      done by probe and insert: every lookup of a unique key gets its row in the cache table.
-// The plan then holds the misses (key, cache row) that fetch copies in and write_back returns (staged
-// rows only). Which way a miss takes depends on the race, the values trained never do: each unique key
+// The plan then holds the misses (key, cache row, victim) that fetch exchanges (the victim out, the row
+// in: both directions of the host link at once) and write_back returns (staged rows only). Which way a miss takes depends on the race, the values trained never do: each unique key
 // is one row for the batch, and the backward sums its gradient in lookup order whatever its number.
 //
 // Rows move between the host store (pinned, mapped host memory) and the cache by a warp per row, 16
-// bytes a lane where both ends and the length allow, with the row's optimizer state.
+// bytes a lane where every end and the length allow, with the row's optimizer state; a lane loads what
+// comes in before it stores what goes out, so a row's reads over the link are in flight together.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -60,7 +61,7 @@ struct PlanHeader {
 
 struct PlanLayout {
   WorkspaceLayout ws{WorkspaceLayout::Base::kAsGiven};
-  WorkspaceSlice header, fetch_keys, fetch_rows, keys_in, keys_sorted, vals_in, vals_sorted, unique_keys, run_counts,
+  WorkspaceSlice header, fetch_keys, fetch_rows, evict_keys, keys_in, keys_sorted, vals_in, vals_sorted, unique_keys, run_counts,
       run_starts, miss_flags, miss_list, cub_temp;
 };
 
@@ -80,6 +81,7 @@ PlanLayout plan_layout(int64_t max_lookups) {
   L.header = L.ws.add(sizeof(PlanHeader));
   L.fetch_keys = L.ws.add(M * 8);
   L.fetch_rows = L.ws.add(M * 8);
+  L.evict_keys = L.ws.add(M * 8);
   L.keys_in = L.ws.add(M * 8);
   L.keys_sorted = L.ws.add(M * 8);
   L.vals_in = L.ws.add(M * 4);
@@ -97,6 +99,7 @@ struct Plan {
   PlanHeader* header;
   int64_t* fetch_keys;  // [M] host-store key of each miss
   int64_t* fetch_rows;  // [M] its row in the cache's tables (cache_tbe row numbering)
+  int64_t* evict_keys;  // [M] host-store key of the dirty row it replaces there, or -1
   uint64_t *keys_in, *keys_sorted, *unique_keys;
   uint32_t *vals_in, *vals_sorted, *run_counts, *run_starts, *miss_list;
   uint8_t* miss_flags;
@@ -109,6 +112,7 @@ Plan carve(const PlanLayout& L, void* p) {
   r.header = L.ws.at<PlanHeader>(p, L.header);
   r.fetch_keys = L.ws.at<int64_t>(p, L.fetch_keys);
   r.fetch_rows = L.ws.at<int64_t>(p, L.fetch_rows);
+  r.evict_keys = L.ws.at<int64_t>(p, L.evict_keys);
   r.keys_in = L.ws.at<uint64_t>(p, L.keys_in);
   r.keys_sorted = L.ws.at<uint64_t>(p, L.keys_sorted);
   r.unique_keys = L.ws.at<uint64_t>(p, L.unique_keys);
@@ -186,45 +190,72 @@ __device__ __forceinline__ int64_t set_of(const RowCache::TableMeta& m, int64_t 
   return static_cast<int64_t>(mix64(static_cast<uint64_t>(row)) % static_cast<uint64_t>(m.num_sets));
 }
 
-// A warp copies `bytes` bytes (a multiple of 2), 16 a lane where both ends and the length allow.
-__device__ __forceinline__ void warp_copy(void* dst, const void* src, int64_t bytes) {
-  const int lane = lane_id();
-  const uintptr_t a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
-  if ((a & 15) == 0) {
-    for (int64_t i = lane; i < bytes / 16; i += ArchTraits::kWarpSize)
-      static_cast<uint4*>(dst)[i] = static_cast<const uint4*>(src)[i];
-  } else if ((a & 3) == 0) {
-    for (int64_t i = lane; i < bytes / 4; i += ArchTraits::kWarpSize)
-      static_cast<uint32_t*>(dst)[i] = static_cast<const uint32_t*>(src)[i];
-  } else {
-    for (int64_t i = lane; i < bytes / 2; i += ArchTraits::kWarpSize)
-      static_cast<uint16_t*>(dst)[i] = static_cast<const uint16_t*>(src)[i];
+// A warp moves `bytes` bytes (a multiple of 2) of one row segment: `out` (when not null) := `cache`,
+// then `cache` := `in` (when not null). Each lane loads its unit of `in` and of `cache` before it stores
+// either, in units of 16 bytes where every end and the length allow.
+template <typename U>
+__device__ __forceinline__ void exchange_units(char* cache, const char* in, char* out, int64_t bytes) {
+  U* c = reinterpret_cast<U*>(cache);
+  const U* i_ = reinterpret_cast<const U*>(in);
+  U* o = reinterpret_cast<U*>(out);
+  for (int64_t k = lane_id(); k < bytes / static_cast<int64_t>(sizeof(U)); k += ArchTraits::kWarpSize) {
+    U v_in{};
+    if (in != nullptr) v_in = i_[k];
+    if (out != nullptr) o[k] = c[k];
+    if (in != nullptr) c[k] = v_in;
   }
 }
 
-// Copies one row with its optimizer state between the host store (table t's row r) and the cache's
-// row c (cache_tbe numbering); returns the bytes moved.
-template <bool kToCache>
-__device__ int64_t move_row(const Params& p, const RowCache::TableMeta& m, int64_t r, int64_t c) {
+__device__ __forceinline__ void warp_exchange(void* cache, const void* in, void* out, int64_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(cache) | reinterpret_cast<uintptr_t>(in) |
+                      reinterpret_cast<uintptr_t>(out) | static_cast<uintptr_t>(bytes);
+  char* c = static_cast<char*>(cache);
+  const char* i = static_cast<const char*>(in);
+  char* o = static_cast<char*>(out);
+  if ((a & 15) == 0) exchange_units<uint4>(c, i, o, bytes);
+  else if ((a & 3) == 0) exchange_units<uint32_t>(c, i, o, bytes);
+  else exchange_units<uint16_t>(c, i, o, bytes);
+}
+
+// Moves the rows of cache row c (cache_tbe numbering) with their optimizer state: table t's row out_r
+// (when >= 0) to the host store from c, then its row in_r (when >= 0) from the host store into c.
+// Row-wise state (a float a row) is loaded before the weights move, so its read over the link is in
+// flight with theirs. Returns the bytes moved over the link.
+__device__ int64_t exchange_row(const Params& p, const RowCache::TableMeta& m, int64_t out_r, int64_t in_r,
+                                int64_t c) {
   const int64_t D = m.dim;
-  const int64_t host_elem = m.weight_offset + r * D;
   const int64_t cache_elem = m.cache_weight_offset + (c - m.cache_row_offset) * D;
-  const int64_t wb = D * p.w_bytes;
-  char* hw = p.host_w + host_elem * p.w_bytes;
-  char* cw = p.cache_w + cache_elem * p.w_bytes;
-  kToCache ? warp_copy(cw, hw, wb) : warp_copy(hw, cw, wb);
-  int64_t moved = wb;
-  const auto state = [&](int layout, float* host, float* cache) {
-    if (layout == static_cast<int>(opt::StateLayout::kAbsent)) return;
-    const bool rowwise = layout == static_cast<int>(opt::StateLayout::kRowwise);
-    float* h = host + (rowwise ? m.row_offset + r : host_elem);
-    float* k = cache + (rowwise ? c : cache_elem);
-    const int64_t n = (rowwise ? 1 : D) * 4;
-    kToCache ? warp_copy(k, h, n) : warp_copy(h, k, n);
-    moved += n;
+  const int64_t rows = (in_r >= 0 ? 1 : 0) + (out_r >= 0 ? 1 : 0);
+  const int layouts[2] = {p.m1_layout, p.m2_layout};
+  float* const host_state[2] = {p.host_m1, p.host_m2};
+  float* const cache_state[2] = {p.cache_m1, p.cache_m2};
+  constexpr int kRowwise = static_cast<int>(opt::StateLayout::kRowwise);
+  constexpr int kElementwise = static_cast<int>(opt::StateLayout::kElementwise);
+  float rowwise_in[2] = {0.0f, 0.0f}, rowwise_out[2] = {0.0f, 0.0f};
+  const bool lead = lane_id() == 0;
+  for (int k = 0; k < 2; ++k) {
+    if (layouts[k] != kRowwise || !lead) continue;
+    if (in_r >= 0) rowwise_in[k] = host_state[k][m.row_offset + in_r];
+    if (out_r >= 0) rowwise_out[k] = cache_state[k][c];
+  }
+  const auto host_row = [&](char* base, int64_t elem_bytes, int64_t r) {
+    return r < 0 ? nullptr : base + (m.weight_offset + r * D) * elem_bytes;
   };
-  state(p.m1_layout, p.host_m1, p.cache_m1);
-  state(p.m2_layout, p.host_m2, p.cache_m2);
+  const int64_t wb = D * p.w_bytes;
+  warp_exchange(p.cache_w + cache_elem * p.w_bytes, host_row(p.host_w, p.w_bytes, in_r),
+                host_row(p.host_w, p.w_bytes, out_r), wb);
+  int64_t moved = rows * wb;
+  for (int k = 0; k < 2; ++k) {
+    if (layouts[k] == kRowwise) {
+      if (lead && out_r >= 0) host_state[k][m.row_offset + out_r] = rowwise_out[k];
+      if (lead && in_r >= 0) cache_state[k][c] = rowwise_in[k];
+      moved += rows * 4;
+    } else if (layouts[k] == kElementwise) {
+      char* hs = reinterpret_cast<char*>(host_state[k]);
+      warp_exchange(cache_state[k] + cache_elem, host_row(hs, 4, in_r), host_row(hs, 4, out_r), D * 4);
+      moved += rows * D * 4;
+    }
+  }
   return moved;
 }
 
@@ -345,7 +376,7 @@ __global__ void cache_insert_kernel(Params p, Plan plan, I* remapped, int64_t st
     const int64_t key = static_cast<int64_t>(plan.unique_keys[u]);
     const RowCache::TableMeta& m = p.tables[table_of(p, key)];
     const int64_t r = key - m.row_offset;
-    int64_t local = -1;
+    int64_t local = -1, evicted = -1;
     if (m.placement == static_cast<int32_t>(TablePlacement::kCached)) {
       const int64_t set = set_of(m, r);
       const int64_t slot = (m.set_base + set) * kWays + lane;
@@ -372,20 +403,11 @@ __global__ void cache_insert_kernel(Params p, Plan plan, I* remapped, int64_t st
                           static_cast<unsigned long long>(step)) == static_cast<unsigned long long>(stamp);
         if (__shfl_sync(ArchTraits::kFullMask, won, way)) {
           const int64_t victim = (m.set_base + set) * kWays + way;
-          const int64_t old = p.st.tags[victim];
           local = m.slot_base + set * kWays + way;
-          if (old >= 0) {
-            if (lane == 0) ws.v[kStatEvictions] += 1;
-            if (p.st.dirty[victim]) {
-              const int64_t bytes = move_row<false>(p, m, old, m.cache_row_offset + local);
-              if (lane == 0) {
-                ws.v[kStatRowsWrittenBack] += 1;
-                ws.v[kStatBytesMoved] += bytes;
-              }
-            }
-          }
-          __syncwarp();
           if (lane == 0) {
+            const int64_t old = p.st.tags[victim];
+            if (old >= 0) ws.v[kStatEvictions] += 1;
+            if (old >= 0 && p.st.dirty[victim]) evicted = m.row_offset + old;  // fetch writes it back
             p.st.tags[victim] = r;
             p.st.dirty[victim] = training ? 1 : 0;
           }
@@ -400,6 +422,7 @@ __global__ void cache_insert_kernel(Params p, Plan plan, I* remapped, int64_t st
     if (lane == 0) {
       plan.fetch_keys[i] = key;
       plan.fetch_rows[i] = m.cache_row_offset + local;
+      plan.evict_keys[i] = evicted;
     }
     remap_run(plan, remapped, u, local);
   }
@@ -412,13 +435,15 @@ __global__ void cache_fetch_kernel(Params p, Plan plan) {
   const uint32_t misses = plan.header->counters[kNumMisses];
   WarpStats ws;
   for (int64_t i = warp_id(); i < misses; i += num_warps()) {
-    const int64_t key = plan.fetch_keys[i], row = plan.fetch_rows[i];
+    const int64_t key = plan.fetch_keys[i], row = plan.fetch_rows[i], evicted = plan.evict_keys[i];
     const RowCache::TableMeta& m = p.tables[table_of(p, key)];
     const int64_t r = key - m.row_offset;
-    const int64_t bytes = move_row<true>(p, m, r, row);
+    // The victim (a row of the same table: its set is the table's) leaves as the row comes in.
+    const int64_t bytes = exchange_row(p, m, evicted < 0 ? -1 : evicted - m.row_offset, r, row);
     if (lane_id() == 0) {
       p.st.rounding_bases[row] = m.weight_offset + r * m.dim;
       ws.v[kStatRowsFetched] += 1;
+      ws.v[kStatRowsWrittenBack] += evicted < 0 ? 0 : 1;
       ws.v[kStatBytesMoved] += bytes;
     }
   }
@@ -433,7 +458,7 @@ __global__ void cache_write_back_kernel(Params p, Plan plan) {
     const int64_t key = plan.fetch_keys[i], row = plan.fetch_rows[i];
     const RowCache::TableMeta& m = p.tables[table_of(p, key)];
     if (row - m.cache_row_offset < m.staging_base) continue;  // a cached row: written back when evicted
-    const int64_t bytes = move_row<false>(p, m, key - m.row_offset, row);
+    const int64_t bytes = exchange_row(p, m, key - m.row_offset, -1, row);
     if (lane_id() == 0) {
       ws.v[kStatRowsWrittenBack] += 1;
       ws.v[kStatBytesMoved] += bytes;
@@ -455,7 +480,7 @@ __global__ void cache_flush_kernel(Params p, int64_t total_slots) {
       if (p.tables[k].num_sets > 0 && p.tables[k].set_base <= set) t = k;
     const RowCache::TableMeta& m = p.tables[t];
     const int64_t local = m.slot_base + (set - m.set_base) * kWays + s % kWays;
-    const int64_t bytes = move_row<false>(p, m, tag, m.cache_row_offset + local);
+    const int64_t bytes = exchange_row(p, m, tag, -1, m.cache_row_offset + local);
     __syncwarp();
     if (lane_id() == 0) {
       p.st.dirty[s] = 0;
