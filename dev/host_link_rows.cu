@@ -11,7 +11,8 @@
 //   occ      blocks of 256 threads per SM (4: half the warps an SM holds; 8: all).
 // Rows are D = 128 fp32 (512 B) at random, distinct places of a 4 GiB host store; results are checked.
 // Standalone (no library). One JSON record per line.
-//   embscale-dev-host-link-rows [rows_moved (default 2^21)]
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Idev dev/host_link_rows.cu -o host-link-rows && ./host-link-rows [rows_moved (default 2^21)]
+// Record: bench/results/2026-12-06-nvidia-h100-host-link-rows.jsonl.
 #include <cuda_runtime.h>
 
 #include <algorithm>
