@@ -220,10 +220,6 @@ def _workspace(device, size_fn, *args):
     return ws, nbytes.value
 
 
-def _scalar(device):
-    return torch.empty((), dtype=torch.float32, device=device)
-
-
 def _lookup(table, name, value):
     if value not in table:
         raise ValueError(f"{name}: '{value}' is not one of {', '.join(table)}")

@@ -1,7 +1,9 @@
 """FP8 current-scaling operators (torch.ops.embscale.amax, compute_scale, quantize, dequantize,
-quantize_current_scaling, activation_amax, cast_transpose, amax_nonfinite): each allocates its outputs.
-Each operator's checks run in both its real and its fake implementation; the real one then checks the
-backend (meta is not one).
+quantize_current_scaling, activation_amax, cast_transpose, amax_nonfinite). Each checks its arguments and
+allocates its outputs in one function, ``_<op>_outputs``, which is also its fake implementation (so
+torch.compile and the meta device see the checks, shapes and dtypes of the real operator), then writes them
+as its out= operator does: through that operator's C call, ``_<op>_into`` of _ops_fp8_out, the one path
+from an FP8 operation into the C library.
 
 Gradients (registered at the end of this file, so that eager autograd and torch.compile's traced backward
 agree): amax values, non-finite flags, scales, fp8 codes and dequantized values are not differentiable,
@@ -10,232 +12,189 @@ nn.Parameter). The one exception is activation_amax's y = act(x), a real activat
 grad_y * act'(x), computed in fp32 from x and rounded to x's dtype.
 """
 
-import ctypes
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from . import _capi
-from ._ops_common import (_DTYPE_CODE, FLOAT_DTYPES, FP8_DTYPES, _check_backend, _check_dtype, _check_eps,
-                          _check_scalar, _check_tensor, _context, _desc, _lookup, _ptr, _run, _same_device, _scalar,
-                          _workspace)
+from ._ops_common import (FLOAT_DTYPES, FP8_DTYPES, _check_backend, _check_dtype, _check_eps, _check_scalar,
+                          _check_tensor, _lookup, _same_device)
+from ._ops_fp8_out import (_activation_amax_into, _amax_into, _cast_transpose_into, _compute_scale_into,
+                           _dequantize_into, _quantize_current_scaling_into, _quantize_into)
 
 
-def _amax_checks(x, algo):
+def _empty(x, dtype, shape=None):
+    """A new contiguous output on x's device (a fake tensor in a fake implementation): `dtype`, x's shape or
+    `shape` (() for a scalar)."""
+    return torch.empty(x.shape if shape is None else shape, dtype=dtype, device=x.device)
+
+
+def _scalar(x, dtype=torch.float32):
+    """A new 0-dim output on x's device."""
+    return _empty(x, dtype, ())
+
+
+def _amax_outputs(x, algo="auto"):
     _check_tensor("x", x, FLOAT_DTYPES)
-    return _lookup(_capi.AMAX_ALGO, "algo", algo)
+    _lookup(_capi.AMAX_ALGO, "algo", algo)
+    return _scalar(x)
 
 
 @torch.library.custom_op("embscale::amax", mutates_args=())
 def amax(x: Tensor, algo: str = "auto") -> Tensor:
     """max |x| as a 0-dim fp32 tensor on x's device (NaN skipped, empty -> 0)."""
-    code = _amax_checks(x, algo)
+    out = _amax_outputs(x, algo)
     _check_backend(x.device)
-    x = x.contiguous()
-    ctx, xd = _context(x.device), _desc(x)
-    ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code)
-    out = _scalar(x.device)
-    _run(x.device, _capi.lib.embscale_amax, ctypes.byref(ctx), ctypes.byref(xd), out.data_ptr(), code, None,
-         _ptr(ws), nbytes)
+    _amax_into(x, out, None, None, algo)
     return out
 
 
-@amax.register_fake
-def _(x, algo="auto"):
-    _amax_checks(x, algo)
-    return x.new_empty((), dtype=torch.float32)
+amax.register_fake(_amax_outputs)
 
 
-def _compute_scale_checks(amax, fp8_dtype, eps):
+def _compute_scale_outputs(amax, fp8_dtype, eps=0.0, power_of_2=False):
     _check_tensor("amax", amax, (torch.float32,))
     _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     _check_eps(eps)
     if amax.numel() != 1:
         raise ValueError(f"amax: has {amax.numel()} elements, expected 1")
+    return _scalar(amax), _scalar(amax)
 
 
 @torch.library.custom_op("embscale::compute_scale", mutates_args=())
 def compute_scale(amax: Tensor, fp8_dtype: torch.dtype, eps: float = 0.0,
                   power_of_2: bool = False) -> tuple[Tensor, Tensor]:
     """(scale, scale_inv) from a 0-dim fp32 amax: scale = fp8_max / max(amax, eps), 1 for 0/inf/NaN."""
-    _compute_scale_checks(amax, fp8_dtype, eps)
+    scale, scale_inv = _compute_scale_outputs(amax, fp8_dtype, eps, power_of_2)
     _check_backend(amax.device)
-    amax = amax.contiguous()
-    scale, scale_inv = _scalar(amax.device), _scalar(amax.device)
-    ctx = _context(amax.device)
-    _run(amax.device, _capi.lib.embscale_compute_scale, ctypes.byref(ctx), amax.data_ptr(), _DTYPE_CODE[fp8_dtype],
-         eps, int(power_of_2), scale.data_ptr(), scale_inv.data_ptr())
+    _compute_scale_into(amax, scale, scale_inv, fp8_dtype, None, eps, power_of_2)
     return scale, scale_inv
 
 
-@compute_scale.register_fake
-def _(amax, fp8_dtype, eps=0.0, power_of_2=False):
-    _compute_scale_checks(amax, fp8_dtype, eps)
-    return amax.new_empty((), dtype=torch.float32), amax.new_empty((), dtype=torch.float32)
+compute_scale.register_fake(_compute_scale_outputs)
 
 
-def _quantize_checks(x, scale, fp8_dtype):
+def _quantize_outputs(x, scale, fp8_dtype):
     _check_tensor("x", x, FLOAT_DTYPES)
     _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     _check_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
+    return _empty(x, fp8_dtype)
 
 
 @torch.library.custom_op("embscale::quantize", mutates_args=())
 def quantize(x: Tensor, scale: Tensor, fp8_dtype: torch.dtype) -> Tensor:
     """fp8(saturate(x * scale)), round-to-nearest-even, x's shape."""
-    _quantize_checks(x, scale, fp8_dtype)
+    y = _quantize_outputs(x, scale, fp8_dtype)
     _check_backend(x.device)
-    x, scale = x.contiguous(), scale.contiguous()
-    y = torch.empty(x.shape, dtype=fp8_dtype, device=x.device)
-    ctx = _context(x.device)
-    _run(x.device, _capi.lib.embscale_quantize, ctypes.byref(ctx), ctypes.byref(_desc(x)), scale.data_ptr(),
-         ctypes.byref(_desc(y)))
+    _quantize_into(x, scale, y, None)
     return y
 
 
-@quantize.register_fake
-def _(x, scale, fp8_dtype):
-    _quantize_checks(x, scale, fp8_dtype)
-    return x.new_empty(x.shape, dtype=fp8_dtype)  # contiguous, as the real op's output
+quantize.register_fake(_quantize_outputs)
 
 
-def _dequantize_checks(y, scale_inv, out_dtype):
+def _dequantize_outputs(y, scale_inv, out_dtype=torch.float32):
     _check_tensor("y", y, FP8_DTYPES)
     _check_dtype("out_dtype", out_dtype, FLOAT_DTYPES)
     _check_scalar("scale_inv", scale_inv, _same_device(("y", y), ("scale_inv", scale_inv)))
+    return _empty(y, out_dtype)
 
 
 @torch.library.custom_op("embscale::dequantize", mutates_args=())
 def dequantize(y: Tensor, scale_inv: Tensor, out_dtype: torch.dtype = torch.float32) -> Tensor:
     """float(y) * scale_inv rounded to out_dtype, y's shape."""
-    _dequantize_checks(y, scale_inv, out_dtype)
+    x = _dequantize_outputs(y, scale_inv, out_dtype)
     _check_backend(y.device)
-    y, scale_inv = y.contiguous(), scale_inv.contiguous()
-    x = torch.empty(y.shape, dtype=out_dtype, device=y.device)
-    ctx = _context(y.device)
-    _run(y.device, _capi.lib.embscale_dequantize, ctypes.byref(ctx), ctypes.byref(_desc(y)), scale_inv.data_ptr(),
-         ctypes.byref(_desc(x)))
+    _dequantize_into(y, scale_inv, x, None)
     return x
 
 
-@dequantize.register_fake
-def _(y, scale_inv, out_dtype=torch.float32):
-    _dequantize_checks(y, scale_inv, out_dtype)
-    return y.new_empty(y.shape, dtype=out_dtype)  # contiguous, as the real op's output
+dequantize.register_fake(_dequantize_outputs)
 
 
-def _quantize_current_scaling_checks(x, fp8_dtype, eps, algo):
+def _quantize_current_scaling_outputs(x, fp8_dtype, eps=0.0, power_of_2=False, algo="auto"):
+    """(y, amax, scale, scale_inv)."""
     _check_tensor("x", x, FLOAT_DTYPES)
     _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     _check_eps(eps)
-    return _lookup(_capi.AMAX_ALGO, "algo", algo)
+    _lookup(_capi.AMAX_ALGO, "algo", algo)
+    return _empty(x, fp8_dtype), _scalar(x), _scalar(x), _scalar(x)
 
 
 @torch.library.custom_op("embscale::quantize_current_scaling", mutates_args=())
 def quantize_current_scaling(x: Tensor, fp8_dtype: torch.dtype, eps: float = 0.0, power_of_2: bool = False,
                              algo: str = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """amax -> scale -> cast on x's device without a host synchronisation: (y, amax, scale, scale_inv)."""
-    code = _quantize_current_scaling_checks(x, fp8_dtype, eps, algo)
+    y, a, s, si = _quantize_current_scaling_outputs(x, fp8_dtype, eps, power_of_2, algo)
     _check_backend(x.device)
-    x = x.contiguous()
-    ctx, xd = _context(x.device), _desc(x)
-    ws, nbytes = _workspace(x.device, _capi.lib.embscale_quantize_current_scaling_workspace_size, ctypes.byref(ctx),
-                            ctypes.byref(xd), code)
-    y = torch.empty(x.shape, dtype=fp8_dtype, device=x.device)
-    a, s, si = _scalar(x.device), _scalar(x.device), _scalar(x.device)
-    _run(x.device, _capi.lib.embscale_quantize_current_scaling, ctypes.byref(ctx), ctypes.byref(xd),
-         ctypes.byref(_desc(y)), a.data_ptr(), s.data_ptr(), si.data_ptr(), code, eps, int(power_of_2), None,
-         _ptr(ws), nbytes)
+    _quantize_current_scaling_into(x, y, a, s, si, None, None, eps, power_of_2, algo)
     return y, a, s, si
 
 
-@quantize_current_scaling.register_fake
-def _(x, fp8_dtype, eps=0.0, power_of_2=False, algo="auto"):
-    _quantize_current_scaling_checks(x, fp8_dtype, eps, algo)
-    s = x.new_empty((), dtype=torch.float32)
-    return x.new_empty(x.shape, dtype=fp8_dtype), s, torch.empty_like(s), torch.empty_like(s)
+quantize_current_scaling.register_fake(_quantize_current_scaling_outputs)
 
 
-def _activation_amax_checks(x, activation, out_dtype, algo):
-    """(activation code, amax algorithm code, output dtype)."""
+def _activation_amax_outputs(x, activation, out_dtype=None, algo="auto"):
+    """(y, amax); y in out_dtype (None: x's)."""
     _check_tensor("x", x, FLOAT_DTYPES)
     out_dtype = x.dtype if out_dtype is None else out_dtype
     _check_dtype("out_dtype", out_dtype, FLOAT_DTYPES)
-    return _lookup(_capi.ACTIVATION, "activation", activation), _lookup(_capi.AMAX_ALGO, "algo", algo), out_dtype
+    _lookup(_capi.ACTIVATION, "activation", activation)
+    _lookup(_capi.AMAX_ALGO, "algo", algo)
+    return _empty(x, out_dtype), _scalar(x)
 
 
 @torch.library.custom_op("embscale::activation_amax", mutates_args=())
 def activation_amax(x: Tensor, activation: str, out_dtype: Optional[torch.dtype] = None,
                     algo: str = "auto") -> tuple[Tensor, Tensor]:
     """y = act(x) (relu, gelu_tanh, silu) in out_dtype (default x's) and max |y| of y as stored."""
-    act, code, out_dtype = _activation_amax_checks(x, activation, out_dtype, algo)
+    y, a = _activation_amax_outputs(x, activation, out_dtype, algo)
     _check_backend(x.device)
-    x = x.contiguous()
-    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
-    ctx, xd = _context(x.device), _desc(x)
-    ws, nbytes = _workspace(x.device, _capi.lib.embscale_activation_amax_workspace_size, ctypes.byref(ctx),
-                            ctypes.byref(xd), code)
-    a = _scalar(x.device)
-    _run(x.device, _capi.lib.embscale_activation_amax, ctypes.byref(ctx), act, ctypes.byref(xd),
-         ctypes.byref(_desc(y)), a.data_ptr(), code, _ptr(ws), nbytes)
+    _activation_amax_into(x, activation, y, a, None, algo)
     return y, a
 
 
-@activation_amax.register_fake
-def _(x, activation, out_dtype=None, algo="auto"):
-    _, _, out_dtype = _activation_amax_checks(x, activation, out_dtype, algo)
-    return x.new_empty(x.shape, dtype=out_dtype), x.new_empty((), dtype=torch.float32)
+activation_amax.register_fake(_activation_amax_outputs)
 
 
-def _cast_transpose_checks(x, scale, fp8_dtype):
+def _cast_transpose_outputs(x, scale, fp8_dtype):
+    """(y [rows, cols], yt [cols, rows])."""
     _check_tensor("x", x, FLOAT_DTYPES)
     _check_dtype("fp8_dtype", fp8_dtype, FP8_DTYPES)
     if x.dim() != 2:
         raise ValueError(f"x: has {x.dim()} dimensions, expected 2 ([rows, cols])")
     _check_scalar("scale", scale, _same_device(("x", x), ("scale", scale)))
+    return _empty(x, fp8_dtype), _empty(x, fp8_dtype, (x.shape[1], x.shape[0]))
 
 
 @torch.library.custom_op("embscale::cast_transpose", mutates_args=())
 def cast_transpose(x: Tensor, scale: Tensor, fp8_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """(quantize(x), quantize(x).T) of a 2-D x in one pass: shapes [rows, cols] and [cols, rows]."""
-    _cast_transpose_checks(x, scale, fp8_dtype)
+    y, yt = _cast_transpose_outputs(x, scale, fp8_dtype)
     _check_backend(x.device)
-    x, scale = x.contiguous(), scale.contiguous()
-    rows, cols = x.shape
-    y = torch.empty((rows, cols), dtype=fp8_dtype, device=x.device)
-    yt = torch.empty((cols, rows), dtype=fp8_dtype, device=x.device)
-    ctx = _context(x.device)
-    _run(x.device, _capi.lib.embscale_cast_transpose, ctypes.byref(ctx), ctypes.byref(_desc(x, (rows, cols))),
-         scale.data_ptr(), ctypes.byref(_desc(y, (rows, cols))), ctypes.byref(_desc(yt, (cols, rows))))
+    _cast_transpose_into(x, scale, y, yt, None)
     return y, yt
 
 
-@cast_transpose.register_fake
-def _(x, scale, fp8_dtype):
-    _cast_transpose_checks(x, scale, fp8_dtype)
-    return x.new_empty(x.shape, dtype=fp8_dtype), x.new_empty((x.shape[1], x.shape[0]), dtype=fp8_dtype)
+cast_transpose.register_fake(_cast_transpose_outputs)
+
+
+def _amax_nonfinite_outputs(x, algo="auto"):
+    """(amax, nonfinite)."""
+    return _amax_outputs(x, algo), _scalar(x, torch.int32)
 
 
 @torch.library.custom_op("embscale::amax_nonfinite", mutates_args=())
 def amax_nonfinite(x: Tensor, algo: str = "auto") -> tuple[Tensor, Tensor]:
     """(amax, nonfinite): amax as embscale::amax, and a 0-dim int32 that is 1 when x holds an inf or a NaN."""
-    code = _amax_checks(x, algo)
+    out, flag = _amax_nonfinite_outputs(x, algo)
     _check_backend(x.device)
-    x = x.contiguous()
-    ctx, xd = _context(x.device), _desc(x)
-    ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code)
-    out = _scalar(x.device)
-    flag = torch.empty((), dtype=torch.int32, device=x.device)
-    _run(x.device, _capi.lib.embscale_amax, ctypes.byref(ctx), ctypes.byref(xd), out.data_ptr(), code,
-         flag.data_ptr(), _ptr(ws), nbytes)
+    _amax_into(x, out, flag, None, algo)
     return out, flag
 
 
-@amax_nonfinite.register_fake
-def _(x, algo="auto"):
-    _amax_checks(x, algo)
-    return x.new_empty((), dtype=torch.float32), x.new_empty((), dtype=torch.int32)
+amax_nonfinite.register_fake(_amax_nonfinite_outputs)
 
 
 # ---- gradients -------------------------------------------------------------------------------------------

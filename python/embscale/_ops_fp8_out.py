@@ -8,6 +8,10 @@ activation_amax_out, cast_transpose_out} return nothing; they mutate their outpu
 shape the functional operator would return, be contiguous and live on the inputs' device. The checks run
 in the real and in the fake implementation alike; the real one also refuses an output that shares memory
 with an input or with another output (_check_disjoint), on the caller's tensors as given.
+
+After its checks, each operator's real implementation calls ``_<op>_into``, the one place that calls the C
+library for that operation: the functional operators (_ops_fp8) allocate their outputs and call the same
+function (directly: a second dispatch through torch.ops costs tens of microseconds a call on the host).
 """
 
 import ctypes
@@ -47,17 +51,23 @@ def _amax_out_checks(x, amax, nonfinite, noop_flag, algo):
     if nonfinite is not None:
         _check_out("nonfinite", nonfinite, torch.int32, None, x.device)
     _check_noop(noop_flag, x.device)
-    return _lookup(_capi.AMAX_ALGO, "algo", algo)
+    _lookup(_capi.AMAX_ALGO, "algo", algo)
 
 
 @torch.library.custom_op("embscale::amax_out", mutates_args=("amax", "nonfinite"))
 def amax_out(x: Tensor, amax: Tensor, nonfinite: Optional[Tensor], noop_flag: Optional[Tensor],
              algo: str = "auto") -> None:
     """amax <- max |x| (as embscale::amax), nonfinite (when given) <- 1 if x holds an inf or a NaN else 0."""
-    code = _amax_out_checks(x, amax, nonfinite, noop_flag, algo)
+    _amax_out_checks(x, amax, nonfinite, noop_flag, algo)
     _check_backend(x.device)
     _check_disjoint((("amax", amax), ("nonfinite", nonfinite)), (("x", x), ("noop_flag", noop_flag)))
+    _amax_into(x, amax, nonfinite, noop_flag, algo)
+
+
+def _amax_into(x, amax, nonfinite, noop_flag, algo):
+    """amax_out's C call, its arguments checked (by amax_out, or allocated by embscale::amax and amax_nonfinite)."""
     x = x.contiguous()
+    code = _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
     ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code)
     _run(x.device, _capi.lib.embscale_amax_noop, ctypes.byref(ctx), ctypes.byref(xd), amax.data_ptr(), code,
@@ -87,6 +97,11 @@ def compute_scale_out(amax: Tensor, scale: Tensor, scale_inv: Tensor, fp8_dtype:
     _compute_scale_out_checks(amax, scale, scale_inv, fp8_dtype, noop_flag, eps)
     _check_backend(amax.device)
     _check_disjoint((("scale", scale), ("scale_inv", scale_inv)), (("amax", amax), ("noop_flag", noop_flag)))
+    _compute_scale_into(amax, scale, scale_inv, fp8_dtype, noop_flag, eps, power_of_2)
+
+
+def _compute_scale_into(amax, scale, scale_inv, fp8_dtype, noop_flag, eps, power_of_2):
+    """compute_scale_out's C call, its arguments checked."""
     amax = amax.contiguous()
     _run(amax.device, _capi.lib.embscale_compute_scale_noop, ctypes.byref(_context(amax.device)), amax.data_ptr(),
          _DTYPE_CODE[fp8_dtype], eps, int(power_of_2), scale.data_ptr(), scale_inv.data_ptr(), _ptr(noop_flag))
@@ -112,6 +127,11 @@ def quantize_out(x: Tensor, scale: Tensor, y: Tensor, noop_flag: Optional[Tensor
     _cast_out_checks("x", x, FLOAT_DTYPES, "scale", scale, "y", y, FP8_DTYPES, noop_flag)
     _check_backend(x.device)
     _check_disjoint((("y", y),), (("x", x), ("scale", scale), ("noop_flag", noop_flag)))
+    _quantize_into(x, scale, y, noop_flag)
+
+
+def _quantize_into(x, scale, y, noop_flag):
+    """quantize_out's C call, its arguments checked."""
     x, scale = x.contiguous(), scale.contiguous()
     _run(x.device, _capi.lib.embscale_quantize_noop, ctypes.byref(_context(x.device)), ctypes.byref(_desc(x)),
          scale.data_ptr(), ctypes.byref(_desc(y)), _ptr(noop_flag))
@@ -128,6 +148,11 @@ def dequantize_out(y: Tensor, scale_inv: Tensor, x: Tensor, noop_flag: Optional[
     _cast_out_checks("y", y, FP8_DTYPES, "scale_inv", scale_inv, "x", x, FLOAT_DTYPES, noop_flag)
     _check_backend(y.device)
     _check_disjoint((("x", x),), (("y", y), ("scale_inv", scale_inv), ("noop_flag", noop_flag)))
+    _dequantize_into(y, scale_inv, x, noop_flag)
+
+
+def _dequantize_into(y, scale_inv, x, noop_flag):
+    """dequantize_out's C call, its arguments checked."""
     y, scale_inv = y.contiguous(), scale_inv.contiguous()
     _run(y.device, _capi.lib.embscale_dequantize_noop, ctypes.byref(_context(y.device)), ctypes.byref(_desc(y)),
          scale_inv.data_ptr(), ctypes.byref(_desc(x)), _ptr(noop_flag))
@@ -148,7 +173,7 @@ def _quantize_current_scaling_out_checks(x, y, amax, scale, scale_inv, nonfinite
     if nonfinite is not None:
         _check_out("nonfinite", nonfinite, torch.int32, None, x.device)
     _check_noop(noop_flag, x.device)
-    return _lookup(_capi.AMAX_ALGO, "algo", algo)
+    _lookup(_capi.AMAX_ALGO, "algo", algo)
 
 
 @torch.library.custom_op("embscale::quantize_current_scaling_out",
@@ -158,11 +183,17 @@ def quantize_current_scaling_out(x: Tensor, y: Tensor, amax: Tensor, scale: Tens
                                  power_of_2: bool = False, algo: str = "auto") -> None:
     """amax -> scale -> cast into the given outputs (y's dtype is the fp8 format), as
     embscale::quantize_current_scaling; nonfinite (when given) as amax_out's."""
-    code = _quantize_current_scaling_out_checks(x, y, amax, scale, scale_inv, nonfinite, noop_flag, eps, algo)
+    _quantize_current_scaling_out_checks(x, y, amax, scale, scale_inv, nonfinite, noop_flag, eps, algo)
     _check_backend(x.device)
     _check_disjoint((("y", y), ("amax", amax), ("scale", scale), ("scale_inv", scale_inv), ("nonfinite", nonfinite)),
                     (("x", x), ("noop_flag", noop_flag)))
+    _quantize_current_scaling_into(x, y, amax, scale, scale_inv, nonfinite, noop_flag, eps, power_of_2, algo)
+
+
+def _quantize_current_scaling_into(x, y, amax, scale, scale_inv, nonfinite, noop_flag, eps, power_of_2, algo):
+    """quantize_current_scaling_out's C call, its arguments checked."""
     x = x.contiguous()
+    code = _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
     ws, nbytes = _workspace(x.device, _capi.lib.embscale_quantize_current_scaling_workspace_size, ctypes.byref(ctx),
                             ctypes.byref(xd), code)
@@ -182,17 +213,24 @@ def _activation_amax_out_checks(x, activation, y, amax, noop_flag, algo):
     _check_out("y", y, y.dtype, x.shape, x.device)
     _check_out("amax", amax, torch.float32, None, x.device)
     _check_noop(noop_flag, x.device)
-    return _lookup(_capi.ACTIVATION, "activation", activation), _lookup(_capi.AMAX_ALGO, "algo", algo)
+    _lookup(_capi.ACTIVATION, "activation", activation)
+    _lookup(_capi.AMAX_ALGO, "algo", algo)
 
 
 @torch.library.custom_op("embscale::activation_amax_out", mutates_args=("y", "amax"))
 def activation_amax_out(x: Tensor, activation: str, y: Tensor, amax: Tensor, noop_flag: Optional[Tensor],
                         algo: str = "auto") -> None:
     """y (x's shape, y's float dtype) <- act(x) (relu, gelu_tanh, silu) and amax <- max |y| as stored."""
-    act, code = _activation_amax_out_checks(x, activation, y, amax, noop_flag, algo)
+    _activation_amax_out_checks(x, activation, y, amax, noop_flag, algo)
     _check_backend(x.device)
     _check_disjoint((("y", y), ("amax", amax)), (("x", x), ("noop_flag", noop_flag)))
+    _activation_amax_into(x, activation, y, amax, noop_flag, algo)
+
+
+def _activation_amax_into(x, activation, y, amax, noop_flag, algo):
+    """activation_amax_out's C call, its arguments checked."""
     x = x.contiguous()
+    act, code = _capi.ACTIVATION[activation], _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
     ws, nbytes = _workspace(x.device, _capi.lib.embscale_activation_amax_workspace_size, ctypes.byref(ctx),
                             ctypes.byref(xd), code)
@@ -222,6 +260,11 @@ def cast_transpose_out(x: Tensor, scale: Tensor, y: Tensor, yt: Tensor, noop_fla
     _cast_transpose_out_checks(x, scale, y, yt, noop_flag)
     _check_backend(x.device)
     _check_disjoint((("y", y), ("yt", yt)), (("x", x), ("scale", scale), ("noop_flag", noop_flag)))
+    _cast_transpose_into(x, scale, y, yt, noop_flag)
+
+
+def _cast_transpose_into(x, scale, y, yt, noop_flag):
+    """cast_transpose_out's C call, its arguments checked."""
     x, scale = x.contiguous(), scale.contiguous()
     rows, cols = x.shape
     _run(x.device, _capi.lib.embscale_cast_transpose_noop, ctypes.byref(_context(x.device)),

@@ -9,8 +9,9 @@ message names the argument.
 
 The operators live in three modules, re-exported here under their names:
   _ops_common   dtype tables, argument checks, C descriptors, calls into the C API (no operators)
-  _ops_fp8      FP8 current scaling, returning new outputs
-  _ops_fp8_out  the same writing given outputs (``*_out``), with TransformerEngine's ``noop_flag``
+  _ops_fp8_out  FP8 current scaling writing given outputs (``*_out``), with TransformerEngine's ``noop_flag``;
+                its ``_<op>_into`` functions are the only calls of the C library's FP8 operations
+  _ops_fp8      the same returning new outputs: each allocates them and writes them with ``_<op>_into``
   _ops_tbe      table-batched embeddings: the registry of C objects (TbeHandle), tbe_forward,
                 tbe_backward and tbe_dense_grad
 """

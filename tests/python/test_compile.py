@@ -1,4 +1,5 @@
-"""torch.compile traces the operators (fake implementations) and a compiled model trains like eager."""
+"""torch.compile traces the operators (fake implementations) and a compiled model trains like eager, also
+with hyper-parameters set inside the compiled function or between a compiled forward and its backward."""
 import copy
 
 import pytest
@@ -6,6 +7,7 @@ import torch
 
 import embscale
 import tbe_reference as ref
+from two_tables import O, make, lookups, assert_same_state
 
 
 def fp8_step(x, w):
@@ -89,3 +91,44 @@ def test_compiled_model_trains_like_eager(device, gen, backend):
     assert eager.emb.step == compiled_model.emb.step == 3
     torch.testing.assert_close(compiled_model.emb.weights, eager.emb.weights, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(compiled_model.emb.momentum1, eager.emb.momentum1, rtol=1e-5, atol=1e-6)
+
+
+# ---- hyper-parameters set around a compiled step --------------------------------------------------------------
+def test_compiled_learning_rate_set_between_forward_and_backward_and_two_lookups(device):
+    eager = make(device, optimizer="rowwise_adagrad", learning_rate=0.05)
+    compiled_module = copy.deepcopy(eager)
+    i, o = lookups(device)
+    i2, o2 = lookups(device, [4, 4, 1, 0, 2, 3, 3, 6], O)
+
+    def loss_fn(mod, a, b, c, d):
+        return (mod(a, b) * 2).sum() + mod(c, d).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss_fn, backend="aot_eager", fullgraph=True)
+    for lr in (0.5, 0.25):
+        for mod, fn in ((eager, loss_fn), (compiled_module, compiled)):
+            loss = fn(mod, i, o, i2, o2)
+            mod.set_learning_rate(lr)
+            loss.backward()
+    assert eager.step == compiled_module.step == 4
+    assert_same_state(eager, compiled_module, exact=False)
+
+
+def test_set_learning_rate_traces_in_a_full_graph():
+    """Inside torch.compile the value is written as before (the library's check is not traceable); the
+    backward checks it."""
+    m = make("cpu", optimizer="sgd", learning_rate=0.1)
+    eager = make("cpu", optimizer="sgd", learning_rate=0.1)
+    eager.load_state_dict(m.state_dict())
+    i, o = lookups("cpu")
+
+    def step(mod, lr):
+        mod.set_learning_rate(lr)
+        mod.update_hyper_parameters({"lr": lr})
+        return mod(i, o).sum()
+
+    torch._dynamo.reset()
+    torch.compile(step, backend="aot_eager", fullgraph=True)(m, 0.5).backward()
+    step(eager, 0.5).backward()
+    assert m.learning_rate == eager.learning_rate == 0.5 and m.step == eager.step == 1
+    assert torch.equal(m.weights, eager.weights)

@@ -1,4 +1,5 @@
-"""FP8 operators against references written from the maths with plain torch ops."""
+"""FP8 operators against references written from the maths with plain torch ops; meta arguments (shapes only,
+and refused among real ones); errors that name the argument (a None or sparse tensor, a bad eps)."""
 import math
 import os
 
@@ -8,6 +9,7 @@ import torch
 import embscale
 from conftest import requires_cuda
 
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 SIZES = [0, 1, 3, 127, 1000, 65537]
@@ -45,9 +47,42 @@ def ref_quantize(x, scale, fp8_dtype):
     return (x.float() * scale.float().cpu()).clamp(-m, m).to(fp8_dtype)
 
 
+def bits(t):
+    """A tensor's bytes, to compare bit for bit (NaN included)."""
+    return t.detach().reshape(-1).view(torch.uint8).clone()
+
+
 def test_meta_tensors_give_shapes_only():
     y, si = embscale.quantize_current_scaling(torch.empty(7, 3, device="meta", dtype=torch.bfloat16))
     assert y.device.type == "meta" and y.shape == (7, 3) and y.dtype == torch.float8_e4m3fn and si.shape == ()
+
+
+def test_a_meta_scale_among_real_tensors_is_refused(device):
+    x = torch.ones(3, 4, device=device)
+    one = torch.tensor(1.0, device=device)
+    meta = torch.device("meta")
+    with pytest.raises(ValueError, match="scale: is on meta"):
+        embscale.quantize(x, one.to(meta))
+    with pytest.raises(ValueError, match=f"scale: is on {device.type}.*, expected meta"):
+        embscale.quantize(x.to(meta), one)  # the first argument sets the device
+    y = embscale.quantize(x, one)
+    with pytest.raises(ValueError, match="scale_inv: is on meta"):
+        embscale.dequantize(y, one.to(meta))
+    with pytest.raises(ValueError, match="scale: is on meta"):
+        embscale.cast_transpose(x, one.to(meta))
+
+
+def test_all_meta_arguments_give_meta_outputs_after_the_same_checks():
+    x, s = torch.empty(3, 4, device="meta"), torch.empty((), device="meta")
+    assert embscale.quantize(x, s).device.type == "meta"
+    y, yt = embscale.cast_transpose(x, s)
+    assert y.shape == (3, 4) and yt.shape == (4, 3) and yt.device.type == "meta"
+    assert embscale.dequantize(embscale.quantize(x, s), s).shape == (3, 4)
+    y, scale_inv = embscale.quantize_current_scaling(x)
+    assert y.device.type == "meta" and scale_inv.shape == ()
+    # and the fake implementations still check dtypes like the real ones
+    with pytest.raises(TypeError, match="x: dtype int32"):
+        embscale.quantize(x.int(), s)
 
 
 def assert_fp8_equal(got, want):
@@ -234,6 +269,63 @@ def test_errors_device_mismatch():
         embscale.dequantize(torch.zeros(4, device="cuda").to(torch.float8_e4m3fn), torch.ones(()))
     with pytest.raises(ValueError, match="scale: is on cpu"):
         embscale.quantize(torch.zeros(4, device="cuda"), torch.ones(()))
+
+
+def _none_cases():
+    x, s, a = torch.randn(4, 4), torch.tensor(1.0), torch.tensor(1.0)
+    ops = torch.ops.embscale
+    return [
+        ("x", lambda: embscale.amax(None)),
+        ("x", lambda: embscale.quantize_current_scaling(None)),
+        ("x", lambda: embscale.activation_amax(None, "relu")),
+        ("amax", lambda: embscale.compute_scale(None)),
+        ("scale", lambda: embscale.quantize(x, None)),
+        ("scale", lambda: embscale.cast_transpose(x, None)),
+        ("y", lambda: embscale.dequantize(None, s)),
+        ("scale_inv", lambda: embscale.dequantize(x.to(E4), None)),
+        ("amax", lambda: ops.amax_out(x, None, None, None)),
+        ("y", lambda: ops.quantize_out(x, s, None, None)),
+        ("scale", lambda: ops.compute_scale_out(a, None, torch.zeros(()), E4, None)),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_none_cases())))
+def test_none_for_a_tensor_names_the_argument(i):
+    name, call = _none_cases()[i]
+    with pytest.raises(TypeError, match=f"^{name}: expected a tensor, got NoneType"):
+        call()
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_sparse_tensors_are_refused_by_name(layout):
+    def sparse(t):
+        return t.to_sparse() if layout == "coo" else t.to_sparse_csr()
+
+    x = torch.randn(4, 4)
+    with pytest.raises(TypeError, match="^x: layout torch.sparse_.* is not supported"):
+        embscale.amax(sparse(x))
+    with pytest.raises(TypeError, match="^x: layout torch.sparse_.* is not supported"):
+        embscale.quantize(sparse(x), torch.tensor(1.0))
+    with pytest.raises(TypeError, match="^x: layout torch.sparse_.* is not supported"):
+        embscale.cast_transpose(sparse(x), torch.tensor(1.0))
+    with pytest.raises(TypeError, match="^amax: layout torch.sparse_.* is not supported"):
+        embscale.amax(x, out=sparse(torch.zeros(1, 1)))
+    if layout == "coo":  # a one-element scale (CSR needs 2-D)
+        with pytest.raises(TypeError, match="^scale: layout torch.sparse_coo is not supported"):
+            embscale.quantize(x, torch.tensor([1.0]).to_sparse())
+
+
+def test_eps_errors_name_eps_and_the_value():
+    a = torch.tensor(1.0)
+    with pytest.raises(ValueError, match=r"^eps: 1e\+39 is not allowed"):
+        embscale.compute_scale(a, eps=1e39)
+    with pytest.raises(ValueError, match=r"^eps: 1e\+39 is not allowed"):
+        torch.ops.embscale.compute_scale(a, E4, 1e39)
+    with pytest.raises(ValueError, match=r"^eps: 1e\+39 is not allowed"):
+        embscale.quantize_current_scaling(torch.randn(4), eps=1e39)
+    for bad in (True, "1", None):
+        with pytest.raises(TypeError, match="^eps: expected a real number"):
+            embscale.compute_scale(a, eps=bad)
 
 
 def _group_worker(rank, world, port, results):

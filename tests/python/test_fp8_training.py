@@ -1,10 +1,13 @@
 """FP8 training (embscale.fp8.convert_to_float8_training): the layer against a reference written from the
-maths, the conversion, checkpoints, torch.compile, the non-finite flag, the distributed amax and a
-comparison with torchao's float8 training on a small transformer block."""
+maths, the conversion (a layer that appears several times included), checkpoints, torch.compile, the
+non-finite flag and non-finite values (an inf or NaN in the input, the weight or the gradient makes what it
+reaches NaN), the distributed amax and a comparison with torchao's float8 training on a small transformer
+block."""
 import argparse
 import copy
 import pickle
 import importlib.util
+import math
 import os
 import pathlib
 
@@ -13,8 +16,10 @@ import torch
 
 import embscale
 from embscale.fp8 import Float8Linear, convert_to_float8_training, default_module_filter, sync_float8_weight_amax
+from embscale.fp8_training import _fp8_mm
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "fp8_training.py"
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 
 
@@ -120,6 +125,26 @@ def test_conversion_swaps_exactly_the_eligible_linears():
     assert type(convert_to_float8_training(torch.nn.Linear(16, 32))) is Float8Linear
 
 
+def test_conversion_converts_every_place_of_a_repeated_layer(gen):
+    lin = torch.nn.Linear(16, 16)
+    seen = []
+    m = convert_to_float8_training(torch.nn.Sequential(lin, torch.nn.ReLU(), lin),
+                                   module_filter_fn=lambda mod, fqn: seen.append(fqn) is None)
+    assert [type(c) for c in m] == [Float8Linear, torch.nn.ReLU, Float8Linear]
+    assert m[0] is m[2] and m[0].weight is lin.weight and m[0].bias is lin.bias
+    assert seen == ["0"]  # one decision per layer, under its first name
+    assert len(list(m.parameters())) == 2  # still shared: one weight, one bias
+
+    m3 = convert_to_float8_training(torch.nn.Sequential(*[torch.nn.Linear(16, 16)] * 3))
+    assert all(type(c) is Float8Linear for c in m3) and m3[0] is m3[1] is m3[2]
+    x = torch.randn(4, 16, generator=gen)
+    m3(x).sum().backward()  # the one weight gets the three uses' gradients
+    assert m3[0].weight.grad is not None and torch.isfinite(m3[0].weight.grad).all()
+
+    lst = convert_to_float8_training(torch.nn.ModuleList([lin, lin]))
+    assert type(lst[1]) is Float8Linear and lst[0] is lst[1]
+
+
 def test_conversion_and_layer_errors_name_the_argument():
     with pytest.raises(TypeError, match="model"):
         convert_to_float8_training(object())
@@ -133,6 +158,21 @@ def test_conversion_and_layer_errors_name_the_argument():
         Float8Linear(16, 16)(torch.ones(4, 16, dtype=torch.int64))
     with pytest.raises(ValueError, match="group"):
         sync_float8_weight_amax(convert_to_float8_training(Net()), group=object())
+
+
+@pytest.mark.parametrize("bad", ["1", None, True, False])
+def test_float8_linear_eps_must_be_a_number(bad):
+    with pytest.raises(TypeError, match=f"^eps: expected a real number, got {type(bad).__name__}"):
+        Float8Linear(16, 16, eps=bad)
+    with pytest.raises(TypeError, match=f"^eps: expected a real number, got {type(bad).__name__}"):
+        convert_to_float8_training(torch.nn.Linear(3, 3), eps=bad)  # no layer qualifies: still checked
+
+
+def test_convert_checks_eps_when_no_layer_qualifies():
+    with pytest.raises(ValueError, match="^eps: -1 is not a number"):
+        convert_to_float8_training(torch.nn.Sequential(torch.nn.ReLU()), eps=-1)
+    with pytest.raises(ValueError, match="^eps: 10{400} is not a number"):  # too large for a float: no OverflowError
+        Float8Linear(16, 16, eps=10 ** 400)
 
 
 def test_a_float64_layer_names_its_input_or_weight():
@@ -149,8 +189,8 @@ def test_a_float64_layer_names_its_input_or_weight():
 
 
 def test_replaced_weight_after_sync_raises_and_edge_layers():
-    """Defects 22, 23 (review of 2026-12-03): a weight replaced after sync_float8_weight_amax (by a load with
-    assign=True, or through .data) whose version counter happens to match must still be caught; eps beyond
+    """A weight replaced after sync_float8_weight_amax (by a load with assign=True, or through .data) whose
+    version counter happens to match must still be caught; eps beyond
     what the GEMMs' fp32 scale product holds, 0-d inputs and layers of no input features are refused or
     handled as nn.Linear does."""
     m = torch.nn.Sequential(torch.nn.Linear(16, 16))
@@ -247,6 +287,70 @@ def test_nonfinite_flag_under_torch_compile():
     torch._dynamo.reset()
     a, flag = torch.compile(f, fullgraph=True, backend="aot_eager")(torch.tensor([1.0, float("nan"), -3.0]))
     assert (a.item(), flag.item()) == (3.0, 1)
+
+
+# ---- non-finite values in Float8Linear ------------------------------------------------------------------------
+def _layer_and_input(device, gen):
+    layer = Float8Linear(32, 16, bias=False).to(device)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(16, 32, generator=gen))
+    return layer, torch.randn(16, 32, generator=gen).to(device)
+
+
+def _cast(t, fp8):
+    """The pipeline of the layer before the non-finite flags: amax -> scale -> cast + transpose."""
+    scale, scale_inv = embscale.compute_scale(embscale.amax(t), fp8)
+    y, yt = embscale.cast_transpose(t, scale, fp8)
+    return y, yt, scale_inv
+
+
+def test_nonfinite_input_makes_the_output_nan(device, gen):
+    layer, x = _layer_and_input(device, gen)
+    # Finite: bit for bit what the pipeline gave before.
+    xc, _, xs = _cast(x, E4)
+    wc, _, ws = _cast(layer.weight.detach(), E4)
+    assert torch.equal(layer(x), _fp8_mm(xc, wc, xs, ws, torch.float32))
+    for bad in (math.inf, -math.inf, math.nan):
+        xb = x.clone()
+        xb[3, 5] = bad
+        assert layer(xb).isnan().all(), bad
+    # and under torch.compile
+    xb[3, 5] = math.inf
+    torch._dynamo.reset()
+    assert torch.compile(layer, backend="aot_eager", fullgraph=True)(xb).isnan().all()
+
+
+def test_nonfinite_grad_out_makes_both_gradients_nan(device, gen):
+    layer, x = _layer_and_input(device, gen)
+    x.requires_grad_()
+    g = torch.randn(16, 16, generator=gen).to(device)
+    layer(x).backward(g)
+    # Finite: bit for bit what the pipeline gave before.
+    gc, gct, gs = _cast(g, E5)
+    _, xct, xs = _cast(x.detach(), E4)
+    _, wct, ws = _cast(layer.weight.detach(), E4)
+    assert torch.equal(x.grad, _fp8_mm(gc, wct, gs, ws, torch.float32))
+    assert torch.equal(layer.weight.grad, _fp8_mm(gct, xct, gs, xs, torch.float32))
+    g[7, 2] = math.inf
+    x.grad = layer.weight.grad = None
+    layer(x).backward(g)
+    assert x.grad.isnan().all() and layer.weight.grad.isnan().all()
+
+
+@pytest.mark.parametrize("synced", [False, True])
+def test_nonfinite_weight_makes_output_and_input_gradient_nan(device, gen, synced):
+    layer, x = _layer_and_input(device, gen)
+    x.requires_grad_()
+    with torch.no_grad():
+        layer.weight[2, 3] = math.nan  # amax alone skips a NaN
+    if synced:
+        sync_float8_weight_amax(torch.nn.Sequential(layer))
+        assert layer.weight_amax.item() == math.inf
+    out = layer(x)
+    assert out.isnan().all()
+    out.backward(torch.ones_like(out))
+    assert x.grad.isnan().all()
+    assert torch.isfinite(layer.weight.grad).all()  # grad_out and x are finite: as nn.Linear's
 
 
 # ---- distributed: one batched collective per step ------------------------------------------------------------

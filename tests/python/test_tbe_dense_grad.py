@@ -1,11 +1,12 @@
 """Dense-gradient mode (optimizer="none", FBGEMM's OptimType.NONE): the backward updates nothing and gives
 the tables a sparse gradient, checked against the gradient written from the maths (tbe_reference), and a
-torch optimizer stepping it equals embscale's fused SGD."""
+torch optimizer stepping it equals embscale's fused SGD; its hyper-parameters are neither read nor checked."""
 import pytest
 import torch
 
 import embscale
 import tbe_reference as ref
+from two_tables import make, lookups
 
 SPECS = [(20, 4), (15, 3), (11, 5)]
 FMAP = [0, 1, 0, 2]
@@ -118,3 +119,12 @@ def test_raw_operator_refuses_a_bad_handle(gen):
     with pytest.raises(ValueError, match="handle: "):
         torch.ops.embscale.tbe_dense_grad(m.weights.detach(), torch.zeros(2, TOTAL_DIM), indices, offsets, None,
                                           -5, 2, "sum", "error", False)
+
+
+def test_dense_gradient_mode_reads_no_hyper_parameter_and_checks_none():
+    """optimizer "none" returns the plain summed gradient: its hyper-parameters are not read, as before."""
+    m = make("cpu", optimizer="none", learning_rate=-1.0, gradient_clipping=1.0, max_norm=1.0)
+    m.set_learning_rate(float("nan"))
+    i, o = lookups("cpu")
+    m(i, o).sum().backward()
+    assert m.weights.grad is not None

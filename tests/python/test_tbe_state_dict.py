@@ -1,12 +1,16 @@
 """TableBatchedEmbeddingBags' state dict: per-table entries that are views of the module's buffers, round
-trips, and the clear refusal of a checkpoint written with another optimizer or other tables."""
+trips, load_state_dict(assign=True), and the clear refusal, changing nothing, of a checkpoint written with
+another optimizer or other tables, or with a bad entry (not a tensor, of another shape, a malformed extra state,
+hyper-parameters the backward would refuse)."""
 import io
 
 import pytest
 import torch
 
 import embscale
+from embscale import ops
 import tbe_reference as ref
+from two_tables import make, lookups, snapshot, assert_unchanged, train_step
 
 SPECS = [(12, 4), (9, 3)]
 HP = dict(learning_rate=0.05, eps=1e-6)
@@ -229,6 +233,21 @@ def test_a_checkpoint_loaded_between_forward_and_backward_is_what_that_backward_
     assert torch.equal(assigned.weights, copied.weights) and torch.equal(assigned.momentum1, copied.momentum1)
 
 
+@pytest.mark.parametrize("hp", ["float32", "strided"])
+def test_hparams_loaded_with_assign_are_kept_as_the_module_keeps_them(hp):
+    m = make("cpu", optimizer="sgd")
+    sd = m.state_dict()
+    good = sd["hparams"].clone()
+    sd["hparams"] = good.float() if hp == "float32" else torch.stack([good, good], 1)[:, 0]
+    assert hp == "float32" or not sd["hparams"].is_contiguous()
+    m.load_state_dict(sd, assign=True)
+    assert m.hparams.dtype == torch.float64 and m.hparams.device.type == "cpu" and m.hparams.is_contiguous()
+    assert torch.equal(m.hparams, sd["hparams"].double())  # the checkpoint's values (float32's, for float32)
+    i, o = lookups("cpu")
+    train_step(m, i, o)
+    assert m.step == 1
+
+
 # ---- a refused checkpoint changes nothing ---------------------------------------------------------------------
 def _loadable(m):
     """m's state_dict with every entry changed (so that any entry a refused load wrote would show)."""
@@ -323,6 +342,48 @@ def test_a_refused_checkpoint_names_its_bad_entry_and_changes_nothing(gen, assig
     del sd[key]
     m.load_state_dict(sd, strict=False, assign=assign)  # the other entries load
     assert torch.equal(m.split_embedding_weights()[0], sd["table_0.weight"]) and m.step == (8 if "hparams" in sd else 2)  # (hparams holds the next step)
+
+
+def test_a_non_tensor_entry_is_refused_by_name():
+    m = make("cpu")
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"state_dict: table_0.weight is a float, not a tensor"):
+        m.load_state_dict({"table_0.weight": 3.0}, strict=False)
+    assert_unchanged(m, snap)
+
+
+def test_a_checkpoint_whose_hparams_do_not_fit_changes_no_table():
+    """A checkpoint whose tables fit but whose own buffers (hparams) do not is refused before any table is
+    written."""
+    m = make("cpu", optimizer="rowwise_adagrad")
+    sd = {k: v.clone() + 1 if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+          for k, v in m.state_dict().items()}
+    sd["hparams"] = torch.zeros(7, dtype=m.hparams.dtype)
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"state_dict: hparams has shape \[7\]; this module's is"):
+        m.load_state_dict(sd)
+    assert_unchanged(m, snap)
+
+
+def test_a_malformed_extra_state_is_refused_by_name():
+    m = make("cpu")
+    sd = m.state_dict()
+    sd["_extra_state"] = {"optimizer": m.optimizer, "weight_decay_mode": m.weight_decay_mode, "embedding_specs": 5}
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"_extra_state's embedding_specs 5 is not a list"):
+        m.load_state_dict(sd)
+    assert_unchanged(m, snap)
+
+
+def test_a_checkpoint_with_bad_hyper_parameters_is_refused_before_any_table_is_written():
+    m = make("cpu", optimizer="rowwise_adagrad")
+    sd = {k: v.clone() + 1 if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+          for k, v in m.state_dict().items()}
+    sd["hparams"][ops.HPARAM["eps"]] = -1.0
+    snap = snapshot(m)
+    with pytest.raises(ValueError, match=r"^state_dict: hparams: eps: -1; rowwise_adagrad needs a finite eps > 0$"):
+        m.load_state_dict(sd)
+    assert_unchanged(m, snap)
 
 
 def test_negative_first_moments_load(gen):

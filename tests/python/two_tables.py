@@ -1,7 +1,8 @@
-"""The module most of the defect regression tests (test_hostile*.py) use, and their checks: two tables
-(10 x 4, 7 x 3), one feature each, and the lookups indices = [1, 2, 3, 9, 0, 6, 6, 5],
-offsets = [0, 3, 5, 7, 8] (B = 2); every error case checks that the error left the tables, the optimizer
-state and the step counter exactly as they were (bit for bit)."""
+"""A small TableBatchedEmbeddingBags and the checks the TBE tests of refused calls, copies, moves and shared
+modules make with it: two tables (10 x 4, 7 x 3), one feature each, and the lookups
+indices = [1, 2, 3, 9, 0, 6, 6, 5], offsets = [0, 3, 5, 7, 8] (B = 2); `refused` checks that an error left
+the tables, the optimizer state and the step counter exactly as they were (bit for bit), and raw_forward /
+raw_backward call the operators torch.ops.embscale.tbe_forward / tbe_backward with one argument replaced."""
 import contextlib
 
 import pytest

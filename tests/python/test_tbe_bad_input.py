@@ -1,8 +1,10 @@
-"""Regression tests for the defects found by fuzzing the Python package: bad inputs refused with the
-documented exception and a message naming the argument, the tables, optimizer state and step left as
-they were — per-sample weights and optimizer state of the wrong size (defects 1, 2), unknown or foreign
-handles (4), the step counter (7), an empty feature_table_map (10), raw operator sizes (12), the
-exception types and bad offsets with bounds checking off."""
+"""Bad inputs to TableBatchedEmbeddingBags, its raw operators (torch.ops.embscale.tbe_forward, tbe_backward)
+and TbeHandle are refused with the documented exception (TypeError for a dtype, ValueError for a shape, size,
+device or value, IndexError for an index or offset) and a message naming the argument, and leave the tables,
+the optimizer state and the step counter as they were: per-sample weights and optimizer state of the wrong
+size, unknown, freed or foreign handles, sizes checked before anything is allocated, meta tensors among real
+ones, what the raw backward writes in place, tables beyond the C API's integers, and bad offsets with bounds
+checking off. (Bad hyper-parameters: test_tbe_hyperparameters.py; bad checkpoints: test_tbe_state_dict.py.)"""
 import gc
 
 import pytest
@@ -11,13 +13,13 @@ import torch
 import embscale
 from embscale import ops
 from conftest import requires_cuda
-from hostile_module import (SPECS, B, TOTAL_DIM, make, lookups, snapshot, assert_unchanged, refused, raw_forward,
-                            raw_backward, train_step)
+from two_tables import (SPECS, B, TOTAL_DIM, make, lookups, snapshot, assert_unchanged, refused, raw_forward,
+                        raw_backward, train_step)
 
 
-# ---- defect 1: per-sample weights of the wrong length or shape --------------------------------------------
+# ---- per-sample weights of the wrong length or shape ----------------------------------------------------------
 @pytest.mark.parametrize("n", [4, 0, 9])
-def test_defect1_per_sample_weights_wrong_length(device, n):
+def test_per_sample_weights_of_the_wrong_length_are_refused(device, n):
     m = make(device, optimizer="sgd")
     i, o = lookups(device)
     with refused(m, ValueError, f"per_sample_weights: {n} elements; expected N .* = 8"):
@@ -28,7 +30,7 @@ def test_defect1_per_sample_weights_wrong_length(device, n):
     assert m.step == 0
 
 
-def test_defect1_per_sample_weights_2d_refused(device):
+def test_per_sample_weights_of_two_dimensions_are_refused(device):
     m = make(device, optimizer="sgd")
     i, o = lookups(device)
     for shape in [(8, 1), (1, 8), (2, 4)]:
@@ -38,7 +40,7 @@ def test_defect1_per_sample_weights_2d_refused(device):
             raw_backward(m, torch.ones(B, TOTAL_DIM, device=device), i, o, torch.ones(shape, device=device))
 
 
-# ---- defect 2: optimizer state of the wrong length --------------------------------------------------------
+# ---- optimizer state of the wrong length or dtype -------------------------------------------------------------
 @pytest.mark.parametrize("optimizer,name,size", [
     ("rowwise_adagrad", "momentum1", 16),     # 17 rows
     ("rowwise_adagrad", "momentum1", 18),
@@ -48,7 +50,7 @@ def test_defect1_per_sample_weights_2d_refused(device):
     ("partial_rowwise_adam", "momentum2", 61),
     ("sgd", "momentum1", 17),                 # sgd keeps none
 ])
-def test_defect2_raw_backward_momentum_wrong_length(device, optimizer, name, size):
+def test_raw_backward_refuses_optimizer_state_of_the_wrong_length_or_dtype(device, optimizer, name, size):
     m = make(device, optimizer=optimizer)
     i, o = lookups(device)
     with refused(m, ValueError, f"{name}: "):
@@ -59,9 +61,9 @@ def test_defect2_raw_backward_momentum_wrong_length(device, optimizer, name, siz
                      **{name: torch.zeros(size, dtype=torch.float64, device=device)})
 
 
-# ---- defect 4: the raw operators trusted an integer handle ------------------------------------------------
+# ---- handles: the raw operators trust no integer --------------------------------------------------------------
 @pytest.mark.parametrize("handle", [12345, 0, -1, 2**62])
-def test_defect4_raw_ops_refuse_unknown_handle(device, handle):
+def test_raw_operators_refuse_an_unknown_handle(device, handle):
     m = make(device, optimizer="rowwise_adagrad")
     i, o = lookups(device)
     with refused(m, ValueError, "handle: "):
@@ -75,7 +77,7 @@ def test_defect4_raw_ops_refuse_unknown_handle(device, handle):
                                        "sum", "error", TOTAL_DIM, torch.float32)
 
 
-def test_defect4_freed_modules_handle_is_refused(device):
+def test_raw_operators_refuse_the_handle_of_a_freed_module(device):
     i, o = lookups(device)
     # A handle owned by nothing but this test (a module may be kept alive by references outside the
     # test's control, e.g. a traceback), freed, then looked up.
@@ -91,7 +93,7 @@ def test_defect4_freed_modules_handle_is_refused(device):
         raw_backward(m, torch.ones(B, TOTAL_DIM, device=device), i, o, handle=stale)
 
 
-def test_defect4_handle_of_another_module_or_device(device):
+def test_raw_operators_refuse_the_handle_of_another_module_or_device(device):
     i, o = lookups(device)
     m = make(device, optimizer="sgd")
     other = embscale.TableBatchedEmbeddingBags([(5, 2)], device=device)
@@ -110,7 +112,7 @@ def test_defect4_handle_of_another_module_or_device(device):
 
 
 @requires_cuda
-def test_defect4_cpu_handle_with_cuda_tensors():
+def test_raw_operators_refuse_a_cpu_handle_with_cuda_tensors():
     cpu, gpu = make("cpu"), make("cuda")
     i, o = lookups("cuda")
     with refused(gpu, ValueError, "handle: .* is a TableBatchedEmbedding on cpu; the tensors are on cuda"):
@@ -119,43 +121,9 @@ def test_defect4_cpu_handle_with_cuda_tensors():
         raw_backward(gpu, torch.ones(B, TOTAL_DIM, device="cuda"), i, o, handle=cpu._handle_id)
 
 
-# ---- defect 7: the step counter ---------------------------------------------------------------------------
-@pytest.mark.parametrize("step", [2.0**64 + 4096, 2.0**63, 2.0**63 - 1024, 2.0**53, -2.0**64, float("nan"),
-                                  float("inf"), float("-inf"), 1.5, 0.0, -5.0])
-def test_defect7_step_out_of_range(device, step):
-    m = make(device, optimizer="adam")
-    i, o = lookups(device)
-    m.hparams[7] = step
-    out = m(i, o)
-    with refused(m, ValueError, "step"):
-        out.sum().backward()
-    with refused(m, ValueError, "step"):
-        raw_backward(m, torch.ones(B, TOTAL_DIM, device=device), i, o)
-
-
-def test_defect7_large_steps_accepted(device):
-    m = make(device, optimizer="adam")
-    i, o = lookups(device)
-    m.hparams[7] = 2.0**40
-    train_step(m, i, o)
-    assert m.step == 2**40
-    m.hparams[7] = 2.0**53 - 1  # the last step the float64 counter can count past (to 2^53)
-    before = m.weights.detach().clone()
-    train_step(m, i, o)
-    assert not torch.equal(m.weights.detach(), before) and m.step == 2**53 - 1
-
-
-# ---- defect 10: an empty feature_table_map ------------------------------------------------------------------
-def test_defect10_empty_feature_table_map():
-    with pytest.raises(ValueError, match="feature_table_map: empty"):
-        embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=[])
-    m = embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=None)
-    assert m.feature_table_map == [0, 1]
-
-
-# ---- defect 12: raw operator sizes validated before allocating -------------------------------------------
+# ---- sizes of the raw operators, checked before anything is allocated -----------------------------------------
 @pytest.mark.parametrize("on_meta", [False, True])
-def test_defect12_raw_forward_sizes(device, on_meta):
+def test_raw_forward_checks_sizes_before_allocating(device, on_meta):
     m = make(device)
     i, o = lookups(device)
     if on_meta:  # the fake implementation checks the same
@@ -182,7 +150,7 @@ def test_defect12_raw_forward_sizes(device, on_meta):
     assert raw_forward(seq, i, o, output_cols=4)[0].shape == (8, 4)
 
 
-def test_defect12_raw_backward_sizes(device):
+def test_raw_backward_checks_sizes_before_allocating(device):
     m = make(device, optimizer="rowwise_adagrad")
     i, o = lookups(device)
     g = torch.ones(B, TOTAL_DIM, device=device)
@@ -194,8 +162,123 @@ def test_defect12_raw_backward_sizes(device):
         raw_backward(m, torch.ones(B, TOTAL_DIM + 1, device=device), i, o)
 
 
-# ---- exception types, bad offsets in off mode ---------------------------------------------------------------
-def test_exception_types(device):
+def test_a_grad_output_that_is_not_2d_is_named_with_its_own_shape():
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    with refused(m, ValueError, r"grad_output: shape \[2, 1, 7\] is not 2-D"):
+        raw_backward(m, torch.ones(B, 1, TOTAL_DIM), i, o)
+
+
+# ---- meta tensors among real ones -----------------------------------------------------------------------------
+def test_a_meta_tensor_among_real_ones_is_refused(device):
+    m = make(device, optimizer="sgd")
+    i, o = lookups(device)
+    psw = torch.ones(8, device=device)
+    meta = torch.device("meta")
+    with refused(m, ValueError, "indices: is on meta"):
+        m(i.to(meta), o)
+    with refused(m, ValueError, "offsets: is on meta"):
+        m(i, o.to(meta))
+    with refused(m, ValueError, "per_sample_weights: is on meta"):
+        m(i, o, psw.to(meta))
+    g = torch.ones(B, TOTAL_DIM, device=device)
+    with refused(m, ValueError, "grad_output: is on meta"):
+        raw_backward(m, g.to(meta), i, o)
+    with refused(m, ValueError, "indices: is on meta"):
+        raw_backward(m, g, i.to(meta), o)
+    with refused(m, ValueError, "momentum1: is on meta"):
+        raw_backward(m, g, i, o, momentum1=torch.zeros(0, device=meta))
+
+
+# ---- what the raw backward writes in place --------------------------------------------------------------------
+def test_hparams_sharing_memory_with_a_table_are_refused():
+    m = make("cpu", optimizer="rowwise_adagrad")
+    i, o = lookups("cpu")
+    n = m.weights.numel()
+    storage = torch.zeros(n + 16)  # hparams (8 float64) in the first 16 floats, the weights after: apart
+    storage[16:] = m.weights
+    hp = storage[:16].view(torch.float64)
+    hp.copy_(m.hparams)
+    raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=storage[16:], hparams=hp)  # apart: runs
+    assert hp[7].item() == m.hparams[7].item() + 1  # the step advanced
+    with refused(m, ValueError, "hparams: overlaps weights"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=storage[:n], hparams=hp)
+    m1 = torch.zeros(m.momentum1.numel() + 16)
+    with refused(m, ValueError, "hparams: overlaps momentum1"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, momentum1=m1[:m.momentum1.numel()],
+                     hparams=m1[:16].view(torch.float64))
+
+
+def test_expanded_hparams_are_refused():
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    hp = torch.tensor([0.5], dtype=torch.float64).expand(8)
+    with refused(m, ValueError, "hparams: must be contiguous"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, hparams=hp)
+    assert hp[0].item() == 0.5
+
+
+def test_inference_tensors_written_outside_inference_mode_are_refused():
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    with torch.inference_mode():
+        w = m.weights.clone()
+    with refused(m, RuntimeError, "weights: an inference tensor cannot be updated in place"):
+        raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=w)
+
+
+def test_written_buffers_that_require_grad_are_refused():
+    m = make("cpu", optimizer="sgd")
+    i, o = lookups("cpu")
+    w = m.weights.detach().clone().requires_grad_()
+    with refused(m, RuntimeError, "weights: requires grad"):
+        torch.ops.embscale.tbe_backward(w, m.momentum1, m.momentum2, m.hparams, torch.ones(B, TOTAL_DIM), i, o, None,
+                                        m._handle_id, B, m.pooling, m.bounds_check, m.optimizer, m.weight_decay_mode,
+                                        m.stochastic_rounding, m.seed, False)
+
+
+# ---- construction: feature maps, tables beyond the C API's integers, nn.EmbeddingBag options ------------------
+def test_an_empty_feature_table_map_is_refused():
+    with pytest.raises(ValueError, match="feature_table_map: empty"):
+        embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=[])
+    m = embscale.TableBatchedEmbeddingBags(SPECS, feature_table_map=None)
+    assert m.feature_table_map == [0, 1]
+
+
+def test_a_tbe_handle_with_an_empty_feature_map_is_refused():
+    with pytest.raises(ValueError, match=r"num_features: 0 with a feature_table_map; at least one feature"):
+        ops.TbeHandle("cpu", [r for r, _ in SPECS], [d for _, d in SPECS], [], torch.float32)
+
+
+@pytest.mark.parametrize("spec", [(10, 2**32 + 4), (10, 2**31), (2**63, 1), (2**64 + 10, 4)])
+def test_embedding_specs_beyond_the_c_integers_are_refused_by_name(spec):
+    with pytest.raises(ValueError, match=r"embedding_specs\[1\]: .* 1 <= num_embeddings < 2\^63 and "
+                                         r"1 <= embedding_dim < 2\^31"):
+        embscale.TableBatchedEmbeddingBags([(5, 4), spec])
+
+
+@pytest.mark.parametrize("rows, dims, fmap, message", [
+    ([10, 5], [4, 2**32 + 4], [0, 1], r"dims\[1\]: 4294967300 does not fit in the C API's int32"),
+    ([2**64, 5], [4, 4], [0, 1], r"num_rows\[0\]: 18446744073709551616 does not fit in the C API's int64"),
+    ([10, 5], [4, 4], [0, 2**32 + 1], r"feature_table_map\[1\]: 4294967297 does not fit"),
+])
+def test_a_tbe_handle_refuses_values_beyond_the_c_integers(rows, dims, fmap, message):
+    with pytest.raises(ValueError, match=message):
+        ops.TbeHandle("cpu", rows, dims, fmap, torch.float32)
+
+
+@pytest.mark.parametrize("option", [dict(padding_idx=0), dict(max_norm=0.01), dict(scale_grad_by_freq=True)])
+def test_from_embedding_bags_refuses_options_the_tbe_lacks(option):
+    bag = torch.nn.EmbeddingBag(10, 4, mode="mean", **option)
+    name = next(iter(option))
+    with pytest.raises(ValueError, match=rf"bags\[1\]: {name}=.* is not supported"):
+        embscale.TableBatchedEmbeddingBags.from_embedding_bags([torch.nn.EmbeddingBag(5, 4, mode="mean"), bag])
+    with pytest.raises(ValueError, match="bags: empty"):
+        embscale.TableBatchedEmbeddingBags.from_embedding_bags([])
+
+
+# ---- exception types, bad offsets in off mode -----------------------------------------------------------------
+def test_each_bad_input_raises_its_documented_exception_type(device):
     m = make(device, optimizer="sgd", bounds_check="error")
     i, o = lookups(device)
     # The raw operators take one index dtype; the module runs int32 and int64 mixed as int64, as FBGEMM.
