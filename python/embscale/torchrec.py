@@ -77,9 +77,10 @@ from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
 from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import data_type_to_dtype
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType
+from torchrec.modules.embedding_modules import get_embedding_names_by_table
 from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer, FusedOptimizerModule
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
+from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
 from . import _fbgemm_names
 from . import tbe as _tbe
@@ -249,54 +250,60 @@ def _sharded(locals_, metadata: ShardedTensorMetadata, pg) -> ShardedTensor:
         process_group=pg)
 
 
-class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
-    """torchrec's EmbeddingBagCollection on embscale's kernels: ``tables`` (EmbeddingBagConfig, all of one
-    pooling, SUM or MEAN), KeyedJaggedTensor in, KeyedTensor (the features' pooled rows side by side, in
-    the tables' order) out; the tables are trained in the backward by the fused optimizer (``optimizer``
-    and its hyper-parameters as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer.
+def _check_tables(tables) -> None:
+    """A collection's tables: at least one, of unique names (ValueError naming ``tables`` otherwise)."""
+    if not tables:
+        raise ValueError("tables: at least one table config is needed")
+    names = [t.name for t in tables]
+    if len(set(names)) != len(names):
+        raise ValueError(f"tables: names {names} are not unique")
 
-    ``state_dict()`` has ``embedding_bags.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
-    own entries (``tbe.*``: per table its weights and optimizer state, hyper-parameters and step)."""
 
-    def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
-                 optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
-        super().__init__()
-        if not tables:
-            raise ValueError("tables: at least one EmbeddingBagConfig is needed")
+class _TbeCollection(nn.Module, FusedOptimizerModule):
+    """What embscale's two collections share: all tables in one TableBatchedEmbeddingBags (``tbe``), trained in
+    the backward by its fused optimizer, exposed as TorchRec's FusedOptimizer over per-table views keyed as
+    torchrec keys the tables (``<_TABLES>.<table>.weight``: ``embedding_bags`` for the bag collection,
+    ``embeddings`` for the sequence one).
+
+    ``state_dict()`` has those keys and the TableBatchedEmbeddingBags' own entries (``tbe.*``: per table its
+    weights and optimizer state, hyper-parameters and step)."""
+
+    _TABLES = ""  # the ModuleDict of the per-table views, as torchrec names it
+
+    def _build(self, tables, feature_table_map, pooling, device, optimizer, optimizer_kwargs) -> None:
+        """The TBE over ``tables`` (its features' tables ``feature_table_map``), the views and the optimizer."""
         names = [t.name for t in tables]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tables: names {names} are not unique")
-        self._embedding_bag_configs = list(tables)
-        self._is_weighted = bool(is_weighted)
-        self._feature_names = [f for t in tables for f in t.feature_names]
-        if len(set(self._feature_names)) != len(self._feature_names):
-            raise ValueError(f"tables: feature names {self._feature_names} are not unique")
         self._optimizer_settings = {"optimizer": optimizer, **optimizer_kwargs,
                                     "weights_dtype": _weights_dtype(tables, optimizer_kwargs)}
-        fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
         # the tables' own names key the TableBatchedEmbeddingBags' state too (tbe.<table>.weight, ...) where
         # they can (a state_dict key part has no ".")
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.num_embeddings, t.embedding_dim) for t in tables],
-                                                  feature_table_map=fmap, pooling=_pooling(tables), device=device,
+                                                  feature_table_map=feature_table_map, pooling=pooling, device=device,
                                                   table_names=None if any("." in n for n in names) else names,
                                                   **self._optimizer_settings)
-        self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
-        self.embedding_bags = nn.ModuleDict({n: nn.Module() for n in names})
+        setattr(self, self._TABLES, nn.ModuleDict({n: nn.Module() for n in names}))
         self._register_table_views()
         self.reset_parameters()
-        self.register_load_state_dict_post_hook(EmbeddingBagCollection._tables_after_load)
+        self.register_load_state_dict_post_hook(_TbeCollection._tables_after_load)
+
+    def _configs(self) -> list:
+        raise NotImplementedError
+
+    def _views(self) -> nn.ModuleDict:
+        return getattr(self, self._TABLES)
 
     @staticmethod
     def _tables_after_load(module, incompatible_keys):
         """After load_state_dict: with assign=True torch installs the checkpoint's own tensors as
-        ``embedding_bags.<table>.weight``, which are then no views of the module's tables (training would
+        ``<_TABLES>.<table>.weight``, which are then no views of the module's tables (training would
         leave them stale, and the fused optimizer would keep the old views). Their values are copied into
         the tables (a module on the meta device is made on their device first) and the views are made
         again. Without assign the views were written through and stay."""
         self = module
+        views = self._views()
         replaced = False
-        for t, (name, view) in enumerate(zip(self.embedding_bags, self.tbe.split_embedding_weights())):
-            loaded = self.embedding_bags[name].weight
+        for t, (name, view) in enumerate(zip(views, self.tbe.split_embedding_weights())):
+            loaded = views[name].weight
             if loaded.device == view.device and loaded.data_ptr() == view.data_ptr():
                 continue  # still the view (written through by a load without assign)
             replaced = True
@@ -317,21 +324,22 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         if self.device.type == "meta":
             return
         self.tbe.reset_parameters()
+        views = self._views()
         with torch.no_grad():
-            for config in self._embedding_bag_configs:
+            for config in self._configs():
                 if config.init_fn is not None:
-                    config.init_fn(self.embedding_bags[config.name].weight)
+                    config.init_fn(views[config.name].weight)
 
     def _register_table_views(self):
-        """``embedding_bags.<table>.weight`` as views of the module's tables, and the fused optimizer over
-        them, keyed as the module's state_dict keys them (as TorchRec's sharded collection keys its fused
-        optimizer); the views and the module's tables tagged as trained in the backward."""
+        """``<_TABLES>.<table>.weight`` as views of the module's tables, and the fused optimizer over them,
+        keyed as the module's state_dict keys them (as TorchRec's sharded collections key their fused
+        optimizers); the views and the module's tables tagged as trained in the backward."""
+        views = self._views()
         params = _table_params(self.tbe)
-        for name, p in zip(self.embedding_bags, params):
-            self.embedding_bags[name].weight = p
-        keyed = {f"embedding_bags.{name}.weight": p for name, p in zip(self.embedding_bags, params)}
-        state = {p: _state_entries(name, s) for name, p, s in zip(self.embedding_bags, params,
-                                                                   self.tbe.optimizer_state())}
+        for name, p in zip(views, params):
+            views[name].weight = p
+        keyed = {f"{self._TABLES}.{name}.weight": p for name, p in zip(views, params)}
+        state = {p: _state_entries(name, s) for name, p, s in zip(views, params, self.tbe.optimizer_state())}
         self._optim = EmbscaleFusedOptimizer(self.tbe, keyed, state)
         if not self.tbe.weights.requires_grad:
             _mark_trained_in_backward([*params, self.tbe.weights], self._optim)
@@ -349,12 +357,6 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         super().__setstate__(state)
         self._register_table_views()
 
-    def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
-        return self._embedding_bag_configs
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
     @property
     def device(self) -> torch.device:
         return self.tbe.weights.device
@@ -363,17 +365,128 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
     def fused_optimizer(self) -> FusedOptimizer:
         return self._optim
 
-    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+    def _ordered(self, features: KeyedJaggedTensor, order: List[str]) -> KeyedJaggedTensor:
+        """The batch's features in the TBE's order (a feature may come more than once); ValueError naming
+        ``features`` where one is missing or where the batch size differs per feature."""
         _check_one_batch_size(features)
-        missing = [f for f in self._feature_names if f not in features.keys()]
+        keys = features.keys()
+        missing = [f for f in dict.fromkeys(order) if f not in keys]
         if missing:
-            raise ValueError(f"features: keys {features.keys()} lack {missing}")
-        if features.keys() != self._feature_names:
-            features = features.permute([features.keys().index(f) for f in self._feature_names])
+            raise ValueError(f"features: keys {keys} lack {missing}")
+        if keys != order:
+            features = features.permute([keys.index(f) for f in order])
+        return features
+
+
+class EmbeddingBagCollection(_TbeCollection):
+    """torchrec's EmbeddingBagCollection on embscale's kernels: ``tables`` (EmbeddingBagConfig, all of one
+    pooling, SUM or MEAN), KeyedJaggedTensor in, KeyedTensor (the features' pooled rows side by side, in
+    the tables' order) out; the tables are trained in the backward by the fused optimizer (``optimizer``
+    and its hyper-parameters as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer.
+
+    ``state_dict()`` has ``embedding_bags.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
+    own entries (``tbe.*``: per table its weights and optimizer state, hyper-parameters and step)."""
+
+    _TABLES = "embedding_bags"
+
+    def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
+                 optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
+        super().__init__()
+        _check_tables(tables)
+        self._embedding_bag_configs = list(tables)
+        self._is_weighted = bool(is_weighted)
+        self._feature_names = [f for t in tables for f in t.feature_names]
+        if len(set(self._feature_names)) != len(self._feature_names):
+            raise ValueError(f"tables: feature names {self._feature_names} are not unique")
+        self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
+        fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
+        self._build(tables, fmap, _pooling(tables), device, optimizer, optimizer_kwargs)
+
+    def _configs(self):
+        return self._embedding_bag_configs
+
+    def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
+        return self._embedding_bag_configs
+
+    def is_weighted(self) -> bool:
+        return self._is_weighted
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        features = self._ordered(features, self._feature_names)
         values = features.values()
         weights = features.weights_or_none() if self._is_weighted else None
         pooled = self.tbe(values, features.offsets().to(values.dtype), weights)
         return KeyedTensor(keys=self._feature_names, length_per_key=self._lengths_per_key, values=pooled)
+
+
+class EmbeddingCollection(_TbeCollection):
+    """torchrec's EmbeddingCollection (sequence embeddings: one row per index, nothing pooled) on embscale's
+    kernels: ``tables`` (EmbeddingConfig, all of one embedding_dim, as torchrec's), KeyedJaggedTensor in,
+    ``Dict[str, JaggedTensor]`` out, per feature its rows ([values of the feature, embedding_dim]) with the
+    feature's lengths (and its indices as ``weights()`` with ``need_indices``); a feature of several tables
+    comes out once per table, as ``<feature>@<table>``. One TableBatchedEmbeddingBags with pooling "none"
+    holds the tables, trained in the backward by its fused optimizer (``optimizer`` and its hyper-parameters
+    as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer. A config without
+    feature_names gets its table's name as its one feature, as torchrec's module gives it.
+
+    ``state_dict()`` has ``embeddings.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
+    own entries (``tbe.*``: per table its weights and optimizer state, hyper-parameters and step)."""
+
+    _TABLES = "embeddings"
+
+    def __init__(self, tables: List[EmbeddingConfig], device=None, need_indices: bool = False,
+                 optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
+        super().__init__()
+        _check_tables(tables)
+        dims = [t.embedding_dim for t in tables]
+        if len(set(dims)) > 1:
+            raise ValueError(f"tables: embedding_dim {dims} differ; the tables of a sequence collection have one "
+                             "embedding_dim (as torchrec's EmbeddingCollection's)")
+        for t in tables:
+            if not t.feature_names:
+                t.feature_names = [t.name]
+        self._embedding_configs = list(tables)
+        self._need_indices = bool(need_indices)
+        self._embedding_names_by_table = get_embedding_names_by_table(tables)
+        self._features = [f for t in tables for f in t.feature_names]  # the TBE's features (one per table using it)
+        self._embedding_names = [e for names in self._embedding_names_by_table for e in names]
+        fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
+        self._build(tables, fmap, "none", device, optimizer, optimizer_kwargs)
+
+    def _configs(self):
+        return self._embedding_configs
+
+    def embedding_configs(self) -> List[EmbeddingConfig]:
+        return self._embedding_configs
+
+    def embedding_names_by_table(self) -> List[List[str]]:
+        return self._embedding_names_by_table
+
+    def embedding_dim(self) -> int:
+        return self._embedding_configs[0].embedding_dim
+
+    def need_indices(self) -> bool:
+        return self._need_indices
+
+    # TorchRec's sharded collection reads these choices of its output distribution from the module: its defaults.
+    def use_gather_select(self) -> bool:
+        return False
+
+    def use_gather_select_per_sharding(self) -> Optional[Dict[str, bool]]:
+        return None
+
+    def use_sorted_select(self) -> bool:
+        return False
+
+    def forward(self, features: KeyedJaggedTensor) -> Dict[str, JaggedTensor]:
+        features = self._ordered(features, self._features)
+        values = features.values()
+        rows = self.tbe(values, features.offsets().to(values.dtype))
+        counts = features.length_per_key()
+        lengths = features.lengths().view(len(self._features), features.stride())
+        return {name: JaggedTensor(values=emb, lengths=lens, weights=ids if self._need_indices else None)
+                for name, emb, ids, lens in zip(self._embedding_names, rows.split(counts), values.split(counts),
+                                                lengths)}
 
 
 def _check_one_batch_size(features: KeyedJaggedTensor):
