@@ -64,16 +64,24 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardedTensorMetadata, TensorProperties
-from torchrec.distributed.embedding_lookup import GroupedPooledEmbeddingsLookup
+from torch.nn.modules.module import _IncompatibleKeys
+from torchrec.distributed.embedding_lookup import GroupedEmbeddingsLookup, GroupedPooledEmbeddingsLookup
 from torchrec.distributed.embedding_kernel import BaseEmbedding
 from torchrec.distributed.embedding_types import EmbeddingComputeKernel, GroupedEmbeddingConfig
+import torchrec.distributed.embedding as _torchrec_ec_module
 import torchrec.distributed.embeddingbag as _torchrec_ebc_module
+from torchrec.distributed.embedding import EmbeddingCollectionSharder as _TorchrecECSharder
+from torchrec.distributed.embedding import ShardedEmbeddingCollection as _TorchrecShardedEC
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder as _TorchrecSharder
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection as _TorchrecShardedEBC
 from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
+from torchrec.distributed.sharding.cw_sequence_sharding import CwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.cw_sharding import CwPooledEmbeddingSharding
+from torchrec.distributed.sharding.dp_sequence_sharding import DpSequenceEmbeddingSharding
 from torchrec.distributed.sharding.dp_sharding import DpPooledEmbeddingSharding
+from torchrec.distributed.sharding.rw_sequence_sharding import RwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
+from torchrec.distributed.sharding.tw_sequence_sharding import TwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import data_type_to_dtype
@@ -86,6 +94,7 @@ from . import _fbgemm_names
 from . import tbe as _tbe
 
 _POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
+_KERNEL_POOLING = {**_POOLING, PoolingType.NONE: "none"}  # a shard group's: TorchRec's sequence groups pool NONE
 _FUSED_KEY = "embscale"  # the fused_params entry that carries the module's optimizer settings to its shards
 _SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.ROW_WISE.value, ShardingType.COLUMN_WISE.value,
                    ShardingType.DATA_PARALLEL.value)
@@ -542,8 +551,8 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         fused = config.fused_params or {}
         settings = dict(fused.get(_FUSED_KEY, ()))
         if not settings:
-            raise ValueError("fused_params: no embscale optimizer settings; shard embscale.torchrec's "
-                             "EmbeddingBagCollection with embscale.torchrec.EmbeddingBagCollectionSharder")
+            raise ValueError("fused_params: no embscale optimizer settings; shard embscale.torchrec's collections "
+                             "with their sharders (EmbeddingBagCollectionSharder, EmbeddingCollectionSharder)")
         placement_of = dict(fused.get(_PLACEMENTS_KEY, ()))
         placements = [placement_of.get(t.name, "device") for t in tables]
         settings.update(_cache_settings(tables, placements))
@@ -552,7 +561,7 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         self._pg = pg
         group = pg if sharding_type == ShardingType.DATA_PARALLEL else None
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols, p) for t, p in zip(tables, placements)],
-                                                  feature_table_map=fmap, pooling=_POOLING[config.pooling],
+                                                  feature_table_map=fmap, pooling=_KERNEL_POOLING[config.pooling],
                                                   device=device, data_parallel_group=group, **settings)
         # On CUDA, tables in host memory: the module's parameters view the TBE's host store (CPU tensors)
         self.host_tables = self.tbe.weights.device.type == "cpu" and torch.device(device or "cpu").type != "cpu"
@@ -800,55 +809,70 @@ class _DpSharding(DpPooledEmbeddingSharding):
                        scale_weight_gradients=False, sharding_type=ShardingType.DATA_PARALLEL, env=self._env)
 
 
-class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
-    """TorchRec's sharded EmbeddingBagCollection whose shards run embscale's kernels."""
+class _SequenceLookup(GroupedEmbeddingsLookup):
+    """TorchRec's grouped lookup of sequence embeddings (its EmbeddingCollection's) with embscale's kernel for
+    the customized compute kernel: a shard group's kernel gives its lookups' rows [lookups, columns], which
+    TorchRec flattens, as from its own kernels. TorchRec's sequence lookup is not told its sharding type,
+    which embscale's kernel needs (data-parallel tables are replicas): the sharding gives it here."""
 
-    @classmethod
-    def create_embedding_bag_sharding(cls, sharding_infos, env, device=None, permute_embeddings=False,
-                                      qcomm_codecs_registry=None):
-        sharding_type = sharding_infos[0].param_sharding.sharding_type
-        kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
-        if sharding_type == ShardingType.TABLE_WISE.value:
-            return _TwSharding(sharding_infos, env, device, **kw)
-        if sharding_type == ShardingType.ROW_WISE.value:
-            return _RwSharding(sharding_infos, env, device, **kw)
-        if sharding_type == ShardingType.COLUMN_WISE.value:
-            return _CwSharding(sharding_infos, env, device, permute_embeddings=permute_embeddings, **kw)
-        if sharding_type == ShardingType.DATA_PARALLEL.value:
-            return _DpSharding(sharding_infos, env, device)
-        raise ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
-                         f"{', '.join(_SHARDING_TYPES)}")
+    def __init__(self, sharding, sharding_type: ShardingType, pg, device=None):
+        self._embscale_sharding_type = sharding_type  # read by _create_embedding_kernel, in TorchRec's __init__
+        super().__init__(grouped_configs=sharding._grouped_embedding_configs, pg=pg,
+                         device=device if device is not None else sharding._device, env=sharding._env)
 
-    def _create_lookups(self) -> None:
-        """TorchRec's lookups, whose kernels pool SUM where TorchRec divides by the bags' lengths itself.
+    def _create_embedding_kernel(self, config, pg, device, env=None):
+        if config.compute_kernel != EmbeddingComputeKernel.CUSTOMIZED_KERNEL:
+            return super()._create_embedding_kernel(config, pg, device, env)
+        return _ShardKernel(config, pg, device, self._embscale_sharding_type)
 
-        TorchRec cannot pool MEAN inside a row-wise shard (a bag's rows lie on several shards), so where a
-        MEAN table is sharded row-wise (or table-row-wise) its kernels pool SUM and, after the output
-        distribution, the collection divides the pooled outputs by the bags' lengths plus 1e-6 (its mean-pooling
-        callback, ``_create_mean_pooling_divisor`` in torchrec 1.9.2); that division also scales the output
-        gradients in the backward. It divides every feature of the collection except those of row-wise SUM
-        tables, so with embscale's one pooling for all tables every kernel then pools SUM: a kernel pooling
-        MEAN would be divided twice (torchrec 1.9.2's own kernels are, for their table-wise and column-wise
-        MEAN tables beside a row-wise one). Without a row-wise MEAN table nothing is divided after, and the
-        kernels pool as the tables say."""
-        super()._create_lookups()
-        if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
-            for kernel in self._embscale_kernels():
-                kernel.pool_sums()
+
+class _TwSequenceSharding(TwSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.TABLE_WISE, self._pg, device)
+
+
+class _RwSequenceSharding(RwSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.ROW_WISE, self._pg, device)
+
+
+class _CwSequenceSharding(CwSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.COLUMN_WISE, self._pg, device)
+
+
+class _DpSequenceSharding(DpSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.DATA_PARALLEL, self._env.process_group, device)
+
+
+def _unsupported_sharding(sharding_type) -> ValueError:
+    return ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
+                      f"{', '.join(_SHARDING_TYPES)}")
+
+
+class _ShardedCollection:
+    """What embscale's sharded collections add to TorchRec's (mixed in before TorchRec's class): each table's
+    local shards as one ShardedTensor in the state (``<_TABLES>.<table>.weight``), tables in host memory
+    flushed before a save and their caches reloaded after a load, kept in host memory when the module is moved,
+    drawn again kernel by kernel, and no DistributedDataParallel around the data-parallel lookups."""
+
+    _TABLES = ""  # TorchRec's ModuleDict of the tables: "embedding_bags" or "embeddings"
+    _TORCHREC_MODULE: Any = None  # the torchrec module whose DistributedDataParallel TorchRec before 1.7 wraps with
 
     def __init__(self, *args, **kwargs) -> None:
-        if hasattr(_TorchrecShardedEBC, "init_data_parallel"):
+        if hasattr(super(), "init_data_parallel"):
             super().__init__(*args, **kwargs)
             return
         # TorchRec before 1.7 (1.6.1) wraps the data-parallel lookups in DistributedDataParallel inside its
         # __init__, with no init_data_parallel to override: there the lookups get a stand-in that does not
         # reduce, for the reason below.
-        ddp = _torchrec_ebc_module.DistributedDataParallel
-        _torchrec_ebc_module.DistributedDataParallel = _NoDdpWrap
+        ddp = self._TORCHREC_MODULE.DistributedDataParallel
+        self._TORCHREC_MODULE.DistributedDataParallel = _NoDdpWrap
         try:
             super().__init__(*args, **kwargs)
         finally:
-            _torchrec_ebc_module.DistributedDataParallel = ddp
+            self._TORCHREC_MODULE.DistributedDataParallel = ddp
 
     def init_data_parallel(self) -> None:
         """No DistributedDataParallel around the data-parallel lookups (TorchRec's wrap): embscale's replicated
@@ -857,15 +881,16 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
 
     def _initialize_torch_state(self, skip_registering: bool = False) -> None:
         """TorchRec's module state, and for embscale's tables (which TorchRec leaves to the customized
-        kernel) each table's local shards as one ShardedTensor under ``embedding_bags.<table>.weight``, as
+        kernel) each table's local shards as one ShardedTensor under ``<_TABLES>.<table>.weight``, as
         TorchRec's own kernels give them: ``state_dict()`` then holds every table whole, so
         ``torch.distributed.checkpoint`` saves it and loads it into another plan or world size."""
         super()._initialize_torch_state(skip_registering)
         if not hasattr(self, "_embscale_hooks"):  # (TorchRec's lookups are not submodules: no state_dict of theirs)
             self._embscale_hooks = (
-                self.register_state_dict_pre_hook(ShardedEmbeddingBagCollection._flush_before_save),
-                self.register_load_state_dict_post_hook(ShardedEmbeddingBagCollection._caches_after_load))
+                self.register_state_dict_pre_hook(_ShardedCollection._flush_before_save),
+                self.register_load_state_dict_post_hook(_ShardedCollection._caches_after_load))
         pg = self._env.process_group
+        views = getattr(self, self._TABLES)
         local: Dict[str, List[Tuple[torch.Tensor, ShardMetadata]]] = {}  # (view, the plan's metadata)
         for kernel in self._embscale_kernels():
             if kernel.sharding_type == ShardingType.DATA_PARALLEL:
@@ -878,10 +903,10 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
             if ps.sharding_type == ShardingType.DATA_PARALLEL.value:
                 continue
             rows, cols = self._name_to_table_size[name]
-            if not hasattr(self.embedding_bags[name], "weight"):  # no shard here: loads an empty tensor
+            if not hasattr(views[name], "weight"):  # no shard here: loads an empty tensor
                 empty = nn.Parameter(torch.empty(0), requires_grad=False)
                 _mark_trained_in_backward([empty], EmptyFusedOptimizer())  # as TorchRec's kernels mark theirs
-                self.embedding_bags[name].register_parameter("weight", empty)
+                views[name].register_parameter("weight", empty)
             dtype = local[name][0][0].dtype if name in local else self._table_name_to_config[name].data_type
             if not isinstance(dtype, torch.dtype):
                 dtype = data_type_to_dtype(dtype)
@@ -914,21 +939,21 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
         """Tables kept in host memory (on CUDA, the shard groups with a "host" or "cached" table) stay there
         when the module is moved, as their TableBatchedEmbeddingBags do: DistributedModelParallel moves the
         whole model to its device when it wraps the dense part in DDP, which would otherwise give
-        ``embedding_bags.<table>.weight`` a device copy in place of its view of the host store."""
+        ``<_TABLES>.<table>.weight`` a device copy in place of its view of the host store."""
         built = getattr(self, "_lookups", None) is not None  # (not while TorchRec's __init__ builds it)
         host = {id(p) for kernel in (self._embscale_kernels() if built else ())
                 if kernel.host_tables for p in [*kernel.params, *kernel.tables.values()]}
         held = []
-        if "embedding_bags" in self._modules:
-            for bag in self.embedding_bags.values():
-                w = bag._parameters.get("weight")
+        if self._TABLES in self._modules:
+            for view in self._modules[self._TABLES].values():
+                w = view._parameters.get("weight")
                 if w is not None and id(w) in host:
-                    held.append((bag, bag._parameters.pop("weight")))
+                    held.append((view, view._parameters.pop("weight")))
         try:
             return super()._apply(fn, recurse)
         finally:
-            for bag, w in held:
-                bag._parameters["weight"] = w
+            for view, w in held:
+                view._parameters["weight"] = w
 
     def reset_parameters(self):
         """Each shard group's tables drawn again and its optimizer state zeroed, each local shard drawn by its
@@ -944,6 +969,94 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
             for kernel in lookup._emb_modules:
                 if isinstance(kernel, _ShardKernel):
                     yield kernel
+
+    def _copy_tables_from(self, module: _TbeCollection) -> None:
+        """Every local shard (and replica) filled from the unsharded module's tables; nothing from the meta
+        device (the shards were drawn by the configs' init_fn)."""
+        if module.device.type == "meta":
+            return
+        views = module._views()
+        full = {n: views[n].weight.detach() for n in views}
+        for kernel in self._embscale_kernels():
+            kernel.copy_from_full_tables({n: w.to(kernel.tbe.weights.device) for n, w in full.items()})
+
+
+class ShardedEmbeddingBagCollection(_ShardedCollection, _TorchrecShardedEBC):
+    """TorchRec's sharded EmbeddingBagCollection whose shards run embscale's kernels."""
+
+    _TABLES = "embedding_bags"
+    _TORCHREC_MODULE = _torchrec_ebc_module
+
+    @classmethod
+    def create_embedding_bag_sharding(cls, sharding_infos, env, device=None, permute_embeddings=False,
+                                      qcomm_codecs_registry=None):
+        sharding_type = sharding_infos[0].param_sharding.sharding_type
+        kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
+        if sharding_type == ShardingType.TABLE_WISE.value:
+            return _TwSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.ROW_WISE.value:
+            return _RwSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.COLUMN_WISE.value:
+            return _CwSharding(sharding_infos, env, device, permute_embeddings=permute_embeddings, **kw)
+        if sharding_type == ShardingType.DATA_PARALLEL.value:
+            return _DpSharding(sharding_infos, env, device)
+        raise _unsupported_sharding(sharding_type)
+
+    def _create_lookups(self) -> None:
+        """TorchRec's lookups, whose kernels pool SUM where TorchRec divides by the bags' lengths itself.
+
+        TorchRec cannot pool MEAN inside a row-wise shard (a bag's rows lie on several shards), so where a
+        MEAN table is sharded row-wise (or table-row-wise) its kernels pool SUM and, after the output
+        distribution, the collection divides the pooled outputs by the bags' lengths plus 1e-6 (its mean-pooling
+        callback, ``_create_mean_pooling_divisor`` in torchrec 1.9.2); that division also scales the output
+        gradients in the backward. It divides every feature of the collection except those of row-wise SUM
+        tables, so with embscale's one pooling for all tables every kernel then pools SUM: a kernel pooling
+        MEAN would be divided twice (torchrec 1.9.2's own kernels are, for their table-wise and column-wise
+        MEAN tables beside a row-wise one). Without a row-wise MEAN table nothing is divided after, and the
+        kernels pool as the tables say."""
+        super()._create_lookups()
+        if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
+            for kernel in self._embscale_kernels():
+                kernel.pool_sums()
+
+
+class ShardedEmbeddingCollection(_ShardedCollection, _TorchrecShardedEC):
+    """TorchRec's sharded EmbeddingCollection (sequence embeddings) whose shards run embscale's kernels: TorchRec's
+    input distribution, sequence output distribution and JaggedTensors per feature, around one
+    TableBatchedEmbeddingBags with pooling "none" per shard group. Started from the unsharded module's
+    tables (where they are not on the meta device)."""
+
+    _TABLES = "embeddings"
+    _TORCHREC_MODULE = _torchrec_ec_module
+
+    def __init__(self, module: EmbeddingCollection, *args, **kwargs) -> None:
+        self._embscale_constructing = True
+        try:
+            super().__init__(module, *args, **kwargs)
+        finally:
+            self._embscale_constructing = False
+        self._copy_tables_from(module)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """TorchRec's load, except the one its constructor makes of the unsharded module's whole state_dict
+        (strict: embscale's module has its TBE's own entries, ``tbe.*``, beside the tables), which
+        ``_copy_tables_from`` does instead: the tables, into every shard and replica."""
+        if self._embscale_constructing:
+            return _IncompatibleKeys(missing_keys=[], unexpected_keys=[])
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    @classmethod
+    def create_embedding_sharding(cls, sharding_type, sharding_infos, env, device=None, qcomm_codecs_registry=None):
+        kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
+        if sharding_type == ShardingType.TABLE_WISE.value:
+            return _TwSequenceSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.ROW_WISE.value:
+            return _RwSequenceSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.COLUMN_WISE.value:
+            return _CwSequenceSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.DATA_PARALLEL.value:
+            return _DpSequenceSharding(sharding_infos, env, device)
+        raise _unsupported_sharding(sharding_type)
 
 
 def _check_shards_per_rank(name, ps) -> None:
@@ -1006,21 +1119,31 @@ def _table_placement(name, ps, dtype) -> str:
     return placement
 
 
-class EmbeddingBagCollectionSharder(_TorchrecSharder):
-    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
-    each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
-    module's tables (where they are not on the meta device).
+def _check_column_widths(params) -> None:
+    """TorchRec's sharded EmbeddingCollection reads every column shard's output with one width (its first
+    column-wise shard's), so a plan cutting the tables into column shards of several widths would be misread:
+    ValueError naming the tables and their widths."""
+    widths = {name: sorted({m.shard_sizes[1] for m in ps.sharding_spec.shards}) for name, ps in params.items()
+              if ps.sharding_type == ShardingType.COLUMN_WISE.value and ps.sharding_spec is not None}
+    if len({w for ws in widths.values() for w in ws}) > 1:
+        raise ValueError(f"params: column shards of widths {widths}; the column-wise tables of an EmbeddingCollection "
+                         "must be cut into shards of one width (TorchRec's sequence output distribution reads them "
+                         "with one)")
 
-    The plan's compute kernel gives each table its placement: FUSED "device", FUSED_UVM "host" and
-    FUSED_UVM_CACHING "cached" (data-parallel tables, DENSE or FUSED, "device"); a cached table's cache
-    follows the plan's cache_params (load_factor, algorithm) or the sharder's ``fused_params``
-    (``cache_load_factor``, ``cache_algorithm``), as TorchRec passes them to FBGEMM. ``compute_kernels()``
-    offers TorchRec's planner the kernels of TorchRec's own sharder that embscale serves, so on a CUDA
-    topology whose device memory cannot hold the tables it plans FUSED_UVM_CACHING or FUSED_UVM."""
 
-    def shard(self, module: EmbeddingBagCollection, params, env, device=None, module_fqn=None):
-        if not isinstance(module, EmbeddingBagCollection):
-            raise TypeError(f"module: {type(module).__name__} is not embscale.torchrec.EmbeddingBagCollection")
+class _Sharder:
+    """What embscale's sharders share (mixed in before TorchRec's sharder): the plan checked, every table's kernel
+    made embscale's (the plan's kernel giving its placement), the kernels offered to TorchRec's planner."""
+
+    def _check_plan(self, params) -> None:
+        """Checks of one collection's own (ValueError naming the plan's entry)."""
+
+    def _embscale_fused_params(self, module, params) -> Dict[str, Any]:
+        """The fused_params that carry the module's optimizer settings and each table's placement to its shards;
+        the plan's compute kernels replaced by the customized one, once the whole plan is checked (a refused plan
+        is left as it was)."""
+        if not isinstance(module, self.module_type):
+            raise TypeError(f"module: {type(module).__name__} is not embscale.torchrec.{self.module_type.__name__}")
         dtype = module._optimizer_settings["weights_dtype"]
         placements = {}
         for name, ps in params.items():
@@ -1029,22 +1152,14 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
                                  f"expected one of {', '.join(_SHARDING_TYPES)}")
             _check_shards_per_rank(name, ps)
             placements[name] = _table_placement(name, ps, dtype)
-        for ps in params.values():  # checked first: a refused plan is left as it was
+        self._check_plan(params)
+        for ps in params.values():
             setattr(ps, _PLAN_KERNEL, _plan_kernel(ps))
             ps.compute_kernel = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
         fused = dict(self.fused_params or {})
         fused[_FUSED_KEY] = tuple(sorted(module._optimizer_settings.items()))
         fused[_PLACEMENTS_KEY] = tuple(sorted(placements.items()))
-        sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
-                                                fused_params=fused, device=device,
-                                                qcomm_codecs_registry=self.qcomm_codecs_registry,
-                                                module_fqn=module_fqn,
-                                                sharded_module_order_overwrite=self._sharded_module_order_overwrite)
-        if module.device.type != "meta":
-            full = {n: module.embedding_bags[n].weight.detach() for n in module.embedding_bags}
-            for kernel in sharded._embscale_kernels():
-                kernel.copy_from_full_tables({n: w.to(kernel.tbe.weights.device) for n, w in full.items()})
-        return sharded
+        return fused
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> List[str]:
         """The kernels TorchRec's planner may choose, as TorchRec's own sharder offers them, those embscale
@@ -1060,6 +1175,29 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
     def sharding_types(self, compute_device_type: str) -> List[str]:
         return list(_SHARDING_TYPES)
 
+
+class EmbeddingBagCollectionSharder(_Sharder, _TorchrecSharder):
+    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
+    each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
+    module's tables (where they are not on the meta device).
+
+    The plan's compute kernel gives each table its placement: FUSED "device", FUSED_UVM "host" and
+    FUSED_UVM_CACHING "cached" (data-parallel tables, DENSE or FUSED, "device"); a cached table's cache
+    follows the plan's cache_params (load_factor, algorithm) or the sharder's ``fused_params``
+    (``cache_load_factor``, ``cache_algorithm``), as TorchRec passes them to FBGEMM. ``compute_kernels()``
+    offers TorchRec's planner the kernels of TorchRec's own sharder that embscale serves, so on a CUDA
+    topology whose device memory cannot hold the tables it plans FUSED_UVM_CACHING or FUSED_UVM."""
+
+    def shard(self, module: EmbeddingBagCollection, params, env, device=None, module_fqn=None):
+        fused = self._embscale_fused_params(module, params)
+        sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
+                                                fused_params=fused, device=device,
+                                                qcomm_codecs_registry=self.qcomm_codecs_registry,
+                                                module_fqn=module_fqn,
+                                                sharded_module_order_overwrite=self._sharded_module_order_overwrite)
+        sharded._copy_tables_from(module)
+        return sharded
+
     @property
     def module_type(self):
         return EmbeddingBagCollection
@@ -1067,3 +1205,28 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
     @property
     def sharded_module_type(self):
         return ShardedEmbeddingBagCollection
+
+
+class EmbeddingCollectionSharder(_Sharder, _TorchrecECSharder):
+    """Shards embscale.torchrec.EmbeddingCollection (sequence embeddings) as EmbeddingBagCollectionSharder shards
+    the bag collection: table-wise, row-wise, column-wise or data-parallel, every shard group a
+    TableBatchedEmbeddingBags with pooling "none" and the module's optimizer settings, started from the
+    module's tables, the plan's kernel giving each table its placement. Column-wise tables are cut into shards
+    of one width, as TorchRec's sequence sharding needs (``params`` naming the widths otherwise)."""
+
+    def _check_plan(self, params) -> None:
+        _check_column_widths(params)
+
+    def shard(self, module: EmbeddingCollection, params, env, device=None, module_fqn=None):
+        fused = self._embscale_fused_params(module, params)
+        return ShardedEmbeddingCollection(module, params, env, fused, device,
+                                          qcomm_codecs_registry=self.qcomm_codecs_registry,
+                                          use_index_dedup=self._use_index_dedup, module_fqn=module_fqn)
+
+    @property
+    def module_type(self):
+        return EmbeddingCollection
+
+    @property
+    def sharded_module_type(self):
+        return ShardedEmbeddingCollection
