@@ -884,7 +884,10 @@ class _ShardedCollection:
         kernel) each table's local shards as one ShardedTensor under ``<_TABLES>.<table>.weight``, as
         TorchRec's own kernels give them: ``state_dict()`` then holds every table whole, so
         ``torch.distributed.checkpoint`` saves it and loads it into another plan or world size."""
-        super()._initialize_torch_state(skip_registering)
+        if skip_registering:
+            super()._initialize_torch_state(skip_registering)
+        else:  # (torchrec 1.6.1's sharded EmbeddingCollection takes no argument)
+            super()._initialize_torch_state()
         if not hasattr(self, "_embscale_hooks"):  # (TorchRec's lookups are not submodules: no state_dict of theirs)
             self._embscale_hooks = (
                 self.register_state_dict_pre_hook(_ShardedCollection._flush_before_save),
