@@ -1078,6 +1078,17 @@ def _check_shards_per_rank(name, ps) -> None:
                              "their rows, as TorchRec stacks them)")
 
 
+def _check_shards_have_rows(name, ps) -> None:
+    """Every shard of a table needs a row (a TableBatchedEmbeddingBags' tables have at least one): a row-wise
+    plan of a table with fewer rows than processes, which gives some a shard of none, is refused by name."""
+    if ps.sharding_spec is None:
+        return
+    sizes = [m.shard_sizes[0] for m in ps.sharding_spec.shards]
+    if 0 in sizes:
+        raise ValueError(f"params[{name!r}]: shards of {sizes} rows; embscale's shards need at least one row each "
+                         "(shard a table of fewer rows than processes table-wise or data-parallel)")
+
+
 def _plan_kernel(ps) -> str:
     """The compute kernel the plan names for a table: shard() replaces it by the customized one and records
     it on the ParameterSharding, so a plan sharded once is read as it was written when it is used again."""
@@ -1154,6 +1165,7 @@ class _Sharder:
                 raise ValueError(f"params[{name!r}]: sharding_type {ps.sharding_type} is not supported by embscale; "
                                  f"expected one of {', '.join(_SHARDING_TYPES)}")
             _check_shards_per_rank(name, ps)
+            _check_shards_have_rows(name, ps)
             placements[name] = _table_placement(name, ps, dtype)
         self._check_plan(params)
         for ps in params.values():
