@@ -257,3 +257,89 @@ def test_sharded_training_matches_one_process(run, plan, optimizer):
         :, pieces[i][1]:pieces[i][1] + pieces[i][2]]) for i in after), "training changed the tables"
     for r in range(world):
         assert results[r][case][2] == [], f"rank {r}: tables handed to the dense optimizer"
+
+
+def _checkpoint_worker(rank, world, plan, folder, steps):
+    """Trains `steps` and saves the model and its fused optimizer with torch.distributed.checkpoint (steps
+    given), or loads them (steps None; the model starts from the same tables as the saved one did, so the
+    loaded values must come from the checkpoint); the local shards after, and per table the local shards of
+    its row-wise state in the fused optimizer's state_dict: (global size, [(offset, values)])."""
+    import torch.distributed.checkpoint as dcp
+
+    dmp = _sharded_model(rank, world, plan, "rowwise_adagrad")
+    if steps is not None:
+        _train(dmp, rank, steps)
+        dcp.save({"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}, checkpoint_id=folder)
+    else:
+        state = {"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}
+        dcp.load(state, checkpoint_id=folder)
+        dmp.load_state_dict(state["model"])
+        dmp.fused_optimizer.load_state_dict(state["optim"])
+    saved_state = {}
+    for key, entries in dmp.fused_optimizer.state_dict()["state"].items():
+        assert key.startswith("ec.embeddings."), key  # keyed as the model's state_dict keys the tables
+        name = key.split(".")[-2]
+        st = entries[f"{name}.momentum1"]
+        saved_state[name] = (tuple(st.size()), [(s.metadata.shard_offsets[0], s.tensor.clone())
+                                                for s in st.local_shards()])
+    return _local_shards(dmp), saved_state
+
+
+def _whole(results, name, plan):
+    """Table `name` and its row-wise state ([rows, column pieces]: one per column shard) from every rank's
+    shards."""
+    rows, pieces = ROWS[name], _column_pieces(plan, name)
+    table = torch.full((rows, DIM), float("nan"))
+    state = torch.full((rows, pieces), float("nan"))
+    for shards, _ in results:
+        for n, (r0, c0), w, s in shards:
+            if n == name:
+                table[r0:r0 + w.shape[0], c0:c0 + w.shape[1]] = w
+                state[r0:r0 + w.shape[0], c0 * pieces // DIM] = s["sum"]
+    return table, state
+
+
+def _check_state_positions(results, plan):
+    """The fused optimizer's row-wise state as TorchRec's FUSED kernels lay it out: [rows] sharded as the
+    rows, or for a table of k column shards [k * rows] with the j-th shard from the left at j * rows."""
+    for r, (shards, saved) in enumerate(results):
+        for n, (r0, c0), _, s in shards:
+            k = _column_pieces(plan, n)
+            size, local = saved[n]
+            at = c0 // (DIM // k) * ROWS[n] if k > 1 else r0
+            assert size == (ROWS[n] * k,), f"rank {r}: table {n} state size"
+            assert [torch.equal(v, s["sum"]) for o, v in local if o == at] == [True], \
+                f"rank {r}: table {n}, shard of column {c0}: its state at {at}"
+
+
+# (plan, world size) saved -> loaded, as tests/python/test_torchrec.py reshards the bag collection
+RESHARDS = ([(("table_wise", 2), ("row_wise", 3)), (("row_wise", 3), ("table_wise", 2)),
+             (("column_wise", 2), ("column_wise", 3))] if max(WORLDS) > 1 else
+            [(("table_wise", 1), ("row_wise", 1)), (("column_wise", 1), ("column_wise", 1))])
+
+
+@pytest.mark.parametrize("saved, loaded", RESHARDS)
+def test_checkpoint_reshards(tmp_path, saved, loaded):
+    """A checkpoint of the sharded model and its fused optimizer (torch.distributed.checkpoint) taken under
+    one plan and world size loads into another: every table and its row-wise Adagrad state equal the saved
+    ones bit for bit, and differ from the untrained start; the state sits where TorchRec's kernels put it."""
+    (plan_a, world_a), (plan_b, world_b) = saved, loaded
+    multiprocess.skip_unless_enough_devices(max(world_a, world_b))
+    seed = 11
+    print(f"seed={seed}")
+    steps = _batches(torch.Generator().manual_seed(seed), world_a)
+    folder = str(tmp_path / "checkpoint")
+    after_save = multiprocess.run(_checkpoint_worker, world_a, plan_a, folder, steps, timeout=300)
+    after_load = multiprocess.run(_checkpoint_worker, world_b, plan_b, folder, None, timeout=300)
+    start_tables = _collection("rowwise_adagrad").tbe.split_embedding_weights()
+    trained = 0
+    for (n, _, _), start in zip(TABLES, start_tables):
+        want, want_state = _whole(after_save, n, plan_a)
+        got, got_state = _whole(after_load, n, plan_a)
+        assert not want.isnan().any() and not got.isnan().any(), f"table {n}: shards cover it"
+        assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
+        assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
+        trained += not torch.equal(want, start)
+    assert trained == len(TABLES), "training changed every table"
+    _check_state_positions(after_save, plan_a)
+    _check_state_positions(after_load, plan_b)
