@@ -343,3 +343,164 @@ def test_checkpoint_reshards(tmp_path, saved, loaded):
     assert trained == len(TABLES), "training changed every table"
     _check_state_positions(after_save, plan_a)
     _check_state_positions(after_load, plan_b)
+
+
+# ---- the unsharded collection ----------------------------------------------------------------------------------
+# A feature of two tables ("a" of t0 and t4: it comes out as a@t0 and a@t4), a table of one row (t3), and the
+# features' keys in the batch in another order than the tables'.
+SHARED = [("t4", 5, ["a"])]
+LOOKUPS = [(f"{f}@{n}" if f == "a" else f, f, t) for t, (n, _, fs) in enumerate(TABLES + SHARED) for f in fs]
+BATCH_KEYS = FEATURES[::-1]
+
+
+def _shared_configs():
+    return [EmbeddingConfig(name=n, num_embeddings=e, embedding_dim=DIM, feature_names=list(fs))
+            for n, e, fs in TABLES + SHARED]
+
+
+def _random_batch(gen, empty=()):
+    """A KeyedJaggedTensor with keys BATCH_KEYS, the features in `empty` without values."""
+    rows = {f: min(e for n, e, fs in TABLES + SHARED if f in fs) for f in FEATURES}  # "a" within both tables
+    lengths = torch.randint(0, MAX_LEN + 1, (len(BATCH_KEYS), BATCH), generator=gen)
+    for f in empty:
+        lengths[BATCH_KEYS.index(f)] = 0
+    values = torch.cat([torch.randint(0, rows[f], (int(n),), generator=gen) for f, n in zip(BATCH_KEYS, lengths.sum(1))])
+    return KeyedJaggedTensor.from_lengths_sync(keys=BATCH_KEYS, values=values, lengths=lengths.reshape(-1))
+
+
+@pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "sgd"])
+def test_collection_matches_the_naive_reference(gen, device, optimizer):
+    """Forward (each feature's rows, its lengths and, with need_indices, its indices) and two training steps
+    against tbe_reference's float64 maths: rows bit for bit (the tables' own rows), tables and row-wise state
+    to fp32 rounding."""
+    ec = EmbeddingCollection(_shared_configs(), device=device, need_indices=True, optimizer=optimizer,
+                             **OPTIMIZERS[optimizer])
+    assert list(ec.fused_optimizer.params) == [f"embeddings.{n}.weight" for n, _, _ in TABLES + SHARED]
+    tables = [w.detach().cpu().double() for w in ec.tbe.split_embedding_weights()]
+    state = [{"m1": torch.zeros(t.shape[0], dtype=torch.float64)} for t in tables]
+    hp = {"learning_rate": 0.3, "eps": OPTIMIZERS[optimizer].get("eps", 0.0), "beta1": 0.9, "beta2": 0.999,
+          "weight_decay": 0.0, "max_norm": 0.0, "gradient_clipping": 0.0, "weight_decay_mode": "none"}
+    for step in range(2):
+        kjt = _random_batch(gen, empty=["c"] if step == 0 else [])
+        features = kjt.to_dict()
+        current = [w.detach().cpu().double() for w in ec.tbe.split_embedding_weights()]  # (the reference's, rounded)
+        out = ec(kjt.to(device))
+        assert list(out) == [name for name, _, _ in LOOKUPS]
+        grads = [torch.zeros_like(t) for t in tables]
+        touched = [set() for _ in tables]
+        loss = 0
+        for name, f, t in LOOKUPS:
+            ids, lengths = features[f].values(), features[f].lengths()
+            assert torch.equal(out[name].values().cpu().double(), current[t][ids]), f"step {step}: {name}'s rows"
+            assert torch.equal(out[name].lengths().cpu(), lengths) and torch.equal(out[name].weights().cpu(), ids)
+            g = torch.randn(ids.numel(), DIM, generator=gen)
+            loss = loss + (out[name].values() * g.to(device)).sum()
+            for i, r in enumerate(ids.tolist()):
+                grads[t][r] += g[i].double()
+                touched[t].add(r)
+        loss.backward()
+        ref.apply_optimizer(optimizer, tables, state, grads, touched, hp, step + 1)
+        for t, (w, s) in enumerate(zip(ec.tbe.split_embedding_weights(), ec.tbe.optimizer_state())):
+            torch.testing.assert_close(w.detach().cpu().double(), tables[t], rtol=1e-5, atol=1e-5)
+            if optimizer == "rowwise_adagrad":
+                torch.testing.assert_close(s["sum"].cpu().double(), state[t]["m1"], rtol=1e-5, atol=1e-5)
+    assert touched[TABLES.index(("t3", 1, ["e"]))] == {0}  # the table of one row trained
+
+
+def test_collection_matches_torchrecs(gen):
+    """torchrec's own EmbeddingCollection given the same tables (its state_dict loaded into embscale's, as a
+    torchrec checkpoint loads): the same features, rows, lengths and indices bit for bit, and SGD's update the
+    step torch's gradient gives. The output gradients are multiples of 1/2 in [-2, 2], so each row's summed
+    gradient is exact in any order of additions and w - lr * g (lr a power of 2) is one rounding either way."""
+    theirs = torchrec.EmbeddingCollection(tables=_shared_configs(), need_indices=True)
+    ours = EmbeddingCollection(_shared_configs(), need_indices=True, optimizer="sgd", learning_rate=0.5)
+    result = ours.load_state_dict(theirs.state_dict(), strict=False)
+    assert result.unexpected_keys == [] and all(k.startswith("tbe.") for k in result.missing_keys)
+    before = {n: theirs.embeddings[n].weight.detach().clone() for n, _, _ in TABLES + SHARED}
+    for n in before:
+        assert torch.equal(ours.embeddings[n].weight, before[n])
+    kjt = _random_batch(gen, empty=["d"])
+    want, got = theirs(kjt), ours(kjt)
+    assert list(got) == list(want)
+    grads = {}
+    for name in want:
+        assert torch.equal(got[name].values(), want[name].values()), name
+        assert torch.equal(got[name].lengths(), want[name].lengths()), name
+        assert torch.equal(got[name].weights(), want[name].weights()), name
+        grads[name] = torch.randint(-4, 5, want[name].values().shape, generator=gen) / 2
+    sum((want[k].values() * g).sum() for k, g in grads.items()).backward()
+    sum((got[k].values() * g).sum() for k, g in grads.items()).backward()
+    for n in before:
+        step = before[n] - 0.5 * theirs.embeddings[n].weight.grad
+        assert torch.equal(ours.embeddings[n].weight, step), f"table {n}"
+    assert not torch.equal(ours.embeddings["t0"].weight, before["t0"])
+
+
+def test_collection_batches_without_values():
+    # Every feature empty: rows [0, DIM] per feature, and a backward that changes nothing.
+    ec = _collection("sgd")
+    before = ec.tbe.weights.detach().clone()
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.zeros(0, dtype=torch.int64),
+                                              lengths=torch.zeros(len(FEATURES) * BATCH, dtype=torch.int64))
+    out = ec(kjt)
+    assert list(out) == FEATURES and all(jt.values().shape == (0, DIM) for jt in out.values())
+    assert all(torch.equal(jt.lengths(), torch.zeros(BATCH, dtype=torch.int64)) for jt in out.values())
+    assert all(jt.weights_or_none() is None for jt in out.values())  # need_indices off
+    sum(jt.values().sum() for jt in out.values()).backward()
+    assert torch.equal(ec.tbe.weights, before)
+
+
+def test_collection_errors():
+    def config(name, dim=DIM, feature="x", **kw):
+        return EmbeddingConfig(name=name, num_embeddings=4, embedding_dim=dim, feature_names=[feature], **kw)
+
+    with pytest.raises(ValueError, match=r"tables: embedding_dim \[8, 4\] differ"):
+        EmbeddingCollection([config("a"), config("b", 4, "y")])
+    with pytest.raises(ValueError, match="tables: names"):
+        EmbeddingCollection([config("a"), config("a", feature="y")])
+    with pytest.raises(ValueError, match="tables: at least one"):
+        EmbeddingCollection([])
+    with pytest.raises(ValueError, match=r"tables\[0\].data_type: INT8 is not supported"):
+        EmbeddingCollection([config("a", data_type=torchrec.DataType.INT8)])
+    ec = _collection("sgd")
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=["a"], values=torch.tensor([1]), lengths=torch.tensor([1]))
+    with pytest.raises(ValueError, match=r"features: keys \['a'\] lack \['b', 'c', 'd', 'e'\]"):
+        ec(kjt)
+
+
+def _plan(ec, per_param, world=2):
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
+
+    return dict(construct_module_sharding_plan(ec, per_param_sharding=per_param, local_size=world, world_size=world,
+                                               device_type="cpu", sharder=EmbeddingCollectionSharder()))
+
+
+def test_sharder_errors():
+    """Plans and modules the sharder cannot serve are refused by name, before anything is changed."""
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec
+    from torchrec.distributed import sharding_plan as sp
+
+    ec = _collection("sgd")
+    sharder = EmbeddingCollectionSharder()
+    tw = {n: sp.table_wise(rank=0) for n, _, _ in TABLES}
+    # TorchRec's sequence sharding reads every column shard with one width: t1 in shards of 4, t2 of 2 and 6
+    plan = _plan(ec, {**tw, "t1": sp.column_wise(ranks=[0, 1]), "t2": sp.column_wise(ranks=[0, 1])})
+    placements = [m.placement for m in plan["t2"].sharding_spec.shards]
+    plan["t2"].sharding_spec = EnumerableShardingSpec([ShardMetadata([0, 0], [50, 2], placements[0]),
+                                                       ShardMetadata([0, 2], [50, 6], placements[1])])
+    kernels = {n: ps.compute_kernel for n, ps in plan.items()}
+    with pytest.raises(ValueError, match=r"params: column shards of widths \{'t1': \[4\], 't2': \[2, 6\]\}"):
+        sharder.shard(ec, plan, env=None)
+    assert {n: ps.compute_kernel for n, ps in plan.items()} == kernels
+    plan = _plan(ec, {**tw, "t3": sp.row_wise()})  # a table of one row over two processes
+    with pytest.raises(ValueError, match=r"params\['t3'\]: shards of \[1, 0\] rows"):
+        sharder.shard(ec, plan, env=None)
+    plan = _plan(ec, tw)
+    plan["t0"].sharding_type = "table_row_wise"
+    with pytest.raises(ValueError, match=r"params\['t0'\]: sharding_type table_row_wise is not supported"):
+        sharder.shard(ec, plan, env=None)
+    bags = EmbeddingBagCollection([EmbeddingBagConfig(name="t0", num_embeddings=4, embedding_dim=DIM,
+                                                      feature_names=["a"])])
+    with pytest.raises(TypeError, match="module: EmbeddingBagCollection is not embscale.torchrec.EmbeddingCollection"):
+        sharder.shard(bags, _plan(ec, tw), env=None)
