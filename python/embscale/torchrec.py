@@ -1,5 +1,6 @@
-"""embscale's kernels under TorchRec: an EmbeddingBagCollection trained by embscale's fused optimizer, and
-a sharder that plugs embscale in as TorchRec's customized compute kernel.
+"""embscale's kernels under TorchRec: an EmbeddingBagCollection (pooled embeddings) and an EmbeddingCollection
+(sequence embeddings) trained by embscale's fused optimizer, and for each a sharder that plugs embscale in as
+TorchRec's customized compute kernel.
 
     from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder
     ebc = EmbeddingBagCollection(tables, optimizer="rowwise_adagrad", learning_rate=0.05)  # the one changed line
@@ -8,7 +9,10 @@ a sharder that plugs embscale in as TorchRec's customized compute kernel.
         dict(in_backward_optimizer_filter(model.named_parameters())), lambda p: torch.optim.Adam(p))])
 
 The module takes a KeyedJaggedTensor and returns a KeyedTensor like torchrec's EmbeddingBagCollection,
-from one TableBatchedEmbeddingBags over all its tables. Sharded (table-wise, row-wise, column-wise or
+from one TableBatchedEmbeddingBags over all its tables. EmbeddingCollection returns a JaggedTensor of rows per
+feature like torchrec's EmbeddingCollection, from one TableBatchedEmbeddingBags with pooling "none"; its
+sharder (EmbeddingCollectionSharder) shards it as below, behind TorchRec's sequence input and output
+distributions, column-wise tables in shards of one width. Sharded (table-wise, row-wise, column-wise or
 data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
 TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
 name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
