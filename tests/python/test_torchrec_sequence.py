@@ -5,7 +5,6 @@ the same tables. Sharded under DistributedModelParallel (gloo, 2 and 3 processes
 column-wise, data-parallel and mixed plans train like one process on the global batch, outputs, tables and
 row-wise state bit for bit; checkpoints reshard across plans and world sizes. Skipped where torchrec is not
 installed (scripts/test_torchrec.sh makes an environment that has it)."""
-import copy
 
 import pytest
 import torch
@@ -194,7 +193,8 @@ def _one_process(plan, optimizer, world, steps):
         rows = {f: torch.full((ids[f].numel(), DIM), float("nan")) for f in FEATURES}
         for tbe, _, lookups in groups:
             indices = torch.cat([ids[f] for f, _ in lookups])
-            offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cat([lengths[f] for f, _ in lookups]).cumsum(0)])
+            counts = torch.cat([lengths[f] for f, _ in lookups])
+            offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
             out = tbe(indices, offsets)
             for (f, i), r in zip(lookups, out.detach().split([ids[f].numel() for f, _ in lookups])):
                 rows[f][:, pieces[i][1]:pieces[i][1] + pieces[i][2]] = r
@@ -364,7 +364,8 @@ def _random_batch(gen, empty=()):
     lengths = torch.randint(0, MAX_LEN + 1, (len(BATCH_KEYS), BATCH), generator=gen)
     for f in empty:
         lengths[BATCH_KEYS.index(f)] = 0
-    values = torch.cat([torch.randint(0, rows[f], (int(n),), generator=gen) for f, n in zip(BATCH_KEYS, lengths.sum(1))])
+    values = torch.cat([torch.randint(0, rows[f], (int(n),), generator=gen)
+                        for f, n in zip(BATCH_KEYS, lengths.sum(1))])
     return KeyedJaggedTensor.from_lengths_sync(keys=BATCH_KEYS, values=values, lengths=lengths.reshape(-1))
 
 
