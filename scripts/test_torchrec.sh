@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs the tests of embscale under TorchRec (tests/python/test_torchrec.py: DistributedModelParallel on
-# gloo, 1, 2 and 3 processes; tests/python/test_torchrec_placement.py: FUSED_UVM and FUSED_UVM_CACHING plans,
-# by hand and from TorchRec's planner, and TorchRec's prefetch), of embscale's sharded training against
+# gloo, 1, 2 and 3 processes; tests/python/test_torchrec_sequence.py: the sequence collection, unsharded
+# against torchrec's own and sharded on 2 and 3 processes; tests/python/test_torchrec_placement.py: FUSED_UVM
+# and FUSED_UVM_CACHING plans, by hand and from TorchRec's planner, and TorchRec's prefetch), of embscale's sharded training against
 # TorchRec's own FBGEMM FUSED kernels
 # (tests/python/test_torchrec_matches_fbgemm.py), of replicated tables (tests/python/test_data_parallel.py)
 # and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
 # tests/python/test_fbgemm_migration.py, which checks docs/python.md's migration table by training both side by
 # side) in a virtual
-# environment with the pinned CPU triple (and the first three again under torchrec 1.6.1, the oldest
+# environment with the pinned CPU triple (and the TorchRec and data-parallel ones again under torchrec 1.6.1, the oldest
 # pyproject.toml accepts) of scripts/torchrec-cpu-requirements.txt. The environment lives
 # in a cache folder outside the tree and is reused while its pins are unchanged (first run: a download of
 # about 3 GB, since torch's wheel brings its CUDA libraries). Uses the library of build/ (built by
@@ -32,10 +33,11 @@ if [ ! -f "$LIB" ]; then
   LIB=$ROOT/build/libembscale_c.so
 fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/python/test_torchrec.py tests/python/test_torchrec_placement.py tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py \
-  tests/python/test_fbgemm_peer.py tests/python/test_fbgemm_migration.py
+  tests/python/test_torchrec.py tests/python/test_torchrec_sequence.py tests/python/test_torchrec_placement.py \
+  tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py tests/python/test_fbgemm_peer.py \
+  tests/python/test_fbgemm_migration.py
 # Again under the oldest TorchRec that pyproject.toml accepts (torchrec>=1.6.1), over the same FBGEMM: there
-# embscale's collection takes another path (TorchRec before 1.7 wraps data-parallel lookups in
+# embscale's collections take another path (TorchRec before 1.7 wraps data-parallel lookups in
 # DistributedDataParallel inside its constructor). Its wheel goes into a folder of the environment, first on
 # the path.
 OLDEST=$VENV/torchrec-1.6.1
@@ -45,4 +47,5 @@ if [ ! -f "$OLDEST/torchrec/__init__.py" ]; then
 fi
 echo "== the same under torchrec 1.6.1"
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$OLDEST:$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/python/test_torchrec.py tests/python/test_torchrec_placement.py tests/python/test_data_parallel.py
+  tests/python/test_torchrec.py tests/python/test_torchrec_sequence.py tests/python/test_torchrec_placement.py \
+  tests/python/test_data_parallel.py

@@ -1,5 +1,6 @@
-"""embscale's kernels under TorchRec: an EmbeddingBagCollection trained by embscale's fused optimizer, and
-a sharder that plugs embscale in as TorchRec's customized compute kernel.
+"""embscale's kernels under TorchRec: an EmbeddingBagCollection (pooled embeddings) and an EmbeddingCollection
+(sequence embeddings) trained by embscale's fused optimizer, and for each a sharder that plugs embscale in as
+TorchRec's customized compute kernel.
 
     from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder
     ebc = EmbeddingBagCollection(tables, optimizer="rowwise_adagrad", learning_rate=0.05)  # the one changed line
@@ -8,7 +9,10 @@ a sharder that plugs embscale in as TorchRec's customized compute kernel.
         dict(in_backward_optimizer_filter(model.named_parameters())), lambda p: torch.optim.Adam(p))])
 
 The module takes a KeyedJaggedTensor and returns a KeyedTensor like torchrec's EmbeddingBagCollection,
-from one TableBatchedEmbeddingBags over all its tables. Sharded (table-wise, row-wise, column-wise or
+from one TableBatchedEmbeddingBags over all its tables. EmbeddingCollection returns a JaggedTensor of rows per
+feature like torchrec's EmbeddingCollection, from one TableBatchedEmbeddingBags with pooling "none"; its
+sharder (EmbeddingCollectionSharder) shards it as below, behind TorchRec's sequence input and output
+distributions, column-wise tables in shards of one width. Sharded (table-wise, row-wise, column-wise or
 data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
 TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
 name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
@@ -64,27 +68,37 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardedTensorMetadata, TensorProperties
-from torchrec.distributed.embedding_lookup import GroupedPooledEmbeddingsLookup
+from torch.nn.modules.module import _IncompatibleKeys
+from torchrec.distributed.embedding_lookup import GroupedEmbeddingsLookup, GroupedPooledEmbeddingsLookup
 from torchrec.distributed.embedding_kernel import BaseEmbedding
 from torchrec.distributed.embedding_types import EmbeddingComputeKernel, GroupedEmbeddingConfig
+import torchrec.distributed.embedding as _torchrec_ec_module
 import torchrec.distributed.embeddingbag as _torchrec_ebc_module
+from torchrec.distributed.embedding import EmbeddingCollectionSharder as _TorchrecECSharder
+from torchrec.distributed.embedding import ShardedEmbeddingCollection as _TorchrecShardedEC
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder as _TorchrecSharder
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection as _TorchrecShardedEBC
 from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
+from torchrec.distributed.sharding.cw_sequence_sharding import CwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.cw_sharding import CwPooledEmbeddingSharding
+from torchrec.distributed.sharding.dp_sequence_sharding import DpSequenceEmbeddingSharding
 from torchrec.distributed.sharding.dp_sharding import DpPooledEmbeddingSharding
+from torchrec.distributed.sharding.rw_sequence_sharding import RwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
+from torchrec.distributed.sharding.tw_sequence_sharding import TwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import data_type_to_dtype
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType
+from torchrec.modules.embedding_modules import get_embedding_names_by_table
 from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer, FusedOptimizerModule
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
+from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
 from . import _fbgemm_names
 from . import tbe as _tbe
 
 _POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
+_KERNEL_POOLING = {**_POOLING, PoolingType.NONE: "none"}  # a shard group's: TorchRec's sequence groups pool NONE
 _FUSED_KEY = "embscale"  # the fused_params entry that carries the module's optimizer settings to its shards
 _SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.ROW_WISE.value, ShardingType.COLUMN_WISE.value,
                    ShardingType.DATA_PARALLEL.value)
@@ -249,54 +263,60 @@ def _sharded(locals_, metadata: ShardedTensorMetadata, pg) -> ShardedTensor:
         process_group=pg)
 
 
-class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
-    """torchrec's EmbeddingBagCollection on embscale's kernels: ``tables`` (EmbeddingBagConfig, all of one
-    pooling, SUM or MEAN), KeyedJaggedTensor in, KeyedTensor (the features' pooled rows side by side, in
-    the tables' order) out; the tables are trained in the backward by the fused optimizer (``optimizer``
-    and its hyper-parameters as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer.
+def _check_tables(tables) -> None:
+    """A collection's tables: at least one, of unique names (ValueError naming ``tables`` otherwise)."""
+    if not tables:
+        raise ValueError("tables: at least one table config is needed")
+    names = [t.name for t in tables]
+    if len(set(names)) != len(names):
+        raise ValueError(f"tables: names {names} are not unique")
 
-    ``state_dict()`` has ``embedding_bags.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
-    own entries (``tbe.*``: per table its weights and optimizer state, hyper-parameters and step)."""
 
-    def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
-                 optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
-        super().__init__()
-        if not tables:
-            raise ValueError("tables: at least one EmbeddingBagConfig is needed")
+class _TbeCollection(nn.Module, FusedOptimizerModule):
+    """What embscale's two collections share: all tables in one TableBatchedEmbeddingBags (``tbe``), trained in
+    the backward by its fused optimizer, exposed as TorchRec's FusedOptimizer over per-table views keyed as
+    torchrec keys the tables (``<_TABLES>.<table>.weight``: ``embedding_bags`` for the bag collection,
+    ``embeddings`` for the sequence one).
+
+    ``state_dict()`` has those keys and the TableBatchedEmbeddingBags' own entries (``tbe.*``: per table its
+    weights and optimizer state, hyper-parameters and step)."""
+
+    _TABLES = ""  # the ModuleDict of the per-table views, as torchrec names it
+
+    def _build(self, tables, feature_table_map, pooling, device, optimizer, optimizer_kwargs) -> None:
+        """The TBE over ``tables`` (its features' tables ``feature_table_map``), the views and the optimizer."""
         names = [t.name for t in tables]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tables: names {names} are not unique")
-        self._embedding_bag_configs = list(tables)
-        self._is_weighted = bool(is_weighted)
-        self._feature_names = [f for t in tables for f in t.feature_names]
-        if len(set(self._feature_names)) != len(self._feature_names):
-            raise ValueError(f"tables: feature names {self._feature_names} are not unique")
         self._optimizer_settings = {"optimizer": optimizer, **optimizer_kwargs,
                                     "weights_dtype": _weights_dtype(tables, optimizer_kwargs)}
-        fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
         # the tables' own names key the TableBatchedEmbeddingBags' state too (tbe.<table>.weight, ...) where
         # they can (a state_dict key part has no ".")
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.num_embeddings, t.embedding_dim) for t in tables],
-                                                  feature_table_map=fmap, pooling=_pooling(tables), device=device,
+                                                  feature_table_map=feature_table_map, pooling=pooling, device=device,
                                                   table_names=None if any("." in n for n in names) else names,
                                                   **self._optimizer_settings)
-        self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
-        self.embedding_bags = nn.ModuleDict({n: nn.Module() for n in names})
+        setattr(self, self._TABLES, nn.ModuleDict({n: nn.Module() for n in names}))
         self._register_table_views()
         self.reset_parameters()
-        self.register_load_state_dict_post_hook(EmbeddingBagCollection._tables_after_load)
+        self.register_load_state_dict_post_hook(_TbeCollection._tables_after_load)
+
+    def _configs(self) -> list:
+        raise NotImplementedError
+
+    def _views(self) -> nn.ModuleDict:
+        return getattr(self, self._TABLES)
 
     @staticmethod
     def _tables_after_load(module, incompatible_keys):
         """After load_state_dict: with assign=True torch installs the checkpoint's own tensors as
-        ``embedding_bags.<table>.weight``, which are then no views of the module's tables (training would
+        ``<_TABLES>.<table>.weight``, which are then no views of the module's tables (training would
         leave them stale, and the fused optimizer would keep the old views). Their values are copied into
         the tables (a module on the meta device is made on their device first) and the views are made
         again. Without assign the views were written through and stay."""
         self = module
+        views = self._views()
         replaced = False
-        for t, (name, view) in enumerate(zip(self.embedding_bags, self.tbe.split_embedding_weights())):
-            loaded = self.embedding_bags[name].weight
+        for t, (name, view) in enumerate(zip(views, self.tbe.split_embedding_weights())):
+            loaded = views[name].weight
             if loaded.device == view.device and loaded.data_ptr() == view.data_ptr():
                 continue  # still the view (written through by a load without assign)
             replaced = True
@@ -317,21 +337,22 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         if self.device.type == "meta":
             return
         self.tbe.reset_parameters()
+        views = self._views()
         with torch.no_grad():
-            for config in self._embedding_bag_configs:
+            for config in self._configs():
                 if config.init_fn is not None:
-                    config.init_fn(self.embedding_bags[config.name].weight)
+                    config.init_fn(views[config.name].weight)
 
     def _register_table_views(self):
-        """``embedding_bags.<table>.weight`` as views of the module's tables, and the fused optimizer over
-        them, keyed as the module's state_dict keys them (as TorchRec's sharded collection keys its fused
-        optimizer); the views and the module's tables tagged as trained in the backward."""
+        """``<_TABLES>.<table>.weight`` as views of the module's tables, and the fused optimizer over them,
+        keyed as the module's state_dict keys them (as TorchRec's sharded collections key their fused
+        optimizers); the views and the module's tables tagged as trained in the backward."""
+        views = self._views()
         params = _table_params(self.tbe)
-        for name, p in zip(self.embedding_bags, params):
-            self.embedding_bags[name].weight = p
-        keyed = {f"embedding_bags.{name}.weight": p for name, p in zip(self.embedding_bags, params)}
-        state = {p: _state_entries(name, s) for name, p, s in zip(self.embedding_bags, params,
-                                                                   self.tbe.optimizer_state())}
+        for name, p in zip(views, params):
+            views[name].weight = p
+        keyed = {f"{self._TABLES}.{name}.weight": p for name, p in zip(views, params)}
+        state = {p: _state_entries(name, s) for name, p, s in zip(views, params, self.tbe.optimizer_state())}
         self._optim = EmbscaleFusedOptimizer(self.tbe, keyed, state)
         if not self.tbe.weights.requires_grad:
             _mark_trained_in_backward([*params, self.tbe.weights], self._optim)
@@ -349,12 +370,6 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
         super().__setstate__(state)
         self._register_table_views()
 
-    def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
-        return self._embedding_bag_configs
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
     @property
     def device(self) -> torch.device:
         return self.tbe.weights.device
@@ -363,17 +378,128 @@ class EmbeddingBagCollection(nn.Module, FusedOptimizerModule):
     def fused_optimizer(self) -> FusedOptimizer:
         return self._optim
 
-    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+    def _ordered(self, features: KeyedJaggedTensor, order: List[str]) -> KeyedJaggedTensor:
+        """The batch's features in the TBE's order (a feature may come more than once); ValueError naming
+        ``features`` where one is missing or where the batch size differs per feature."""
         _check_one_batch_size(features)
-        missing = [f for f in self._feature_names if f not in features.keys()]
+        keys = features.keys()
+        missing = [f for f in dict.fromkeys(order) if f not in keys]
         if missing:
-            raise ValueError(f"features: keys {features.keys()} lack {missing}")
-        if features.keys() != self._feature_names:
-            features = features.permute([features.keys().index(f) for f in self._feature_names])
+            raise ValueError(f"features: keys {keys} lack {missing}")
+        if keys != order:
+            features = features.permute([keys.index(f) for f in order])
+        return features
+
+
+class EmbeddingBagCollection(_TbeCollection):
+    """torchrec's EmbeddingBagCollection on embscale's kernels: ``tables`` (EmbeddingBagConfig, all of one
+    pooling, SUM or MEAN), KeyedJaggedTensor in, KeyedTensor (the features' pooled rows side by side, in
+    the tables' order) out; the tables are trained in the backward by the fused optimizer (``optimizer``
+    and its hyper-parameters as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer.
+
+    ``state_dict()`` has ``embedding_bags.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
+    own entries (``tbe.*``: per table its weights and optimizer state, hyper-parameters and step)."""
+
+    _TABLES = "embedding_bags"
+
+    def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
+                 optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
+        super().__init__()
+        _check_tables(tables)
+        self._embedding_bag_configs = list(tables)
+        self._is_weighted = bool(is_weighted)
+        self._feature_names = [f for t in tables for f in t.feature_names]
+        if len(set(self._feature_names)) != len(self._feature_names):
+            raise ValueError(f"tables: feature names {self._feature_names} are not unique")
+        self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
+        fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
+        self._build(tables, fmap, _pooling(tables), device, optimizer, optimizer_kwargs)
+
+    def _configs(self):
+        return self._embedding_bag_configs
+
+    def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
+        return self._embedding_bag_configs
+
+    def is_weighted(self) -> bool:
+        return self._is_weighted
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        features = self._ordered(features, self._feature_names)
         values = features.values()
         weights = features.weights_or_none() if self._is_weighted else None
         pooled = self.tbe(values, features.offsets().to(values.dtype), weights)
         return KeyedTensor(keys=self._feature_names, length_per_key=self._lengths_per_key, values=pooled)
+
+
+class EmbeddingCollection(_TbeCollection):
+    """torchrec's EmbeddingCollection (sequence embeddings: one row per index, nothing pooled) on embscale's
+    kernels: ``tables`` (EmbeddingConfig, all of one embedding_dim, as torchrec's), KeyedJaggedTensor in,
+    ``Dict[str, JaggedTensor]`` out, per feature its rows ([values of the feature, embedding_dim]) with the
+    feature's lengths (and its indices as ``weights()`` with ``need_indices``); a feature of several tables
+    comes out once per table, as ``<feature>@<table>``. One TableBatchedEmbeddingBags with pooling "none"
+    holds the tables, trained in the backward by its fused optimizer (``optimizer`` and its hyper-parameters
+    as TableBatchedEmbeddingBags takes them), exposed as TorchRec's FusedOptimizer. A config without
+    feature_names gets its table's name as its one feature, as torchrec's module gives it.
+
+    ``state_dict()`` has ``embeddings.<table>.weight`` (torchrec's keys) and the TableBatchedEmbeddingBags'
+    own entries (``tbe.*``: per table its weights and optimizer state, hyper-parameters and step)."""
+
+    _TABLES = "embeddings"
+
+    def __init__(self, tables: List[EmbeddingConfig], device=None, need_indices: bool = False,
+                 optimizer: str = "rowwise_adagrad", **optimizer_kwargs):
+        super().__init__()
+        _check_tables(tables)
+        dims = [t.embedding_dim for t in tables]
+        if len(set(dims)) > 1:
+            raise ValueError(f"tables: embedding_dim {dims} differ; the tables of a sequence collection have one "
+                             "embedding_dim (as torchrec's EmbeddingCollection's)")
+        for t in tables:
+            if not t.feature_names:
+                t.feature_names = [t.name]
+        self._embedding_configs = list(tables)
+        self._need_indices = bool(need_indices)
+        self._embedding_names_by_table = get_embedding_names_by_table(tables)
+        self._features = [f for t in tables for f in t.feature_names]  # the TBE's features (one per table using it)
+        self._embedding_names = [e for names in self._embedding_names_by_table for e in names]
+        fmap = [i for i, t in enumerate(tables) for _ in t.feature_names]
+        self._build(tables, fmap, "none", device, optimizer, optimizer_kwargs)
+
+    def _configs(self):
+        return self._embedding_configs
+
+    def embedding_configs(self) -> List[EmbeddingConfig]:
+        return self._embedding_configs
+
+    def embedding_names_by_table(self) -> List[List[str]]:
+        return self._embedding_names_by_table
+
+    def embedding_dim(self) -> int:
+        return self._embedding_configs[0].embedding_dim
+
+    def need_indices(self) -> bool:
+        return self._need_indices
+
+    # TorchRec's sharded collection reads these choices of its output distribution from the module: its defaults.
+    def use_gather_select(self) -> bool:
+        return False
+
+    def use_gather_select_per_sharding(self) -> Optional[Dict[str, bool]]:
+        return None
+
+    def use_sorted_select(self) -> bool:
+        return False
+
+    def forward(self, features: KeyedJaggedTensor) -> Dict[str, JaggedTensor]:
+        features = self._ordered(features, self._features)
+        values = features.values()
+        rows = self.tbe(values, features.offsets().to(values.dtype))
+        counts = features.length_per_key()
+        lengths = features.lengths().view(len(self._features), features.stride())
+        return {name: JaggedTensor(values=emb, lengths=lens, weights=ids if self._need_indices else None)
+                for name, emb, ids, lens in zip(self._embedding_names, rows.split(counts), values.split(counts),
+                                                lengths)}
 
 
 def _check_one_batch_size(features: KeyedJaggedTensor):
@@ -429,8 +555,8 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         fused = config.fused_params or {}
         settings = dict(fused.get(_FUSED_KEY, ()))
         if not settings:
-            raise ValueError("fused_params: no embscale optimizer settings; shard embscale.torchrec's "
-                             "EmbeddingBagCollection with embscale.torchrec.EmbeddingBagCollectionSharder")
+            raise ValueError("fused_params: no embscale optimizer settings; shard embscale.torchrec's collections "
+                             "with their sharders (EmbeddingBagCollectionSharder, EmbeddingCollectionSharder)")
         placement_of = dict(fused.get(_PLACEMENTS_KEY, ()))
         placements = [placement_of.get(t.name, "device") for t in tables]
         settings.update(_cache_settings(tables, placements))
@@ -439,7 +565,7 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         self._pg = pg
         group = pg if sharding_type == ShardingType.DATA_PARALLEL else None
         self.tbe = _tbe.TableBatchedEmbeddingBags([(t.local_rows, t.local_cols, p) for t, p in zip(tables, placements)],
-                                                  feature_table_map=fmap, pooling=_POOLING[config.pooling],
+                                                  feature_table_map=fmap, pooling=_KERNEL_POOLING[config.pooling],
                                                   device=device, data_parallel_group=group, **settings)
         # On CUDA, tables in host memory: the module's parameters view the TBE's host store (CPU tensors)
         self.host_tables = self.tbe.weights.device.type == "cpu" and torch.device(device or "cpu").type != "cpu"
@@ -687,55 +813,70 @@ class _DpSharding(DpPooledEmbeddingSharding):
                        scale_weight_gradients=False, sharding_type=ShardingType.DATA_PARALLEL, env=self._env)
 
 
-class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
-    """TorchRec's sharded EmbeddingBagCollection whose shards run embscale's kernels."""
+class _SequenceLookup(GroupedEmbeddingsLookup):
+    """TorchRec's grouped lookup of sequence embeddings (its EmbeddingCollection's) with embscale's kernel for
+    the customized compute kernel: a shard group's kernel gives its lookups' rows [lookups, columns], which
+    TorchRec flattens, as from its own kernels. TorchRec's sequence lookup is not told its sharding type,
+    which embscale's kernel needs (data-parallel tables are replicas): the sharding gives it here."""
 
-    @classmethod
-    def create_embedding_bag_sharding(cls, sharding_infos, env, device=None, permute_embeddings=False,
-                                      qcomm_codecs_registry=None):
-        sharding_type = sharding_infos[0].param_sharding.sharding_type
-        kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
-        if sharding_type == ShardingType.TABLE_WISE.value:
-            return _TwSharding(sharding_infos, env, device, **kw)
-        if sharding_type == ShardingType.ROW_WISE.value:
-            return _RwSharding(sharding_infos, env, device, **kw)
-        if sharding_type == ShardingType.COLUMN_WISE.value:
-            return _CwSharding(sharding_infos, env, device, permute_embeddings=permute_embeddings, **kw)
-        if sharding_type == ShardingType.DATA_PARALLEL.value:
-            return _DpSharding(sharding_infos, env, device)
-        raise ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
-                         f"{', '.join(_SHARDING_TYPES)}")
+    def __init__(self, sharding, sharding_type: ShardingType, pg, device=None):
+        self._embscale_sharding_type = sharding_type  # read by _create_embedding_kernel, in TorchRec's __init__
+        super().__init__(grouped_configs=sharding._grouped_embedding_configs, pg=pg,
+                         device=device if device is not None else sharding._device, env=sharding._env)
 
-    def _create_lookups(self) -> None:
-        """TorchRec's lookups, whose kernels pool SUM where TorchRec divides by the bags' lengths itself.
+    def _create_embedding_kernel(self, config, pg, device, env=None):
+        if config.compute_kernel != EmbeddingComputeKernel.CUSTOMIZED_KERNEL:
+            return super()._create_embedding_kernel(config, pg, device, env)
+        return _ShardKernel(config, pg, device, self._embscale_sharding_type)
 
-        TorchRec cannot pool MEAN inside a row-wise shard (a bag's rows lie on several shards), so where a
-        MEAN table is sharded row-wise (or table-row-wise) its kernels pool SUM and, after the output
-        distribution, the collection divides the pooled outputs by the bags' lengths plus 1e-6 (its mean-pooling
-        callback, ``_create_mean_pooling_divisor`` in torchrec 1.9.2); that division also scales the output
-        gradients in the backward. It divides every feature of the collection except those of row-wise SUM
-        tables, so with embscale's one pooling for all tables every kernel then pools SUM: a kernel pooling
-        MEAN would be divided twice (torchrec 1.9.2's own kernels are, for their table-wise and column-wise
-        MEAN tables beside a row-wise one). Without a row-wise MEAN table nothing is divided after, and the
-        kernels pool as the tables say."""
-        super()._create_lookups()
-        if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
-            for kernel in self._embscale_kernels():
-                kernel.pool_sums()
+
+class _TwSequenceSharding(TwSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.TABLE_WISE, self._pg, device)
+
+
+class _RwSequenceSharding(RwSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.ROW_WISE, self._pg, device)
+
+
+class _CwSequenceSharding(CwSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.COLUMN_WISE, self._pg, device)
+
+
+class _DpSequenceSharding(DpSequenceEmbeddingSharding):
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _SequenceLookup(self, ShardingType.DATA_PARALLEL, self._env.process_group, device)
+
+
+def _unsupported_sharding(sharding_type) -> ValueError:
+    return ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
+                      f"{', '.join(_SHARDING_TYPES)}")
+
+
+class _ShardedCollection:
+    """What embscale's sharded collections add to TorchRec's (mixed in before TorchRec's class): each table's
+    local shards as one ShardedTensor in the state (``<_TABLES>.<table>.weight``), tables in host memory
+    flushed before a save and their caches reloaded after a load, kept in host memory when the module is moved,
+    drawn again kernel by kernel, and no DistributedDataParallel around the data-parallel lookups."""
+
+    _TABLES = ""  # TorchRec's ModuleDict of the tables: "embedding_bags" or "embeddings"
+    _TORCHREC_MODULE: Any = None  # the torchrec module whose DistributedDataParallel TorchRec before 1.7 wraps with
 
     def __init__(self, *args, **kwargs) -> None:
-        if hasattr(_TorchrecShardedEBC, "init_data_parallel"):
+        if hasattr(super(), "init_data_parallel"):
             super().__init__(*args, **kwargs)
             return
         # TorchRec before 1.7 (1.6.1) wraps the data-parallel lookups in DistributedDataParallel inside its
         # __init__, with no init_data_parallel to override: there the lookups get a stand-in that does not
         # reduce, for the reason below.
-        ddp = _torchrec_ebc_module.DistributedDataParallel
-        _torchrec_ebc_module.DistributedDataParallel = _NoDdpWrap
+        ddp = self._TORCHREC_MODULE.DistributedDataParallel
+        self._TORCHREC_MODULE.DistributedDataParallel = _NoDdpWrap
         try:
             super().__init__(*args, **kwargs)
         finally:
-            _torchrec_ebc_module.DistributedDataParallel = ddp
+            self._TORCHREC_MODULE.DistributedDataParallel = ddp
 
     def init_data_parallel(self) -> None:
         """No DistributedDataParallel around the data-parallel lookups (TorchRec's wrap): embscale's replicated
@@ -744,15 +885,19 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
 
     def _initialize_torch_state(self, skip_registering: bool = False) -> None:
         """TorchRec's module state, and for embscale's tables (which TorchRec leaves to the customized
-        kernel) each table's local shards as one ShardedTensor under ``embedding_bags.<table>.weight``, as
+        kernel) each table's local shards as one ShardedTensor under ``<_TABLES>.<table>.weight``, as
         TorchRec's own kernels give them: ``state_dict()`` then holds every table whole, so
         ``torch.distributed.checkpoint`` saves it and loads it into another plan or world size."""
-        super()._initialize_torch_state(skip_registering)
+        if skip_registering:
+            super()._initialize_torch_state(skip_registering)
+        else:  # (torchrec 1.6.1's sharded EmbeddingCollection takes no argument)
+            super()._initialize_torch_state()
         if not hasattr(self, "_embscale_hooks"):  # (TorchRec's lookups are not submodules: no state_dict of theirs)
             self._embscale_hooks = (
-                self.register_state_dict_pre_hook(ShardedEmbeddingBagCollection._flush_before_save),
-                self.register_load_state_dict_post_hook(ShardedEmbeddingBagCollection._caches_after_load))
+                self.register_state_dict_pre_hook(_ShardedCollection._flush_before_save),
+                self.register_load_state_dict_post_hook(_ShardedCollection._caches_after_load))
         pg = self._env.process_group
+        views = getattr(self, self._TABLES)
         local: Dict[str, List[Tuple[torch.Tensor, ShardMetadata]]] = {}  # (view, the plan's metadata)
         for kernel in self._embscale_kernels():
             if kernel.sharding_type == ShardingType.DATA_PARALLEL:
@@ -765,10 +910,10 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
             if ps.sharding_type == ShardingType.DATA_PARALLEL.value:
                 continue
             rows, cols = self._name_to_table_size[name]
-            if not hasattr(self.embedding_bags[name], "weight"):  # no shard here: loads an empty tensor
+            if not hasattr(views[name], "weight"):  # no shard here: loads an empty tensor
                 empty = nn.Parameter(torch.empty(0), requires_grad=False)
                 _mark_trained_in_backward([empty], EmptyFusedOptimizer())  # as TorchRec's kernels mark theirs
-                self.embedding_bags[name].register_parameter("weight", empty)
+                views[name].register_parameter("weight", empty)
             dtype = local[name][0][0].dtype if name in local else self._table_name_to_config[name].data_type
             if not isinstance(dtype, torch.dtype):
                 dtype = data_type_to_dtype(dtype)
@@ -801,21 +946,21 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
         """Tables kept in host memory (on CUDA, the shard groups with a "host" or "cached" table) stay there
         when the module is moved, as their TableBatchedEmbeddingBags do: DistributedModelParallel moves the
         whole model to its device when it wraps the dense part in DDP, which would otherwise give
-        ``embedding_bags.<table>.weight`` a device copy in place of its view of the host store."""
+        ``<_TABLES>.<table>.weight`` a device copy in place of its view of the host store."""
         built = getattr(self, "_lookups", None) is not None  # (not while TorchRec's __init__ builds it)
         host = {id(p) for kernel in (self._embscale_kernels() if built else ())
                 if kernel.host_tables for p in [*kernel.params, *kernel.tables.values()]}
         held = []
-        if "embedding_bags" in self._modules:
-            for bag in self.embedding_bags.values():
-                w = bag._parameters.get("weight")
+        if self._TABLES in self._modules:
+            for view in self._modules[self._TABLES].values():
+                w = view._parameters.get("weight")
                 if w is not None and id(w) in host:
-                    held.append((bag, bag._parameters.pop("weight")))
+                    held.append((view, view._parameters.pop("weight")))
         try:
             return super()._apply(fn, recurse)
         finally:
-            for bag, w in held:
-                bag._parameters["weight"] = w
+            for view, w in held:
+                view._parameters["weight"] = w
 
     def reset_parameters(self):
         """Each shard group's tables drawn again and its optimizer state zeroed, each local shard drawn by its
@@ -832,6 +977,94 @@ class ShardedEmbeddingBagCollection(_TorchrecShardedEBC):
                 if isinstance(kernel, _ShardKernel):
                     yield kernel
 
+    def _copy_tables_from(self, module: _TbeCollection) -> None:
+        """Every local shard (and replica) filled from the unsharded module's tables; nothing from the meta
+        device (the shards were drawn by the configs' init_fn)."""
+        if module.device.type == "meta":
+            return
+        views = module._views()
+        full = {n: views[n].weight.detach() for n in views}
+        for kernel in self._embscale_kernels():
+            kernel.copy_from_full_tables({n: w.to(kernel.tbe.weights.device) for n, w in full.items()})
+
+
+class ShardedEmbeddingBagCollection(_ShardedCollection, _TorchrecShardedEBC):
+    """TorchRec's sharded EmbeddingBagCollection whose shards run embscale's kernels."""
+
+    _TABLES = "embedding_bags"
+    _TORCHREC_MODULE = _torchrec_ebc_module
+
+    @classmethod
+    def create_embedding_bag_sharding(cls, sharding_infos, env, device=None, permute_embeddings=False,
+                                      qcomm_codecs_registry=None):
+        sharding_type = sharding_infos[0].param_sharding.sharding_type
+        kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
+        if sharding_type == ShardingType.TABLE_WISE.value:
+            return _TwSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.ROW_WISE.value:
+            return _RwSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.COLUMN_WISE.value:
+            return _CwSharding(sharding_infos, env, device, permute_embeddings=permute_embeddings, **kw)
+        if sharding_type == ShardingType.DATA_PARALLEL.value:
+            return _DpSharding(sharding_infos, env, device)
+        raise _unsupported_sharding(sharding_type)
+
+    def _create_lookups(self) -> None:
+        """TorchRec's lookups, whose kernels pool SUM where TorchRec divides by the bags' lengths itself.
+
+        TorchRec cannot pool MEAN inside a row-wise shard (a bag's rows lie on several shards), so where a
+        MEAN table is sharded row-wise (or table-row-wise) its kernels pool SUM and, after the output
+        distribution, the collection divides the pooled outputs by the bags' lengths plus 1e-6 (its mean-pooling
+        callback, ``_create_mean_pooling_divisor`` in torchrec 1.9.2); that division also scales the output
+        gradients in the backward. It divides every feature of the collection except those of row-wise SUM
+        tables, so with embscale's one pooling for all tables every kernel then pools SUM: a kernel pooling
+        MEAN would be divided twice (torchrec 1.9.2's own kernels are, for their table-wise and column-wise
+        MEAN tables beside a row-wise one). Without a row-wise MEAN table nothing is divided after, and the
+        kernels pool as the tables say."""
+        super()._create_lookups()
+        if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
+            for kernel in self._embscale_kernels():
+                kernel.pool_sums()
+
+
+class ShardedEmbeddingCollection(_ShardedCollection, _TorchrecShardedEC):
+    """TorchRec's sharded EmbeddingCollection (sequence embeddings) whose shards run embscale's kernels: TorchRec's
+    input distribution, sequence output distribution and JaggedTensors per feature, around one
+    TableBatchedEmbeddingBags with pooling "none" per shard group. Started from the unsharded module's
+    tables (where they are not on the meta device)."""
+
+    _TABLES = "embeddings"
+    _TORCHREC_MODULE = _torchrec_ec_module
+
+    def __init__(self, module: EmbeddingCollection, *args, **kwargs) -> None:
+        self._embscale_constructing = True
+        try:
+            super().__init__(module, *args, **kwargs)
+        finally:
+            self._embscale_constructing = False
+        self._copy_tables_from(module)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """TorchRec's load, except the one its constructor makes of the unsharded module's whole state_dict
+        (strict: embscale's module has its TBE's own entries, ``tbe.*``, beside the tables), which
+        ``_copy_tables_from`` does instead: the tables, into every shard and replica."""
+        if self._embscale_constructing:
+            return _IncompatibleKeys(missing_keys=[], unexpected_keys=[])
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    @classmethod
+    def create_embedding_sharding(cls, sharding_type, sharding_infos, env, device=None, qcomm_codecs_registry=None):
+        kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
+        if sharding_type == ShardingType.TABLE_WISE.value:
+            return _TwSequenceSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.ROW_WISE.value:
+            return _RwSequenceSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.COLUMN_WISE.value:
+            return _CwSequenceSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.DATA_PARALLEL.value:
+            return _DpSequenceSharding(sharding_infos, env, device)
+        raise _unsupported_sharding(sharding_type)
+
 
 def _check_shards_per_rank(name, ps) -> None:
     """Several shards of one table on one process (column_wise(ranks=[0, 1, 0, 1])) are stacked on their
@@ -847,6 +1080,17 @@ def _check_shards_per_rank(name, ps) -> None:
             raise ValueError(f"params[{name!r}]: rank {rank} holds {len(ws)} column shards of widths {ws}; the "
                              "shards of one table on one process must have one width (they are stacked on "
                              "their rows, as TorchRec stacks them)")
+
+
+def _check_shards_have_rows(name, ps) -> None:
+    """Every shard of a table needs a row (a TableBatchedEmbeddingBags' tables have at least one): a row-wise
+    plan of a table with fewer rows than processes, which gives some a shard of none, is refused by name."""
+    if ps.sharding_spec is None:
+        return
+    sizes = [m.shard_sizes[0] for m in ps.sharding_spec.shards]
+    if 0 in sizes:
+        raise ValueError(f"params[{name!r}]: shards of {sizes} rows; embscale's shards need at least one row each "
+                         "(shard a table of fewer rows than processes table-wise or data-parallel)")
 
 
 def _plan_kernel(ps) -> str:
@@ -893,21 +1137,31 @@ def _table_placement(name, ps, dtype) -> str:
     return placement
 
 
-class EmbeddingBagCollectionSharder(_TorchrecSharder):
-    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
-    each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
-    module's tables (where they are not on the meta device).
+def _check_column_widths(params) -> None:
+    """TorchRec's sharded EmbeddingCollection reads every column shard's output with one width (its first
+    column-wise shard's), so a plan cutting the tables into column shards of several widths would be misread:
+    ValueError naming the tables and their widths."""
+    widths = {name: sorted({m.shard_sizes[1] for m in ps.sharding_spec.shards}) for name, ps in params.items()
+              if ps.sharding_type == ShardingType.COLUMN_WISE.value and ps.sharding_spec is not None}
+    if len({w for ws in widths.values() for w in ws}) > 1:
+        raise ValueError(f"params: column shards of widths {widths}; the column-wise tables of an EmbeddingCollection "
+                         "must be cut into shards of one width (TorchRec's sequence output distribution reads them "
+                         "with one)")
 
-    The plan's compute kernel gives each table its placement: FUSED "device", FUSED_UVM "host" and
-    FUSED_UVM_CACHING "cached" (data-parallel tables, DENSE or FUSED, "device"); a cached table's cache
-    follows the plan's cache_params (load_factor, algorithm) or the sharder's ``fused_params``
-    (``cache_load_factor``, ``cache_algorithm``), as TorchRec passes them to FBGEMM. ``compute_kernels()``
-    offers TorchRec's planner the kernels of TorchRec's own sharder that embscale serves, so on a CUDA
-    topology whose device memory cannot hold the tables it plans FUSED_UVM_CACHING or FUSED_UVM."""
 
-    def shard(self, module: EmbeddingBagCollection, params, env, device=None, module_fqn=None):
-        if not isinstance(module, EmbeddingBagCollection):
-            raise TypeError(f"module: {type(module).__name__} is not embscale.torchrec.EmbeddingBagCollection")
+class _Sharder:
+    """What embscale's sharders share (mixed in before TorchRec's sharder): the plan checked, every table's kernel
+    made embscale's (the plan's kernel giving its placement), the kernels offered to TorchRec's planner."""
+
+    def _check_plan(self, params) -> None:
+        """Checks of one collection's own (ValueError naming the plan's entry)."""
+
+    def _embscale_fused_params(self, module, params) -> Dict[str, Any]:
+        """The fused_params that carry the module's optimizer settings and each table's placement to its shards;
+        the plan's compute kernels replaced by the customized one, once the whole plan is checked (a refused plan
+        is left as it was)."""
+        if not isinstance(module, self.module_type):
+            raise TypeError(f"module: {type(module).__name__} is not embscale.torchrec.{self.module_type.__name__}")
         dtype = module._optimizer_settings["weights_dtype"]
         placements = {}
         for name, ps in params.items():
@@ -915,23 +1169,16 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
                 raise ValueError(f"params[{name!r}]: sharding_type {ps.sharding_type} is not supported by embscale; "
                                  f"expected one of {', '.join(_SHARDING_TYPES)}")
             _check_shards_per_rank(name, ps)
+            _check_shards_have_rows(name, ps)
             placements[name] = _table_placement(name, ps, dtype)
-        for ps in params.values():  # checked first: a refused plan is left as it was
+        self._check_plan(params)
+        for ps in params.values():
             setattr(ps, _PLAN_KERNEL, _plan_kernel(ps))
             ps.compute_kernel = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value
         fused = dict(self.fused_params or {})
         fused[_FUSED_KEY] = tuple(sorted(module._optimizer_settings.items()))
         fused[_PLACEMENTS_KEY] = tuple(sorted(placements.items()))
-        sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
-                                                fused_params=fused, device=device,
-                                                qcomm_codecs_registry=self.qcomm_codecs_registry,
-                                                module_fqn=module_fqn,
-                                                sharded_module_order_overwrite=self._sharded_module_order_overwrite)
-        if module.device.type != "meta":
-            full = {n: module.embedding_bags[n].weight.detach() for n in module.embedding_bags}
-            for kernel in sharded._embscale_kernels():
-                kernel.copy_from_full_tables({n: w.to(kernel.tbe.weights.device) for n, w in full.items()})
-        return sharded
+        return fused
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> List[str]:
         """The kernels TorchRec's planner may choose, as TorchRec's own sharder offers them, those embscale
@@ -947,6 +1194,29 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
     def sharding_types(self, compute_device_type: str) -> List[str]:
         return list(_SHARDING_TYPES)
 
+
+class EmbeddingBagCollectionSharder(_Sharder, _TorchrecSharder):
+    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
+    each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
+    module's tables (where they are not on the meta device).
+
+    The plan's compute kernel gives each table its placement: FUSED "device", FUSED_UVM "host" and
+    FUSED_UVM_CACHING "cached" (data-parallel tables, DENSE or FUSED, "device"); a cached table's cache
+    follows the plan's cache_params (load_factor, algorithm) or the sharder's ``fused_params``
+    (``cache_load_factor``, ``cache_algorithm``), as TorchRec passes them to FBGEMM. ``compute_kernels()``
+    offers TorchRec's planner the kernels of TorchRec's own sharder that embscale serves, so on a CUDA
+    topology whose device memory cannot hold the tables it plans FUSED_UVM_CACHING or FUSED_UVM."""
+
+    def shard(self, module: EmbeddingBagCollection, params, env, device=None, module_fqn=None):
+        fused = self._embscale_fused_params(module, params)
+        sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
+                                                fused_params=fused, device=device,
+                                                qcomm_codecs_registry=self.qcomm_codecs_registry,
+                                                module_fqn=module_fqn,
+                                                sharded_module_order_overwrite=self._sharded_module_order_overwrite)
+        sharded._copy_tables_from(module)
+        return sharded
+
     @property
     def module_type(self):
         return EmbeddingBagCollection
@@ -954,3 +1224,28 @@ class EmbeddingBagCollectionSharder(_TorchrecSharder):
     @property
     def sharded_module_type(self):
         return ShardedEmbeddingBagCollection
+
+
+class EmbeddingCollectionSharder(_Sharder, _TorchrecECSharder):
+    """Shards embscale.torchrec.EmbeddingCollection (sequence embeddings) as EmbeddingBagCollectionSharder shards
+    the bag collection: table-wise, row-wise, column-wise or data-parallel, every shard group a
+    TableBatchedEmbeddingBags with pooling "none" and the module's optimizer settings, started from the
+    module's tables, the plan's kernel giving each table its placement. Column-wise tables are cut into shards
+    of one width, as TorchRec's sequence sharding needs (``params`` naming the widths otherwise)."""
+
+    def _check_plan(self, params) -> None:
+        _check_column_widths(params)
+
+    def shard(self, module: EmbeddingCollection, params, env, device=None, module_fqn=None):
+        fused = self._embscale_fused_params(module, params)
+        return ShardedEmbeddingCollection(module, params, env, fused, device,
+                                          qcomm_codecs_registry=self.qcomm_codecs_registry,
+                                          use_index_dedup=self._use_index_dedup, module_fqn=module_fqn)
+
+    @property
+    def module_type(self):
+        return EmbeddingCollection
+
+    @property
+    def sharded_module_type(self):
+        return ShardedEmbeddingCollection
