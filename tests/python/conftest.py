@@ -48,3 +48,11 @@ def readme_figures():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture
+def no_cache_marks(readme_figures, monkeypatch):
+    """For the tests that build tables-beyond-HBM figures of their own records: this repository's HISTORICAL
+    marks of those figures (which name its own records) are left out while the test runs."""
+    for fid in [k for k in readme_figures.HISTORICAL if k.startswith("tbe_cache")]:
+        monkeypatch.delitem(readme_figures.HISTORICAL, fid)

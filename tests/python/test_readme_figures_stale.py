@@ -130,6 +130,7 @@ def cache_figures(readme_figures, results, build, **kw):
     return prov, text
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_a_record_older_than_a_change_to_what_it_measures_is_refused(readme_figures, repo, tmp_path):
     first = commit(repo, {CACHE_SOURCE: "v1\n", "docs/notes.md": "a\n"}, "the cache")
     results = tmp_path / "results"
@@ -154,6 +155,7 @@ def test_a_record_older_than_a_change_to_what_it_measures_is_refused(readme_figu
     assert len(readme_figures.stale_figures(prov, str(repo))) == 1
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_builds_that_are_not_commits_are_refused(readme_figures, repo, tmp_path):
     head = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     for build, says in ((head + "+dirty", "is not a commit"), ("before", "is not a commit"),
@@ -164,6 +166,7 @@ def test_builds_that_are_not_commits_are_refused(readme_figures, repo, tmp_path)
     assert "(no build named)" in text
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_a_figure_marked_historical_says_so_and_passes(readme_figures, repo, tmp_path, monkeypatch):
     first = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     commit(repo, {CACHE_SOURCE: "v2\n"}, "the cache changes")
@@ -194,6 +197,7 @@ def test_a_figure_marked_historical_says_so_and_passes(readme_figures, repo, tmp
         readme_figures.check_marks({})
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_the_command_refuses_a_stale_figure(readme_figures, repo, tmp_path, monkeypatch, capsys):
     """main() exits 2 naming the figure, with --check and without, and writes nothing; the other figures of this
     repository are left out of the check here (their records and marks are of this repository's history)."""
@@ -232,6 +236,7 @@ def test_without_history_the_check_says_why_and_does_not_fail(readme_figures, tm
     assert "the records' builds are not checked against the sources" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_a_shallow_clone_without_the_build_cannot_tell(readme_figures, repo, tmp_path):
     old = commit(repo, {CACHE_SOURCE: "v1\n"}, "the cache")
     commit(repo, {CACHE_SOURCE: "v2\n"}, "the cache changes")
@@ -246,6 +251,7 @@ def test_a_shallow_clone_without_the_build_cannot_tell(readme_figures, repo, tmp
     assert readme_figures.stale_figures(prov, str(shallow)) == []  # a build the clone has is checked as usual
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_the_marks_commits_must_have_added_their_records(readme_figures, repo, tmp_path, monkeypatch):
     """For records that name no build, a mark gives the commits that added them; a commit that did not is
     refused (the check runs where the history is)."""

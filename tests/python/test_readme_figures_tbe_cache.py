@@ -68,6 +68,7 @@ def rows(text):
     return [l for l in text.split("\n") if l.startswith("| ") and not l.startswith(("| ids", "| ---"))]
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_without_a_gpu_record_both_say_so_in_one_line(readme_figures, tmp_path):
     assert readme_figures.tbe_cache_section(str(tmp_path)) == readme_figures.TBE_CACHE_NO_RECORD
     rf = readme_figures
@@ -81,6 +82,7 @@ def test_without_a_gpu_record_both_say_so_in_one_line(readme_figures, tmp_path):
     assert readme_figures.tbe_cache_section(str(tmp_path)) == readme_figures.TBE_CACHE_NO_RECORD
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_the_full_table(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     text = readme_figures.tbe_cache_section(str(tmp_path))
@@ -99,6 +101,7 @@ def test_the_full_table(readme_figures, tmp_path):
         "| Zipf 1.15 | cached (`MANAGED_CACHING`) | 0.2 | 2.50 | 5.00 | 2× | 90.0% | 88.0% | 0.75 | 30% | 1.25× |"]
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_the_readme_table_is_load_factor_0_1_and_the_all_hbm_step(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     text = readme_figures.tbe_cache_readme(str(tmp_path))
@@ -114,6 +117,7 @@ def test_the_readme_table_is_load_factor_0_1_and_the_all_hbm_step(readme_figures
         "| Zipf 1.15 | cached (`MANAGED_CACHING`), 0.1 | 3.00 | 6.00 | 2× | 85.0% | 40% | 1.5× |"]
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_dry_run_records_are_refused(readme_figures, tmp_path, capsys, monkeypatch):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     # A dry run's records, however new, are made-up numbers: the generator stops and names the file and line.
@@ -140,6 +144,7 @@ def test_dry_run_records_are_refused(readme_figures, tmp_path, capsys, monkeypat
     assert readme.read_text() == (ROOT / "README.md").read_text()
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_newest_case_of_the_newest_card_and_the_standard_setup_only(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     # A later partial run of one case on the same card replaces that case only (its file is cited too).
@@ -165,6 +170,7 @@ def test_newest_case_of_the_newest_card_and_the_standard_setup_only(readme_figur
     assert "NVIDIA H200, 2026-12-09" in text and "H100" not in text and len(rows(text)) == 3
 
 
+@pytest.mark.usefixtures("no_cache_marks")
 def test_a_table_per_table_set(readme_figures, tmp_path):
     write(tmp_path, "2026-12-06-nvidia-h100-tbe-cache-16gib.jsonl", run_records(SIXTEEN))
     big = [("cached", 0.1, 0.0, 300.0, 450.0, 0.1, 0.1, 280.0), ("cached", 0.1, 1.15, 20.0, 50.0, 0.8, 0.78, 9.0)]
