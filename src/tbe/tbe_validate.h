@@ -46,33 +46,23 @@ struct LookupArgs {
   BoundsCheckMode bounds_check;
 };
 
-inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context& ctx, const LookupArgs& a) {
-  if (ctx.backend != tbe.backend())
-    return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
-                            " differs from the backend this TableBatchedEmbedding was created on (" +
-                            backend_name(tbe.backend()) + ")");
-  EMBSCALE_RETURN_IF_ERROR(check::context(ctx));
+// The pooling and bounds-check modes and the batch size, for T features.
+inline Status check_modes_and_batch(int64_t T, const LookupArgs& a) {
   if (a.pooling != PoolingMode::kSum && a.pooling != PoolingMode::kMean && a.pooling != PoolingMode::kNone)
     return invalid_argument("pooling: unknown pooling mode " + std::to_string(static_cast<int>(a.pooling)));
   if (a.bounds_check != BoundsCheckMode::kError && a.bounds_check != BoundsCheckMode::kSkip &&
       a.bounds_check != BoundsCheckMode::kOff && a.bounds_check != BoundsCheckMode::kWarn)
     return invalid_argument("bounds_check: unknown mode " + std::to_string(static_cast<int>(a.bounds_check)));
-  const int64_t T = tbe.num_features();
   const int64_t B = a.batch_size;
   if (B < 0) return invalid_argument("batch_size: " + std::to_string(B) + " is negative");
   if (B > (INT64_MAX - 1) / (T > 0 ? T : 1))
     return invalid_argument("batch_size: " + std::to_string(B) + " times " + std::to_string(T) + " features overflows");
+  return Status::Ok();
+}
 
-  // weights
-  EMBSCALE_RETURN_IF_ERROR(check_view("weights", *a.weights));
-  if (a.weights->dtype != tbe.config().weights_dtype)
-    return invalid_argument(std::string("weights: dtype ") + dtype_name(a.weights->dtype) +
-                            " differs from the configured weights dtype " + dtype_name(tbe.config().weights_dtype));
-  if (a.weights->numel() != tbe.num_weights())
-    return invalid_argument("weights: " + std::to_string(a.weights->numel()) +
-                            " elements; expected num_weights() = " + std::to_string(tbe.num_weights()));
-
-  // indices and offsets
+// The indices and offsets pair for T features (after check_modes_and_batch), and the per-sample weights.
+inline Status check_indices_offsets(int64_t T, const LookupArgs& a) {
+  const int64_t B = a.batch_size;
   EMBSCALE_RETURN_IF_ERROR(check_view("indices", *a.indices));
   EMBSCALE_RETURN_IF_ERROR(check_view("offsets", *a.offsets));
   if (!is_index_dtype(a.indices->dtype))
@@ -99,8 +89,29 @@ inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context&
   return Status::Ok();
 }
 
+inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context& ctx, const LookupArgs& a) {
+  if (ctx.backend != tbe.backend())
+    return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
+                            " differs from the backend this TableBatchedEmbedding was created on (" +
+                            backend_name(tbe.backend()) + ")");
+  EMBSCALE_RETURN_IF_ERROR(check::context(ctx));
+  const int64_t T = tbe.num_features();
+  EMBSCALE_RETURN_IF_ERROR(check_modes_and_batch(T, a));
+
+  // weights
+  EMBSCALE_RETURN_IF_ERROR(check_view("weights", *a.weights));
+  if (a.weights->dtype != tbe.config().weights_dtype)
+    return invalid_argument(std::string("weights: dtype ") + dtype_name(a.weights->dtype) +
+                            " differs from the configured weights dtype " + dtype_name(tbe.config().weights_dtype));
+  if (a.weights->numel() != tbe.num_weights())
+    return invalid_argument("weights: " + std::to_string(a.weights->numel()) +
+                            " elements; expected num_weights() = " + std::to_string(tbe.num_weights()));
+  return check_indices_offsets(T, a);
+}
+
 // Sequence mode (kNone) needs all features of one dimension; returns that D (0 without features).
-inline Status check_sequence_dims(const TableBatchedEmbedding& tbe, int64_t* D) {
+template <class Tbe>
+inline Status check_sequence_dims(const Tbe& tbe, int64_t* D) {
   const int T = tbe.num_features();
   for (int f = 1; f < T; ++f) {
     if (tbe.feature_dim(f) != tbe.feature_dim(0))
