@@ -253,6 +253,10 @@ TEST(TbeQuantHelpers, Int2AndFp8RowBytesAreTheWorkedExamples) {
   // e4m3 [448, -224, 0, 1]: amax 448, scale 1, header 1.0f; codes 0x7E, 0xF6, 0x00, 0x38.
   EXPECT_EQ(quantize(QuantWeightType::kFp8E4M3, {448, -224, 0, 1}, 1, 4, 1),
             (std::vector<uint8_t>{0, 0, 0x80, 0x3F, 0x7E, 0xF6, 0x00, 0x38}));
+  // The scale is the range above the fp16-rounded minimum: min 0.7551 -> bias fp16 0.755 (0x3A0A), scale
+  // fp16((0.9954 - 0.755) / 3) = 0.0802 (0x2D22; from the unrounded minimum it would be 0x2D21), codes 0, 3, 2.
+  EXPECT_EQ(quantize(QuantWeightType::kInt2, {0.7551f, 0.9954f, 0.9495f}, 1, 3, 1),
+            (std::vector<uint8_t>{0x22, 0x2D, 0x0A, 0x3A, 0x2C}));
   // A constant row: range 0 -> scale 1, every code 0, bias = the value.
   EXPECT_EQ(quantize(QuantWeightType::kInt8, {-2, -2, -2}, 1, 3, 1),
             (std::vector<uint8_t>{0x00, 0x3C, 0x00, 0xC0, 0, 0, 0}));
