@@ -1,6 +1,6 @@
 // Naive float64 reference of the quantized TBE forward (embscale/tbe_quant.h), written from the layout and
 // the maths, sharing no code with the library: it decodes the same packed bytes (fp16, bf16 and fp8 by
-// their bit fields, int codes by shifts), sums in double and drops invalid indices. Beside each output
+// their bit fields with reference_fp8.h, int codes by shifts), sums in double and drops invalid indices. Beside each output
 // element it returns a magnitude (the sum of |w| * (|q * scale| + |bias|) over the bag, or |w * value|),
 // from which a test derives its tolerance for the library's fp32 arithmetic.
 #pragma once
@@ -11,39 +11,18 @@
 #include <vector>
 
 #include "embscale/tbe_quant.h"
+#include "reference_fp8.h"
 
 namespace embscale {
 namespace reference_quant {
 
 inline uint16_t u16_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
-inline double half_value(uint16_t h) {
-  const int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 0) v = std::ldexp(m, -24);
-  else if (e == 31) v = m ? NAN : INFINITY;
-  else v = std::ldexp(1024 + m, e - 25);
-  return sign ? -v : v;
-}
-
-inline double bf16_value(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// OCP fp8: e4m3 (bias 7, no infinities, S.1111.111 NaN) and e5m2 (bias 15, IEEE-like).
+// fp16, bf16 and fp8 codes decoded from their bit fields (reference_fp8.h's decoder).
+inline double half_value(uint16_t h) { return ref::decode(h, ref::format_of(DType::kF16)); }
+inline double bf16_value(uint16_t b) { return ref::decode(b, ref::format_of(DType::kBF16)); }
 inline double fp8_value(uint8_t v, bool e4m3) {
-  const int sign = v >> 7;
-  const int eb = e4m3 ? 4 : 5, mb = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
-  const int e = (v >> mb) & ((1 << eb) - 1), m = v & ((1 << mb) - 1);
-  double r;
-  if (e4m3 && e == 15 && m == 7) return NAN;
-  if (!e4m3 && e == 31) r = m ? NAN : INFINITY;
-  else if (e == 0) r = std::ldexp(m, 1 - bias - mb);
-  else r = std::ldexp((1 << mb) + m, e - bias - mb);
-  return sign ? -r : r;
+  return ref::decode(v, ref::format_of(e4m3 ? DType::kF8E4M3 : DType::kF8E5M2));
 }
 
 inline float f32_at(const uint8_t* p) {

@@ -122,31 +122,11 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
     tbe->row_offsets_[t + 1] = tbe->row_offsets_[t] + s.num_rows;  // <= weight_offsets_, so no overflow
   }
 
-  // Features: the map, or one feature per table.
-  if (cfg.feature_table_map.empty()) {
-    tbe->feature_table_.resize(num_tables);
-    for (int t = 0; t < num_tables; ++t) tbe->feature_table_[t] = t;
-  } else {
-    tbe->feature_table_ = cfg.feature_table_map;
-    for (size_t f = 0; f < tbe->feature_table_.size(); ++f) {
-      const int t = tbe->feature_table_[f];
-      if (t < 0 || t >= num_tables)
-        return invalid_argument("cfg.feature_table_map[" + std::to_string(f) + "]: table " + std::to_string(t) +
-                                " does not exist (there are " + std::to_string(num_tables) + " tables)");
-    }
-  }
+  // Features: the map, or one feature per table; their output columns.
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::resolve_features(
+      cfg.feature_table_map, num_tables, [&](int t) { return cfg.tables[t].dim; }, &tbe->feature_table_,
+      &tbe->output_offsets_, &tbe->max_dim_));
   const int T = static_cast<int>(tbe->feature_table_.size());
-
-  tbe->output_offsets_.assign(T + 1, 0);
-  int64_t col = 0;
-  for (int f = 0; f < T; ++f) {
-    const int d = cfg.tables[tbe->feature_table_[f]].dim;
-    col += d;
-    if (col > INT32_MAX)
-      return invalid_argument("cfg: the features' dimensions add up to more than 2^31-1 output columns");
-    tbe->output_offsets_[f + 1] = static_cast<int>(col);
-    if (d > tbe->max_dim_) tbe->max_dim_ = d;
-  }
 
   // DeviceMeta: per-feature arrays and the zeroed scratch words, uploaded in one copy.
   const MetaLayout L(static_cast<size_t>(T));

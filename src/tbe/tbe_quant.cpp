@@ -217,29 +217,9 @@ Status QuantizedTableBatchedEmbedding::create(const Context& ctx, const QuantTbe
   }
   tbe->total_bytes_ = end;
 
-  if (cfg.feature_table_map.empty()) {
-    tbe->feature_table_.resize(num_tables);
-    for (int t = 0; t < num_tables; ++t) tbe->feature_table_[t] = t;
-  } else {
-    tbe->feature_table_ = cfg.feature_table_map;
-    for (size_t f = 0; f < tbe->feature_table_.size(); ++f) {
-      const int t = tbe->feature_table_[f];
-      if (t < 0 || t >= num_tables)
-        return invalid_argument("cfg.feature_table_map[" + s(static_cast<int64_t>(f)) + "]: table " + s(t) +
-                                " does not exist (there are " + s(num_tables) + " tables)");
-    }
-  }
-  const int T = static_cast<int>(tbe->feature_table_.size());
-  tbe->output_offsets_.assign(T + 1, 0);
-  int64_t col = 0;
-  for (int f = 0; f < T; ++f) {
-    const int d = cfg.tables[tbe->feature_table_[f]].dim;
-    col += d;
-    if (col > INT32_MAX)
-      return invalid_argument("cfg: the features' dimensions add up to more than 2^31-1 output columns");
-    tbe->output_offsets_[f + 1] = static_cast<int>(col);
-    tbe->max_dim_ = std::max(tbe->max_dim_, d);
-  }
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::resolve_features(
+      cfg.feature_table_map, num_tables, [&](int t) { return cfg.tables[t].dim; }, &tbe->feature_table_,
+      &tbe->output_offsets_, &tbe->max_dim_));
   *out = std::move(tbe);
   return Status::Ok();
 }

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "embscale/tbe.h"
@@ -107,6 +108,39 @@ inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context&
     return invalid_argument("weights: " + std::to_string(a.weights->numel()) +
                             " elements; expected num_weights() = " + std::to_string(tbe.num_weights()));
   return check_indices_offsets(T, a);
+}
+
+// The features of a table-batched op (TbeConfig and QuantTbeConfig alike): cfg.feature_table_map checked
+// against num_tables (empty: one feature per table), each feature's first output column ([T + 1], the
+// last the total) and the widest D; dim_of(t) is table t's D. invalid_argument naming the bad entry.
+template <class DimOf>
+inline Status resolve_features(const std::vector<int>& map, int num_tables, DimOf dim_of,
+                               std::vector<int>* feature_table, std::vector<int>* output_offsets, int* max_dim) {
+  if (map.empty()) {
+    feature_table->resize(num_tables);
+    for (int t = 0; t < num_tables; ++t) (*feature_table)[t] = t;
+  } else {
+    *feature_table = map;
+    for (size_t f = 0; f < map.size(); ++f) {
+      const int t = map[f];
+      if (t < 0 || t >= num_tables)
+        return invalid_argument("cfg.feature_table_map[" + std::to_string(f) + "]: table " + std::to_string(t) +
+                                " does not exist (there are " + std::to_string(num_tables) + " tables)");
+    }
+  }
+  const int T = static_cast<int>(feature_table->size());
+  output_offsets->assign(T + 1, 0);
+  *max_dim = 0;
+  int64_t col = 0;
+  for (int f = 0; f < T; ++f) {
+    const int d = dim_of((*feature_table)[f]);
+    col += d;
+    if (col > INT32_MAX)
+      return invalid_argument("cfg: the features' dimensions add up to more than 2^31-1 output columns");
+    (*output_offsets)[f + 1] = static_cast<int>(col);
+    if (d > *max_dim) *max_dim = d;
+  }
+  return Status::Ok();
 }
 
 // Sequence mode (kNone) needs all features of one dimension; returns that D (0 without features).
