@@ -167,8 +167,6 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
 TableBatchedEmbedding::~TableBatchedEmbedding() { backend_free(backend_, meta_storage_); }
 
 Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& args) const {
-  using tbe_validate::check_view;
-  using tbe_validate::shape_str;
   EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_lookup_args(
       *this, ctx,
       {&args.weights, &args.indices, &args.offsets, &args.per_sample_weights, args.batch_size, args.pooling,
@@ -176,22 +174,7 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
   const int64_t B = args.batch_size;
   const int64_t N = args.indices.numel();
 
-  // output
-  EMBSCALE_RETURN_IF_ERROR(check_view("output", args.output));
-  if (!is_float_dtype(args.output.dtype))
-    return invalid_argument(std::string("output: dtype ") + dtype_name(args.output.dtype) +
-                            " is not supported; expected fp32, fp16 or bf16");
-  if (args.pooling == PoolingMode::kNone) {
-    int64_t D = 0;
-    EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_sequence_dims(*this, &D));
-    if (args.output.ndim != 2 || args.output.shape[0] != N || args.output.shape[1] != D)
-      return invalid_argument("output: shape " + shape_str(args.output) + "; sequence mode expects [N, D] = [" +
-                              std::to_string(N) + ", " + std::to_string(D) + "]");
-  } else {
-    if (args.output.ndim != 2 || args.output.shape[0] != B || args.output.shape[1] != total_dim())
-      return invalid_argument("output: shape " + shape_str(args.output) + "; expected [B, total_dim()] = [" +
-                              std::to_string(B) + ", " + std::to_string(total_dim()) + "]");
-  }
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_output("output", args.output, *this, args.pooling, B, N));
 
   // The output and the skip count are written while the inputs are read: they share memory with nothing.
   using check::region;

@@ -225,8 +225,6 @@ Status QuantizedTableBatchedEmbedding::create(const Context& ctx, const QuantTbe
 }
 
 Status QuantizedTableBatchedEmbedding::forward(const Context& ctx, const QuantTbeForwardArgs& args) const {
-  using tbe_validate::check_view;
-  using tbe_validate::shape_str;
   if (ctx.backend != backend_)
     return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
                             " differs from the backend this QuantizedTableBatchedEmbedding was created on (" +
@@ -243,20 +241,7 @@ Status QuantizedTableBatchedEmbedding::forward(const Context& ctx, const QuantTb
   const int64_t B = args.batch_size;
   const int64_t N = args.indices.numel();
 
-  EMBSCALE_RETURN_IF_ERROR(check_view("output", args.output));
-  if (!is_float_dtype(args.output.dtype))
-    return invalid_argument(std::string("output: dtype ") + dtype_name(args.output.dtype) +
-                            " is not supported; expected fp32, fp16 or bf16");
-  if (args.pooling == PoolingMode::kNone) {
-    int64_t D = 0;
-    EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_sequence_dims(*this, &D));
-    if (args.output.ndim != 2 || args.output.shape[0] != N || args.output.shape[1] != D)
-      return invalid_argument("output: shape " + shape_str(args.output) + "; sequence mode expects [N, D] = [" + s(N) +
-                              ", " + s(D) + "]");
-  } else if (args.output.ndim != 2 || args.output.shape[0] != B || args.output.shape[1] != total_dim()) {
-    return invalid_argument("output: shape " + shape_str(args.output) + "; expected [B, total_dim()] = [" + s(B) +
-                            ", " + s(total_dim()) + "]");
-  }
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_output("output", args.output, *this, args.pooling, B, N));
 
   using check::region;
   EMBSCALE_RETURN_IF_ERROR(check::disjoint(

@@ -157,5 +157,27 @@ inline Status check_sequence_dims(const Tbe& tbe, int64_t* D) {
   return Status::Ok();
 }
 
+// The lookup's output (or its gradient), `name`d in messages: fp32, fp16 or bf16; pooled [B, total_dim()],
+// sequence (kNone) [N, D] with all features of one D.
+template <class Tbe>
+inline Status check_output(const char* name, const TensorView& t, const Tbe& tbe, PoolingMode pooling, int64_t B,
+                           int64_t N) {
+  EMBSCALE_RETURN_IF_ERROR(check_view(name, t));
+  if (!is_float_dtype(t.dtype))
+    return invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) +
+                            " is not supported; expected fp32, fp16 or bf16");
+  if (pooling == PoolingMode::kNone) {
+    int64_t D = 0;
+    EMBSCALE_RETURN_IF_ERROR(check_sequence_dims(tbe, &D));
+    if (t.ndim != 2 || t.shape[0] != N || t.shape[1] != D)
+      return invalid_argument(std::string(name) + ": shape " + shape_str(t) + "; sequence mode expects [N, D] = [" +
+                              std::to_string(N) + ", " + std::to_string(D) + "]");
+  } else if (t.ndim != 2 || t.shape[0] != B || t.shape[1] != tbe.total_dim()) {
+    return invalid_argument(std::string(name) + ": shape " + shape_str(t) + "; expected [B, total_dim()] = [" +
+                            std::to_string(B) + ", " + std::to_string(tbe.total_dim()) + "]");
+  }
+  return Status::Ok();
+}
+
 }  // namespace tbe_validate
 }  // namespace embscale
