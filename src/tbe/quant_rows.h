@@ -46,42 +46,61 @@ inline const float* fp8_values() {
   return table.v;
 }
 
-// Calls f(c, value) for the D columns of a row of type kType in order, value in fp32: int rows
+template <QuantWeightType kType>
+constexpr int kBitsOf = kType == QuantWeightType::kInt8 ? 8 : kType == QuantWeightType::kInt4 ? 4
+                        : kType == QuantWeightType::kInt2 ? 2 : 0;
+template <QuantWeightType kType>
+constexpr bool kIsFp8 = kType == QuantWeightType::kFp8E4M3 || kType == QuantWeightType::kFp8E5M2;
+
+// A row's header: int rows' fp16 scale and bias, fp8 rows' fp32 scale (bias 0); (1, 0) for the others.
+struct RowHeader {
+  float scale = 1.0f, bias = 0.0f;
+};
+template <QuantWeightType kType>
+inline RowHeader row_header(const uint8_t* row) {
+  RowHeader h;
+  if constexpr (kBitsOf<kType> > 0) {
+    h.scale = fp16_to_float(load_u16(row));
+    h.bias = fp16_to_float(load_u16(row + 2));
+  } else if constexpr (kIsFp8<kType>) {
+    h.scale = load_f32(row);
+  }
+  return h;
+}
+template <QuantWeightType kType>
+constexpr int kHeaderBytes = kBitsOf<kType> > 0 || kIsFp8<kType> ? 4 : 0;
+
+// Column c's code of an int row: the b bits at bit (c % (8 / b)) * b of byte c / (8 / b).
+template <int kBits>
+inline unsigned int_code(const uint8_t* data, int64_t c) {
+  constexpr int kPerByte = 8 / kBits;
+  return (static_cast<unsigned>(data[c / kPerByte]) >> ((c % kPerByte) * kBits)) & ((1u << kBits) - 1u);
+}
+
+// Column c of a row of type kType (data: the bytes after the header), in fp32: int rows
 // float(q) * scale + bias (a product and a sum, each rounded to fp32), fp8 rows value(code) * scale,
-// fp32/fp16/bf16 rows the element exactly.
+// fp32/fp16/bf16 rows the element exactly. The CPU forward's vector loads compute the same per lane.
+template <QuantWeightType kType>
+inline float column_value(const uint8_t* data, int64_t c, const RowHeader& h) {
+  if constexpr (kBitsOf<kType> > 0) {
+    return static_cast<float>(int_code<kBitsOf<kType>>(data, c)) * h.scale + h.bias;
+  } else if constexpr (kIsFp8<kType>) {
+    return fp8_values<kType>()[data[c]] * h.scale;
+  } else if constexpr (kType == QuantWeightType::kFp16) {
+    return fp16_to_float(load_u16(data + 2 * c));
+  } else if constexpr (kType == QuantWeightType::kBf16) {
+    return bf16_to_float(load_u16(data + 2 * c));
+  } else {
+    return load_f32(data + 4 * c);
+  }
+}
+
+// Calls f(c, value) for the D columns of a row of type kType in order (column_value).
 template <QuantWeightType kType, class F>
 inline void for_each_value(const uint8_t* __restrict row, int64_t D, F&& f) {
-  constexpr int kBits = kType == QuantWeightType::kInt8 ? 8 : kType == QuantWeightType::kInt4 ? 4
-                        : kType == QuantWeightType::kInt2 ? 2 : 0;
-  if constexpr (kBits > 0) {
-    const float scale = fp16_to_float(load_u16(row));
-    const float bias = fp16_to_float(load_u16(row + 2));
-    const uint8_t* __restrict data = row + 4;
-    constexpr int kPerByte = 8 / kBits;
-    constexpr unsigned kMask = (1u << kBits) - 1u;
-    int64_t c = 0;
-    for (; c + kPerByte <= D; c += kPerByte) {
-      const unsigned byte = data[c / kPerByte];
-#pragma GCC unroll 4
-      for (int k = 0; k < kPerByte; ++k)
-        f(c + k, static_cast<float>((byte >> (k * kBits)) & kMask) * scale + bias);
-    }
-    if (c < D) {
-      const unsigned byte = data[c / kPerByte];
-      for (int k = 0; c + k < D; ++k) f(c + k, static_cast<float>((byte >> (k * kBits)) & kMask) * scale + bias);
-    }
-  } else if constexpr (kType == QuantWeightType::kFp8E4M3 || kType == QuantWeightType::kFp8E5M2) {
-    const float scale = load_f32(row);
-    const float* __restrict values = fp8_values<kType>();
-    const uint8_t* __restrict data = row + 4;
-    for (int64_t c = 0; c < D; ++c) f(c, values[data[c]] * scale);
-  } else if constexpr (kType == QuantWeightType::kFp16) {
-    for (int64_t c = 0; c < D; ++c) f(c, fp16_to_float(load_u16(row + 2 * c)));
-  } else if constexpr (kType == QuantWeightType::kBf16) {
-    for (int64_t c = 0; c < D; ++c) f(c, bf16_to_float(load_u16(row + 2 * c)));
-  } else {
-    for (int64_t c = 0; c < D; ++c) f(c, load_f32(row + 4 * c));
-  }
+  const RowHeader h = row_header<kType>(row);
+  const uint8_t* __restrict data = row + kHeaderBytes<kType>;
+  for (int64_t c = 0; c < D; ++c) f(c, column_value<kType>(data, c, h));
 }
 
 // Runtime type -> for_each_value<kType> (one switch per row; f is compiled once per type).
