@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "embscale/tbe.h"
 #include "embscale/tbe_quant.h"
 #include "reference_tbe_quant.h"
 
@@ -88,7 +89,7 @@ struct QRun {
   int64_t max_bag = 0;
 };
 
-QRun run_case(const QCase& c) {
+QRun run_case(const QCase& c, int threads = 0) {
   QRun r;
   std::mt19937_64 rng(c.seed);
   QuantTbeConfig cfg;
@@ -97,7 +98,7 @@ QRun run_case(const QCase& c) {
   cfg.row_alignment = c.row_alignment;
   cfg.table_alignment = c.table_alignment;
   std::unique_ptr<QuantizedTableBatchedEmbedding> tbe;
-  const Context ctx = Context::cpu();
+  const Context ctx = Context::cpu(threads);
   r.status = QuantizedTableBatchedEmbedding::create(ctx, cfg, &tbe);
   if (!r.status.ok()) return r;
   const std::vector<uint8_t> weights = make_weights(*tbe, rng);
@@ -477,6 +478,96 @@ TEST(TbeQuantForward, EveryBoundsCheckModeWithBadIndices) {
     EXPECT_EQ(r.status.code(), StatusCode::kOutOfRange) << r.status.message();
     EXPECT_EQ(r.status.message().rfind("indices: feature ", 0), 0u) << r.status.message();
     EXPECT_NE(r.status.message().find("is outside table"), std::string::npos) << r.status.message();
+  }
+}
+
+TEST(TbeQuantForward, FloatTablesMatchTheTrainingForwardBitForBit) {
+  // fp32/fp16/bf16 rows without padding are the training TBE's layout, and both sum a bag in lookup order
+  // in fp32: the outputs are the same bits.
+  const uint64_t seed = 4242;
+  std::printf("TbeQuantForward.FloatTablesMatchTheTrainingForwardBitForBit: seed %" PRIu64 "\n", seed);
+  std::mt19937_64 rng(seed);
+  const struct { QuantWeightType q; DType d; } types[] = {
+      {QuantWeightType::kFp32, DType::kF32}, {QuantWeightType::kFp16, DType::kF16}, {QuantWeightType::kBf16, DType::kBF16}};
+  for (const auto& ty : types) {
+    for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}) {
+      const int64_t E = 60, B = 7;
+      const int D = 37;
+      QuantTbeConfig qcfg;
+      qcfg.tables = {{E, D, ty.q}, {E, D, ty.q}};
+      qcfg.row_alignment = 1;
+      qcfg.table_alignment = 1;
+      TbeConfig tcfg;
+      tcfg.tables = {{E, D}, {E, D}};
+      tcfg.weights_dtype = ty.d;
+      std::unique_ptr<QuantizedTableBatchedEmbedding> q;
+      std::unique_ptr<TableBatchedEmbedding> t;
+      ASSERT_TRUE(QuantizedTableBatchedEmbedding::create(Context::cpu(), qcfg, &q).ok());
+      ASSERT_TRUE(TableBatchedEmbedding::create(Context::cpu(), tcfg, &t).ok());
+      ASSERT_EQ(q->total_bytes(), t->num_weights() * static_cast<int64_t>(dtype_size(ty.d)));
+      const std::vector<uint8_t> w = make_weights(*q, rng);
+      std::vector<int64_t> offsets(1, 0), indices;
+      for (int64_t bag = 0; bag < 2 * B; ++bag) {
+        for (int64_t l = 0, L = static_cast<int64_t>(rng() % 9); l < L; ++l) indices.push_back(static_cast<int64_t>(rng() % E));
+        offsets.push_back(static_cast<int64_t>(indices.size()));
+      }
+      const int64_t N = static_cast<int64_t>(indices.size());
+      std::vector<float> psw(static_cast<size_t>(N));
+      for (float& x : psw) x = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 333.0f;
+      const bool weighted = pool != PoolingMode::kMean;
+      const int64_t rows = pool == PoolingMode::kNone ? N : B, cols = pool == PoolingMode::kNone ? D : 2 * D;
+      std::vector<float> out_q(static_cast<size_t>(rows * cols), -1.0f), out_t(out_q.size(), -2.0f);
+      QuantTbeForwardArgs qa;
+      qa.weights = w.data();
+      qa.weights_bytes = static_cast<int64_t>(w.size());
+      qa.indices = TensorView::vec(indices.data(), DType::kI64, N);
+      qa.offsets = TensorView::vec(offsets.data(), DType::kI64, static_cast<int64_t>(offsets.size()));
+      if (weighted) qa.per_sample_weights = TensorView::vec(psw.data(), DType::kF32, N);
+      qa.batch_size = B;
+      qa.pooling = pool;
+      qa.output = TensorView::mat(out_q.data(), DType::kF32, rows, cols);
+      TbeForwardArgs ta;
+      ta.weights = TensorView::vec(w.data(), ty.d, t->num_weights());
+      ta.indices = qa.indices;
+      ta.offsets = qa.offsets;
+      ta.per_sample_weights = qa.per_sample_weights;
+      ta.batch_size = B;
+      ta.pooling = pool;
+      ta.output = TensorView::mat(out_t.data(), DType::kF32, rows, cols);
+      ASSERT_TRUE(q->forward(Context::cpu(), qa).ok());
+      ASSERT_TRUE(t->forward(Context::cpu(), ta).ok());
+      ASSERT_EQ(0, std::memcmp(out_q.data(), out_t.data(), out_q.size() * sizeof(float)))
+          << quant_weight_type_name(ty.q) << " " << pooling_mode_name(pool);
+    }
+  }
+}
+
+TEST(TbeQuantForward, ThreadCountDoesNotChangeTheResult) {
+  // About 40,000 lookups of rows of 1,024 and 128 bytes, ~23 MB gathered: the call fans out to 2 threads
+  // (one per 8 MiB, thread_policy.h) when the context allows 2.
+  QCase c;
+  c.seed = 31337;
+  c.tables = {{2000, 256, QuantWeightType::kFp32}, {3000, 240, QuantWeightType::kInt4}};
+  c.batch_size = 2000;
+  c.max_bag = 20;
+  c.weighted = true;
+  c.bad_fraction = 0.001;
+  std::printf("TbeQuantForward.ThreadCountDoesNotChangeTheResult: seed %" PRIu64 "\n", c.seed);
+  for (BoundsCheckMode m : {BoundsCheckMode::kSkip, BoundsCheckMode::kError}) {
+    c.bounds = m;
+    QRun runs[2];
+    for (int threads : {1, 2}) runs[threads - 1] = run_case(c, threads);
+    EXPECT_EQ(runs[0].status.code(), runs[1].status.code());
+    EXPECT_EQ(runs[0].status.message(), runs[1].status.message());
+    if (m == BoundsCheckMode::kSkip) {
+      ASSERT_TRUE(runs[0].status.ok()) << runs[0].status.message();
+      EXPECT_EQ(runs[0].output, runs[1].output);
+      EXPECT_EQ(runs[0].num_skipped, runs[1].num_skipped);
+      EXPECT_EQ(runs[0].num_skipped, runs[0].ref.skipped);
+      EXPECT_TRUE(compare(c, runs[1]).empty()) << compare(c, runs[1]);
+    } else {
+      EXPECT_EQ(runs[0].status.code(), StatusCode::kOutOfRange);
+    }
   }
 }
 
