@@ -4,9 +4,9 @@
 // Work is split over (feature, bag) items; one thread reduces a bag in the order of its indices in fp32
 // (acc[d] += w * value, value as tbe/quant_rows.h defines it, four columns a vector: vec4.h) and converts
 // once to the output dtype, so results do not depend on the thread count or the schedule. Compile-time code
-// is small on purpose: the index dtype is a template (2 copies), the weight type a switch per looked-up row
-// into one bag sum per type (8), and the output dtype a switch per output row; nothing is instantiated
-// per combination.
+// is small on purpose: the index dtype is a template (2 copies), the weight type a switch per bag into one
+// bag sum per type (8), and the output dtype a switch per output row; nothing is instantiated per
+// combination.
 // Built with -ffp-contract=off (as the training forward), so q * scale + bias stays two roundings on every
 // compiler and flag set.
 #include <omp.h>
