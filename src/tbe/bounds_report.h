@@ -34,6 +34,17 @@ inline bool skips_bad_indices(BoundsCheckMode m) { return m == BoundsCheckMode::
 // The kOutOfRange Status naming the argument, the feature, bag and position, the value and the bound;
 // B is the batch size and N the number of indices.
 Status violation_error(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const BoundsViolation& v);
+// The same for any table-batched op: table_of_feature(f) and table_rows(t) name the table of a bad index
+// (read for kBadIndex only). The quantized TBE (tbe_quant.h) reports through this one.
+template <class TableOf, class RowsOf>
+Status violation_error(int64_t B, int64_t N, const BoundsViolation& v, TableOf table_of_feature, RowsOf table_rows);
+Status violation_error_named(int64_t B, int64_t N, const BoundsViolation& v, int table, int64_t table_rows);
+template <class TableOf, class RowsOf>
+Status violation_error(int64_t B, int64_t N, const BoundsViolation& v, TableOf table_of_feature, RowsOf table_rows) {
+  if (v.kind != ViolationKind::kBadIndex || B <= 0) return violation_error_named(B, N, v, 0, 0);
+  const int t = table_of_feature(static_cast<int>(v.item / B));
+  return violation_error_named(B, N, v, t, table_rows(t));
+}
 
 }  // namespace tbe_bounds
 }  // namespace embscale

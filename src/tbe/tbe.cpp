@@ -122,31 +122,11 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
     tbe->row_offsets_[t + 1] = tbe->row_offsets_[t] + s.num_rows;  // <= weight_offsets_, so no overflow
   }
 
-  // Features: the map, or one feature per table.
-  if (cfg.feature_table_map.empty()) {
-    tbe->feature_table_.resize(num_tables);
-    for (int t = 0; t < num_tables; ++t) tbe->feature_table_[t] = t;
-  } else {
-    tbe->feature_table_ = cfg.feature_table_map;
-    for (size_t f = 0; f < tbe->feature_table_.size(); ++f) {
-      const int t = tbe->feature_table_[f];
-      if (t < 0 || t >= num_tables)
-        return invalid_argument("cfg.feature_table_map[" + std::to_string(f) + "]: table " + std::to_string(t) +
-                                " does not exist (there are " + std::to_string(num_tables) + " tables)");
-    }
-  }
+  // Features: the map, or one feature per table; their output columns.
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::resolve_features(
+      cfg.feature_table_map, num_tables, [&](int t) { return cfg.tables[t].dim; }, &tbe->feature_table_,
+      &tbe->output_offsets_, &tbe->max_dim_));
   const int T = static_cast<int>(tbe->feature_table_.size());
-
-  tbe->output_offsets_.assign(T + 1, 0);
-  int64_t col = 0;
-  for (int f = 0; f < T; ++f) {
-    const int d = cfg.tables[tbe->feature_table_[f]].dim;
-    col += d;
-    if (col > INT32_MAX)
-      return invalid_argument("cfg: the features' dimensions add up to more than 2^31-1 output columns");
-    tbe->output_offsets_[f + 1] = static_cast<int>(col);
-    if (d > tbe->max_dim_) tbe->max_dim_ = d;
-  }
 
   // DeviceMeta: per-feature arrays and the zeroed scratch words, uploaded in one copy.
   const MetaLayout L(static_cast<size_t>(T));
@@ -187,8 +167,6 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
 TableBatchedEmbedding::~TableBatchedEmbedding() { backend_free(backend_, meta_storage_); }
 
 Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& args) const {
-  using tbe_validate::check_view;
-  using tbe_validate::shape_str;
   EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_lookup_args(
       *this, ctx,
       {&args.weights, &args.indices, &args.offsets, &args.per_sample_weights, args.batch_size, args.pooling,
@@ -196,22 +174,7 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
   const int64_t B = args.batch_size;
   const int64_t N = args.indices.numel();
 
-  // output
-  EMBSCALE_RETURN_IF_ERROR(check_view("output", args.output));
-  if (!is_float_dtype(args.output.dtype))
-    return invalid_argument(std::string("output: dtype ") + dtype_name(args.output.dtype) +
-                            " is not supported; expected fp32, fp16 or bf16");
-  if (args.pooling == PoolingMode::kNone) {
-    int64_t D = 0;
-    EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_sequence_dims(*this, &D));
-    if (args.output.ndim != 2 || args.output.shape[0] != N || args.output.shape[1] != D)
-      return invalid_argument("output: shape " + shape_str(args.output) + "; sequence mode expects [N, D] = [" +
-                              std::to_string(N) + ", " + std::to_string(D) + "]");
-  } else {
-    if (args.output.ndim != 2 || args.output.shape[0] != B || args.output.shape[1] != total_dim())
-      return invalid_argument("output: shape " + shape_str(args.output) + "; expected [B, total_dim()] = [" +
-                              std::to_string(B) + ", " + std::to_string(total_dim()) + "]");
-  }
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_output("output", args.output, *this, args.pooling, B, N));
 
   // The output and the skip count are written while the inputs are read: they share memory with nothing.
   using check::region;

@@ -229,29 +229,13 @@ Status check_memory(const Context& ctx, const TbeBackwardArgs& a) {
 
 // Everything but the workspace.
 Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, const TbeBackwardArgs& a) {
-  using tbe_validate::check_view;
-  using tbe_validate::shape_str;
   EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_lookup_args(
       tbe, ctx,
       {&a.weights, &a.indices, &a.offsets, &a.per_sample_weights, a.batch_size, a.pooling, a.bounds_check}));
   const int64_t B = a.batch_size;
   const int64_t N = a.indices.numel();
 
-  EMBSCALE_RETURN_IF_ERROR(check_view("grad_output", a.grad_output));
-  if (!is_float_dtype(a.grad_output.dtype))
-    return invalid_argument(std::string("grad_output: dtype ") + dtype_name(a.grad_output.dtype) +
-                            " is not supported; expected fp32, fp16 or bf16");
-  if (a.pooling == PoolingMode::kNone) {
-    int64_t D = 0;
-    EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_sequence_dims(tbe, &D));
-    if (a.grad_output.ndim != 2 || a.grad_output.shape[0] != N || a.grad_output.shape[1] != D)
-      return invalid_argument("grad_output: shape " + shape_str(a.grad_output) + "; sequence mode expects [N, D] = [" +
-                              std::to_string(N) + ", " + std::to_string(D) + "]");
-  } else {
-    if (a.grad_output.ndim != 2 || a.grad_output.shape[0] != B || a.grad_output.shape[1] != tbe.total_dim())
-      return invalid_argument("grad_output: shape " + shape_str(a.grad_output) + "; expected [B, total_dim()] = [" +
-                              std::to_string(B) + ", " + std::to_string(tbe.total_dim()) + "]");
-  }
+  EMBSCALE_RETURN_IF_ERROR(tbe_validate::check_output("grad_output", a.grad_output, tbe, a.pooling, B, N));
 
   EMBSCALE_RETURN_IF_ERROR(check_optimizer_params(a.optimizer));
   EMBSCALE_RETURN_IF_ERROR(check_buffers(tbe, a));

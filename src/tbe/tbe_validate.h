@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "embscale/tbe.h"
@@ -46,33 +47,23 @@ struct LookupArgs {
   BoundsCheckMode bounds_check;
 };
 
-inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context& ctx, const LookupArgs& a) {
-  if (ctx.backend != tbe.backend())
-    return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
-                            " differs from the backend this TableBatchedEmbedding was created on (" +
-                            backend_name(tbe.backend()) + ")");
-  EMBSCALE_RETURN_IF_ERROR(check::context(ctx));
+// The pooling and bounds-check modes and the batch size, for T features.
+inline Status check_modes_and_batch(int64_t T, const LookupArgs& a) {
   if (a.pooling != PoolingMode::kSum && a.pooling != PoolingMode::kMean && a.pooling != PoolingMode::kNone)
     return invalid_argument("pooling: unknown pooling mode " + std::to_string(static_cast<int>(a.pooling)));
   if (a.bounds_check != BoundsCheckMode::kError && a.bounds_check != BoundsCheckMode::kSkip &&
       a.bounds_check != BoundsCheckMode::kOff && a.bounds_check != BoundsCheckMode::kWarn)
     return invalid_argument("bounds_check: unknown mode " + std::to_string(static_cast<int>(a.bounds_check)));
-  const int64_t T = tbe.num_features();
   const int64_t B = a.batch_size;
   if (B < 0) return invalid_argument("batch_size: " + std::to_string(B) + " is negative");
   if (B > (INT64_MAX - 1) / (T > 0 ? T : 1))
     return invalid_argument("batch_size: " + std::to_string(B) + " times " + std::to_string(T) + " features overflows");
+  return Status::Ok();
+}
 
-  // weights
-  EMBSCALE_RETURN_IF_ERROR(check_view("weights", *a.weights));
-  if (a.weights->dtype != tbe.config().weights_dtype)
-    return invalid_argument(std::string("weights: dtype ") + dtype_name(a.weights->dtype) +
-                            " differs from the configured weights dtype " + dtype_name(tbe.config().weights_dtype));
-  if (a.weights->numel() != tbe.num_weights())
-    return invalid_argument("weights: " + std::to_string(a.weights->numel()) +
-                            " elements; expected num_weights() = " + std::to_string(tbe.num_weights()));
-
-  // indices and offsets
+// The indices and offsets pair for T features (after check_modes_and_batch), and the per-sample weights.
+inline Status check_indices_offsets(int64_t T, const LookupArgs& a) {
+  const int64_t B = a.batch_size;
   EMBSCALE_RETURN_IF_ERROR(check_view("indices", *a.indices));
   EMBSCALE_RETURN_IF_ERROR(check_view("offsets", *a.offsets));
   if (!is_index_dtype(a.indices->dtype))
@@ -99,8 +90,62 @@ inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context&
   return Status::Ok();
 }
 
+inline Status check_lookup_args(const TableBatchedEmbedding& tbe, const Context& ctx, const LookupArgs& a) {
+  if (ctx.backend != tbe.backend())
+    return invalid_argument(std::string("ctx: backend ") + backend_name(ctx.backend) +
+                            " differs from the backend this TableBatchedEmbedding was created on (" +
+                            backend_name(tbe.backend()) + ")");
+  EMBSCALE_RETURN_IF_ERROR(check::context(ctx));
+  const int64_t T = tbe.num_features();
+  EMBSCALE_RETURN_IF_ERROR(check_modes_and_batch(T, a));
+
+  // weights
+  EMBSCALE_RETURN_IF_ERROR(check_view("weights", *a.weights));
+  if (a.weights->dtype != tbe.config().weights_dtype)
+    return invalid_argument(std::string("weights: dtype ") + dtype_name(a.weights->dtype) +
+                            " differs from the configured weights dtype " + dtype_name(tbe.config().weights_dtype));
+  if (a.weights->numel() != tbe.num_weights())
+    return invalid_argument("weights: " + std::to_string(a.weights->numel()) +
+                            " elements; expected num_weights() = " + std::to_string(tbe.num_weights()));
+  return check_indices_offsets(T, a);
+}
+
+// The features of a table-batched op (TbeConfig and QuantTbeConfig alike): cfg.feature_table_map checked
+// against num_tables (empty: one feature per table), each feature's first output column ([T + 1], the
+// last the total) and the widest D; dim_of(t) is table t's D. invalid_argument naming the bad entry.
+template <class DimOf>
+inline Status resolve_features(const std::vector<int>& map, int num_tables, DimOf dim_of,
+                               std::vector<int>* feature_table, std::vector<int>* output_offsets, int* max_dim) {
+  if (map.empty()) {
+    feature_table->resize(num_tables);
+    for (int t = 0; t < num_tables; ++t) (*feature_table)[t] = t;
+  } else {
+    *feature_table = map;
+    for (size_t f = 0; f < map.size(); ++f) {
+      const int t = map[f];
+      if (t < 0 || t >= num_tables)
+        return invalid_argument("cfg.feature_table_map[" + std::to_string(f) + "]: table " + std::to_string(t) +
+                                " does not exist (there are " + std::to_string(num_tables) + " tables)");
+    }
+  }
+  const int T = static_cast<int>(feature_table->size());
+  output_offsets->assign(T + 1, 0);
+  *max_dim = 0;
+  int64_t col = 0;
+  for (int f = 0; f < T; ++f) {
+    const int d = dim_of((*feature_table)[f]);
+    col += d;
+    if (col > INT32_MAX)
+      return invalid_argument("cfg: the features' dimensions add up to more than 2^31-1 output columns");
+    (*output_offsets)[f + 1] = static_cast<int>(col);
+    if (d > *max_dim) *max_dim = d;
+  }
+  return Status::Ok();
+}
+
 // Sequence mode (kNone) needs all features of one dimension; returns that D (0 without features).
-inline Status check_sequence_dims(const TableBatchedEmbedding& tbe, int64_t* D) {
+template <class Tbe>
+inline Status check_sequence_dims(const Tbe& tbe, int64_t* D) {
   const int T = tbe.num_features();
   for (int f = 1; f < T; ++f) {
     if (tbe.feature_dim(f) != tbe.feature_dim(0))
@@ -109,6 +154,28 @@ inline Status check_sequence_dims(const TableBatchedEmbedding& tbe, int64_t* D) 
                               std::to_string(tbe.feature_dim(f)));
   }
   *D = T > 0 ? tbe.feature_dim(0) : 0;
+  return Status::Ok();
+}
+
+// The lookup's output (or its gradient), `name`d in messages: fp32, fp16 or bf16; pooled [B, total_dim()],
+// sequence (kNone) [N, D] with all features of one D.
+template <class Tbe>
+inline Status check_output(const char* name, const TensorView& t, const Tbe& tbe, PoolingMode pooling, int64_t B,
+                           int64_t N) {
+  EMBSCALE_RETURN_IF_ERROR(check_view(name, t));
+  if (!is_float_dtype(t.dtype))
+    return invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) +
+                            " is not supported; expected fp32, fp16 or bf16");
+  if (pooling == PoolingMode::kNone) {
+    int64_t D = 0;
+    EMBSCALE_RETURN_IF_ERROR(check_sequence_dims(tbe, &D));
+    if (t.ndim != 2 || t.shape[0] != N || t.shape[1] != D)
+      return invalid_argument(std::string(name) + ": shape " + shape_str(t) + "; sequence mode expects [N, D] = [" +
+                              std::to_string(N) + ", " + std::to_string(D) + "]");
+  } else if (t.ndim != 2 || t.shape[0] != B || t.shape[1] != tbe.total_dim()) {
+    return invalid_argument(std::string(name) + ": shape " + shape_str(t) + "; expected [B, total_dim()] = [" +
+                            std::to_string(B) + ", " + std::to_string(tbe.total_dim()) + "]");
+  }
   return Status::Ok();
 }
 

@@ -26,34 +26,38 @@ inline void keep_first(const BadIndex& mine, BadIndex* bad) {
 }
 
 // Offsets: not negative at 0, monotone, and the last (offsets[T*B]) equals N. Checked serially (T*B+1
-// values, cheap next to the gathers) so the first violation in order is reported.
+// values, cheap next to the gathers) so the first violation in order is reported: returns false and
+// fills *v at the first one, true when there is none.
 template <typename I>
-Status check_offsets(const TableBatchedEmbedding& tbe, const I* offsets, int64_t T, int64_t B, int64_t N) {
+bool offsets_valid(const I* offsets, int64_t TB, int64_t N, tbe_bounds::BoundsViolation* v) {
   using tbe_bounds::ViolationKind;
-  const int64_t TB = T * B;
   if (static_cast<int64_t>(offsets[0]) < 0) {
-    tbe_bounds::BoundsViolation v;
-    v.kind = ViolationKind::kNegativeFirstOffset;
-    v.value = offsets[0];
-    return tbe_bounds::violation_error(tbe, B, N, v);
+    v->kind = ViolationKind::kNegativeFirstOffset;
+    v->value = offsets[0];
+    return false;
   }
   for (int64_t i = 1; i <= TB; ++i) {
     if (offsets[i] < offsets[i - 1]) {
-      tbe_bounds::BoundsViolation v;
-      v.kind = ViolationKind::kDecreasingOffset;
-      v.position = i;
-      v.value = offsets[i];
-      v.previous = offsets[i - 1];
-      return tbe_bounds::violation_error(tbe, B, N, v);
+      v->kind = ViolationKind::kDecreasingOffset;
+      v->position = i;
+      v->value = offsets[i];
+      v->previous = offsets[i - 1];
+      return false;
     }
   }
   if (static_cast<int64_t>(offsets[TB]) != N) {
-    tbe_bounds::BoundsViolation v;
-    v.kind = ViolationKind::kLastOffsetMismatch;
-    v.value = offsets[TB];
-    return tbe_bounds::violation_error(tbe, B, N, v);
+    v->kind = ViolationKind::kLastOffsetMismatch;
+    v->value = offsets[TB];
+    return false;
   }
-  return Status::Ok();
+  return true;
+}
+
+template <typename I>
+Status check_offsets(const TableBatchedEmbedding& tbe, const I* offsets, int64_t T, int64_t B, int64_t N) {
+  tbe_bounds::BoundsViolation v;
+  if (offsets_valid(offsets, T * B, N, &v)) return Status::Ok();
+  return tbe_bounds::violation_error(tbe, B, N, v);
 }
 
 // The error for the first bad index `bad` (bad.item != INT64_MAX).
