@@ -198,8 +198,9 @@ HISTORICAL = {
                why="the CUDA FP8 kernels have changed since"),
     "tbe_cache, 16 GiB, T=26, D=128, B=8192, L=20": dict(
         records=("2026-12-06-nvidia-h100-tbe-cache-16gib-evict-in-fetch.jsonl",), measured="2026-12-06",
-                      builds=("f606ba7",), why="one source it measures has changed since: an unused helper "
-                      "left python/embscale/_ops_common.py"),
+                      builds=("f606ba7",), why="sources it measures have changed since, none in the cache or "
+                      "its kernels: the host-side argument checks (shared with the quantized TBE) and an unused "
+                      "Python helper removed"),
     "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
                  why="both backends' TBE and the torch module have changed since"),
     "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),
