@@ -148,8 +148,9 @@ class EmbscaleFusedOptimizer(FusedOptimizer):
     theirs so that a checkpoint moves between them: ``params`` maps ``<table>.weight`` (``embedding_bags.``
     before it in a collection) to the table's weights, and ``state[weights]`` its optimizer state under
     ``<table>.momentum1`` and so on (``_state_entries``). All are views of the module's buffers (ShardedTensors
-    over them where the table is sharded), updated in the backward. ``step()`` applies a learning rate set in
-    ``param_groups`` to the module; the update itself happens in the backward."""
+    over them where the table is sharded), updated in the backward. ``step()`` and ``zero_grad()`` apply a
+    learning rate set in ``param_groups`` to the module, as TorchRec's fused optimizers do; the update itself
+    happens in the backward."""
 
     def __init__(self, tbe: _tbe.TableBatchedEmbeddingBags, params: Dict[str, torch.Tensor],
                  state: Dict[torch.Tensor, Dict[str, torch.Tensor]]):
@@ -161,7 +162,9 @@ class EmbscaleFusedOptimizer(FusedOptimizer):
         self._tbe.set_learning_rate(self.param_groups[0]["lr"])
 
     def zero_grad(self, set_to_none: bool = False) -> None:
-        pass
+        # As TorchRec's fused optimizers: a training loop's zero_grad() comes before the backward, so a rate a
+        # schedule set after the last step() reaches this step's update.
+        self._tbe.set_learning_rate(self.param_groups[0]["lr"])
 
     def state_dict(self) -> Dict[str, Any]:
         flush = getattr(self._tbe, "flush", None)  # tables in host memory (CUDA): the views made current

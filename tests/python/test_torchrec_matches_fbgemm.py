@@ -6,7 +6,8 @@ same losses, the same tables and the same fused optimizer state: its values, and
 ``state_dict()``, for table-wise, row-wise, column-wise (with two column shards of a table on one process)
 and mixed plans, SUM and MEAN pooling, row-wise Adagrad and SGD, with hot rows and empty bags. Both sides
 use TorchRec's usual optimizer setup (the fused optimizer beside a dense SGD for the model's dense layer,
-through in_backward_optimizer_filter and CombinedOptimizer). And a checkpoint (torch.distributed.checkpoint)
+through in_backward_optimizer_filter and CombinedOptimizer), with a learning-rate schedule (torch's LambdaLR
+over the CombinedOptimizer) that reaches the kernels through param_groups. And a checkpoint (torch.distributed.checkpoint)
 of either model and its optimizer loads into the other, which then trains on as the saved one does.
 
 Where TorchRec's kernels cannot serve as the oracle, the case is left out with its reason:
@@ -38,6 +39,7 @@ import multiprocess  # noqa: E402
 OPTIMIZERS = {"rowwise_adagrad": ("EXACT_ROWWISE_ADAGRAD", {"learning_rate": 0.2, "eps": 0.01}),
               "sgd": ("EXACT_SGD", {"learning_rate": 0.2})}
 DENSE_LR = 0.05
+LR_DECAY = 0.5  # every parameter group's learning rate after s steps: its first times LR_DECAY ** s
 MAX_BAG = 4
 STEPS = 4
 SAVE_AFTER = 2  # the checkpoint exchange saves after this many steps and trains on for the rest
@@ -184,6 +186,9 @@ def _train(dmp, opt, rank, steps):
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     dev = multiprocess.device(rank)
+    # A learning-rate schedule over every parameter group (the fused optimizers' and the dense one's), as a
+    # TorchRec training loop sets one: each step's rate reaches the kernels through param_groups.
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: LR_DECAY ** s)
     losses = []
     for step in steps:
         kjts, target = step[rank]
@@ -193,6 +198,7 @@ def _train(dmp, opt, rank, steps):
         loss, parts = dmp(kjts, target.to(dev))
         loss.backward()
         opt.step()
+        schedule.step()
         losses.append({name: part.detach() for name, part in parts.items()})
     return losses
 
