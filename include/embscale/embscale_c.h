@@ -17,7 +17,8 @@
  *    their data is NULL (a zero-initialised embscale_tensor); when present their dtype and shape are
  *    checked like those of every other tensor.
  *  - Pointers live in the memory of the context's backend (device pointers for CUDA); the stream is a
- *    cudaStream_t. Nothing here allocates except embscale_tbe_create.
+ *    cudaStream_t. Nothing here allocates except embscale_tbe_create, embscale_row_cache_create and
+ *    embscale_host_store_malloc.
  */
 #ifndef EMBSCALE_EMBSCALE_C_H_
 #define EMBSCALE_EMBSCALE_C_H_
@@ -243,6 +244,10 @@ EMBSCALE_C_EXPORT int embscale_row_cache_create(const embscale_context* ctx, int
                                                 int32_t algorithm, int32_t optimizer, int64_t max_lookups,
                                                 embscale_row_cache** out);
 EMBSCALE_C_EXPORT void embscale_row_cache_destroy(embscale_row_cache* cache);
+/* Host memory for the host store on the current CUDA device (memory.h's host_store_malloc: managed memory
+ * kept on the host, or pinned and mapped); bytes == 0 gives NULL. Freed by embscale_host_store_free. */
+EMBSCALE_C_EXPORT int embscale_host_store_malloc(uint64_t bytes, void** out);
+EMBSCALE_C_EXPORT void embscale_host_store_free(void* ptr);
 /* The tables the forward and backward run on (lent: valid while the cache lives; embscale_tbe_destroy
  * leaves it alone). Its layout: embscale_tbe_layout_get, embscale_tbe_table_offsets. */
 EMBSCALE_C_EXPORT const embscale_tbe* embscale_row_cache_tbe(const embscale_row_cache* cache);

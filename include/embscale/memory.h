@@ -13,6 +13,14 @@ namespace embscale {
 
 Status backend_malloc(Backend b, size_t bytes, void** ptr);  // bytes == 0 gives nullptr
 void backend_free(Backend b, void* ptr);
+// Host memory for a row cache's host store (tbe_cache.h) on the current CUDA device, which kernels read and
+// write in place at the host link's rate however scattered the rows: managed memory kept on the host and
+// mapped for the device, as FBGEMM's UVM tables (the device maps it in large pages; rows of pinned memory
+// at random places move at under half the rate, docs/tbe_cache.md), or pinned, mapped memory where the
+// device cannot access managed memory concurrently. The CPU reads and writes it as ordinary memory.
+// CUDA only; bytes == 0 gives nullptr. Freed by host_store_free.
+Status host_store_malloc(size_t bytes, void** ptr);
+void host_store_free(void* ptr);
 // Copies between host memory and the backend's memory (for kCpu both are host memory).
 Status copy_to_backend(const Context& ctx, void* dst, const void* host_src, size_t bytes);
 Status copy_to_host(const Context& ctx, void* host_dst, const void* src, size_t bytes);

@@ -87,8 +87,9 @@ struct RowCacheConfig {
   int64_t max_lookups = 0;  // lookups (N) of the largest batch: each pool stages twice as many rows
 };
 
-// The buffers every op reads or writes. Host store: host memory the device can address (pinned and
-// mapped: torch's pin_memory, cudaHostAlloc). Cache: device memory in cache_tbe()'s layout. State:
+// The buffers every op reads or writes. Host store: host memory the device can address: memory.h's
+// host_store_malloc (managed memory kept on the host, which moves scattered rows at the link's rate), or
+// pinned and mapped memory (torch's pin_memory, cudaHostAlloc, cudaHostRegister: scattered rows move slower). Cache: device memory in cache_tbe()'s layout. State:
 // device memory of state_bytes().
 struct RowCacheBuffers {
   TensorView host_weights;     // [tables' num_weights] of cfg.tables.weights_dtype

@@ -3,7 +3,7 @@ becomes on a CUDA device when a table's placement is "host" or "cached" (FBGEMM'
 MANAGED_CACHING).
 
 The module's tables and optimizer state (``weights``, ``momentum1``, ``momentum2``) are CPU tensors, the
-host store, registered with CUDA so the GPU reads and writes them over the host link; a row cache in device
+host store, in memory mapped for the GPU (_host_memory.host_store), which reads and writes them over the host link; a row cache in device
 memory (_row_cache.RowCacheTables) holds each batch's rows. The tables' values are current in the host store
 after ``flush()``, which ``state_dict()``, ``split_embedding_weights()`` and ``optimizer_state()`` call; after
 ``load_state_dict()`` or ``reset_parameters()`` the cache starts empty. The forward is eager (torch.compile

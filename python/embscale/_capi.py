@@ -206,6 +206,8 @@ _SIGNATURES = {
          ctypes.c_int32, _P(ctypes.c_int32), _P(ctypes.c_int64), ctypes.c_int32, ctypes.c_int32, ctypes.c_int64,
          _P(_VP)], ctypes.c_int),
     "embscale_row_cache_destroy": ([_VP], None),
+    "embscale_host_store_malloc": ([ctypes.c_uint64, _P(_VP)], ctypes.c_int),
+    "embscale_host_store_free": ([_VP], None),
     "embscale_row_cache_tbe": ([_VP], _VP),
     "embscale_row_cache_info_get": ([_VP, _P(RowCacheInfo), _P(ctypes.c_int64)], ctypes.c_int),
     "embscale_row_cache_load": ([_VP, _P(Context), _P(RowCacheBuffers)], ctypes.c_int),

@@ -1,6 +1,6 @@
 """Tables beyond the GPU's memory, for TableBatchedEmbeddingBags on CUDA: the module's tables and optimizer
-state stay in host memory (the host store: CPU tensors registered with CUDA, so the GPU reads and writes them
-over the host link), and each batch's rows are brought into device memory by the library's row cache
+state stay in host memory (the host store: CPU tensors in memory mapped for the GPU, which reads and writes
+them over the host link: _host_memory.host_store), and each batch's rows are brought into device memory by the library's row cache
 (include/embscale/tbe_cache.h): a set-associative cache per "cached" table, staging rows for "host" tables
 and for rows whose set is full of rows in use.
 
@@ -23,7 +23,7 @@ from collections import deque
 
 import torch
 
-from . import _capi
+from . import _capi, _host_memory
 from ._ops_common import _DTYPE_CODE, _context, _desc, _optional_desc, _run
 from ._ops_tbe import _TBE_HANDLES, _TBE_IDS
 
@@ -48,11 +48,11 @@ class LentTbeHandle:
 
 
 def register_host(t: torch.Tensor):
-    """Registers a CPU tensor's memory with CUDA (mapped at the same address), so kernels read and write it;
-    returns a finalizer-style object that unregisters it when freed (it holds the tensor alive until then).
-    Registration leaves the memory where it is, however large (torch's pinned allocator would round a 96 GiB
-    table up to 128 GiB)."""
-    return _Registered(t)
+    """Makes a CPU tensor's memory one that kernels read and write: the module's own host store already is
+    (_host_memory.host_store); other memory (tables loaded by assignment, an unpickled module) is registered
+    with CUDA (mapped at the same address), which is slower for scattered rows but leaves the memory where it
+    is, however large. Returns an object that holds the tensor alive and unregisters it when freed."""
+    return t if _host_memory.is_host_store(t) else _Registered(t)
 
 
 class _Registered:

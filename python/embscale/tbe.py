@@ -44,8 +44,11 @@ _MOMENTUM_SHAPES = {name: tuple(s[0] if s else "none" for s in states)
 _STATE_NAMES = {name: tuple(s[1] for s in states if s) for name, states in _capi.OPTIMIZER_STATES.items()}
 
 
-def _empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """torch.empty([numel]), on huge pages from 2 MiB up on the CPU (_host_memory)."""
+def _empty(numel: int, dtype: torch.dtype, device: torch.device, host_store_for=None) -> torch.Tensor:
+    """torch.empty([numel]), on huge pages from 2 MiB up on the CPU (_host_memory); the host store of tables
+    that train on CUDA device `host_store_for` through a row cache (_host_memory.host_store)."""
+    if host_store_for is not None:
+        return _host_memory.host_store(numel, dtype, host_store_for)
     if device.type == "cpu":
         return _host_memory.empty(numel, dtype)
     return torch.empty(numel, dtype=dtype, device=device)
@@ -240,15 +243,16 @@ class TableBatchedEmbeddingBags(nn.Module):
         # (an in-place update of a leaf that requires grad is refused by autograd and by torch.compile).
         # GRAD_ANCHOR is what makes the lookup's output require grad so the backward runs. In
         # dense-gradient mode the backward updates nothing and the tables get a gradient instead.
-        # CPU tables and optimizer state of 2 MiB or more live on transparent huge pages (_host_memory).
-        self.weights = nn.Parameter(_empty(handle.num_weights, weights_dtype, device),
+        # CPU tables and optimizer state of 2 MiB or more live on transparent huge pages, and those that train
+        # on CUDA through a row cache in its host store (_host_memory).
+        self.weights = nn.Parameter(_empty(handle.num_weights, weights_dtype, device, cache_device),
                                     requires_grad=(optimizer == "none"))
         # The id of the handle of the tables' device and dtype, which the operators look up (never a pointer).
         self._handle_id = handle.id
         sizes = {"none": 0, "rows": handle.total_rows, "elements": handle.num_weights}
         m1, m2 = _MOMENTUM_SHAPES[optimizer]
-        self.register_buffer("momentum1", _empty(sizes[m1], torch.float32, device).zero_())
-        self.register_buffer("momentum2", _empty(sizes[m2], torch.float32, device).zero_())
+        self.register_buffer("momentum1", _empty(sizes[m1], torch.float32, device, cache_device).zero_())
+        self.register_buffer("momentum2", _empty(sizes[m2], torch.float32, device, cache_device).zero_())
         self.register_buffer("hparams", torch.tensor(hp_values, dtype=torch.float64, device="cpu"))
         self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
         if cache_device is not None:

@@ -4,6 +4,7 @@
 // shapes, dtypes and values is the C++ API's.
 #include "embscale/embscale_c.h"
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <new>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "embscale/fp8.h"
+#include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "embscale/tbe_cache.h"
 
@@ -601,6 +603,17 @@ int embscale_row_cache_create(const embscale_context* ctx, int32_t num_tables, c
 }
 
 void embscale_row_cache_destroy(embscale_row_cache* cache) { delete cache; }
+
+int embscale_host_store_malloc(uint64_t bytes, void** out) {
+  return guarded([&]() -> Status {
+    if (out == nullptr) return embscale::invalid_argument("out: must not be null");
+    *out = nullptr;
+    if (bytes > SIZE_MAX) return embscale::invalid_argument("bytes: " + std::to_string(bytes) + " is more than any allocation");
+    return embscale::host_store_malloc(static_cast<size_t>(bytes), out);
+  });
+}
+
+void embscale_host_store_free(void* ptr) { embscale::host_store_free(ptr); }
 
 const embscale_tbe* embscale_row_cache_tbe(const embscale_row_cache* cache) {
   return cache != nullptr && cache->impl ? &cache->tables : nullptr;

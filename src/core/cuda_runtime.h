@@ -24,6 +24,9 @@ Status check_device_memory(const char* name, const void* ptr);
 // Refuses a pointer that is not host memory the current device writes at the same address (pinned and
 // mapped, as cudaHostAlloc's under unified addressing): what a host polls while the device stores to it.
 Status check_mapped_host_memory(const char* name, const void* ptr);
+// Host memory that the current device reads and writes in place (memory.h's host_store_malloc).
+Status host_store_malloc(size_t bytes, void** ptr);
+void host_store_free(void* ptr);
 // Turns the last launch error (if any) into a Status naming `what`.
 Status check_last_launch(const char* what);
 

@@ -70,6 +70,26 @@ void backend_free(Backend b, void* ptr) {
 #endif
 }
 
+Status host_store_malloc(size_t bytes, void** ptr) {
+  if (ptr == nullptr) return invalid_argument("ptr: must not be null");
+  *ptr = nullptr;
+  if (bytes == 0) return Status::Ok();
+#if EMBSCALE_WITH_CUDA
+  if (!cuda::device_present()) return unsupported("host_store_malloc: no CUDA device is present");
+  return cuda::host_store_malloc(bytes, ptr);
+#else
+  return no_cuda();
+#endif
+}
+
+void host_store_free(void* ptr) {
+#if EMBSCALE_WITH_CUDA
+  if (ptr != nullptr) cuda::host_store_free(ptr);
+#else
+  (void)ptr;
+#endif
+}
+
 Status copy_to_backend(const Context& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::Ok();
   if (dst == nullptr || src == nullptr) return invalid_argument("copy_to_backend: null pointer");

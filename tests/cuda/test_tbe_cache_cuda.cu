@@ -45,6 +45,15 @@ struct PinnedBuffer {
   }
 };
 
+// The library's host store (memory.h): managed memory kept on the host, as the Python module's tables.
+struct HostStore {
+  void* p = nullptr;
+  explicit HostStore(size_t n) {
+    if (!host_store_malloc(n, &p).ok()) p = nullptr;
+  }
+  ~HostStore() { host_store_free(p); }
+};
+
 struct Batch {
   std::vector<int64_t> indices, offsets;
 };
@@ -126,7 +135,7 @@ void run_case(const Case& c) {
   for (auto& v : m1_0) v = std::abs(uni(rng)) * (c.optimizer == OptimizerType::kAdam ? 0.1f : 1.0f);
   for (auto& v : m2_0) v = std::abs(uni(rng)) * 0.01f;
 
-  PinnedBuffer hw(w0.size()), hm1(m1_0.size() * 4), hm2(m2_0.size() * 4);
+  HostStore hw(w0.size()), hm1(m1_0.size() * 4), hm2(m2_0.size() * 4);
   ASSERT_TRUE(hw.p != nullptr);
   std::memcpy(hw.p, w0.data(), w0.size());
   if (m1n) std::memcpy(hm1.p, m1_0.data(), m1_0.size() * 4);
@@ -262,7 +271,7 @@ void run_case(const Case& c) {
     EXPECT_EQ(std::memcmp(w_ref.data() + first, static_cast<uint8_t*>(hw.p) + first, last - first), 0)
         << "table " << t << " (" << table_placement_name(cfg.placement[t]) << ") differs after flush";
   }
-  const auto same_state = [&](const Buffer& d, const PinnedBuffer& h, int64_t n, const char* what) {
+  const auto same_state = [&](const Buffer& d, const HostStore& h, int64_t n, const char* what) {
     if (n == 0) return;
     std::vector<float> r(static_cast<size_t>(n));
     ASSERT_TRUE(copy_to_host(ctx, r.data(), d.data(), r.size() * 4).ok());
@@ -349,11 +358,42 @@ TEST(TbeCacheCuda, RefusesBadArgumentsByName) {
   const Status st = cache->load(ctx, b);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("host_weights"), std::string::npos) << st.to_string();
-  PinnedBuffer hw(400 * 4 + 400 * 4);
+  PinnedBuffer hw(400 * 4 + 400 * 4);  // pinned memory serves as a host store too
   b.host_weights = TensorView::vec(hw.p, DType::kF32, cache->host_tbe().num_weights());
   b.state_bytes = cache->state_bytes() - 1;
   const Status small = cache->load(ctx, b);
   EXPECT_NE(small.message().find("state_bytes"), std::string::npos) << small.to_string();
+}
+
+// host_store_malloc: managed memory kept on the host where the device can access managed memory
+// concurrently (pinned, mapped memory elsewhere), which the CPU writes and a copy reads back.
+TEST(TbeCacheCuda, HostStoreIsHostMemoryTheDeviceMaps) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  void* p = reinterpret_cast<void*>(1);
+  ES_OK(host_store_malloc(0, &p));
+  EXPECT_EQ(p, nullptr);
+  const Status null_out = host_store_malloc(16, nullptr);
+  EXPECT_EQ(null_out.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(null_out.message().find("ptr"), std::string::npos) << null_out.to_string();
+
+  const size_t n = (size_t{3} << 20) + 12;  // beyond one 2 MiB page, not a whole number of them
+  HostStore h(n);
+  ASSERT_NE(h.p, nullptr);
+  int dev = 0, concurrent = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, dev));
+  cudaPointerAttributes attr;
+  CUDA_OK(cudaPointerGetAttributes(&attr, h.p));
+  EXPECT_EQ(attr.type, concurrent ? cudaMemoryTypeManaged : cudaMemoryTypeHost);
+  auto* bytes = static_cast<unsigned char*>(h.p);
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(i * 7 + 3);
+  Buffer d(Backend::kCuda, n);
+  const Context ctx = Context::cuda();
+  ES_OK(copy_within_backend(ctx, d.data(), h.p, n));
+  std::vector<unsigned char> back(n);
+  ES_OK(copy_to_host(ctx, back.data(), d.data(), n));
+  for (size_t i = 0; i < n; i += 4093) ASSERT_EQ(back[i], static_cast<unsigned char>(i * 7 + 3)) << i;
+  EXPECT_EQ(back[n - 1], static_cast<unsigned char>((n - 1) * 7 + 3));
 }
 
 }  // namespace

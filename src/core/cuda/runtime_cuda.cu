@@ -78,6 +78,40 @@ Status check_mapped_host_memory(const char* name, const void* ptr) {
   return Status::Ok();
 }
 
+Status host_store_malloc(size_t bytes, void** ptr) {
+  int dev = 0, concurrent = 0;
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(
+      cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, dev), "cudaDeviceGetAttribute"));
+  if (concurrent) {
+    // Managed memory kept on the host and mapped for the device: its pages are never migrated.
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMallocManaged(ptr, bytes, cudaMemAttachGlobal), "cudaMallocManaged"));
+    cudaMemLocation host{};
+    host.type = cudaMemLocationTypeHost;
+    cudaMemLocation device{};
+    device.type = cudaMemLocationTypeDevice;
+    device.id = dev;
+    cudaError_t e = cudaMemAdvise(*ptr, bytes, cudaMemAdviseSetPreferredLocation, host);
+    if (e == cudaSuccess) e = cudaMemAdvise(*ptr, bytes, cudaMemAdviseSetAccessedBy, device);
+    if (e != cudaSuccess) {
+      cudaFree(*ptr);
+      *ptr = nullptr;
+    }
+    return cuda_status(e, "cudaMemAdvise (host store: preferred location host, accessed by the device)");
+  }
+  return cuda_status(cudaHostAlloc(ptr, bytes, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+}
+
+void host_store_free(void* ptr) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return;  // not an allocation of host_store_malloc
+  }
+  if (attr.type == cudaMemoryTypeManaged) cudaFree(ptr);
+  else if (attr.type == cudaMemoryTypeHost) cudaFreeHost(ptr);
+}
+
 Status check_last_launch(const char* what) { return cuda_status(cudaGetLastError(), what); }
 
 }  // namespace cuda
