@@ -17,8 +17,8 @@
  *    their data is NULL (a zero-initialised embscale_tensor); when present their dtype and shape are
  *    checked like those of every other tensor.
  *  - Pointers live in the memory of the context's backend (device pointers for CUDA); the stream is a
- *    cudaStream_t. Nothing here allocates except embscale_tbe_create, embscale_row_cache_create and
- *    embscale_host_store_malloc.
+ *    cudaStream_t. Nothing here allocates except embscale_tbe_create, embscale_quant_tbe_create,
+ *    embscale_row_cache_create and embscale_host_store_malloc.
  */
 #ifndef EMBSCALE_EMBSCALE_C_H_
 #define EMBSCALE_EMBSCALE_C_H_
@@ -230,6 +230,46 @@ EMBSCALE_C_EXPORT int embscale_tbe_backward_workspace_size(const embscale_tbe* t
 EMBSCALE_C_EXPORT int embscale_tbe_backward(const embscale_tbe* tbe, const embscale_context* ctx,
                                             const embscale_tbe_backward_args* args, void* workspace,
                                             size_t workspace_bytes);
+
+/* ---- quantized tables for serving (tbe_quant.h) ------------------------------------------------------- */
+typedef struct embscale_quant_tbe embscale_quant_tbe; /* a QuantizedTableBatchedEmbedding */
+
+/* Weight types (QuantWeightType): 0 fp32, 1 fp16, 2 bf16, 3 int8, 4 int4, 5 int2, 6 fp8e4m3, 7 fp8e5m2.
+ * num_tables >= 1 tables of num_rows[t] x dims[t] in types[t]; feature_table_map as embscale_tbe_create's;
+ * row_alignment (1 .. 256) and table_alignment (1 .. 4096) powers of two (tbe_quant.h's layout). */
+EMBSCALE_C_EXPORT int embscale_quant_tbe_create(const embscale_context* ctx, int32_t num_tables,
+                                                const int64_t* num_rows, const int32_t* dims, const int32_t* types,
+                                                int32_t num_features, const int32_t* feature_table_map,
+                                                int32_t row_alignment, int32_t table_alignment,
+                                                embscale_quant_tbe** out);
+EMBSCALE_C_EXPORT void embscale_quant_tbe_destroy(embscale_quant_tbe* tbe);
+typedef struct embscale_quant_tbe_layout {
+  int64_t total_bytes; /* bytes of the packed tables */
+  int32_t total_dim;   /* columns of the pooled output */
+  int32_t max_dim;
+} embscale_quant_tbe_layout;
+/* row_bytes, table_offsets: NULL, or [num_tables] bytes of each table's rows and its first byte. */
+EMBSCALE_C_EXPORT int embscale_quant_tbe_layout_get(const embscale_quant_tbe* tbe, embscale_quant_tbe_layout* out,
+                                                    int64_t* row_bytes, int64_t* table_offsets);
+typedef struct embscale_quant_tbe_forward_args {
+  const void* weights; /* the packed tables, weights_bytes == total_bytes */
+  int64_t weights_bytes;
+  embscale_tensor indices;
+  embscale_tensor offsets;
+  embscale_tensor per_sample_weights; /* fp32 [N]; data NULL: unweighted */
+  int64_t batch_size;
+  int32_t pooling;
+  int32_t bounds_check;
+  embscale_tensor output; /* fp32, fp16 or bf16 */
+  int64_t* num_skipped;   /* optional */
+} embscale_quant_tbe_forward_args;
+EMBSCALE_C_EXPORT int embscale_quant_tbe_forward(const embscale_quant_tbe* tbe, const embscale_context* ctx,
+                                                 const embscale_quant_tbe_forward_args* args);
+/* quantize_rows / dequantize_rows of tbe_quant.h (host memory): rows is [E, D] fp32. */
+EMBSCALE_C_EXPORT int embscale_quantize_rows(int32_t type, const embscale_tensor* rows, int32_t row_alignment,
+                                             void* out, int64_t out_bytes);
+EMBSCALE_C_EXPORT int embscale_dequantize_rows(int32_t type, const void* in, int64_t in_bytes,
+                                               int32_t row_alignment, const embscale_tensor* rows);
 
 /* ---- row cache: tables in host memory, their rows cached in device memory (tbe_cache.h) -------------- */
 typedef struct embscale_row_cache embscale_row_cache; /* a RowCache (CUDA only) */

@@ -10,12 +10,14 @@ from ._capi import Error, backend_available, version
 from .fp8 import (activation_amax, amax, cast_transpose, compute_scale, dequantize, quantize,
                   quantize_current_scaling)
 from .tbe import BoundsCheckWarning, TableBatchedEmbeddingBags
+from .tbe_quant import QuantizedTableBatchedEmbeddingBags
 
 __version__ = version()
 
 __all__ = [
     "BoundsCheckWarning",
     "Error",
+    "QuantizedTableBatchedEmbeddingBags",
     "TableBatchedEmbeddingBags",
     "activation_amax",
     "amax",

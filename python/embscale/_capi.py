@@ -22,6 +22,7 @@ WEIGHT_DECAY = {"none": 0, "l2": 1, "decoupled": 2}
 ROUNDING = {"nearest": 0, "stochastic": 1}
 PLACEMENT = {"device": 0, "host": 1, "cached": 2}
 CACHE_ALGORITHM = {"lru": 0, "lfu": 1}
+QUANT_TYPE = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3, "int4": 4, "int2": 5, "fp8e4m3": 6, "fp8e5m2": 7}
 
 
 class Error(RuntimeError):
@@ -64,6 +65,26 @@ _LOOKUP_FIELDS = [
 
 class TbeForwardArgs(ctypes.Structure):
     _fields_ = _LOOKUP_FIELDS + [
+        ("output", Tensor),
+        ("num_skipped", ctypes.c_void_p),
+    ]
+
+
+class QuantTbeLayout(ctypes.Structure):
+    _fields_ = [("total_bytes", ctypes.c_int64), ("total_dim", ctypes.c_int32), ("max_dim", ctypes.c_int32)]
+
+
+class QuantTbeForwardArgs(ctypes.Structure):
+    __slots__ = ()
+    _fields_ = [
+        ("weights", ctypes.c_void_p),
+        ("weights_bytes", ctypes.c_int64),
+        ("indices", Tensor),
+        ("offsets", Tensor),
+        ("per_sample_weights", Tensor),  # data NULL: unweighted
+        ("batch_size", ctypes.c_int64),
+        ("pooling", ctypes.c_int32),
+        ("bounds_check", ctypes.c_int32),
         ("output", Tensor),
         ("num_skipped", ctypes.c_void_p),
     ]
@@ -201,6 +222,14 @@ _SIGNATURES = {
     "embscale_tbe_backward_workspace_size": (
         [_VP, _P(Context), _P(TbeBackwardArgs), _P(ctypes.c_size_t)], ctypes.c_int),
     "embscale_tbe_backward": ([_VP, _P(Context), _P(TbeBackwardArgs), _VP, ctypes.c_size_t], ctypes.c_int),
+    "embscale_quant_tbe_create": (
+        [_P(Context), ctypes.c_int32, _P(ctypes.c_int64), _P(ctypes.c_int32), _P(ctypes.c_int32), ctypes.c_int32,
+         _P(ctypes.c_int32), ctypes.c_int32, ctypes.c_int32, _P(_VP)], ctypes.c_int),
+    "embscale_quant_tbe_destroy": ([_VP], None),
+    "embscale_quant_tbe_layout_get": ([_VP, _P(QuantTbeLayout), _P(ctypes.c_int64), _P(ctypes.c_int64)], ctypes.c_int),
+    "embscale_quant_tbe_forward": ([_VP, _P(Context), _P(QuantTbeForwardArgs)], ctypes.c_int),
+    "embscale_quantize_rows": ([ctypes.c_int32, _P(Tensor), ctypes.c_int32, _VP, ctypes.c_int64], ctypes.c_int),
+    "embscale_dequantize_rows": ([ctypes.c_int32, _VP, ctypes.c_int64, ctypes.c_int32, _P(Tensor)], ctypes.c_int),
     "embscale_row_cache_create": (
         [_P(Context), ctypes.c_int32, _P(ctypes.c_int64), _P(ctypes.c_int32), ctypes.c_int32, _P(ctypes.c_int32),
          ctypes.c_int32, _P(ctypes.c_int32), _P(ctypes.c_int64), ctypes.c_int32, ctypes.c_int32, ctypes.c_int64,

@@ -15,11 +15,16 @@
 #include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "embscale/tbe_cache.h"
+#include "embscale/tbe_quant.h"
 
 // A TBE the caller created (owned), or a row cache's tables lent to the caller (embscale_row_cache_tbe).
 struct embscale_tbe {
   std::unique_ptr<embscale::TableBatchedEmbedding> owned;
   const embscale::TableBatchedEmbedding* impl = nullptr;
+};
+
+struct embscale_quant_tbe {
+  std::unique_ptr<embscale::QuantizedTableBatchedEmbedding> impl;
 };
 
 struct embscale_row_cache {
@@ -85,6 +90,8 @@ template <>
 int32_t enum_count<embscale::TablePlacement>() { return embscale::kNumTablePlacements; }
 template <>
 int32_t enum_count<embscale::CacheAlgorithm>() { return embscale::kNumCacheAlgorithms; }
+template <>
+int32_t enum_count<embscale::QuantWeightType>() { return embscale::kNumQuantWeightTypes; }
 
 // A C enumeration value as its C++ enum, or invalid_argument naming the argument, its value and the range.
 template <typename E>
@@ -519,6 +526,120 @@ int embscale_tbe_backward(const embscale_tbe* tbe, const embscale_context* ctx,
     EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
     EMBSCALE_RETURN_IF_ERROR(to_backward_args(args, &a));
     return tbe->impl->backward(c, a, workspace, workspace_bytes);
+  });
+}
+
+}  // extern "C"
+
+/* ---- quantized tables ---------------------------------------------------------------------------- */
+
+namespace {
+Status quant_handle(const embscale_quant_tbe* tbe) {
+  if (tbe == nullptr || !tbe->impl) return embscale::invalid_argument("tbe: must not be null");
+  return Status::Ok();
+}
+}  // namespace
+
+extern "C" {
+
+int embscale_quant_tbe_create(const embscale_context* ctx, int32_t num_tables, const int64_t* num_rows,
+                              const int32_t* dims, const int32_t* types, int32_t num_features,
+                              const int32_t* feature_table_map, int32_t row_alignment, int32_t table_alignment,
+                              embscale_quant_tbe** out) {
+  return guarded([&]() -> Status {
+    if (out == nullptr) return embscale::invalid_argument("out: must not be null");
+    *out = nullptr;
+    embscale::Context c;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    if (num_tables < 1)
+      return embscale::invalid_argument("num_tables: " + std::to_string(num_tables) + "; at least one table is required");
+    if (num_rows == nullptr || dims == nullptr || types == nullptr)
+      return embscale::invalid_argument("num_rows, dims, types: must not be null");
+    embscale::QuantTbeConfig cfg;
+    for (int32_t t = 0; t < num_tables; ++t) {
+      embscale::QuantWeightType type;
+      EMBSCALE_RETURN_IF_ERROR(to_enum("types[" + std::to_string(t) + "]", types[t], &type));
+      cfg.tables.push_back({num_rows[t], dims[t], type});
+    }
+    if (feature_table_map != nullptr) {
+      if (num_features < 1)
+        return embscale::invalid_argument("num_features: " + std::to_string(num_features) +
+                                          " with a feature_table_map; at least one feature is required (a NULL map "
+                                          "gives one feature per table)");
+      cfg.feature_table_map.assign(feature_table_map, feature_table_map + num_features);
+    } else if (num_features != num_tables) {
+      return embscale::invalid_argument("num_features: must equal num_tables when feature_table_map is null");
+    }
+    cfg.row_alignment = row_alignment;
+    cfg.table_alignment = table_alignment;
+    auto handle = std::make_unique<embscale_quant_tbe>();
+    EMBSCALE_RETURN_IF_ERROR(embscale::QuantizedTableBatchedEmbedding::create(c, cfg, &handle->impl));
+    *out = handle.release();
+    return Status::Ok();
+  });
+}
+
+void embscale_quant_tbe_destroy(embscale_quant_tbe* tbe) { delete tbe; }
+
+int embscale_quant_tbe_layout_get(const embscale_quant_tbe* tbe, embscale_quant_tbe_layout* out, int64_t* row_bytes,
+                                  int64_t* table_offsets) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(quant_handle(tbe));
+    if (out == nullptr) return embscale::invalid_argument("out: must not be null");
+    const embscale::QuantizedTableBatchedEmbedding& q = *tbe->impl;
+    out->total_bytes = q.total_bytes();
+    out->total_dim = q.total_dim();
+    out->max_dim = q.max_dim();
+    for (int t = 0; t < q.num_tables(); ++t) {
+      if (row_bytes != nullptr) row_bytes[t] = q.row_bytes(t);
+      if (table_offsets != nullptr) table_offsets[t] = q.table_offset(t);
+    }
+    return Status::Ok();
+  });
+}
+
+int embscale_quant_tbe_forward(const embscale_quant_tbe* tbe, const embscale_context* ctx,
+                               const embscale_quant_tbe_forward_args* args) {
+  return guarded([&]() -> Status {
+    EMBSCALE_RETURN_IF_ERROR(quant_handle(tbe));
+    embscale::Context c;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    if (args == nullptr) return embscale::invalid_argument("args: must not be null");
+    embscale::QuantTbeForwardArgs a;
+    a.weights = args->weights;
+    a.weights_bytes = args->weights_bytes;
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("indices", &args->indices, &a.indices));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("offsets", &args->offsets, &a.offsets));
+    EMBSCALE_RETURN_IF_ERROR(
+        to_optional_tensor("per_sample_weights", &args->per_sample_weights, &a.per_sample_weights));
+    a.batch_size = args->batch_size;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("pooling", args->pooling, &a.pooling));
+    EMBSCALE_RETURN_IF_ERROR(to_enum("bounds_check", args->bounds_check, &a.bounds_check));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("output", &args->output, &a.output));
+    a.num_skipped = args->num_skipped;
+    return tbe->impl->forward(c, a);
+  });
+}
+
+int embscale_quantize_rows(int32_t type, const embscale_tensor* rows, int32_t row_alignment, void* out,
+                           int64_t out_bytes) {
+  return guarded([&]() -> Status {
+    embscale::QuantWeightType t;
+    embscale::TensorView r;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, &t));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("rows", rows, &r));
+    return embscale::quantize_rows(t, r, row_alignment, out, out_bytes);
+  });
+}
+
+int embscale_dequantize_rows(int32_t type, const void* in, int64_t in_bytes, int32_t row_alignment,
+                             const embscale_tensor* rows) {
+  return guarded([&]() -> Status {
+    embscale::QuantWeightType t;
+    embscale::TensorView r;
+    EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, &t));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("rows", rows, &r));
+    return embscale::dequantize_rows(t, in, in_bytes, row_alignment, r);
   });
 }
 

@@ -1,0 +1,257 @@
+"""Quantized tables for serving: ``QuantizedTableBatchedEmbeddingBags``, a forward-only table-batched embedding
+whose tables hold int8, int4 or int2 rows with a per-row fp16 scale and bias, fp8 (e4m3, e5m2) rows with a
+per-row fp32 scale, or fp32, fp16 and bf16 rows, each table its own type (include/embscale/tbe_quant.h,
+docs/tbe_quant.md). The rows are FBGEMM's IntNBit inference layout, so tables quantized by FBGEMM's
+``IntNBitTableBatchedEmbeddingBagsCodegen`` load byte for byte (``row_alignment=1`` is its CPU layout, 16 its
+GPU one).
+
+The packed tables are one uint8 buffer, ``weights``; ``split_embedding_weights()`` gives each table's rows as
+a [E, row_bytes] view of it. ``from_float()`` quantizes a trained ``TableBatchedEmbeddingBags``.
+CPU only for now: on CUDA the module is built but its forward raises NotImplementedError.
+"""
+
+import ctypes
+import weakref
+
+import torch
+from torch import nn
+
+from . import _bounds_warnings, _capi, _fbgemm_names
+from ._ops_common import _context, _desc, _optional_desc, _run
+from ._tbe_args import fbgemm_alias, module_device, whole_number
+
+WEIGHT_TYPES = tuple(_capi.QUANT_TYPE)
+# FBGEMM's SparseType names of the same rows. FBGEMM's FP8 is another format (no per-row scale).
+_FBGEMM_TYPES = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8", "INT4": "int4", "INT2": "int2"}
+_POOLINGS = ("sum", "mean", "none")
+_OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def weight_type(argument: str, value) -> str:
+    """A table's weight type as embscale names it ("int8", ...), from that name, FBGEMM's SparseType member or
+    its name ("INT8"); ValueError naming `argument` for anything else."""
+    name = _fbgemm_names.member(value, "SparseType")
+    if name is None and isinstance(value, str):
+        if value in _capi.QUANT_TYPE:
+            return value
+        name = value
+    if name in _FBGEMM_TYPES:
+        return _FBGEMM_TYPES[name]
+    fp8 = (" (FBGEMM's FP8 rows have no per-row scale and are not this layout; 'fp8e4m3' and 'fp8e5m2' are rows "
+           "with a per-row scale)" if name == "FP8" else "")
+    raise ValueError(f"{argument}: {value!r} is not a weight type{fp8}; expected one of {', '.join(WEIGHT_TYPES)} "
+                     f"or FBGEMM's SparseType.{', SparseType.'.join(_FBGEMM_TYPES)}")
+
+
+def _table_specs(specs):
+    """(E, D, type) per table, from embscale's 3-tuples or FBGEMM's IntNBit 5-tuples (name, E, D, SparseType,
+    EmbeddingLocation); ValueError naming embedding_specs[t]."""
+    if not isinstance(specs, (list, tuple)) or len(specs) == 0:
+        raise ValueError("embedding_specs: expected a non-empty list of (num_embeddings, embedding_dim, weight_type)")
+    out = []
+    for t, s in enumerate(specs):
+        where = f"embedding_specs[{t}]"
+        if isinstance(s, (tuple, list)) and len(s) == 5:
+            location = _fbgemm_names.member(s[4], "EmbeddingLocation")
+            if location not in (None, "DEVICE", "HOST"):
+                raise ValueError(f"{where}: EmbeddingLocation.{location} is not supported for quantized tables; they "
+                                 "live on the module's device (DEVICE or HOST)")
+            s = s[1:4]
+        if not isinstance(s, (tuple, list)) or len(s) != 3:
+            raise ValueError(f"{where}: {s!r}; expected (num_embeddings, embedding_dim, weight_type) or FBGEMM's "
+                             "(name, num_embeddings, embedding_dim, SparseType, EmbeddingLocation)")
+        rows = whole_number(f"{where}: num_embeddings", s[0])
+        dim = whole_number(f"{where}: embedding_dim", s[1])
+        out.append((rows, dim, weight_type(f"{where}: weight_type", s[2])))
+    return out
+
+
+class QuantizedTableBatchedEmbeddingBags(nn.Module):
+    """Many quantized tables looked up and pooled in one call, for inference.
+
+    Args:
+        embedding_specs: per table (num_embeddings, embedding_dim, weight_type), weight_type one of
+            WEIGHT_TYPES or FBGEMM's SparseType; FBGEMM's (name, E, D, SparseType, EmbeddingLocation) too.
+        feature_table_map: table of each feature (several features may share a table); default one each.
+        pooling: "sum", "mean" or "none" (sequence output [N, D]); FBGEMM's PoolingMode as pooling_mode.
+        output_dtype: torch.float32, float16 or bfloat16 (or FBGEMM's SparseType FP32, FP16, BF16).
+        bounds_check: "error", "skip", "warn" or "off"; FBGEMM's BoundsCheckMode as bounds_check_mode.
+        row_alignment: each row's bytes rounded up to this power of two (1 to 256): FBGEMM's CPU tables use 1,
+            its GPU tables 16 (the default).
+        table_alignment: each table starts at a multiple of this power of two (1 to 4096; default 128).
+        device: cpu or cuda.
+    """
+
+    def __init__(self, embedding_specs, feature_table_map=None, pooling="sum", output_dtype=torch.float32,
+                 bounds_check="error", row_alignment=16, table_alignment=128, device=None, *, pooling_mode=None,
+                 bounds_check_mode=None):
+        super().__init__()
+        specs = _table_specs(embedding_specs)
+        pooling = fbgemm_alias("pooling", pooling, "sum", "pooling_mode", pooling_mode, _fbgemm_names.pooling)
+        bounds_check = fbgemm_alias("bounds_check", bounds_check, "error", "bounds_check_mode", bounds_check_mode,
+                                    _fbgemm_names.bounds_check)
+        if pooling not in _POOLINGS:
+            raise ValueError(f"pooling: {pooling!r}; expected one of {', '.join(_POOLINGS)}")
+        if bounds_check not in _capi.BOUNDS_CHECK:
+            raise ValueError(f"bounds_check: {bounds_check!r}; expected one of {', '.join(_capi.BOUNDS_CHECK)}")
+        output_dtype = _fbgemm_names.dtype("output_dtype", output_dtype)
+        if output_dtype not in _OUTPUT_DTYPES:
+            raise TypeError(f"output_dtype: {output_dtype!r}; expected torch.float32, float16 or bfloat16")
+        device = module_device(device)
+        if device.type == "meta":
+            raise ValueError("device: meta is not supported for quantized tables (they are loaded, not initialised)")
+        T = len(specs)
+        fmap = list(range(T)) if feature_table_map is None else [
+            whole_number(f"feature_table_map[{f}]", v) for f, v in enumerate(feature_table_map)]
+        self.embedding_specs = specs
+        self.feature_table_map = fmap
+        self.pooling, self.output_dtype, self.bounds_check = pooling, output_dtype, bounds_check
+        self.row_alignment = whole_number("row_alignment", row_alignment)
+        self.table_alignment = whole_number("table_alignment", table_alignment)
+        layout = self._create(device)
+        self.feature_dims = [specs[t][1] for t in fmap]
+        self.register_buffer("weights", torch.zeros(layout.total_bytes, dtype=torch.uint8, device=device))
+        self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
+
+    def _create(self, device):
+        """The library's object of these tables on `device` (its checks name each bad argument); its layout."""
+        specs, fmap = self.embedding_specs, self.feature_table_map
+        T = len(specs)
+        out = ctypes.c_void_p()
+        _run(device, _capi.lib.embscale_quant_tbe_create, ctypes.byref(_context(device)), T,
+             (ctypes.c_int64 * T)(*[e for e, _, _ in specs]), (ctypes.c_int32 * T)(*[d for _, d, _ in specs]),
+             (ctypes.c_int32 * T)(*[_capi.QUANT_TYPE[w] for _, _, w in specs]), len(fmap),
+             (ctypes.c_int32 * len(fmap))(*fmap), self.row_alignment, self.table_alignment, ctypes.byref(out))
+        self._ptr = out.value
+        self._finalizer = weakref.finalize(self, _capi.lib.embscale_quant_tbe_destroy, out.value)
+        layout = _capi.QuantTbeLayout()
+        row_bytes, table_offsets = (ctypes.c_int64 * T)(), (ctypes.c_int64 * T)()
+        _capi.check(_capi.lib.embscale_quant_tbe_layout_get(self._ptr, ctypes.byref(layout), row_bytes,
+                                                            table_offsets))
+        self.row_bytes, self.table_offsets = list(row_bytes), list(table_offsets)
+        self.total_dim, self.total_bytes = layout.total_dim, layout.total_bytes
+        return layout
+
+    # ---- the tables ------------------------------------------------------------------------------------
+    def split_embedding_weights(self):
+        """Per table, its rows as a uint8 view [E_t, row_bytes_t] of ``weights`` (the layout of
+        docs/tbe_quant.md; writing into it changes the table)."""
+        return [self.weights[o:o + e * rb].view(e, rb)
+                for (e, _, _), o, rb in zip(self.embedding_specs, self.table_offsets, self.row_bytes)]
+
+    def load_float(self, tables):
+        """Quantizes fp32 tables (one [E_t, D_t] tensor per table, any device) into this module's rows, each to
+        its table's type (tbe_quant.h's quantize_rows; done on the CPU). Nothing is written unless every table
+        is taken."""
+        if len(tables) != len(self.embedding_specs):
+            raise ValueError(f"tables: {len(tables)} given for {len(self.embedding_specs)} tables")
+        packed = []
+        for t, (x, (e, d, w), rb) in enumerate(zip(tables, self.embedding_specs, self.row_bytes)):
+            if not isinstance(x, torch.Tensor) or tuple(x.shape) != (e, d):
+                shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ValueError(f"tables[{t}]: {shape}; expected a tensor of shape {(e, d)}")
+            rows = x.detach().to("cpu", torch.float32).contiguous()
+            buf = torch.empty(e * rb, dtype=torch.uint8)
+            try:
+                _capi.check(_capi.lib.embscale_quantize_rows(_capi.QUANT_TYPE[w], ctypes.byref(_desc(rows, (e, d))),
+                                                             self.row_alignment, buf.data_ptr(), buf.numel()))
+            except ValueError as err:
+                raise ValueError(f"tables[{t}]: {err}") from None
+            packed.append(buf)
+        with torch.no_grad():
+            for view, buf in zip(self.split_embedding_weights(), packed):
+                view.copy_(buf.view(view.shape))
+
+    def dequantized_tables(self):
+        """Per table, the fp32 values [E_t, D_t] its rows hold, as the forward reads them."""
+        out = []
+        for view, (e, d, w) in zip(self.split_embedding_weights(), self.embedding_specs):
+            rows = torch.empty(e, d, dtype=torch.float32)
+            src = view.contiguous().cpu()
+            _capi.check(_capi.lib.embscale_dequantize_rows(_capi.QUANT_TYPE[w], src.data_ptr(), src.numel(),
+                                                           self.row_alignment, ctypes.byref(_desc(rows, (e, d)))))
+            out.append(rows.to(self.weights.device))
+        return out
+
+    @classmethod
+    def from_float(cls, module, weight_types, output_dtype=torch.float32, row_alignment=16, table_alignment=128):
+        """The quantized module of a trained embscale.TableBatchedEmbeddingBags: its tables, features, pooling
+        and bounds check, each table quantized to weight_types (one type for all, or one per table), on the
+        module's device."""
+        from .tbe import TableBatchedEmbeddingBags
+
+        if not isinstance(module, TableBatchedEmbeddingBags):
+            raise TypeError(f"module: {type(module).__name__} is not an embscale.TableBatchedEmbeddingBags")
+        T = len(module.embedding_specs)
+        types = list(weight_types) if isinstance(weight_types, (list, tuple)) else [weight_types] * T
+        if len(types) != T:
+            raise ValueError(f"weight_types: {len(types)} given for {T} tables")
+        device = getattr(module, "_cache_device", None) or module.weights.device
+        q = cls([(e, d, w) for (e, d), w in zip(module.embedding_specs, types)], module.feature_table_map,
+                pooling=module.pooling, output_dtype=output_dtype, bounds_check=module.bounds_check,
+                row_alignment=row_alignment, table_alignment=table_alignment, device=device)
+        q.load_float(module.split_embedding_weights())
+        return q
+
+    # ---- the lookup --------------------------------------------------------------------------------------
+    def forward(self, indices, offsets, per_sample_weights=None):
+        device = self.weights.device
+        T = len(self.feature_table_map)
+        for name, t in (("indices", indices), ("offsets", offsets)):
+            if not isinstance(t, torch.Tensor) or t.device != device:
+                raise ValueError(f"{name}: expected a tensor on {device}")
+            if t.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"{name}: dtype {t.dtype} is not supported; expected torch.int32 or torch.int64")
+            if t.dim() != 1:
+                raise ValueError(f"{name}: has {t.dim()} dimensions, expected 1")
+        if offsets.numel() < 1 or (offsets.numel() - 1) % T != 0:
+            raise ValueError(f"offsets: shape {tuple(offsets.shape)}; expected [T*B+1] with T = {T} features")
+        if indices.dtype != offsets.dtype:
+            indices, offsets = indices.long(), offsets.long()
+        indices, offsets = indices.contiguous(), offsets.contiguous()
+        if per_sample_weights is not None:
+            if not isinstance(per_sample_weights, torch.Tensor) or per_sample_weights.device != device or \
+                    per_sample_weights.dtype != torch.float32:
+                raise ValueError(f"per_sample_weights: expected a float32 tensor on {device}")
+            per_sample_weights = per_sample_weights.contiguous()
+        batch_size = (offsets.numel() - 1) // T
+        if self.pooling == "none":
+            shape = (indices.numel(), self.feature_dims[0])
+        else:
+            shape = (batch_size, self.total_dim)
+        out = torch.empty(shape, dtype=self.output_dtype, device=device)
+        a = _capi.QuantTbeForwardArgs()
+        a.weights, a.weights_bytes = self.weights.data_ptr(), self.weights.numel()
+        a.indices, a.offsets = _desc(indices), _desc(offsets)
+        a.per_sample_weights = _optional_desc(per_sample_weights)
+        a.batch_size = batch_size
+        a.pooling = _capi.POOLING[self.pooling]
+        a.bounds_check = _capi.BOUNDS_CHECK[self.bounds_check]
+        a.output = _desc(out, shape)
+        counts = self.bounds_check in ("skip", "warn")
+        if counts:
+            self.num_skipped.zero_()
+            a.num_skipped = self.num_skipped.data_ptr()
+        _run(device, _capi.lib.embscale_quant_tbe_forward, ctypes.c_void_p(self._ptr),
+             ctypes.byref(_context(device)), ctypes.byref(a))
+        if self.bounds_check == "warn":
+            _bounds_warnings.note_bounds(self, self.num_skipped)
+        return out
+
+    def extra_repr(self):
+        types = ", ".join(f"({e}, {d}, {w})" for e, d, w in self.embedding_specs)
+        return (f"tables=[{types}], features={len(self.feature_table_map)}, pooling={self.pooling}, "
+                f"output_dtype={self.output_dtype}, row_alignment={self.row_alignment}")
+
+    def __getstate__(self):
+        state = super().__getstate__().copy()
+        state.pop("_ptr", None)
+        state.pop("_finalizer", None)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._create(self.weights.device)
+
+
+__all__ = ["QuantizedTableBatchedEmbeddingBags", "WEIGHT_TYPES", "weight_type"]
