@@ -91,6 +91,17 @@ inline Status mapped_host_memory(const Context& ctx, const char* name, const voi
   return Status::Ok();
 }
 
+// A row cache's host store (tbe_cache.h): on CUDA managed memory or pinned memory mapped at the same
+// address; on the CPU any memory. Null pointers pass.
+inline Status host_store_memory(const Context& ctx, const char* name, const void* p) {
+#if EMBSCALE_WITH_CUDA
+  if (ctx.backend == Backend::kCuda && p != nullptr) return cuda::check_host_store_memory(name, p);
+#else
+  (void)ctx, (void)name, (void)p;
+#endif
+  return Status::Ok();
+}
+
 // The bytes an op reads or writes through one argument, named for the error (null or no bytes: none).
 struct Region {
   const char* name;

@@ -27,6 +27,9 @@ Status check_mapped_host_memory(const char* name, const void* ptr);
 // Host memory that the current device reads and writes in place (memory.h's host_store_malloc).
 Status host_store_malloc(size_t bytes, void** ptr);
 void host_store_free(void* ptr);
+// Refuses a pointer that is not host memory the current device reads and writes at the same address:
+// managed memory, or pinned memory mapped at the same address (a row cache's host store, tbe_cache.h).
+Status check_host_store_memory(const char* name, const void* ptr);
 // Turns the last launch error (if any) into a Status naming `what`.
 Status check_last_launch(const char* what);
 

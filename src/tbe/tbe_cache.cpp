@@ -144,7 +144,7 @@ Status check_buffer(const Context& ctx, const char* name, const TensorView& v, D
   if (v.numel() != numel)
     return invalid_argument(std::string(name) + ": " + std::to_string(v.numel()) + " elements; expected " +
                             std::to_string(numel));
-  return host ? check::mapped_host_memory(ctx, name, v.data) : check::memory(ctx, name, v.data);
+  return host ? check::host_store_memory(ctx, name, v.data) : check::memory(ctx, name, v.data);
 }
 
 }  // namespace

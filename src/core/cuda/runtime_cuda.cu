@@ -78,6 +78,19 @@ Status check_mapped_host_memory(const char* name, const void* ptr) {
   return Status::Ok();
 }
 
+Status check_host_store_memory(const char* name, const void* ptr) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  if (attr.type == cudaMemoryTypeManaged || (attr.type == cudaMemoryTypeHost && attr.devicePointer == ptr))
+    return Status::Ok();
+  return invalid_argument(std::string(name) + ": expected host memory the device maps at the same address: "
+                          "host_store_malloc's (managed memory kept on the host), or pinned, mapped memory "
+                          "(cudaHostAlloc, cudaHostRegister, torch's pin_memory)");
+}
+
 Status host_store_malloc(size_t bytes, void** ptr) {
   int dev = 0, concurrent = 0;
   EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
