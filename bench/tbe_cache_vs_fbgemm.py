@@ -67,10 +67,11 @@ torch's allocator's share, allocated_bytes), the peak torch allocation during it
 the whole process's, so in a paired case it includes the other impl) and, for the cached impls, the cache's
 rows where the module tells them and the cache's device bytes after the timed steps (cache_device_bytes:
 embscale's cache rows, their state, the staging rows and the plans, which it builds at the first batch, so
-device_bytes misses them; FBGEMM's cache rows and cache state). --fbgemm-uvm auto (default) gives FBGEMM managed memory (cudaMallocManaged,
-its default) while its UVM tables fit in the device's free memory and host-mapped memory (uvm_host_mapped=True:
-malloc + cudaHostRegister) beyond that, since asking for more managed memory than the card has free can hang
-the GPU; the records say which ("fbgemm_uvm").
+device_bytes misses them; FBGEMM's cache rows and cache state). FBGEMM's UVM tables are managed memory
+(--fbgemm-uvm managed, the default and FBGEMM's: cudaMallocManaged advised to stay on the host), at every size:
+96 GiB of it trains on an 80 GB H100. --fbgemm-uvm host_mapped (malloc + cudaHostRegister) is FBGEMM's other
+option, 3.6x (uniform) to 4.2x (Zipf) slower there (bench/results/2026-12-06-nvidia-h100-tbe-cache-96gib-fbgemm-host-mapped.jsonl);
+the records say which ("fbgemm_uvm").
 
 Output: one JSON record per (impl, case) appended to --out (and printed when --out is not given), with
 status "ok", "failed" (error), "check_failed" or "skipped" (time budget, memory); a summary record per
@@ -172,7 +173,7 @@ def parse_args(argv):
     p.add_argument("--prefetch", action="store_true",
                    help="cached impls: plan batch i+1 on a side stream during step i (TorchRec's prefetch "
                         "pipeline; FBGEMM with prefetch_pipeline=True)")
-    p.add_argument("--fbgemm-uvm", choices=("auto", "managed", "host_mapped"), default="auto")
+    p.add_argument("--fbgemm-uvm", choices=("managed", "host_mapped"), default="managed")
     p.add_argument("--fbgemm-cache-stats", choices=("on", "off"), default="on")
     p.add_argument("--one-impl-at-a-time", action="store_true",
                    help="build, run and free one impl before the next (no copy, no check)")
@@ -443,10 +444,6 @@ class RealEngine:
                       prefetch_pipeline=a.prefetch)
         if impl in ("fbgemm_cached", "fbgemm_managed"):
             uvm = a.fbgemm_uvm
-            if uvm == "auto":
-                uvm_bytes = a.num_tables * E * (4 * a.dim + 4)
-                free, _ = self.gpu_memory()
-                uvm = "managed" if uvm_bytes < 0.9 * free else "host_mapped"
             kw["uvm_host_mapped"] = uvm == "host_mapped"
             extra["fbgemm_uvm"] = uvm
         fb = SplitTableBatchedEmbeddingBagsCodegen([(E, a.dim, loc, cdev)] * a.num_tables, **kw)
@@ -783,7 +780,7 @@ class DryRunEngine:
         if GROUP_OF[impl] == "cached":
             built.info["cache_rows"] = int(lf * self.a.num_tables * E)
         if impl in ("fbgemm_cached", "fbgemm_managed"):
-            built.info["fbgemm_uvm"] = "managed" if host < 0.9 * self.gpu_memory()[0] else "host_mapped"
+            built.info["fbgemm_uvm"] = self.a.fbgemm_uvm
         self.resident[id(built)] = (gpu, host)
         return built
 
