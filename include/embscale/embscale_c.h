@@ -234,8 +234,8 @@ EMBSCALE_C_EXPORT int embscale_tbe_backward(const embscale_tbe* tbe, const embsc
 /* ---- quantized tables for serving (tbe_quant.h) ------------------------------------------------------- */
 typedef struct embscale_quant_tbe embscale_quant_tbe; /* a QuantizedTableBatchedEmbedding */
 
-/* Weight types (QuantWeightType): 0 fp32, 1 fp16, 2 bf16, 3 int8, 4 int4, 5 int2, 6 fp8e4m3, 7 fp8e5m2.
- * num_tables >= 1 tables of num_rows[t] x dims[t] in types[t]; feature_table_map as embscale_tbe_create's;
+/* types[t]: per table, weight type (embscale::QuantWeightType: 0 fp32, 1 fp16, 2 bf16, 3 int8, 4 int4,
+ * 5 int2, 6 fp8e4m3, 7 fp8e5m2). num_tables >= 1 tables of num_rows[t] x dims[t] in types[t]; feature_table_map as embscale_tbe_create's;
  * row_alignment (1 .. 256) and table_alignment (1 .. 4096) powers of two (tbe_quant.h's layout). */
 EMBSCALE_C_EXPORT int embscale_quant_tbe_create(const embscale_context* ctx, int32_t num_tables,
                                                 const int64_t* num_rows, const int32_t* dims, const int32_t* types,

@@ -118,7 +118,9 @@ def header_fields(struct):
 @pytest.mark.parametrize("struct, mirror", [
     ("embscale_context", _capi.Context), ("embscale_tensor", _capi.Tensor), ("embscale_tbe_layout", _capi.TbeLayout),
     ("embscale_tbe_forward_args", _capi.TbeForwardArgs), ("embscale_optimizer", _capi.Optimizer),
-    ("embscale_tbe_backward_args", _capi.TbeBackwardArgs), ("embscale_optimizer_info", _capi.OptimizerInfo)])
+    ("embscale_tbe_backward_args", _capi.TbeBackwardArgs), ("embscale_optimizer_info", _capi.OptimizerInfo),
+    ("embscale_quant_tbe_layout", _capi.QuantTbeLayout),
+    ("embscale_quant_tbe_forward_args", _capi.QuantTbeForwardArgs)])
 def test_ctypes_structs_mirror_the_header(struct, mirror):
     assert [name for name, _ in mirror._fields_] == header_fields(struct)
 

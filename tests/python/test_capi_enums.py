@@ -27,7 +27,7 @@ def documented():
 @pytest.mark.parametrize("label, table", [
     ("backend", _capi.BACKEND), ("amax algo", _capi.AMAX_ALGO), ("activation", _capi.ACTIVATION),
     ("pooling", _capi.POOLING), ("bounds check", _capi.BOUNDS_CHECK), ("weight decay", _capi.WEIGHT_DECAY),
-    ("rounding", _capi.ROUNDING), ("optimizer", _capi.OPTIMIZER)])
+    ("rounding", _capi.ROUNDING), ("optimizer", _capi.OPTIMIZER), ("weight type", _capi.QUANT_TYPE)])
 def test_tables_hold_the_documented_values(label, table):
     names = documented()[label]
     for code, name in enumerate(names):
@@ -43,5 +43,17 @@ def test_the_first_value_past_each_documented_range_is_refused():
     n = len(lists["optimizer"])
     assert _capi.lib.embscale_optimizer_info_get(n, ctypes.byref(info)) == _capi.INVALID_ARGUMENT
     assert _capi.lib.embscale_last_error().decode() == f"optimizer: value {n} is out of range [0, {n - 1}]"
+    n = len(lists["weight type"])
+    out, one = ctypes.c_void_p(), (ctypes.c_int64 * 1)(4)
+    ctx = _capi.Context()
+    for t in (n, n - 1):
+        rc = _capi.lib.embscale_quant_tbe_create(ctypes.byref(ctx), 1, one, (ctypes.c_int32 * 1)(4),
+                                                 (ctypes.c_int32 * 1)(t), 1, None, 16, 128, ctypes.byref(out))
+        if t == n:
+            assert rc == _capi.INVALID_ARGUMENT
+            assert _capi.lib.embscale_last_error().decode() == f"types[0]: value {n} is out of range [0, {n - 1}]"
+        else:
+            assert rc == _capi.OK, _capi.lib.embscale_last_error()
+            _capi.lib.embscale_quant_tbe_destroy(out)
     assert _capi.lib.embscale_backend_compiled(len(lists["backend"])) == 0
     assert _capi.lib.embscale_backend_compiled(len(lists["backend"]) - 1) in (0, 1)
