@@ -76,18 +76,8 @@ class QuantTbeLayout(ctypes.Structure):
 
 class QuantTbeForwardArgs(ctypes.Structure):
     __slots__ = ()
-    _fields_ = [
-        ("weights", ctypes.c_void_p),
-        ("weights_bytes", ctypes.c_int64),
-        ("indices", Tensor),
-        ("offsets", Tensor),
-        ("per_sample_weights", Tensor),  # data NULL: unweighted
-        ("batch_size", ctypes.c_int64),
-        ("pooling", ctypes.c_int32),
-        ("bounds_check", ctypes.c_int32),
-        ("output", Tensor),
-        ("num_skipped", ctypes.c_void_p),
-    ]
+    # The packed tables as bytes, then the lookup fields and output of TbeForwardArgs.
+    _fields_ = [("weights", ctypes.c_void_p), ("weights_bytes", ctypes.c_int64)] + TbeForwardArgs._fields_[1:]
 
 
 class Optimizer(ctypes.Structure):

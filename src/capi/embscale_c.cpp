@@ -202,6 +202,22 @@ Status to_backward_args(const embscale_tbe_backward_args* a, embscale::TbeBackwa
   return Status::Ok();
 }
 
+// A C feature_table_map (NULL: one feature per table, num_features == num_tables) as the config's vector.
+Status to_feature_table_map(int32_t num_tables, int32_t num_features, const int32_t* feature_table_map,
+                            std::vector<int>* out) {
+  if (feature_table_map == nullptr) {
+    if (num_features != num_tables)
+      return embscale::invalid_argument("num_features: must equal num_tables when feature_table_map is null");
+    return Status::Ok();
+  }
+  if (num_features < 1)
+    return embscale::invalid_argument("num_features: " + std::to_string(num_features) +
+                                      " with a feature_table_map; at least one feature is required (a NULL map "
+                                      "gives one feature per table)");
+  out->assign(feature_table_map, feature_table_map + num_features);
+  return Status::Ok();
+}
+
 Status tbe_handle(const embscale_tbe* tbe) {
   if (tbe == nullptr || !tbe->impl) return embscale::invalid_argument("tbe: must not be null");
   return Status::Ok();
@@ -443,15 +459,7 @@ int embscale_tbe_create(const embscale_context* ctx, int32_t num_tables, const i
     embscale::TbeConfig cfg;
     EMBSCALE_RETURN_IF_ERROR(to_enum("weights_dtype", weights_dtype, &cfg.weights_dtype));
     for (int32_t t = 0; t < num_tables; ++t) cfg.tables.push_back({num_rows[t], dims[t]});
-    if (feature_table_map != nullptr) {
-      if (num_features < 1)
-        return embscale::invalid_argument("num_features: " + std::to_string(num_features) +
-                                          " with a feature_table_map; at least one feature is required (a NULL map "
-                                          "gives one feature per table)");
-      cfg.feature_table_map.assign(feature_table_map, feature_table_map + num_features);
-    } else if (num_features != num_tables) {
-      return embscale::invalid_argument("num_features: must equal num_tables when feature_table_map is null");
-    }
+    EMBSCALE_RETURN_IF_ERROR(to_feature_table_map(num_tables, num_features, feature_table_map, &cfg.feature_table_map));
     auto handle = std::make_unique<embscale_tbe>();
     EMBSCALE_RETURN_IF_ERROR(embscale::TableBatchedEmbedding::create(c, cfg, &handle->owned));
     handle->impl = handle->owned.get();
@@ -561,15 +569,7 @@ int embscale_quant_tbe_create(const embscale_context* ctx, int32_t num_tables, c
       EMBSCALE_RETURN_IF_ERROR(to_enum("types[" + std::to_string(t) + "]", types[t], &type));
       cfg.tables.push_back({num_rows[t], dims[t], type});
     }
-    if (feature_table_map != nullptr) {
-      if (num_features < 1)
-        return embscale::invalid_argument("num_features: " + std::to_string(num_features) +
-                                          " with a feature_table_map; at least one feature is required (a NULL map "
-                                          "gives one feature per table)");
-      cfg.feature_table_map.assign(feature_table_map, feature_table_map + num_features);
-    } else if (num_features != num_tables) {
-      return embscale::invalid_argument("num_features: must equal num_tables when feature_table_map is null");
-    }
+    EMBSCALE_RETURN_IF_ERROR(to_feature_table_map(num_tables, num_features, feature_table_map, &cfg.feature_table_map));
     cfg.row_alignment = row_alignment;
     cfg.table_alignment = table_alignment;
     auto handle = std::make_unique<embscale_quant_tbe>();
