@@ -11,13 +11,16 @@ CPU only for now: on CUDA the module is built but its forward raises NotImplemen
 """
 
 import ctypes
+import threading
 import weakref
+from typing import List, Optional, Tuple
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from . import _bounds_warnings, _capi, _fbgemm_names
-from ._ops_common import _context, _desc, _optional_desc, _run
+from ._ops_common import _check_backend, _context, _desc, _optional_desc, _run
+from ._ops_tbe import eager_call
 from ._tbe_args import fbgemm_alias, module_device, whole_number
 
 WEIGHT_TYPES = tuple(_capi.QUANT_TYPE)
@@ -66,6 +69,91 @@ def _table_specs(specs):
     return out
 
 
+# ---- the operator -----------------------------------------------------------------------------------------------
+# The library's object of one table layout on one device, made on first use and kept for the process: the
+# operator's arguments describe the tables themselves (no handle), so an exported program carries them.
+_HANDLES = {}
+_HANDLES_LOCK = threading.Lock()
+
+
+class _Handle:
+    def __init__(self, device, rows, dims, types, fmap, row_alignment, table_alignment):
+        T = len(rows)
+        out = ctypes.c_void_p()
+        _run(device, _capi.lib.embscale_quant_tbe_create, ctypes.byref(_context(device)), T,
+             (ctypes.c_int64 * T)(*rows), (ctypes.c_int32 * T)(*dims), (ctypes.c_int32 * T)(*types), len(fmap),
+             (ctypes.c_int32 * len(fmap))(*fmap), row_alignment, table_alignment, ctypes.byref(out))
+        self.ptr = out.value
+        self._finalizer = weakref.finalize(self, _capi.lib.embscale_quant_tbe_destroy, out.value)
+        self.layout = _capi.QuantTbeLayout()
+        row_bytes, table_offsets = (ctypes.c_int64 * T)(), (ctypes.c_int64 * T)()
+        _capi.check(_capi.lib.embscale_quant_tbe_layout_get(self.ptr, ctypes.byref(self.layout), row_bytes,
+                                                            table_offsets))
+        self.row_bytes, self.table_offsets = list(row_bytes), list(table_offsets)
+
+
+def _handle(device, rows, dims, types, fmap, row_alignment, table_alignment) -> _Handle:
+    """The library's object of these tables on `device` (its checks name each bad argument), made once."""
+    key = (device.type, tuple(rows), tuple(dims), tuple(types), tuple(fmap), row_alignment, table_alignment)
+    with _HANDLES_LOCK:
+        h = _HANDLES.get(key)
+        if h is None:
+            h = _HANDLES[key] = _Handle(device, rows, dims, types, fmap, row_alignment, table_alignment)
+        return h
+
+
+def _output_shape(indices, offsets, dims, fmap, pooling):
+    T = len(fmap)
+    if pooling == "none":
+        return (indices.shape[0], dims[fmap[0]])
+    return ((offsets.shape[0] - 1) // T, sum(dims[t] for t in fmap))
+
+
+@torch.library.custom_op("embscale::quant_tbe_forward", mutates_args=())
+def quant_tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor],
+                      rows: List[int], dims: List[int], types: List[int], feature_table_map: List[int],
+                      row_alignment: int, table_alignment: int, pooling: str, bounds_check: str,
+                      output_dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+    """The pooled ([B, total_dim]) or sequence ([N, D]) lookup of quantized tables packed in `weights` (uint8,
+    tbe_quant.h's layout of tables rows x dims of weight type codes `types`), and the count of indices
+    dropped in skip and warn modes (int64 [1]; 0 in the others)."""
+    return quant_tbe_forward_eager(weights, indices, offsets, per_sample_weights, rows, dims, types,
+                                   feature_table_map, row_alignment, table_alignment, pooling, bounds_check,
+                                   output_dtype)
+
+
+def quant_tbe_forward_eager(weights, indices, offsets, per_sample_weights, rows, dims, types, feature_table_map,
+                            row_alignment, table_alignment, pooling, bounds_check, output_dtype, num_skipped=None):
+    """quant_tbe_forward's body, which the module calls directly in eager mode (num_skipped: its own count buffer,
+    written in place)."""
+    device = weights.device
+    _check_backend(device)
+    h = _handle(device, rows, dims, types, feature_table_map, row_alignment, table_alignment)
+    shape = _output_shape(indices, offsets, dims, feature_table_map, pooling)
+    out = torch.empty(shape, dtype=output_dtype, device=device)
+    if num_skipped is None:
+        num_skipped = torch.zeros(1, dtype=torch.int64, device=device)
+    a = _capi.QuantTbeForwardArgs()
+    a.weights, a.weights_bytes = weights.data_ptr(), weights.numel()
+    a.indices, a.offsets = _desc(indices.contiguous()), _desc(offsets.contiguous())
+    a.per_sample_weights = _optional_desc(None if per_sample_weights is None else per_sample_weights.contiguous())
+    a.batch_size = (offsets.shape[0] - 1) // len(feature_table_map)
+    a.pooling = _capi.POOLING[pooling]
+    a.bounds_check = _capi.BOUNDS_CHECK[bounds_check]
+    a.output = _desc(out, shape)
+    a.num_skipped = num_skipped.data_ptr() if bounds_check in ("skip", "warn") else None
+    _run(device, _capi.lib.embscale_quant_tbe_forward, ctypes.c_void_p(h.ptr), ctypes.byref(_context(device)),
+         ctypes.byref(a))
+    return out, num_skipped
+
+
+@quant_tbe_forward.register_fake
+def _(weights, indices, offsets, per_sample_weights, rows, dims, types, feature_table_map, row_alignment,
+      table_alignment, pooling, bounds_check, output_dtype):
+    shape = _output_shape(indices, offsets, dims, feature_table_map, pooling)
+    return weights.new_empty(shape, dtype=output_dtype), weights.new_empty((1,), dtype=torch.int64)
+
+
 class QuantizedTableBatchedEmbeddingBags(nn.Module):
     """Many quantized tables looked up and pooled in one call, for inference.
 
@@ -108,29 +196,15 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         self.pooling, self.output_dtype, self.bounds_check = pooling, output_dtype, bounds_check
         self.row_alignment = whole_number("row_alignment", row_alignment)
         self.table_alignment = whole_number("table_alignment", table_alignment)
-        layout = self._create(device)
+        # The operator's description of the tables (it takes them as arguments, not a handle).
+        self._op_tables = ([e for e, _, _ in specs], [d for _, d, _ in specs],
+                           [_capi.QUANT_TYPE[w] for _, _, w in specs], fmap, self.row_alignment, self.table_alignment)
+        h = _handle(device, *self._op_tables)
+        self.row_bytes, self.table_offsets = h.row_bytes, h.table_offsets
+        self.total_dim, self.total_bytes = h.layout.total_dim, h.layout.total_bytes
         self.feature_dims = [specs[t][1] for t in fmap]
-        self.register_buffer("weights", torch.zeros(layout.total_bytes, dtype=torch.uint8, device=device))
+        self.register_buffer("weights", torch.zeros(self.total_bytes, dtype=torch.uint8, device=device))
         self.register_buffer("num_skipped", torch.zeros(1, dtype=torch.int64, device=device))
-
-    def _create(self, device):
-        """The library's object of these tables on `device` (its checks name each bad argument); its layout."""
-        specs, fmap = self.embedding_specs, self.feature_table_map
-        T = len(specs)
-        out = ctypes.c_void_p()
-        _run(device, _capi.lib.embscale_quant_tbe_create, ctypes.byref(_context(device)), T,
-             (ctypes.c_int64 * T)(*[e for e, _, _ in specs]), (ctypes.c_int32 * T)(*[d for _, d, _ in specs]),
-             (ctypes.c_int32 * T)(*[_capi.QUANT_TYPE[w] for _, _, w in specs]), len(fmap),
-             (ctypes.c_int32 * len(fmap))(*fmap), self.row_alignment, self.table_alignment, ctypes.byref(out))
-        self._ptr = out.value
-        self._finalizer = weakref.finalize(self, _capi.lib.embscale_quant_tbe_destroy, out.value)
-        layout = _capi.QuantTbeLayout()
-        row_bytes, table_offsets = (ctypes.c_int64 * T)(), (ctypes.c_int64 * T)()
-        _capi.check(_capi.lib.embscale_quant_tbe_layout_get(self._ptr, ctypes.byref(layout), row_bytes,
-                                                            table_offsets))
-        self.row_bytes, self.table_offsets = list(row_bytes), list(table_offsets)
-        self.total_dim, self.total_bytes = layout.total_dim, layout.total_bytes
-        return layout
 
     # ---- the tables ------------------------------------------------------------------------------------
     def split_embedding_weights(self):
@@ -214,26 +288,17 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
                     per_sample_weights.dtype != torch.float32:
                 raise ValueError(f"per_sample_weights: expected a float32 tensor on {device}")
             per_sample_weights = per_sample_weights.contiguous()
-        batch_size = (offsets.numel() - 1) // T
-        if self.pooling == "none":
-            shape = (indices.numel(), self.feature_dims[0])
-        else:
-            shape = (batch_size, self.total_dim)
-        out = torch.empty(shape, dtype=self.output_dtype, device=device)
-        a = _capi.QuantTbeForwardArgs()
-        a.weights, a.weights_bytes = self.weights.data_ptr(), self.weights.numel()
-        a.indices, a.offsets = _desc(indices), _desc(offsets)
-        a.per_sample_weights = _optional_desc(per_sample_weights)
-        a.batch_size = batch_size
-        a.pooling = _capi.POOLING[self.pooling]
-        a.bounds_check = _capi.BOUNDS_CHECK[self.bounds_check]
-        a.output = _desc(out, shape)
-        counts = self.bounds_check in ("skip", "warn")
-        if counts:
-            self.num_skipped.zero_()
-            a.num_skipped = self.num_skipped.data_ptr()
-        _run(device, _capi.lib.embscale_quant_tbe_forward, ctypes.c_void_p(self._ptr),
-             ctypes.byref(_context(device)), ctypes.byref(a))
+        if self.pooling == "none" and len(set(self.feature_dims)) > 1:
+            raise ValueError(f"pooling: 'none' (sequence) needs all features of one dimension; the features have "
+                             f"{self.feature_dims}")
+        args = (self.weights, indices, offsets, per_sample_weights, *self._op_tables[:4], self.row_alignment,
+                self.table_alignment, self.pooling, self.bounds_check, self.output_dtype)
+        if eager_call(self.weights, indices, offsets, per_sample_weights):
+            out, _ = quant_tbe_forward_eager(*args, num_skipped=self.num_skipped)
+        else:  # traced (torch.export, torch.compile): the operator, whose fake gives the shapes
+            out, num_skipped = torch.ops.embscale.quant_tbe_forward(*args)
+            if self.bounds_check in ("skip", "warn"):
+                self.num_skipped.copy_(num_skipped)
         if self.bounds_check == "warn":
             _bounds_warnings.note_bounds(self, self.num_skipped)
         return out
@@ -243,15 +308,6 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         return (f"tables=[{types}], features={len(self.feature_table_map)}, pooling={self.pooling}, "
                 f"output_dtype={self.output_dtype}, row_alignment={self.row_alignment}")
 
-    def __getstate__(self):
-        state = super().__getstate__().copy()
-        state.pop("_ptr", None)
-        state.pop("_finalizer", None)
-        return state
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        self._create(self.weights.device)
 
 
 __all__ = ["QuantizedTableBatchedEmbeddingBags", "WEIGHT_TYPES", "weight_type"]

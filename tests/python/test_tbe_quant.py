@@ -324,3 +324,32 @@ def test_quantizing_matches_fbgemms_row_quantizer(bits):
     m = QTBE([(200, 48, f"int{bits}")], row_alignment=1)
     m.load_float([x])
     assert torch.equal(m.split_embedding_weights()[0], want)
+
+
+def test_torch_export_runs_the_operator_and_matches_eager():
+    """The module in a model torch.export exports (the operator's fake implementation gives the shapes); the
+    exported program, saved and loaded, runs the library's forward and gives eager's output."""
+    m = quantized(SPECS_MIXED[:5], 2009, pooling="mean", bounds_check="skip")
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = m
+            self.top = torch.nn.Linear(m.total_dim, 3)
+
+        def forward(self, indices, offsets):
+            return self.top(self.emb(indices, offsets))
+
+    model = Model().eval()
+    indices, offsets = random_batch(np.random.default_rng(2009), m, 4, 9, bad_every=7)
+    with torch.no_grad():
+        want = model(indices, offsets)
+        program = torch.export.export(model, (indices, offsets))
+    assert any("embscale.quant_tbe_forward" in str(n.target) for n in program.graph.nodes)
+    buf = io.BytesIO()
+    torch.export.save(program, buf)
+    buf.seek(0)
+    loaded = torch.export.load(buf)
+    with torch.no_grad():
+        assert torch.equal(loaded.module()(indices, offsets), want)
+        assert torch.equal(torch.compile(model, fullgraph=True)(indices, offsets), want)
