@@ -7,7 +7,8 @@
 # (tests/python/test_torchrec_matches_fbgemm.py), of replicated tables (tests/python/test_data_parallel.py)
 # and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
 # tests/python/test_fbgemm_migration.py, which checks docs/python.md's migration table by training both side by
-# side; tests/python/test_tbe_quant.py: quantized tables against FBGEMM's CPU IntNBit TBE and row quantizer) in a virtual
+# side; tests/python/test_tbe_quant.py: quantized tables against FBGEMM's CPU IntNBit TBE and row quantizer;
+# tests/python/test_torchrec_quant.py: the quantized collection against TorchRec's) in a virtual
 # environment with the pinned CPU triple (and the TorchRec and data-parallel ones again under torchrec 1.6.1, the oldest
 # pyproject.toml accepts) of scripts/torchrec-cpu-requirements.txt. The environment lives
 # in a cache folder outside the tree and is reused while its pins are unchanged (first run: a download of
@@ -35,7 +36,7 @@ fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/python/test_torchrec.py tests/python/test_torchrec_sequence.py tests/python/test_torchrec_placement.py \
   tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py tests/python/test_fbgemm_peer.py \
-  tests/python/test_fbgemm_migration.py tests/python/test_tbe_quant.py
+  tests/python/test_fbgemm_migration.py tests/python/test_tbe_quant.py tests/python/test_torchrec_quant.py
 # Again under the oldest TorchRec that pyproject.toml accepts (torchrec>=1.6.1), over the same FBGEMM: there
 # embscale's collections take another path (TorchRec before 1.7 wraps data-parallel lookups in
 # DistributedDataParallel inside its constructor). Its wheel goes into a folder of the environment, first on

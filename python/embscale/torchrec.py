@@ -88,14 +88,16 @@ from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
 from torchrec.distributed.sharding.tw_sequence_sharding import TwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
-from torchrec.modules.embedding_configs import data_type_to_dtype
+from torchrec.modules.embedding_configs import DataType, data_type_to_dtype
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType
 from torchrec.modules.embedding_modules import get_embedding_names_by_table
 from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer, FusedOptimizerModule
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
+from torchrec.tensor_types import UIntXTensor
 
 from . import _fbgemm_names
 from . import tbe as _tbe
+from .tbe_quant import QuantizedTableBatchedEmbeddingBags
 
 _POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
 _KERNEL_POOLING = {**_POOLING, PoolingType.NONE: "none"}  # a shard group's: TorchRec's sequence groups pool NONE
@@ -382,16 +384,20 @@ class _TbeCollection(nn.Module, FusedOptimizerModule):
         return self._optim
 
     def _ordered(self, features: KeyedJaggedTensor, order: List[str]) -> KeyedJaggedTensor:
-        """The batch's features in the TBE's order (a feature may come more than once); ValueError naming
-        ``features`` where one is missing or where the batch size differs per feature."""
-        _check_one_batch_size(features)
-        keys = features.keys()
-        missing = [f for f in dict.fromkeys(order) if f not in keys]
-        if missing:
-            raise ValueError(f"features: keys {keys} lack {missing}")
-        if keys != order:
-            features = features.permute([keys.index(f) for f in order])
-        return features
+        return _ordered_features(features, order)
+
+
+def _ordered_features(features: KeyedJaggedTensor, order: List[str]) -> KeyedJaggedTensor:
+    """The batch's features in a TBE's order (a feature may come more than once); ValueError naming
+    ``features`` where one is missing or where the batch size differs per feature."""
+    _check_one_batch_size(features)
+    keys = features.keys()
+    missing = [f for f in dict.fromkeys(order) if f not in keys]
+    if missing:
+        raise ValueError(f"features: keys {keys} lack {missing}")
+    if keys != order:
+        features = features.permute([keys.index(f) for f in order])
+    return features
 
 
 class EmbeddingBagCollection(_TbeCollection):
@@ -433,6 +439,117 @@ class EmbeddingBagCollection(_TbeCollection):
         weights = features.weights_or_none() if self._is_weighted else None
         pooled = self.tbe(values, features.offsets().to(values.dtype), weights)
         return KeyedTensor(keys=self._feature_names, length_per_key=self._lengths_per_key, values=pooled)
+
+
+# TorchRec's DataType of a quantized table's rows -> embscale's weight type, and the dtypes of a qconfig's weight
+# observer (TorchRec's from_float convention) -> the same.
+_QUANT_DATA_TYPES = {DataType.FP32: "fp32", DataType.FP16: "fp16", DataType.BF16: "bf16", DataType.INT8: "int8",
+                     DataType.INT4: "int4", DataType.INT2: "int2"}
+_QCONFIG_DTYPES = {torch.qint8: DataType.INT8, torch.quint8: DataType.INT8, torch.quint4x2: DataType.INT4,
+                   torch.quint2x4: DataType.INT2, torch.float16: DataType.FP16, torch.bfloat16: DataType.BF16,
+                   torch.float32: DataType.FP32}
+
+
+class QuantEmbeddingBagCollection(nn.Module):
+    """torchrec.quant.EmbeddingBagCollection on embscale's quantized tables (QuantizedTableBatchedEmbeddingBags,
+    docs/tbe_quant.md), for inference: ``tables`` (EmbeddingBagConfig, all of one pooling, SUM or MEAN; each
+    table's rows in its ``data_type``: INT8, INT4, INT2 with a per-row scale and bias, FP16, BF16 or FP32),
+    KeyedJaggedTensor in, KeyedTensor out (the features' pooled rows side by side, in the tables' order).
+    Build it ``from_float`` a trained collection (TorchRec's or embscale's).
+
+    ``state_dict()`` has TorchRec's keys, ``embedding_bags.<table>.weight``: each table's rows as uint8
+    [num_embeddings, row bytes] in FBGEMM's IntNBit layout (scale and bias before the data, each row padded to
+    ``row_alignment``, 16 as TorchRec's default), the same bytes TorchRec's quantized collection holds."""
+
+    def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
+                 output_dtype: torch.dtype = torch.float32, row_alignment: int = 16):
+        super().__init__()
+        _check_tables(tables)
+        types = []
+        for i, t in enumerate(tables):
+            if t.data_type not in _QUANT_DATA_TYPES:
+                raise ValueError(f"tables[{i}].data_type: {t.data_type} is not supported; embscale's quantized tables "
+                                 f"are {', '.join(d.name for d in _QUANT_DATA_TYPES)}")
+            types.append(_QUANT_DATA_TYPES[t.data_type])
+        self._embedding_bag_configs = list(tables)
+        self._is_weighted = bool(is_weighted)
+        self._output_dtype = output_dtype
+        self._feature_names = [f for t in tables for f in t.feature_names]
+        if len(set(self._feature_names)) != len(self._feature_names):
+            raise ValueError(f"tables: feature names {self._feature_names} are not unique")
+        self._lengths_per_key = [t.embedding_dim for t in tables for _ in t.feature_names]
+        self.tbe = QuantizedTableBatchedEmbeddingBags(
+            [(t.num_embeddings, t.embedding_dim, w) for t, w in zip(tables, types)],
+            feature_table_map=[i for i, t in enumerate(tables) for _ in t.feature_names], pooling=_pooling(tables),
+            output_dtype=output_dtype, row_alignment=row_alignment,
+            device=torch.device("cpu") if device is None else device)
+        for name in ("weights", "num_skipped"):  # saved as TorchRec saves them: the views below
+            self.tbe.register_buffer(name, getattr(self.tbe, name), persistent=False)
+        self.embedding_bags = nn.ModuleDict({t.name: nn.Module() for t in tables})
+        self._register_table_views()
+
+    def _register_table_views(self):
+        """``embedding_bags.<table>.weight``: views of the packed tables (a load writes through them)."""
+        for name, view in zip(self.embedding_bags, self.tbe.split_embedding_weights()):
+            self.embedding_bags[name].register_buffer("weight", view)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        self._register_table_views()
+        return self
+
+    def __setstate__(self, state):
+        super().__setstate__(state)  # (a copy's views are copies: made again over the copy's tables)
+        self._register_table_views()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # TorchRec keeps INT4 and INT2 rows as its UInt4Tensor / UInt2Tensor (a wrapper of the same uint8 rows,
+        # `elem`): loaded as those bytes.
+        for name in self.embedding_bags:
+            key = f"{prefix}embedding_bags.{name}.weight"
+            if isinstance(state_dict.get(key), UIntXTensor):
+                state_dict[key] = state_dict[key].elem
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
+        return self._embedding_bag_configs
+
+    def is_weighted(self) -> bool:
+        return self._is_weighted
+
+    def output_dtype(self) -> torch.dtype:
+        return self._output_dtype
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        features = _ordered_features(features, self._feature_names)
+        values = features.values()
+        weights = features.weights_or_none() if self._is_weighted else None
+        pooled = self.tbe(values, features.offsets().to(values.dtype), weights)
+        return KeyedTensor(keys=self._feature_names, length_per_key=self._lengths_per_key, values=pooled)
+
+    @classmethod
+    def from_float(cls, module: nn.Module, data_types=None, output_dtype: torch.dtype = torch.float32,
+                   row_alignment: int = 16) -> "QuantEmbeddingBagCollection":
+        """The quantized collection of a trained one: torchrec's EmbeddingBagCollection or embscale's (its tables,
+        features, pooling and weighting), each table quantized to its DataType: ``data_types`` (one for all, or
+        one per table), else the dtype of ``module.qconfig``'s weight observer as TorchRec's from_float reads
+        it (torch.quint8 or qint8: INT8, quint4x2: INT4, quint2x4: INT2, float16: FP16), else INT8."""
+        configs = module.embedding_bag_configs()
+        if data_types is None:
+            qconfig = getattr(module, "qconfig", None)
+            dtype = qconfig.weight().dtype if qconfig is not None else torch.quint8
+            if dtype not in _QCONFIG_DTYPES:
+                raise ValueError(f"module.qconfig: weight dtype {dtype} is not supported; expected one of "
+                                 f"{', '.join(str(d) for d in _QCONFIG_DTYPES)}")
+            data_types = _QCONFIG_DTYPES[dtype]
+        types = list(data_types) if isinstance(data_types, (list, tuple)) else [data_types] * len(configs)
+        if len(types) != len(configs):
+            raise ValueError(f"data_types: {len(types)} given for {len(configs)} tables")
+        floats = [module.embedding_bags[c.name].weight for c in configs]
+        q = cls([dataclasses.replace(c, data_type=d) for c, d in zip(configs, types)], module.is_weighted(),
+                device=floats[0].device, output_dtype=output_dtype, row_alignment=row_alignment)
+        q.tbe.load_float(floats)
+        return q
 
 
 class EmbeddingCollection(_TbeCollection):
