@@ -267,6 +267,43 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         q.load_float(module.split_embedding_weights())
         return q
 
+    def error_report(self, module, indices, offsets, per_sample_weights=None):
+        """How far this module's pooled outputs are from those of the fp32 module it was quantized from (an
+        embscale.TableBatchedEmbeddingBags with the same tables and features), on a batch (a held-out one).
+        Per table, over the bags of its features that hold a valid lookup: the relative error of each pooled
+        row, |q - f|_2 / |f|_2 (q this module's, f the module's, in float64), its max and mean. Returns one dict
+        per table: table, weight_type, bags, max_rel_err, mean_rel_err."""
+        if getattr(module, "embedding_specs", None) is None or \
+                [tuple(s) for s in module.embedding_specs] != [(e, d) for e, d, _ in self.embedding_specs] or \
+                list(module.feature_table_map) != self.feature_table_map or module.pooling != self.pooling:
+            raise ValueError("module: expected the fp32 TableBatchedEmbeddingBags this module was quantized from "
+                             "(the same tables, features and pooling)")
+        if self.pooling == "none":
+            raise ValueError("pooling: the report compares pooled rows; this module's pooling is 'none'")
+        with torch.no_grad():
+            q = self(indices, offsets, per_sample_weights).double().cpu()
+            f = module(indices.to(module.weights.device), offsets.to(module.weights.device),
+                       None if per_sample_weights is None else per_sample_weights.to(module.weights.device))
+            f = f.double().cpu()
+        B = q.shape[0]
+        lengths = (offsets[1:] - offsets[:-1]).cpu().view(len(self.feature_table_map), B)
+        per_table = [[] for _ in self.embedding_specs]
+        col = 0
+        for feat, t in enumerate(self.feature_table_map):
+            d = self.embedding_specs[t][1]
+            qf, ff = q[:, col:col + d], f[:, col:col + d]
+            norm = ff.norm(dim=1)
+            keep = (lengths[feat] > 0) & (norm > 0)
+            per_table[t].append(((qf - ff).norm(dim=1) / norm.clamp_min(1e-300))[keep])
+            col += d
+        report = []
+        for t, ((_, _, w), errs) in enumerate(zip(self.embedding_specs, per_table)):
+            e = torch.cat(errs) if errs else torch.zeros(0, dtype=torch.float64)
+            report.append(dict(table=t, weight_type=w, bags=int(e.numel()),
+                               max_rel_err=float(e.max()) if e.numel() else 0.0,
+                               mean_rel_err=float(e.mean()) if e.numel() else 0.0))
+        return report
+
     # ---- the lookup --------------------------------------------------------------------------------------
     def forward(self, indices, offsets, per_sample_weights=None):
         device = self.weights.device

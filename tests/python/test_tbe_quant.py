@@ -353,3 +353,29 @@ def test_torch_export_runs_the_operator_and_matches_eager():
     with torch.no_grad():
         assert torch.equal(loaded.module()(indices, offsets), want)
         assert torch.equal(torch.compile(model, fullgraph=True)(indices, offsets), want)
+
+
+def test_error_report_against_the_float_module():
+    """Per table, the relative error of the pooled rows against the fp32 module: computed here from the
+    definition on the same outputs, and ordered as the types' precisions are (fp32 exact, int2 worst)."""
+    torch.manual_seed(2010)
+    types = ["fp32", "bf16", "int8", "fp8e4m3", "int4", "int2"]
+    trained = embscale.TableBatchedEmbeddingBags([(200, 32)] * len(types), pooling="sum")
+    q = QTBE.from_float(trained, types)
+    indices, offsets = random_batch(np.random.default_rng(2010), q, 64, 12)
+    report = q.error_report(trained, indices, offsets)
+    assert [r["weight_type"] for r in report] == types
+    with torch.no_grad():
+        got, want = q(indices, offsets).double(), trained(indices, offsets).double()
+    lengths = (offsets[1:] - offsets[:-1]).view(len(types), 64)
+    for t, r in enumerate(report):
+        g, w = got[:, 32 * t:32 * (t + 1)], want[:, 32 * t:32 * (t + 1)]
+        keep = lengths[t] > 0
+        rel = ((g - w).norm(dim=1) / w.norm(dim=1))[keep]
+        assert r["bags"] == int(keep.sum())
+        assert r["max_rel_err"] == pytest.approx(float(rel.max()), rel=1e-12)
+        assert r["mean_rel_err"] == pytest.approx(float(rel.mean()), rel=1e-12)
+    means = [r["mean_rel_err"] for r in report]
+    assert means[0] == 0.0 and means[1] < means[3] < means[4] < means[5] and means[2] < means[4]
+    with pytest.raises(ValueError, match="module"):
+        q.error_report(embscale.TableBatchedEmbeddingBags([(200, 32)]), indices, offsets)
