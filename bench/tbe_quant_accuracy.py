@@ -50,6 +50,17 @@ def draw(name, rows, dim, gen):
 DISTRIBUTIONS = ["normal", "uniform", "student_t3", "row_outlier", "offset_rows"]
 
 
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def build_id():
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
@@ -83,7 +94,7 @@ def main(argv):
             q = embscale.QuantizedTableBatchedEmbeddingBags.from_float(fp32, wtype)
             r = q.error_report(fp32, ids, offsets)[0]
             records.append(dict(date=time.strftime("%Y-%m-%d"), time=start, harness="tbe_quant_accuracy",
-                                build=build_id(), device=platform.processor() or platform.machine(),
+                                build=build_id(), device=cpu_name(),
                                 distribution=dist, weight_type=wtype, rows=a.rows, dim=a.dim, batch=a.batch,
                                 bag=a.bag, seed=a.seed, bags=r["bags"], mean_rel_err=r["mean_rel_err"],
                                 max_rel_err=r["max_rel_err"]))
