@@ -15,6 +15,7 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (pi
 
 import embscale  # noqa: E402
 import multiprocess  # noqa: E402
+import torchrec_sharding  # noqa: E402
 import tbe_reference as ref  # noqa: E402
 from embscale.torchrec import (EmbeddingBagCollection, EmbeddingCollection,  # noqa: E402
                                EmbeddingCollectionSharder)
@@ -81,19 +82,8 @@ def _column_pieces(plan, name):
 
 
 def _sharded_model(rank, world, plan, optimizer):
-    import torch.distributed as dist
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
-    from torchrec.distributed.types import ShardingEnv, ShardingPlan
-
-    sharder = EmbeddingCollectionSharder()
-    dev = multiprocess.device(rank)
-    model = _Model(_collection(optimizer, dev))
-    module_plan = construct_module_sharding_plan(model.ec, per_param_sharding=_per_param(plan, world),
-                                                 local_size=world, world_size=world, device_type=dev.type,
-                                                 sharder=sharder)
-    return DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
-                                    plan=ShardingPlan({"ec": module_plan}), sharders=[sharder])
+    model = _Model(_collection(optimizer, multiprocess.device(rank)))
+    return torchrec_sharding.shard(model, "ec", EmbeddingCollectionSharder(), _per_param(plan, world), rank, world)
 
 
 def _train(dmp, rank, steps):
@@ -109,15 +99,7 @@ def _train(dmp, rank, steps):
 
 
 def _local_shards(dmp):
-    """(table, (first row, first column), weights, optimizer state) of every local shard."""
-    shards = []
-    for kernel in dmp.module.ec._embscale_kernels():
-        state = kernel.tbe.optimizer_state()
-        for t, w, s in zip(kernel.config.embedding_tables, kernel.tbe.split_embedding_weights(), state):
-            md = t.local_metadata
-            offset = (0, 0) if md is None else tuple(md.shard_offsets)
-            shards.append((t.name, offset, w.detach().clone(), {k: v.clone() for k, v in s.items()}))
-    return shards
+    return torchrec_sharding.local_shards(dmp.module.ec)
 
 
 def _dense_optimizer_keys(model):
