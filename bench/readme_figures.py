@@ -57,7 +57,8 @@ BENCHMARKS_DOC = os.path.join("docs", "benchmarks.md")
 # The headings of docs/benchmarks.md's figures, by part; the README's summary lines link to them.
 HEADINGS = {"torch": "Against torch on one H200", "fbgemm": "Against FBGEMM on the GPU",
             "te": "Against TransformerEngine", "dlrm": "The DLRM example", "cpu": "The CPU backend",
-            "fbgemm_cpu": "Against FBGEMM on the CPU", "tbe_cache": "Tables larger than GPU memory, against FBGEMM"}
+            "fbgemm_cpu": "Against FBGEMM on the CPU", "tbe_cache": "Tables larger than GPU memory, against FBGEMM",
+            "tbe_quant_cpu": "Quantized tables against FBGEMM on the CPU"}
 
 # The records each part of the section reads, and the builds its TBE tables show.
 GPU_RECORDS = "2026-11-30-nvidia-h200.jsonl"
@@ -129,6 +130,8 @@ TBE_CUDA_SOURCES = ("src/tbe/cuda/bounds_check.cuh", "src/tbe/cuda/tbe_report.cu
 MODULE_SOURCES = ("src/capi", "include/embscale/embscale_c.h", "python/embscale/tbe.py", "python/embscale/_ops_tbe.py",
                   "python/embscale/_ops_common.py", "python/embscale/_capi.py", "python/embscale/_host_memory.py",
                   "python/embscale/_data_parallel.py")
+QUANT_SOURCES = ("include/embscale/tbe_quant.h", "src/tbe/tbe_quant.cpp", "src/tbe/tbe_quant_backend.h",
+                 "src/tbe/quant_rows.h", "src/tbe/cpu/tbe_quant_forward_cpu.cpp", "python/embscale/tbe_quant.py")
 CACHE_SOURCES = ("src/tbe/cuda/cache", "src/tbe/tbe_cache.cpp", "src/tbe/tbe_cache_backend.h",
                  "include/embscale/tbe_cache.h", "python/embscale/_row_cache.py", "python/embscale/_cached_tbe.py")
 
@@ -158,6 +161,11 @@ SOURCES = {
     # (bench/tbe_cache_vs_fbgemm.py)
     "tbe_cache": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_CUDA_SOURCES,
                         ("src/tbe/cuda/forward", "src/tbe/cuda/backward"), MODULE_SOURCES, CACHE_SOURCES),
+    # quantized tables' forward against FBGEMM's IntNBit TBE on the CPU (bench/tbe_quant_vs_fbgemm.py)
+    "tbe_quant_cpu": _union(COMMON_SOURCES, QUANT_SOURCES, ("src/tbe/tbe_validate.h", "src/tbe/bounds_report.cpp",
+                                                            "src/capi", "include/embscale/embscale_c.h",
+                                                            "python/embscale/_capi.py",
+                                                            "python/embscale/_ops_common.py")),
     # examples/train_dlrm.py on both backends
     "dlrm": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_CUDA_SOURCES,
                    ("src/tbe/cuda/forward", "src/tbe/cuda/backward", "src/tbe/cpu"), MODULE_SOURCES,
@@ -968,6 +976,72 @@ def tbe_cache_readme(results_dir, prov=None):
     return TBE_CACHE_BEGIN + "\n\n" + body + "\n\n" + TBE_CACHE_END
 
 
+# ---- quantized tables against FBGEMM's IntNBit TBE on the CPU (bench/tbe_quant_vs_fbgemm.py) ------------------
+TBE_QUANT_HARNESS = "tbe_quant_vs_fbgemm"
+
+
+def tbe_quant_cpu_runs(results_dir):
+    """Per CPU model (the records' `device`), the newest file of bench/tbe_quant_vs_fbgemm.py's records, as (file
+    name, records), newest first."""
+    newest = {}
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
+        recs = [r for r in comparison_records(path) if r.get("harness") == TBE_QUANT_HARNESS]
+        if recs:
+            key = recs[0].get("device", "?")
+            order = (recs[0]["date"], recs[0].get("time", ""), os.path.basename(path))
+            if key not in newest or order > newest[key][0]:
+                newest[key] = (order, os.path.basename(path), recs)
+    return [(name, recs) for _, name, recs in sorted(newest.values(), key=lambda v: v[0], reverse=True)]
+
+
+def tbe_quant_cpu_id(recs):
+    return f"tbe_quant_cpu, {recs[0].get('device', '?')}"
+
+
+def tbe_quant_cpu_table(name, recs, prov=None):
+    """embscale's quantized forward against FBGEMM's, one thread each, on identical bytes."""
+    r0 = recs[0]
+    batches = sorted({r["batch_size"] for r in recs})
+    alphas = sorted({r["alpha"] for r in recs})
+    cols = [(b, a) for b in batches for a in alphas]
+    rows = []
+    for wtype in dict.fromkeys(r["weight_type"] for r in recs):
+        for dims in dict.fromkeys(r["dims"] for r in recs if r["weight_type"] == wtype):
+            row = [wtype, dims]
+            for b, a in cols:
+                r = first(recs, weight_type=wtype, dims=dims, batch_size=b, alpha=a)
+                row.append("—" if r is None else f"{ms(r['embscale_ms'])} / {ms(r['fbgemm_ms'])} "
+                           f"({ratio(r['fbgemm_over_embscale'])}, {share(r['pct_of_floor'])})")
+            rows.append(row)
+    used = [(name, r) for r in recs]
+    return (f"**{r0['device']}** (fbgemm_gpu {r0.get('fbgemm_gpu', '?')}'s IntNBit TBE on the CPU and embscale's "
+            f"QuantizedTableBatchedEmbeddingBags in one process, one thread each, calls interleaved, on identical "
+            f"bytes (FBGEMM's tables copied into embscale's), outputs checked equal first; T={r0['tables']}, "
+            f"E={r0['rows']:,}, L={r0['bag_size']}, pooled sum, fp32 output; \"mixed\" is D = 32, 64, 128, 256, 512, "
+            f"64, 128, 32; {r0['date']}). Cells: embscale ms / FBGEMM ms (FBGEMM / embscale, embscale's share of the "
+            f"byte floor: the rows' bytes at one thread's measured copy rate, {r0['copy_GBps']:.1f} GB/s). "
+            f"{cite(tbe_quant_cpu_id(recs), used, prov)}\n\n" +
+            table(["rows", "D", *[f"B = {b}, {alpha_name(a)}" for b, a in cols]], rows))
+
+
+def tbe_quant_cpu_section(results_dir, prov=None):
+    return "\n\n".join(tbe_quant_cpu_table(name, recs, prov) for name, recs in tbe_quant_cpu_runs(results_dir))
+
+
+def tbe_quant_cpu_summary(results_dir):
+    used, fids, by_type = [], [], {}
+    for name, recs in tbe_quant_cpu_runs(results_dir):
+        fids.append(tbe_quant_cpu_id(recs))
+        for r in recs:
+            by_type.setdefault(r["weight_type"], []).append(r["fbgemm_over_embscale"])
+            used.append((name, r))
+    recs = [r for _, r in used]
+    spans = ", ".join(f"{w} {span(v)}" for w, v in by_type.items())
+    return (f"- **FBGEMM's CPU IntNBit TBE** (fbgemm_gpu {recs[0].get('fbgemm_gpu', '?')}, one thread each; "
+            f"{' and '.join(sorted({r['device'] for r in recs}))}, {dates(recs)}; {cite_summary(fids, used)}): "
+            f"quantized forwards on identical bytes, {spans}, D from 32 to 512 ({link('tbe_quant_cpu')}).")
+
+
 # ---- CPU ----------------------------------------------------------------------------------------------
 def cpu_section(recs, prov=None, source=CPU_RECORDS):
     copy = first(recs, op="copy")
@@ -1048,6 +1122,8 @@ def figures(prov=None):
     cpu_parts = cpu_peer_sections(results, prov)
     if cpu_parts:
         parts += [heading("fbgemm_cpu"), *cpu_parts]
+    if tbe_quant_cpu_runs(results):
+        parts += [heading("tbe_quant_cpu"), tbe_quant_cpu_section(results, prov)]
     return BEGIN + "\n\n" + "\n\n".join(parts) + "\n\n" + END
 
 
@@ -1181,6 +1257,8 @@ def summary():
         lines.append(te_summary(run, newest_run(results, "te", op="cast_transpose")))
     if cpu_peer_runs(results):
         lines.append(fbgemm_cpu_summary(results))
+    if tbe_quant_cpu_runs(results):
+        lines.append(tbe_quant_cpu_summary(results))
     return SUMMARY_BEGIN + "\n\n" + "\n".join(lines) + "\n\n" + SUMMARY_END
 
 
