@@ -453,8 +453,8 @@ MUTANTS = [
       "stochastic rounding hashes a row by its own place even when given the rows' places (a row cache's)"),
     # ---- src/capi ----
     M("capi-empty-feature-map", "src/capi/embscale_c.cpp",
-      "      if (num_features < 1)\n",
-      "      if (num_features < 0)\n",
+      "  if (num_features < 1)\n",
+      "  if (num_features < 0)\n",
       "a feature_table_map of no features taken as one feature per table"),
     M("capi-enum-last-refused", "src/capi/embscale_c.cpp",
       "if (value < 0 || value >= count) {",
@@ -513,10 +513,9 @@ MUTANTS = [
       "",
       "the stochastic-rounding seed is not passed on (always 0)"),
     M("capi-num-features-unchecked", "src/capi/embscale_c.cpp",
-      "    } else if (num_features != num_tables) {\n"
-      "      return embscale::invalid_argument(\"num_features: must equal num_tables when feature_table_map is null\");\n"
-      "    }\n",
-      "    }\n",
+      "    if (num_features != num_tables)\n"
+      "      return embscale::invalid_argument(\"num_features: must equal num_tables when feature_table_map is null\");\n",
+      "",
       "a num_features that disagrees with num_tables accepted without a map"),
     M("capi-row-offsets", "src/capi/embscale_c.cpp",
       "if (row_offsets != nullptr) row_offsets[t] = tbe->impl->row_offset(t);",
