@@ -38,7 +38,7 @@ FOCUS = [
     ("src/fp8/cpu/fp8", "*Fp8*"), ("src/fp8/fp8", "*Fp8*"), ("scaling.h", "*Fp8*"), ("activation.h", "*Fp8*"),
     ("tbe_forward", "*TbeForward*"), ("vec4.h", "*TbeForward*:*Vec4*"),
     ("tbe_backward", "*TbeBackward*"), ("optimizer.h", "*TbeBackward*"), ("rounding.h", "*TbeBackward*"),
-    ("tbe_checks.h", "*Tbe*"), ("bounds_report", "*Tbe*"), ("src/tbe/tbe", "*Tbe*"), ("tbe_generator", "*Generator*"),
+    ("quant", "*TbeQuant*"), ("tbe_checks.h", "*Tbe*"), ("bounds_report", "*Tbe*"), ("src/tbe/tbe", "*Tbe*"), ("tbe_generator", "*Generator*"),
 ]
 
 
@@ -451,6 +451,23 @@ MUTANTS = [
       "const int64_t relem = u.rbases != nullptr ? u.rbases[key] : welem;",
       "const int64_t relem = welem;",
       "stochastic rounding hashes a row by its own place even when given the rows' places (a row cache's)"),
+    # ---- src/tbe: the quantized TBE ----
+    M("quant-int4-nibble-order", "src/tbe/cpu/tbe_quant_forward_cpu.cpp",
+      "const u8x8 lo = v & 15, hi = v >> 4;",
+      "const u8x8 hi = v & 15, lo = v >> 4;",
+      "int4 rows' vector path reads each byte's high nibble as the lower column"),
+    M("quant-fp8-header-not-inverse", "src/tbe/tbe_quant.cpp",
+      "const float scale_inv = 1.0f / scale;",
+      "const float scale_inv = scale;",
+      "fp8 rows store the quantizing scale where the dequantizing factor belongs"),
+    M("quant-mean-over-all-lookups", "src/tbe/cpu/tbe_quant_forward_cpu.cpp",
+      "const float div = mean && count > 0 ? static_cast<float>(count) : 1.0f;",
+      "const float div = mean && end > start ? static_cast<float>(end - start) : 1.0f;",
+      "a MEAN bag divided by all its lookups, dropped ones included"),
+    M("quant-py-per-sample-weights-dropped", "python/embscale/tbe_quant.py",
+      "    a.per_sample_weights = _optional_desc(None if per_sample_weights is None else per_sample_weights.contiguous())",
+      "    a.per_sample_weights = _optional_desc(None)",
+      "the quantized module's operator ignores per-sample weights"),
     # ---- src/capi ----
     M("capi-empty-feature-map", "src/capi/embscale_c.cpp",
       "  if (num_features < 1)\n",
