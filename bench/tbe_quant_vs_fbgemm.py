@@ -14,7 +14,6 @@ floor. Needs fbgemm_gpu (the CPU build is enough). One JSON record per case; a t
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -24,7 +23,6 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-import embscale  # noqa: E402
 from embscale.tbe_quant import QuantizedTableBatchedEmbeddingBags  # noqa: E402
 
 from tbe_quant_accuracy import build_id, cpu_name  # noqa: E402
