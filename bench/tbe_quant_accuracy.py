@@ -11,7 +11,6 @@ One JSON record per (distribution, weight type); a table on stdout.
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import embscale  # noqa: E402
+from fbgemm_tbe_cpu_peers import cpu_model  # noqa: E402
 
 TYPES = ["int8", "fp8e4m3", "fp8e5m2", "int4", "int2", "bf16", "fp16"]
 
@@ -48,17 +48,6 @@ def draw(name, rows, dim, gen):
 
 
 DISTRIBUTIONS = ["normal", "uniform", "student_t3", "row_outlier", "offset_rows"]
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def build_id():
@@ -94,7 +83,7 @@ def main(argv):
             q = embscale.QuantizedTableBatchedEmbeddingBags.from_float(fp32, wtype)
             r = q.error_report(fp32, ids, offsets)[0]
             records.append(dict(date=time.strftime("%Y-%m-%d"), time=start, harness="tbe_quant_accuracy",
-                                build=build_id(), device=cpu_name(),
+                                build=build_id(), device=cpu_model(),
                                 distribution=dist, weight_type=wtype, rows=a.rows, dim=a.dim, batch=a.batch,
                                 bag=a.bag, seed=a.seed, bags=r["bags"], mean_rel_err=r["mean_rel_err"],
                                 max_rel_err=r["max_rel_err"]))

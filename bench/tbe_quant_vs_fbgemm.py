@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 from embscale.tbe_quant import QuantizedTableBatchedEmbeddingBags  # noqa: E402
 
-from tbe_quant_accuracy import build_id, cpu_name  # noqa: E402
+from fbgemm_tbe_cpu_peers import cpu_model  # noqa: E402
+from tbe_quant_accuracy import build_id  # noqa: E402
 
 MIXED_DIMS = [32, 64, 128, 256, 512, 64, 128, 32]
 
@@ -118,7 +119,7 @@ def main(argv):
                     read = sum(row_bytes[t] * B * a.bag for t in range(len(dims)))
                     floor_ms = read / bw * 1e3
                     rec = dict(date=time.strftime("%Y-%m-%d"), time=start, harness="tbe_quant_vs_fbgemm",
-                               build=build_id(), device=cpu_name(), backend="cpu", threads=1,
+                               build=build_id(), device=cpu_model(), backend="cpu", threads=1,
                                fbgemm_gpu=getattr(fbgemm_gpu, "__version__", "?"), torch=torch.__version__,
                                weight_type=wtype, dims=dims_name, tables=len(dims), rows=a.rows, batch_size=B,
                                bag_size=a.bag, alpha=alpha, check="ok" if ok else "FAILED", max_abs_diff=err,
