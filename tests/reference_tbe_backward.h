@@ -157,6 +157,57 @@ inline BwdOutput tbe_backward(const BwdConfig& c, const BwdInput& in, const Opti
         }
         break;
       }
+      case OptimizerType::kAdagrad:  // FBGEMM's EXACT_ADAGRAD: no weight decay
+        for (int d = 0; d < D; ++d) {
+          double& m = s->m1[e0 + d];
+          m += g[d] * g[d];
+          w[d] -= lr * g[d] / (std::sqrt(m) + eps);
+        }
+        break;
+      case OptimizerType::kLamb:                 // FBGEMM's LAMB and PARTIAL_ROWWISE_LAMB: the Adam direction
+      case OptimizerType::kPartialRowwiseLamb: {  // plus wd*w, scaled by the row's ||w|| / ||direction||
+        double denom_row = 0;
+        if (p.type == OptimizerType::kPartialRowwiseLamb) {
+          double sum = 0;
+          for (int d = 0; d < D; ++d) sum += g[d] * g[d];
+          double& v = s->m2[key];
+          v = b2 * v + (1 - b2) * (sum / D);
+          denom_row = std::sqrt(v / bc2) + eps;
+        }
+        std::vector<double> r(D);
+        double w2 = 0, r2 = 0;
+        for (int d = 0; d < D; ++d) {
+          double& m = s->m1[e0 + d];
+          m = b1 * m + (1 - b1) * g[d];
+          double denom = denom_row;
+          if (p.type == OptimizerType::kLamb) {
+            double& v = s->m2[e0 + d];
+            v = b2 * v + (1 - b2) * g[d] * g[d];
+            denom = std::sqrt(v / bc2) + eps;
+          }
+          r[d] = (m / bc1) / denom + wd * w[d];
+          w2 += w[d] * w[d];
+          r2 += r[d] * r[d];
+        }
+        const double ratio = r2 > 0 ? std::sqrt(w2) / std::sqrt(r2) : 0.0;  // 0: no step (FBGEMM: NaN)
+        for (int d = 0; d < D; ++d) w[d] -= lr * ratio * r[d];
+        break;
+      }
+      case OptimizerType::kLarsSgd: {  // FBGEMM's LARS_SGD
+        double w2 = 0, g2 = 0;
+        for (int d = 0; d < D; ++d) {
+          w2 += w[d] * w[d];
+          g2 += g[d] * g[d];
+        }
+        const double den = std::sqrt(g2) + wd * std::sqrt(w2);
+        const double rate = den > 0 ? lr * p.eta * std::sqrt(w2) / den : 0.0;  // 0: momentum alone (FBGEMM: NaN)
+        for (int d = 0; d < D; ++d) {
+          double& m = s->m1[e0 + d];
+          m = p.momentum * m + rate * (g[d] + wd * w[d]);
+          w[d] -= m;
+        }
+        break;
+      }
       default: break;
     }
   }

@@ -5,7 +5,8 @@
 //    acc + s*x; each product rounded, no fused multiply-add), s = 1, the per-sample weight, or for MEAN
 //    the fp32 reciprocal 1/count of the bag's valid lookups;
 //  * clipping, then the optimizer's per-element formulas evaluated in fp32, one rounding per operation;
-//  * row sums (row-wise Adagrad's and partial row-wise Adam's mean of g'^2, max-norm's sum of squares)
+//  * row sums (row-wise Adagrad's and the partial row-wise optimizers' mean of g'^2, max-norm's sum of
+//    squares, LAMB's and LARS's norms)
 //    in the CPU backend's fixed order: 8 interleaved partial sums combined as
 //    ((p0+p4)+(p2+p6))+((p1+p5)+(p3+p7)). The CUDA backend sums rows in its own order and may contract
 //    products into FMAs, so on CUDA this reference is within the fp32 tolerance, not bit-identical.
@@ -196,6 +197,81 @@ inline F32Update tbe_backward_f32(const BwdConfig& c, const BwdInput& in, const 
           }
           const float step = lr * upd;
           nw[d] = wr[d] - step;
+        }
+        break;
+      }
+      case OptimizerType::kAdagrad:  // FBGEMM's EXACT_ADAGRAD
+        for (int d = 0; d < D; ++d) {
+          float& m = (*m1)[e0 + d];
+          const float gg = g[d] * g[d];
+          m = m + gg;
+          const float step = lr * g[d];
+          const float den = std::sqrt(m) + eps;
+          nw[d] = wr[d] - step / den;
+        }
+        break;
+      case OptimizerType::kLamb:
+      case OptimizerType::kPartialRowwiseLamb: {  // FBGEMM's LAMB and PARTIAL_ROWWISE_LAMB
+        float denom_row = 0.0f;
+        if (p.type == OptimizerType::kPartialRowwiseLamb) {
+          for (int d = 0; d < D; ++d) sq[d] = g[d] * g[d];
+          const float mean_sq = row_sum_f32(sq) / static_cast<float>(D);
+          float& v = (*m2)[key];
+          const float v1 = b2 * v, v2 = (1.0f - b2) * mean_sq;
+          v = v1 + v2;
+          denom_row = std::sqrt(v / bc2) + eps;
+        }
+        std::vector<float> r(D);
+        for (int d = 0; d < D; ++d) {
+          float& ma = (*m1)[e0 + d];
+          const float a1 = b1 * ma, a2 = (1.0f - b1) * g[d];
+          ma = a1 + a2;
+          float denom = denom_row;
+          if (p.type == OptimizerType::kLamb) {
+            float& mb = (*m2)[e0 + d];
+            const float gg = g[d] * g[d];
+            const float v1 = b2 * mb, v2 = (1.0f - b2) * gg;
+            mb = v1 + v2;
+            denom = std::sqrt(mb / bc2) + eps;
+          }
+          float rd = (ma / bc1) / denom;
+          if (wd != 0.0f) {
+            const float dw = wd * wr[d];
+            rd = rd + dw;
+          }
+          r[d] = rd;
+        }
+        for (int d = 0; d < D; ++d) sq[d] = wr[d] * wr[d];
+        const float sw = row_sum_f32(sq);
+        for (int d = 0; d < D; ++d) sq[d] = r[d] * r[d];
+        const float sr = row_sum_f32(sq);
+        const float ratio = sr > 0.0f ? std::sqrt(sw) / std::sqrt(sr) : 0.0f;
+        const float lr_ratio = lr * ratio;
+        for (int d = 0; d < D; ++d) {
+          const float step = lr_ratio * r[d];
+          nw[d] = wr[d] - step;
+        }
+        break;
+      }
+      case OptimizerType::kLarsSgd: {  // FBGEMM's LARS_SGD
+        for (int d = 0; d < D; ++d) sq[d] = g[d] * g[d];
+        const float sg = row_sum_f32(sq);
+        for (int d = 0; d < D; ++d) sq[d] = wr[d] * wr[d];
+        const float wn = std::sqrt(row_sum_f32(sq));
+        const float dwn = wd * wn;
+        const float den = std::sqrt(sg) + dwn;
+        const float lre = lr * p.eta;
+        const float rate = den > 0.0f ? (lre * wn) / den : 0.0f;
+        for (int d = 0; d < D; ++d) {
+          float& m = (*m1)[e0 + d];
+          float gd = g[d];
+          if (wd != 0.0f) {
+            const float dw = wd * wr[d];
+            gd = gd + dw;
+          }
+          const float v1 = p.momentum * m, v2 = rate * gd;
+          m = v1 + v2;
+          nw[d] = wr[d] - m;
         }
         break;
       }

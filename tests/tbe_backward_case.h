@@ -231,13 +231,18 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
   std::vector<unsigned char> w_host(static_cast<size_t>(NW) * wsz);
   for (int64_t i = 0; i < NW; ++i) encode(c.weights_dtype, c.integer_values ? small_int(8) : uni(-1, 1), w_host.data(), i);
   const OptimizerType ot = c.opt.type;
-  const bool has_m1 = ot == OptimizerType::kRowwiseAdagrad || ot == OptimizerType::kAdam ||
-                      ot == OptimizerType::kPartialRowwiseAdam;
-  const bool has_m2 = ot == OptimizerType::kAdam || ot == OptimizerType::kPartialRowwiseAdam;
-  const int64_t n1 = !has_m1 ? 0 : (ot == OptimizerType::kRowwiseAdagrad ? R : NW);
-  const int64_t n2 = !has_m2 ? 0 : (ot == OptimizerType::kPartialRowwiseAdam ? R : NW);
+  // The state each optimizer keeps (tbe.h): momentum1 row-wise (R floats) or element-wise (NW), momentum2 the same.
+  const bool has_m1 = ot != OptimizerType::kNone && ot != OptimizerType::kSgd;
+  const int64_t n1 = !has_m1 ? 0 : ot == OptimizerType::kRowwiseAdagrad ? R : NW;
+  const bool has_m2 = ot == OptimizerType::kAdam || ot == OptimizerType::kPartialRowwiseAdam ||
+                      ot == OptimizerType::kLamb || ot == OptimizerType::kPartialRowwiseLamb;
+  const int64_t n2 = !has_m2 ? 0
+                     : (ot == OptimizerType::kPartialRowwiseAdam || ot == OptimizerType::kPartialRowwiseLamb) ? R
+                                                                                                              : NW;
   std::vector<float> m1_host(n1), m2_host(n2);
-  for (auto& v : m1_host) v = static_cast<float>(ot == OptimizerType::kRowwiseAdagrad ? uni(0, 1) : uni(-0.1, 0.1));
+  // Sums of squares (Adagrad's) start >= 0; moments and velocities either sign.
+  const bool m1_sum = ot == OptimizerType::kRowwiseAdagrad || ot == OptimizerType::kAdagrad;
+  for (auto& v : m1_host) v = static_cast<float>(m1_sum ? uni(0, 1) : uni(-0.1, 0.1));
   for (auto& v : m2_host) v = static_cast<float>(uni(0, 0.1));
 
   const size_t idx_sz = dtype_size(c.index_dtype);
@@ -280,7 +285,7 @@ inline BwdOutcome run_backward_case(Backend backend, const BwdCase& c) {
                            : ot == OptimizerType::kSgd ? 1e-5
                            : ot == OptimizerType::kRowwiseAdagrad ? 1e-4
                            : 1e-5;
-  const double fp32_rtol = (ot == OptimizerType::kAdam || ot == OptimizerType::kPartialRowwiseAdam) ? 1e-4 : 0.0;
+  const double fp32_rtol = (ot == OptimizerType::kSgd || ot == OptimizerType::kRowwiseAdagrad) ? 0.0 : 1e-4;
 
   std::vector<unsigned char> go_host(go_bytes);
   for (int k = 0; k < c.steps; ++k) {
@@ -474,7 +479,11 @@ inline BwdCase random_backward_case(uint64_t seed, OptimizerType opt) {
   p.learning_rate = opt == OptimizerType::kSgd ? 0.0625f : 0.01f;
   p.eps = opt == OptimizerType::kRowwiseAdagrad ? 0.1f : 1e-3f;
   p.step = 1 + static_cast<int64_t>(rng() % 20);
-  if (opt != OptimizerType::kSgd && opt != OptimizerType::kNone) {
+  if (opt == OptimizerType::kLarsSgd) {
+    p.eta = rng() % 2 ? 0.5f : 0.05f;
+    p.momentum = (rng() % 3) * 0.45f;  // 0, 0.45, 0.9
+  }
+  if (opt != OptimizerType::kSgd && opt != OptimizerType::kNone && opt != OptimizerType::kAdagrad) {
     const int wd = static_cast<int>(rng() % 3);
     p.weight_decay_mode = wd == 0 ? WeightDecayMode::kNone : wd == 1 ? WeightDecayMode::kL2 : WeightDecayMode::kDecoupled;
     p.weight_decay = wd == 0 ? 0.0f : 0.05f;

@@ -51,6 +51,10 @@ TEST_P(TbeBackward, RandomSgd) { random_configs(OptimizerType::kSgd, 7100000, 12
 TEST_P(TbeBackward, RandomRowwiseAdagrad) { random_configs(OptimizerType::kRowwiseAdagrad, 7200000, 120); }
 TEST_P(TbeBackward, RandomAdam) { random_configs(OptimizerType::kAdam, 7300000, 120); }
 TEST_P(TbeBackward, RandomPartialRowwiseAdam) { random_configs(OptimizerType::kPartialRowwiseAdam, 7400000, 120); }
+TEST_P(TbeBackward, RandomAdagrad) { random_configs(OptimizerType::kAdagrad, 7600000, 120); }
+TEST_P(TbeBackward, RandomLamb) { random_configs(OptimizerType::kLamb, 7700000, 120); }
+TEST_P(TbeBackward, RandomPartialRowwiseLamb) { random_configs(OptimizerType::kPartialRowwiseLamb, 7800000, 120); }
+TEST_P(TbeBackward, RandomLarsSgd) { random_configs(OptimizerType::kLarsSgd, 7900000, 120); }
 TEST_P(TbeBackward, RandomDense) { random_configs(OptimizerType::kNone, 7500000, 120); }
 
 // 40 tables of mixed (odd) D, shared by 48 features; SGD with power-of-two learning rates on
@@ -152,6 +156,31 @@ TEST_P(TbeBackward, HotRow) {
     c.opt.learning_rate = 0.25f;
     c.opt.eps = 0.125f;
     c.seed = 31337;
+    const BwdOutcome o = expect_case(c);
+    EXPECT_TRUE(o.reference_nonzero);
+  }
+}
+
+// The same hot row (on CUDA: the block path and the multi-block combine) for the optimizers with element-wise
+// state and those whose row needs norms (LAMB's trust ratio, LARS's rate), on exact integer data too.
+TEST_P(TbeBackward, HotRowNormalisedOptimizers) {
+  for (OptimizerType opt : {OptimizerType::kAdam, OptimizerType::kAdagrad, OptimizerType::kLamb,
+                            OptimizerType::kPartialRowwiseLamb, OptimizerType::kLarsSgd}) {
+    BwdCase c;
+    c.num_rows = {1000, 50};
+    c.dims = {64, 3};
+    c.batch_size = 1000;
+    c.max_bag = 240;
+    c.hot_fraction = 0.95;
+    c.integer_values = true;
+    c.opt.type = opt;
+    c.opt.learning_rate = 0.01f;
+    c.opt.eps = 1e-3f;
+    c.opt.eta = 0.5f;
+    c.steps = 2;
+    c.seed = 31338 + static_cast<int>(opt);
+    std::printf("HotRowNormalisedOptimizers %s: seed %llu\n", optimizer_name(opt),
+                static_cast<unsigned long long>(c.seed));
     const BwdOutcome o = expect_case(c);
     EXPECT_TRUE(o.reference_nonzero);
   }

@@ -116,7 +116,8 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
   if (!err.empty()) return refuse(err);
   OptimizerType otype;
   if (!parse_optimizer(a.optimizer, &otype))
-    return refuse("--optimizer", "'" + a.optimizer + "'; expected sgd, rowwise_adagrad, adam, partial_rowwise_adam or none");
+    return refuse("--optimizer", "'" + a.optimizer + "'; expected sgd, rowwise_adagrad, adam, partial_rowwise_adam, "
+                                 "adagrad, lamb, partial_rowwise_lamb, lars_sgd or none");
   if (!(a.learning_rate >= 0.0f) || !std::isfinite(a.learning_rate))
     return refuse("--learning-rate", "expected a finite value >= 0");
   if (a.rounding != "nearest" && a.rounding != "stochastic")
@@ -393,7 +394,9 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
 
 void add_backward_options(CLI::App* sub, BwdArgs* a) {
   tbe_bench::add_options(sub, &a->common);
-  sub->add_option("--optimizer", a->optimizer, "sgd, rowwise_adagrad, adam, partial_rowwise_adam or none")
+  sub->add_option("--optimizer", a->optimizer,
+                  "sgd, rowwise_adagrad, adam, partial_rowwise_adam, adagrad, lamb, partial_rowwise_lamb, lars_sgd or "
+                  "none")
       ->capture_default_str();
   add_integer_option(sub, "--max-warp-segment", &a->max_warp_segment, 0, INT_MAX,
                      "segments up to this many lookups: a warp per row (0: default)");

@@ -24,7 +24,7 @@ CheckResult run_check(const CheckArgs& args, OptimizerType opt) {
     const BwdCase c = testing_tbe::random_backward_case(args.seed * 1000003ull + static_cast<uint64_t>(i), opt);
     record(testing_tbe::run_backward_case(args.backend, c), c);
   }
-  if (opt != OptimizerType::kAdam && opt != OptimizerType::kPartialRowwiseAdam) {
+  if (opt == OptimizerType::kSgd || opt == OptimizerType::kRowwiseAdagrad || opt == OptimizerType::kNone) {
     BwdCase c;
     c.num_rows = {1000, 50};
     c.dims = {64, 3};
@@ -52,6 +52,16 @@ const RegisterCheck kAdam(CheckOp{"tbe_backward_adam", "TBE backward + Adam vs t
 const RegisterCheck kPartial(CheckOp{"tbe_backward_partial_rowwise_adam",
                                      "TBE backward + partial row-wise Adam vs the naive reference",
                                      [](const CheckArgs& a) { return run_check(a, OptimizerType::kPartialRowwiseAdam); }});
+const RegisterCheck kElementAdagrad(CheckOp{"tbe_backward_adagrad",
+                                            "TBE backward + element-wise Adagrad vs the naive reference",
+                                            [](const CheckArgs& a) { return run_check(a, OptimizerType::kAdagrad); }});
+const RegisterCheck kLamb(CheckOp{"tbe_backward_lamb", "TBE backward + LAMB vs the naive reference",
+                                  [](const CheckArgs& a) { return run_check(a, OptimizerType::kLamb); }});
+const RegisterCheck kPartialLamb(CheckOp{"tbe_backward_partial_rowwise_lamb",
+                                         "TBE backward + partial row-wise LAMB vs the naive reference",
+                                         [](const CheckArgs& a) { return run_check(a, OptimizerType::kPartialRowwiseLamb); }});
+const RegisterCheck kLars(CheckOp{"tbe_backward_lars_sgd", "TBE backward + LARS-SGD vs the naive reference",
+                                  [](const CheckArgs& a) { return run_check(a, OptimizerType::kLarsSgd); }});
 const RegisterCheck kDense(CheckOp{"tbe_backward_dense",
                                    "TBE backward, dense-gradient mode (unique rows and summed gradients) vs the reference",
                                    [](const CheckArgs& a) { return run_check(a, OptimizerType::kNone); }});

@@ -9,7 +9,7 @@
  *    0 fp32, 1 fp16, 2 bf16, 3 fp8e4m3, 4 fp8e5m2, 5 int32, 6 int64), amax algo (0 auto, 1 atomic,
  *    2 two_stage), activation (0 relu, 1 gelu_tanh, 2 silu), pooling (0 sum, 1 mean, 2 none), bounds
  *    check (0 error, 1 skip, 2 off, 3 warn), optimizer (0 none, 1 sgd, 2 rowwise_adagrad, 3 adam,
- *    4 partial_rowwise_adam), weight decay (0 none, 1 l2, 2 decoupled), rounding (0 nearest,
+ *    4 partial_rowwise_adam, 5 adagrad, 6 lamb, 7 partial_rowwise_lamb, 8 lars_sgd), weight decay (0 none, 1 l2, 2 decoupled), rounding (0 nearest,
  *    1 stochastic). A value outside its list is refused with kInvalidArgument and a message naming the
  *    argument, the value and the range ("pooling: value 3 is out of range [0, 2]"); the ranges are the
  *    C++ enums' counts (kNumDTypes, ..., embscale::num_optimizers()).
@@ -171,6 +171,8 @@ typedef struct embscale_optimizer {
   float max_norm;
   float gradient_clipping;
   int64_t step;
+  float eta;      /* lars_sgd */
+  float momentum; /* lars_sgd */
 } embscale_optimizer;
 
 /* The optimizers (embscale_optimizer.type: 0 .. embscale_num_optimizers() - 1) and the state buffers
@@ -180,16 +182,18 @@ typedef struct embscale_optimizer {
 #define EMBSCALE_STATE_ROWWISE 1
 #define EMBSCALE_STATE_ELEMENTWISE 2
 typedef struct embscale_optimizer_info {
-  const char* name;           /* "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam" */
+  const char* name;           /* "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam", "adagrad",
+                               * "lamb", "partial_rowwise_lamb", "lars_sgd" */
   int32_t state_layouts[2];   /* momentum1, momentum2: EMBSCALE_STATE_* */
   const char* state_names[2]; /* their names in the Python package ("sum", "exp_avg", ...); "" when absent */
 } embscale_optimizer_info;
 EMBSCALE_C_EXPORT int32_t embscale_num_optimizers(void);
 EMBSCALE_C_EXPORT int embscale_optimizer_info_get(int32_t optimizer, embscale_optimizer_info* out);
 /* How an optimizer applies the weight_decay of embscale_optimizer (C++ OptimizerWeightDecay; FBGEMM's
- * rules): not at all (weight_decay must be 0 or weight_decay_mode none), as weight_decay_mode says (L2,
- * decoupled, or ignored in mode none: rowwise_adagrad), or decoupled whenever weight_decay != 0, whatever
- * weight_decay_mode says (adam, partial_rowwise_adam, as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM). */
+ * rules): not at all (weight_decay must be 0 or weight_decay_mode none: sgd, adagrad), as
+ * weight_decay_mode says (L2, decoupled, or ignored in mode none: rowwise_adagrad), or by the optimizer's
+ * own decoupled rule whenever weight_decay != 0, whatever weight_decay_mode says (adam,
+ * partial_rowwise_adam, lamb, partial_rowwise_lamb, lars_sgd, as FBGEMM's). */
 #define EMBSCALE_WEIGHT_DECAY_NONE 0
 #define EMBSCALE_WEIGHT_DECAY_BY_MODE 1
 #define EMBSCALE_WEIGHT_DECAY_DECOUPLED 2

@@ -117,10 +117,19 @@ enum class OptimizerType {
   kRowwiseAdagrad,     // FBGEMM's exact row-wise Adagrad (momentum1: row-wise)
   kAdam,               // Adam with bias correction and decoupled weight decay, FBGEMM's ADAM (momentum1,
                        // momentum2: element-wise)
-  kPartialRowwiseAdam  // Adam with a row-wise second moment (momentum1 element-wise, momentum2 row-wise),
+  kPartialRowwiseAdam, // Adam with a row-wise second moment (momentum1 element-wise, momentum2 row-wise),
                        // FBGEMM's PARTIAL_ROWWISE_ADAM
+  kAdagrad,            // element-wise Adagrad, FBGEMM's EXACT_ADAGRAD (momentum1: element-wise)
+  kLamb,               // LAMB: Adam's step scaled per row by ||w|| / ||step||, FBGEMM's LAMB (momentum1,
+                       // momentum2: element-wise)
+  kPartialRowwiseLamb, // LAMB with a row-wise second moment, FBGEMM's PARTIAL_ROWWISE_LAMB (momentum1
+                       // element-wise, momentum2 row-wise)
+  kLarsSgd             // SGD with momentum and a per-row learning rate from ||w|| / ||g|| (LARS), FBGEMM's
+                       // LARS_SGD (momentum1: element-wise)
 };
-const char* optimizer_name(OptimizerType o);  // "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam"
+// "none", "sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam", "adagrad", "lamb", "partial_rowwise_lamb",
+// "lars_sgd"
+const char* optimizer_name(OptimizerType o);
 bool parse_optimizer(const std::string& name, OptimizerType* out);
 
 // The state buffers an optimizer keeps (TbeBackwardArgs::momentum1/momentum2), for bindings that size
@@ -128,12 +137,13 @@ bool parse_optimizer(const std::string& name, OptimizerType* out);
 enum class OptimizerStateLayout { kAbsent = 0, kRowwise = 1, kElementwise = 2 };  // [total_rows()] / [num_weights()]
 struct OptimizerStateInfo {
   OptimizerStateLayout layout = OptimizerStateLayout::kAbsent;
-  const char* name = "";  // "sum", "exp_avg", "exp_avg_sq"; "" when absent
+  const char* name = "";  // "sum", "exp_avg", "exp_avg_sq", "momentum_buffer"; "" when absent
 };
 // How an optimizer applies OptimizerParams::weight_decay (FBGEMM's rules): not at all (kNone: weight_decay
-// must be 0 or weight_decay_mode kNone), as weight_decay_mode says (kByMode: L2, decoupled, or ignored in
-// mode kNone; row-wise Adagrad), or decoupled whenever weight_decay != 0, whatever weight_decay_mode says
-// (kDecoupled: Adam and partial row-wise Adam, as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM).
+// must be 0 or weight_decay_mode kNone; SGD, Adagrad), as weight_decay_mode says (kByMode: L2, decoupled,
+// or ignored in mode kNone; row-wise Adagrad), or by the optimizer's own decoupled rule whenever
+// weight_decay != 0, whatever weight_decay_mode says (kDecoupled: Adam, partial row-wise Adam, LAMB,
+// partial row-wise LAMB and LARS-SGD, as FBGEMM's, whose kernels take no mode).
 enum class OptimizerWeightDecay { kNone = 0, kByMode = 1, kDecoupled = 2 };
 struct OptimizerInfo {
   const char* name = "";  // optimizer_name()
@@ -151,13 +161,15 @@ struct OptimizerParams {
   OptimizerType type = OptimizerType::kRowwiseAdagrad;
   float learning_rate = 0.01f;  // may change between steps
   float eps = 1e-8f;
-  float beta1 = 0.9f;           // Adam variants
+  float beta1 = 0.9f;           // Adam and LAMB variants
   float beta2 = 0.999f;
   float weight_decay = 0.0f;   // applied as OptimizerInfo::weight_decay says (Adam: decoupled, any mode)
   WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;  // read by row-wise Adagrad only
   float max_norm = 0.0f;        // > 0: after the update, rescale a row whose L2 norm exceeds it (row-wise Adagrad)
   float gradient_clipping = 0.0f;  // > 0: clip each summed gradient element to [-c, c] before the update
   int64_t step = 1;             // 1-based step counter for Adam's bias correction; may change between steps
+  float eta = 0.001f;           // LARS-SGD: the trust coefficient of its per-row learning rate (FBGEMM's eta)
+  float momentum = 0.9f;        // LARS-SGD: the momentum of its velocity (FBGEMM's momentum)
 };
 
 // The checks backward() makes of its optimizer argument (the type and mode known, the hyper-parameters

@@ -92,6 +92,8 @@ class Optimizer(ctypes.Structure):
         ("max_norm", ctypes.c_float),
         ("gradient_clipping", ctypes.c_float),
         ("step", ctypes.c_int64),
+        ("eta", ctypes.c_float),
+        ("momentum", ctypes.c_float),
     ]
 
 

@@ -19,9 +19,11 @@ import torch
 
 # FBGEMM's optimizer (EmbOptimType member name) -> embscale's. FBGEMM's enum values (str(member)) are taken too.
 OPTIMIZERS = {"EXACT_SGD": "sgd", "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad", "ADAM": "adam",
-              "PARTIAL_ROWWISE_ADAM": "partial_rowwise_adam", "NONE": "none"}
+              "PARTIAL_ROWWISE_ADAM": "partial_rowwise_adam", "EXACT_ADAGRAD": "adagrad", "LAMB": "lamb",
+              "PARTIAL_ROWWISE_LAMB": "partial_rowwise_lamb", "LARS_SGD": "lars_sgd", "NONE": "none"}
 _OPTIMIZER_VALUES = {"exact_sgd": "sgd", "exact_row_wise_adagrad": "rowwise_adagrad",
-                     "exact_rowwise_adagrad": "rowwise_adagrad", "partial_row_wise_adam": "partial_rowwise_adam"}
+                     "exact_rowwise_adagrad": "rowwise_adagrad", "partial_row_wise_adam": "partial_rowwise_adam",
+                     "exact_adagrad": "adagrad", "partial_row_wise_lamb": "partial_rowwise_lamb"}
 # FBGEMM's optimizers that embscale does not have but whose job one of its optimizers does.
 _OPTIMIZER_NEAR = {"SGD": ("sgd", "FBGEMM's SGD (non-deterministic, deprecated) is EXACT_SGD's update applied "
                                   "with atomics"),
@@ -52,6 +54,11 @@ def member(value, *class_names: str) -> Optional[str]:
             str(getattr(cls, "__module__", "")).split(".")[0] == "fbgemm_gpu":
         return value.name
     return None
+
+
+def fbgemm_optimizer(name: str) -> str:
+    """FBGEMM's EmbOptimType member name of embscale's optimizer `name`."""
+    return next(f for f, e in OPTIMIZERS.items() if e == name)
 
 
 def _supported(table: dict, prefix: str) -> str:

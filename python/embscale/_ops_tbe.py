@@ -26,7 +26,8 @@ from ._ops_common import (FLOAT_DTYPES, INDEX_DTYPES, _DTYPE_CODE, _call, _check
 
 # Layout of a TBE module's hyper-parameter tensor (CPU float64), read by tbe_backward at every call so
 # a learning rate set between steps is seen even inside a compiled graph. tbe_backward advances `step`.
-HPARAM_FIELDS = ("learning_rate", "eps", "beta1", "beta2", "weight_decay", "max_norm", "gradient_clipping", "step")
+HPARAM_FIELDS = ("learning_rate", "eps", "beta1", "beta2", "weight_decay", "max_norm", "gradient_clipping", "step",
+                 "eta", "momentum")
 HPARAM = {name: i for i, name in enumerate(HPARAM_FIELDS)}
 # The step is a float64 in hparams, which holds every integer up to 2^53 but not 2^53 + 1: a backward refuses
 # a step it could not advance past (step + 1 > 2^53), so the counter never stops silently.

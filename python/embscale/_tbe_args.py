@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from . import _capi, ops
+from . import _capi, _fbgemm_names, ops
 from ._ops_common import _check_backend
 from ._ops_tbe import check_hparams
 
@@ -81,12 +81,22 @@ def check_hyper_parameters(optimizer: str, weight_decay_mode: str, values, names
         raise ValueError(where + message) from None
 
 
+# How each optimizer with decoupled weight decay applies it (src/tbe/optimizer.h), for its warning.
+_DECOUPLED = {
+    "adam": "w -= learning_rate * weight_decay * w each step, AdamW's",
+    "partial_rowwise_adam": "w -= learning_rate * weight_decay * w each step, AdamW's",
+    "lamb": "weight_decay * w added to the step that the trust ratio scales",
+    "partial_rowwise_lamb": "weight_decay * w added to the step that the trust ratio scales",
+    "lars_sgd": "weight_decay * w added to the gradient, and to the norm of the row's learning rate",
+}
+
+
 def warn_ignored_weight_decay(optimizer: str, weight_decay_mode: str, values, name: str, stacklevel: int):
     """Says so where a weight decay does not do what its mode's name suggests, by the optimizer's rule (the
     library's, FBGEMM's: _capi.OPTIMIZER_WEIGHT_DECAY): set while the mode is "none", it is kept and ignored
     by row-wise Adagrad (FBGEMM's meaning of NONE) and by SGD (which applies none; the library refuses any
-    other mode there); Adam and partial row-wise Adam apply it, decoupled, whatever the mode, so "l2" there
-    is not torch.optim.Adam's L2. values: the hyper-parameters as set (HPARAM_FIELDS order, already checked
+    other mode there) and by Adagrad (likewise); Adam, LAMB, LARS-SGD and their partial row-wise forms apply
+    it by their own decoupled rule whatever the mode, so "l2" there is not torch.optim.Adam's L2. values: the hyper-parameters as set (HPARAM_FIELDS order, already checked
     for this mode)."""
     value = values[ops.HPARAM["weight_decay"]]
     rule = _capi.OPTIMIZER_WEIGHT_DECAY.get(optimizer, "none")
@@ -94,10 +104,10 @@ def warn_ignored_weight_decay(optimizer: str, weight_decay_mode: str, values, na
         return
     if rule == "decoupled":
         if weight_decay_mode == "l2":
-            warnings.warn(f"{name}: optimizer '{optimizer}' applies decoupled weight decay (w -= learning_rate * "
-                          f"weight_decay * w each step, AdamW's) whatever weight_decay_mode says, as FBGEMM's "
-                          f"{optimizer.upper()}: weight_decay_mode='l2' is not torch.optim.Adam's L2, which neither "
-                          "embscale nor FBGEMM offers; pass weight_decay_mode='decoupled' to say what it does",
+            warnings.warn(f"{name}: optimizer '{optimizer}' applies decoupled weight decay ({_DECOUPLED[optimizer]}) "
+                          f"whatever weight_decay_mode says, as FBGEMM's {_fbgemm_names.fbgemm_optimizer(optimizer)}: "
+                          "weight_decay_mode='l2' is not torch.optim.Adam's L2, which neither embscale nor FBGEMM "
+                          "offers; pass weight_decay_mode='decoupled' to say what it does",
                           UserWarning, stacklevel=stacklevel)
         return
     if weight_decay_mode != "none":

@@ -61,14 +61,17 @@ class TableBatchedEmbeddingBags(nn.Module):
         embedding_specs: (num_embeddings, embedding_dim) per table; any dim >= 1, mixed.
         feature_table_map: table of each feature (several features may share a table); default one
             feature per table. The output has the features' columns side by side.
-        optimizer: "sgd", "rowwise_adagrad" (FBGEMM's exact row-wise Adagrad), "adam" or
-            "partial_rowwise_adam"; default "rowwise_adagrad" (with FBGEMM's 4-tuple embedding_specs, FBGEMM's
-            default, "sgd"). Hyper-parameters: learning_rate, eps, beta1, beta2, weight_decay, max_norm
-            (row-wise Adagrad), gradient_clipping. Weight decay is FBGEMM's: row-wise Adagrad applies it as
-            weight_decay_mode says ("l2", "decoupled", or "none", which ignores it, with a warning); Adam and
-            partial row-wise Adam apply it decoupled (AdamW's ``w -= lr * wd * w`` in the step) whatever
-            weight_decay_mode says (torch.optim.Adam's L2 is not offered; "l2" with them warns); SGD applies
-            none.
+        optimizer: "sgd", "rowwise_adagrad" (FBGEMM's exact row-wise Adagrad), "adam", "partial_rowwise_adam",
+            "adagrad" (element-wise, FBGEMM's EXACT_ADAGRAD), "lamb", "partial_rowwise_lamb" or "lars_sgd";
+            default "rowwise_adagrad" (with FBGEMM's 4-tuple embedding_specs, FBGEMM's default, "sgd").
+            Hyper-parameters: learning_rate, eps, beta1, beta2 (Adam and LAMB), weight_decay, max_norm (row-wise
+            Adagrad), gradient_clipping, and the keywords eta and momentum (LARS-SGD). Weight decay is
+            FBGEMM's: row-wise Adagrad applies it as weight_decay_mode says ("l2", "decoupled", or "none",
+            which ignores it, with a warning); Adam, LAMB, LARS-SGD and their partial row-wise forms apply it
+            by their own decoupled rule (Adam's ``w -= lr * wd * w`` in the step, LAMB's ``wd * w`` in the
+            direction the trust ratio scales, LARS's ``wd * w`` added to the gradient) whatever
+            weight_decay_mode says (torch.optim.Adam's L2 is not offered; "l2" with them warns); SGD and
+            Adagrad apply none. docs/python.md has each optimizer's update.
             "none" (FBGEMM's OptimType.NONE) is the dense-gradient mode: the backward updates nothing and
             gives ``weights`` (then a Parameter that requires grad) a sparse COO gradient of the touched
             rows' elements, for a torch optimizer to step (one that takes sparse gradients: SGD, Adagrad,
@@ -133,6 +136,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                  bounds_check: str = "warn", stochastic_rounding: bool = True, seed: int = 0, device=None,
                  data_parallel_group="auto", table_names: Optional[Sequence[str]] = None, sparse: bool = True, *,
                  cache_load_factor: float = 0.2, cache_algorithm: str = "lru", cache_max_lookups: Optional[int] = None,
+                 eta: float = 0.001, momentum: float = 0.9,
                  weights_precision=None, pooling_mode=None, bounds_check_mode=None, max_gradient=None):
         super().__init__()
         # FBGEMM's spellings (its enums, 4-tuple specs and keyword names) become embscale's (_fbgemm_names).
@@ -189,7 +193,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         hp_values = [0.0] * len(ops.HPARAM_FIELDS)
         for name, value in (("learning_rate", learning_rate), ("eps", eps), ("beta1", beta1), ("beta2", beta2),
                             ("weight_decay", weight_decay), ("max_norm", max_norm),
-                            ("gradient_clipping", gradient_clipping), ("step", 1)):
+                            ("gradient_clipping", gradient_clipping), ("step", 1), ("eta", eta),
+                            ("momentum", momentum)):
             hp_values[ops.HPARAM[name]] = hyper_parameter(name, value)
         check_hyper_parameters(optimizer, weight_decay_mode, hp_values)
         warn_ignored_weight_decay(optimizer, weight_decay_mode, hp_values, "weight_decay", stacklevel=3)
@@ -338,8 +343,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         return [self._table_view(self.weights.data, t) for t in range(len(self.embedding_specs))]
 
     def optimizer_state(self):
-        """Per table, a dict of views of the optimizer state: rowwise_adagrad {"sum": [E]}; adam
-        {"exp_avg": [E, D], "exp_avg_sq": [E, D]}; partial_rowwise_adam {"exp_avg": [E, D], "exp_avg_sq": [E]}."""
+        """Per table, a dict of views of the optimizer state: rowwise_adagrad {"sum": [E]}; adagrad {"sum": [E, D]};
+        adam and lamb {"exp_avg": [E, D], "exp_avg_sq": [E, D]}; partial_rowwise_adam and partial_rowwise_lamb
+        {"exp_avg": [E, D], "exp_avg_sq": [E]}; lars_sgd {"momentum_buffer": [E, D]}."""
         kinds = _MOMENTUM_SHAPES[self.optimizer]
         out = []
         for t in range(len(self.embedding_specs)):
@@ -388,7 +394,7 @@ class TableBatchedEmbeddingBags(nn.Module):
     # ---- FBGEMM's names (SplitTableBatchedEmbeddingBagsCodegen), for code moving over -----------------
     # Hyper-parameters FBGEMM's update_hyper_parameters takes, and the hparams field each sets.
     _FBGEMM_HYPER_PARAMETERS = {"lr": "learning_rate", "eps": "eps", "beta1": "beta1", "beta2": "beta2",
-                                "weight_decay": "weight_decay"}
+                                "weight_decay": "weight_decay", "eta": "eta", "momentum": "momentum"}
 
     def get_learning_rate(self) -> float:
         """FBGEMM's name for ``learning_rate``."""
@@ -396,13 +402,14 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def split_optimizer_states(self) -> List[List[torch.Tensor]]:
         """Per table, its optimizer state tensors in FBGEMM's order (momentum1, then momentum2 where the
-        optimizer keeps one): row-wise Adagrad [sum [E_t]]; Adam [exp_avg [E_t, D_t], exp_avg_sq [E_t, D_t]];
-        partial row-wise Adam [exp_avg [E_t, D_t], exp_avg_sq [E_t]]; SGD and dense mode []. Views (writes go
-        through), as FBGEMM's."""
+        optimizer keeps one), as optimizer_state() names them: row-wise Adagrad [sum [E_t]]; Adam
+        [exp_avg [E_t, D_t], exp_avg_sq [E_t, D_t]]; partial row-wise Adam [exp_avg [E_t, D_t], exp_avg_sq [E_t]];
+        and so on; SGD and dense mode []. Views (writes go through), as FBGEMM's."""
         return [list(state.values()) for state in self.optimizer_state()]
 
     def update_hyper_parameters(self, params_dict: dict):
-        """Sets hyper-parameters by FBGEMM's names: ``lr``, ``eps``, ``beta1``, ``beta2``, ``weight_decay``.
+        """Sets hyper-parameters by FBGEMM's names: ``lr``, ``eps``, ``beta1``, ``beta2``, ``weight_decay``,
+        ``eta``, ``momentum``.
         Each value is a real number checked as the backward checks it; an unknown name or a bad value is
         refused before anything is set. Takes effect
         at the next backward."""

@@ -179,6 +179,8 @@ Status to_optimizer(const embscale_optimizer* a, embscale::OptimizerParams* o) {
   o->max_norm = a->max_norm;
   o->gradient_clipping = a->gradient_clipping;
   o->step = a->step;
+  o->eta = a->eta;
+  o->momentum = a->momentum;
   return Status::Ok();
 }
 

@@ -24,9 +24,18 @@
 //                    w -= lr * (m1/(1-b1^step) / (sqrt(m2/(1-b2^step)) + eps) + wd*w)
 //   partial row-wise Adam: as Adam with the element-wise m2 replaced by a row-wise
 //                    v = b2*v + (1-b2)*mean_d(g^2).
-// Adam and partial row-wise Adam do not read weight_decay_mode: their weight decay is always decoupled
-// (AdamW's), as FBGEMM's ADAM and PARTIAL_ROWWISE_ADAM, which take no mode. torch.optim.Adam's L2 (wd*w
-// added to g before the moments) is not offered: FBGEMM has no such optimizer either.
+//   Adagrad:         m += g^2;  w -= (lr * g) / (sqrt(m) + eps)          (weight decay is not applied)
+//   LAMB:            m1, m2 as Adam's;  r = m1/(1-b1^step) / (sqrt(m2/(1-b2^step)) + eps) + wd*w
+//                    w -= lr * ratio * r,  ratio = ||w||_2 / ||r||_2 over the row (w before the update)
+//   partial row-wise LAMB: as LAMB with partial row-wise Adam's row-wise v in place of m2.
+//   LARS-SGD:        rate = lr * eta * ||w||_2 / (||g||_2 + wd * ||w||_2) over the row (w before the update)
+//                    m1 = momentum * m1 + rate * (g + wd*w);  w -= m1
+// Adam, partial row-wise Adam, LAMB, partial row-wise LAMB and LARS-SGD do not read weight_decay_mode:
+// their weight decay is always their own decoupled rule above, as FBGEMM's, which take no mode.
+// torch.optim.Adam's L2 (wd*w added to g before the moments) is not offered: FBGEMM has no such optimizer
+// either. Where FBGEMM's ratios divide by zero (LAMB: ||r|| = 0; LARS: ||g|| + wd*||w|| = 0, a row of zero
+// gradient without decay) and would write NaN into the row, the ratio here is 0: LAMB then leaves the row
+// as it is (r is 0), LARS applies its momentum alone.
 // mean_d(x) is computed as sum_d(x) / D (a correctly rounded fp32 division of the fp32 sum).
 // The bias corrections 1 - beta^step are computed once per call on the host in double and rounded
 // to fp32 (adam_corrections), so both backends use the same two floats.
@@ -70,8 +79,8 @@ EMBSCALE_HD float row_sq_term(float g, float w, const OptimizerParams& p) {
   return gp * gp;
 }
 
-// Adam's decoupled weight decay term of the update (wd*w, added to the step before the learning rate
-// multiplies it; none when wd is 0, so that a row without decay is left bit-identical).
+// The decoupled weight decay term wd*w added to x (Adam's and LAMB's step before the learning rate
+// multiplies it, LARS-SGD's gradient); none when wd is 0, so that a row without decay is left bit-identical.
 EMBSCALE_HD float adam_decay(float upd, float w, const OptimizerParams& p) {
   return p.weight_decay != 0.0f ? upd + p.weight_decay * w : upd;
 }
@@ -158,6 +167,65 @@ EMBSCALE_HD float partial_rowwise_adam_apply(float w, float g, float* m1, float 
   *m1 = a;
   const float upd = adam_decay((a / c.bc1) / denom, w, p);
   return w - p.learning_rate * upd;
+}
+
+// ---- Adagrad (element-wise) ------------------------------------------------------------------------
+
+// One element: updates m (its sum of squared gradients) in place and returns the new weight.
+EMBSCALE_HD float adagrad_apply(float w, float g, float* m, const OptimizerParams& p) {
+  const float mnew = *m + g * g;
+  *m = mnew;
+  return w - (p.learning_rate * g) / (sqrtf(mnew) + p.eps);
+}
+
+// ---- LAMB, partial row-wise LAMB --------------------------------------------------------------------
+
+// One element's LAMB direction r (before the trust ratio): updates m1, m2 in place.
+EMBSCALE_HD float lamb_direction(float w, float g, float* m1, float* m2, const OptimizerParams& p,
+                                 const AdamCorrections& c) {
+  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * g;
+  const float gg = g * g;
+  const float b = p.beta2 * *m2 + (1.0f - p.beta2) * gg;
+  *m1 = a;
+  *m2 = b;
+  return adam_decay((a / c.bc1) / (sqrtf(b / c.bc2) + p.eps), w, p);
+}
+
+// Partial row-wise LAMB's direction: updates m1 in place; denom is the row's
+// partial_rowwise_adam_denominator (its row-wise v updated there).
+EMBSCALE_HD float partial_rowwise_lamb_direction(float w, float g, float* m1, float denom, const OptimizerParams& p,
+                                                 const AdamCorrections& c) {
+  const float a = p.beta1 * *m1 + (1.0f - p.beta1) * g;
+  *m1 = a;
+  return adam_decay((a / c.bc1) / denom, w, p);
+}
+
+// The row's trust ratio ||w|| / ||r|| from the sums of squares of its weights (before the update) and of
+// its directions; 0 when every direction is 0 (FBGEMM's would be inf or NaN, see above).
+EMBSCALE_HD float trust_ratio(float sum_sq_w, float sum_sq_r) {
+  return sum_sq_r > 0.0f ? sqrtf(sum_sq_w) / sqrtf(sum_sq_r) : 0.0f;
+}
+
+// The new weight from its direction r and the row's trust ratio.
+EMBSCALE_HD float trust_step(float w, float r, float ratio, const OptimizerParams& p) {
+  return w - (p.learning_rate * ratio) * r;
+}
+
+// ---- LARS-SGD --------------------------------------------------------------------------------------
+
+// The row's learning rate from the sums of squares of its weights (before the update) and of its
+// gradient; 0 when the denominator is 0 (FBGEMM's would be inf or NaN, see above).
+EMBSCALE_HD float lars_rate(float sum_sq_w, float sum_sq_g, const OptimizerParams& p) {
+  const float wn = sqrtf(sum_sq_w);
+  const float den = sqrtf(sum_sq_g) + p.weight_decay * wn;
+  return den > 0.0f ? (p.learning_rate * p.eta * wn) / den : 0.0f;
+}
+
+// One element: updates m1 (its velocity) in place and returns the new weight.
+EMBSCALE_HD float lars_sgd_apply(float w, float g, float* m1, float rate, const OptimizerParams& p) {
+  const float v = p.momentum * *m1 + rate * adam_decay(g, w, p);
+  *m1 = v;
+  return w - v;
 }
 
 }  // namespace opt

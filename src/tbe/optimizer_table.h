@@ -24,8 +24,9 @@ static_assert(static_cast<int>(StateLayout::kRowwise) == static_cast<int>(Optimi
 // EMBSCALE_WEIGHT_DECAY_*), FBGEMM's rules:
 //   kNone       none (weight_decay must be 0 or weight_decay_mode none);
 //   kByMode     as weight_decay_mode says: L2, decoupled, or none (a weight_decay is then ignored);
-//   kDecoupled  decoupled whenever weight_decay != 0, whatever weight_decay_mode says (FBGEMM's Adam
-//               kernels take no mode).
+//   kDecoupled  by the optimizer's own decoupled rule whenever weight_decay != 0, whatever
+//               weight_decay_mode says (FBGEMM's Adam, LAMB and LARS kernels take no mode; optimizer.h
+//               has each rule).
 enum class DecayRule : int { kNone = 0, kByMode = 1, kDecoupled = 2 };
 static_assert(static_cast<int>(DecayRule::kByMode) == static_cast<int>(OptimizerWeightDecay::kByMode) &&
                   static_cast<int>(DecayRule::kDecoupled) == static_cast<int>(OptimizerWeightDecay::kDecoupled),
@@ -33,7 +34,7 @@ static_assert(static_cast<int>(DecayRule::kByMode) == static_cast<int>(Optimizer
 
 struct StateSpec {
   StateLayout layout;
-  const char* name;  // the Python package's name of the buffer ("sum", "exp_avg", "exp_avg_sq"), "" if absent
+  const char* name;  // the Python package's name of the buffer ("sum", "exp_avg", ...), "" if absent
 };
 
 struct OptimizerSpec {
@@ -45,19 +46,31 @@ struct OptimizerSpec {
   bool betas;              // reads beta1, beta2 (in [0, 1))
   DecayRule weight_decay;  // how it applies weight_decay
   bool max_norm;           // supports max_norm
+  bool lars;               // reads eta (>= 0) and momentum (in [0, 1)): LARS-SGD
 };
 
 constexpr StateSpec kNoState{StateLayout::kAbsent, ""};
 
+constexpr StateSpec kExpAvg{StateLayout::kElementwise, "exp_avg"};
+
 inline constexpr OptimizerSpec kOptimizerSpecs[] = {
-    {OptimizerType::kNone, "none", kNoState, kNoState, false, false, DecayRule::kNone, false},
-    {OptimizerType::kSgd, "sgd", kNoState, kNoState, false, false, DecayRule::kNone, false},
+    // type, name, momentum1, momentum2, eps, betas, weight_decay, max_norm, lars
+    {OptimizerType::kNone, "none", kNoState, kNoState, false, false, DecayRule::kNone, false, false},
+    {OptimizerType::kSgd, "sgd", kNoState, kNoState, false, false, DecayRule::kNone, false, false},
     {OptimizerType::kRowwiseAdagrad, "rowwise_adagrad", {StateLayout::kRowwise, "sum"}, kNoState, true, false,
-     DecayRule::kByMode, true},
-    {OptimizerType::kAdam, "adam", {StateLayout::kElementwise, "exp_avg"}, {StateLayout::kElementwise, "exp_avg_sq"},
-     true, true, DecayRule::kDecoupled, false},
-    {OptimizerType::kPartialRowwiseAdam, "partial_rowwise_adam", {StateLayout::kElementwise, "exp_avg"},
-     {StateLayout::kRowwise, "exp_avg_sq"}, true, true, DecayRule::kDecoupled, false},
+     DecayRule::kByMode, true, false},
+    {OptimizerType::kAdam, "adam", kExpAvg, {StateLayout::kElementwise, "exp_avg_sq"}, true, true,
+     DecayRule::kDecoupled, false, false},
+    {OptimizerType::kPartialRowwiseAdam, "partial_rowwise_adam", kExpAvg, {StateLayout::kRowwise, "exp_avg_sq"},
+     true, true, DecayRule::kDecoupled, false, false},
+    {OptimizerType::kAdagrad, "adagrad", {StateLayout::kElementwise, "sum"}, kNoState, true, false,
+     DecayRule::kNone, false, false},
+    {OptimizerType::kLamb, "lamb", kExpAvg, {StateLayout::kElementwise, "exp_avg_sq"}, true, true,
+     DecayRule::kDecoupled, false, false},
+    {OptimizerType::kPartialRowwiseLamb, "partial_rowwise_lamb", kExpAvg, {StateLayout::kRowwise, "exp_avg_sq"},
+     true, true, DecayRule::kDecoupled, false, false},
+    {OptimizerType::kLarsSgd, "lars_sgd", {StateLayout::kElementwise, "momentum_buffer"}, kNoState, false, false,
+     DecayRule::kDecoupled, false, true},
 };
 constexpr int kNumOptimizers = static_cast<int>(sizeof(kOptimizerSpecs) / sizeof(kOptimizerSpecs[0]));
 

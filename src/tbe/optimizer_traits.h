@@ -7,11 +7,14 @@
 //   state        kMomentum1 / kMomentum2: the layout of TbeBackwardArgs::momentum1 / momentum2, from
 //                its table row. A row-wise buffer (at most one) is the row's state, handed to row_terms
 //                (row_state picks it); the element-wise ones are the element's, handed to apply.
-//   per-row      kReduction: what the row must be reduced to before its elements are updated (none, or
-//   terms        kSumSqGrad: the sum over the row of row_sq_term(g, w)); row_terms turns that sum into
-//                the row's scalars (RowTerms) and updates the row-wise state in place.
+//   per-row      kReduction: what the row must be reduced to before its elements are updated (none;
+//   terms        kSumSqGrad: the sum over the row of row_sq_term(g, w); kSumSqGradAndWeight: that and
+//                the sum of w^2, LARS's), as RowSums; row_terms turns them into the row's scalars
+//                (RowTerms) and updates the row-wise state in place.
 //   apply        the new fp32 value of one weight from its clipped gradient, the row's scalars and the
-//                element's state (updated in place).
+//                element's state (updated in place); with kTrustRatio (LAMB's), the element's direction
+//                r instead, the new value being trust_step(w, r, ratio) once the row's
+//                ratio = trust_ratio(sum of w^2, sum of r^2) is known.
 //   post-step    renormalises(p): whether the updated row is then rescaled to max_norm (the table's
 //                max_norm column: row-wise Adagrad), by max_norm_factor of its sum of squares.
 // Dense is kNone, dense-gradient mode: no update (kDense), the backends write the summed gradient.
@@ -34,15 +37,22 @@ namespace opt {
 // The reduction over the row that an optimizer's per-row terms need.
 enum class RowReduction : int {
   kNone = 0,
-  kSumSqGrad = 1,  // sum over d of row_sq_term(g[d], w[d]) (in each backend's fixed order)
+  kSumSqGrad = 1,           // sum over d of row_sq_term(g[d], w[d]) (in each backend's fixed order)
+  kSumSqGradAndWeight = 2,  // that, and the sum over d of w[d]^2
+};
+
+// A row's sums (the reduction a trait asks for); those it does not ask for stay 0.
+struct RowSums {
+  float grad = 0.0f;    // sum over d of row_sq_term(g[d], w[d])
+  float weight = 0.0f;  // kSumSqGradAndWeight: sum over d of w[d]^2 (the weights before the update)
 };
 
 // A row's scalars (row_terms), the same type for every optimizer so that a backend may compute them in
 // one visit and apply them in another. Each trait says which it sets; the others keep these values.
 struct RowTerms {
-  float mult = 0.0f;   // row-wise Adagrad: lr / (sqrt(m) + eps)
+  float mult = 0.0f;   // row-wise Adagrad: lr / (sqrt(m) + eps); LARS-SGD: the row's rate (lars_rate)
   float corr = 1.0f;   // row-wise Adagrad: the factor on w (weight decay)
-  float denom = 1.0f;  // partial row-wise Adam: sqrt(v / (1 - beta2^step)) + eps
+  float denom = 1.0f;  // partial row-wise Adam and LAMB: sqrt(v / (1 - beta2^step)) + eps
 };
 
 // What a trait takes from its table row: its type, its state buffers and whether it supports max_norm.
@@ -55,6 +65,7 @@ struct TableFacts {
   static constexpr bool kElementM2 = kMomentum2 == StateLayout::kElementwise;
   static constexpr bool kRowState = kMomentum1 == StateLayout::kRowwise || kMomentum2 == StateLayout::kRowwise;
   static constexpr bool kMaxNorm = kOptimizerSpecs[static_cast<int>(T)].max_norm;
+  static constexpr bool kTrustRatio = false;  // LAMB's traits say true (apply gives the direction)
   static_assert(!(kMomentum1 == StateLayout::kRowwise && kMomentum2 == StateLayout::kRowwise),
                 "at most one row-wise state buffer (row_state)");
   static_assert(!kMaxNorm || !(kElementM1 || kElementM2),
@@ -90,10 +101,10 @@ struct RowwiseAdagrad : TableFacts<OptimizerType::kRowwiseAdagrad> {
   static constexpr bool kDense = false;
   static constexpr RowReduction kReduction = RowReduction::kSumSqGrad;
   // state: the row's m (momentum1), updated in place.
-  EMBSCALE_HD static RowTerms row_terms(float* state, float sum_sq, int D, const OptimizerParams& p,
+  EMBSCALE_HD static RowTerms row_terms(float* state, const RowSums& s, int D, const OptimizerParams& p,
                                         const AdamCorrections&) {
     RowTerms t;
-    t.mult = rowwise_adagrad_multiplier(state, sum_sq, D, p);
+    t.mult = rowwise_adagrad_multiplier(state, s.grad, D, p);
     t.corr = rowwise_adagrad_correction(t.mult, p);
     return t;
   }
@@ -117,10 +128,10 @@ struct PartialRowwiseAdam : TableFacts<OptimizerType::kPartialRowwiseAdam> {
   static constexpr bool kDense = false;
   static constexpr RowReduction kReduction = RowReduction::kSumSqGrad;
   // state: the row's v (momentum2), updated in place.
-  EMBSCALE_HD static RowTerms row_terms(float* state, float sum_sq, int D, const OptimizerParams& p,
+  EMBSCALE_HD static RowTerms row_terms(float* state, const RowSums& s, int D, const OptimizerParams& p,
                                         const AdamCorrections& c) {
     RowTerms t;
-    t.denom = partial_rowwise_adam_denominator(state, sum_sq, D, p, c);
+    t.denom = partial_rowwise_adam_denominator(state, s.grad, D, p, c);
     return t;
   }
   // m1: the element's first moment, updated in place.
@@ -130,13 +141,70 @@ struct PartialRowwiseAdam : TableFacts<OptimizerType::kPartialRowwiseAdam> {
   }
 };
 
+struct Adagrad : TableFacts<OptimizerType::kAdagrad> {
+  static constexpr bool kDense = false;
+  static constexpr RowReduction kReduction = RowReduction::kNone;
+  // m1: the element's sum of squared gradients, updated in place.
+  EMBSCALE_HD static float apply(float w, float g, const RowTerms&, float* m1, float*, const OptimizerParams& p,
+                                 const AdamCorrections&) {
+    return adagrad_apply(w, g, m1, p);
+  }
+};
+
+struct Lamb : TableFacts<OptimizerType::kLamb> {
+  static constexpr bool kDense = false;
+  static constexpr RowReduction kReduction = RowReduction::kNone;
+  static constexpr bool kTrustRatio = true;
+  // The element's direction; m1, m2: its moments, updated in place.
+  EMBSCALE_HD static float apply(float w, float g, const RowTerms&, float* m1, float* m2, const OptimizerParams& p,
+                                 const AdamCorrections& c) {
+    return lamb_direction(w, g, m1, m2, p, c);
+  }
+};
+
+struct PartialRowwiseLamb : TableFacts<OptimizerType::kPartialRowwiseLamb> {
+  static constexpr bool kDense = false;
+  static constexpr RowReduction kReduction = RowReduction::kSumSqGrad;
+  static constexpr bool kTrustRatio = true;
+  // state: the row's v (momentum2), updated in place.
+  EMBSCALE_HD static RowTerms row_terms(float* state, const RowSums& s, int D, const OptimizerParams& p,
+                                        const AdamCorrections& c) {
+    RowTerms t;
+    t.denom = partial_rowwise_adam_denominator(state, s.grad, D, p, c);
+    return t;
+  }
+  // The element's direction; m1: its first moment, updated in place.
+  EMBSCALE_HD static float apply(float w, float g, const RowTerms& t, float* m1, float*, const OptimizerParams& p,
+                                 const AdamCorrections& c) {
+    return partial_rowwise_lamb_direction(w, g, m1, t.denom, p, c);
+  }
+};
+
+struct LarsSgd : TableFacts<OptimizerType::kLarsSgd> {
+  static constexpr bool kDense = false;
+  static constexpr RowReduction kReduction = RowReduction::kSumSqGradAndWeight;
+  // No row-wise state (state is null): the row's rate from its norms.
+  EMBSCALE_HD static RowTerms row_terms(float*, const RowSums& s, int, const OptimizerParams& p,
+                                        const AdamCorrections&) {
+    RowTerms t;
+    t.mult = lars_rate(s.weight, s.grad, p);
+    return t;
+  }
+  // m1: the element's velocity, updated in place.
+  EMBSCALE_HD static float apply(float w, float g, const RowTerms& t, float* m1, float*, const OptimizerParams& p,
+                                 const AdamCorrections&) {
+    return lars_sgd_apply(w, g, m1, t.mult, p);
+  }
+};
+
 // ---- the list, the visit ---------------------------------------------------------------------------
 
 template <typename... Ts>
 struct TraitList {};
 
 // Every trait, in the table's (and the enum's) order.
-using Traits = TraitList<Dense, Sgd, RowwiseAdagrad, Adam, PartialRowwiseAdam>;
+using Traits = TraitList<Dense, Sgd, RowwiseAdagrad, Adam, PartialRowwiseAdam, Adagrad, Lamb, PartialRowwiseLamb,
+                         LarsSgd>;
 
 template <typename... Ts>
 constexpr bool traits_follow_table(TraitList<Ts...>) {
@@ -192,6 +260,9 @@ EMBSCALE_HD bool dense_mode(OptimizerType t) {
 }
 EMBSCALE_HD RowReduction row_reduction(OptimizerType t) {
   return visit_optimizer(t, [](auto o) { return decltype(o)::kReduction; });
+}
+EMBSCALE_HD bool trust_ratio_step(OptimizerType t) {
+  return visit_optimizer(t, [](auto o) { return decltype(o)::kTrustRatio; });
 }
 EMBSCALE_HD bool renormalises(const OptimizerParams& p) {
   return visit_optimizer(p.type, [&](auto o) { return decltype(o)::renormalises(p); });

@@ -47,13 +47,16 @@ Status optimizer_info(OptimizerType optimizer, OptimizerInfo* out) {
 
 bool parse_optimizer(const std::string& name, OptimizerType* out) {
   // The table's names, and FBGEMM's other names for the same optimizers (its EmbOptimType values:
-  // "exact_sgd", "exact_row_wise_adagrad", "adam", "partial_row_wise_adam", "none").
+  // "exact_sgd", "exact_row_wise_adagrad", "adam", "partial_row_wise_adam", "exact_adagrad", "lamb",
+  // "partial_row_wise_lamb", "lars_sgd", "none").
   static const struct { const char* name; OptimizerType o; } kAliases[] = {
       {"dense", OptimizerType::kNone},
       {"exact_sgd", OptimizerType::kSgd},
       {"exact_rowwise_adagrad", OptimizerType::kRowwiseAdagrad},
       {"exact_row_wise_adagrad", OptimizerType::kRowwiseAdagrad},
       {"partial_row_wise_adam", OptimizerType::kPartialRowwiseAdam},
+      {"exact_adagrad", OptimizerType::kAdagrad},
+      {"partial_row_wise_lamb", OptimizerType::kPartialRowwiseLamb},
   };
   for (const opt::OptimizerSpec& s : opt::kOptimizerSpecs) {
     if (name == s.name) {
@@ -115,6 +118,12 @@ Status check_optimizer_params(const OptimizerParams& p) {
     return invalid_argument("optimizer.max_norm: " + fstr(p.max_norm) + "; expected a finite value >= 0");
   if (p.max_norm > 0.0f && !spec->max_norm)
     return invalid_argument("optimizer.max_norm: " + name + " does not support it");
+  if (spec->lars) {
+    if (!(std::isfinite(p.eta) && p.eta >= 0.0f))
+      return invalid_argument("optimizer.eta: " + fstr(p.eta) + "; expected a finite value >= 0");
+    if (!(p.momentum >= 0.0f && p.momentum < 1.0f))
+      return invalid_argument("optimizer.momentum: " + fstr(p.momentum) + " is outside [0, 1)");
+  }
   if (!(std::isfinite(p.gradient_clipping) && p.gradient_clipping >= 0.0f))
     return invalid_argument("optimizer.gradient_clipping: " + fstr(p.gradient_clipping) +
                             "; expected a finite value >= 0");

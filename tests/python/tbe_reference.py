@@ -110,5 +110,22 @@ def apply_optimizer(opt, tables, state, grads, touched, hp, step):
                     m2 = state[t]["m2"][r] = b2 * state[t]["m2"][r] + (1 - b2) * (g * g).mean()
                 upd = (m1 / (1 - b1 ** step)) / (torch.sqrt(torch.as_tensor(m2 / (1 - b2 ** step))) + eps)
                 table[r] = w - lr * (upd + wd * w)
+            elif opt == "adagrad":  # FBGEMM's EXACT_ADAGRAD: element-wise, no weight decay
+                m = state[t]["m1"][r] = state[t]["m1"][r] + g * g
+                table[r] = w - lr * g / (torch.sqrt(m) + eps)
+            elif opt in ("lamb", "partial_rowwise_lamb"):  # the Adam direction plus wd*w, scaled per row
+                m1 = state[t]["m1"][r] = b1 * state[t]["m1"][r] + (1 - b1) * g
+                if opt == "lamb":
+                    m2 = state[t]["m2"][r] = b2 * state[t]["m2"][r] + (1 - b2) * g * g
+                else:
+                    m2 = state[t]["m2"][r] = b2 * state[t]["m2"][r] + (1 - b2) * (g * g).mean()
+                d = (m1 / (1 - b1 ** step)) / (torch.sqrt(torch.as_tensor(m2 / (1 - b2 ** step))) + eps) + wd * w
+                ratio = w.norm() / d.norm() if d.norm() > 0 else 0.0
+                table[r] = w - lr * ratio * d
+            elif opt == "lars_sgd":  # rate = lr * eta * |w| / (|g| + wd * |w|); velocity with momentum
+                den = g.norm() + wd * w.norm()
+                rate = lr * hp["eta"] * w.norm() / den if den > 0 else 0.0
+                v = state[t]["m1"][r] = hp["momentum"] * state[t]["m1"][r] + rate * (g + wd * w)
+                table[r] = w - v
             else:
                 raise ValueError(opt)

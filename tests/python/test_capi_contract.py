@@ -131,15 +131,19 @@ def test_the_removed_deterministic_field_is_refused():
         _capi.TbeBackwardArgs().deterministic = 0  # every backend is deterministic; there is no switch
 
 
-# tbe.h: row-wise Adagrad keeps a row-wise momentum1; Adam element-wise momentum1 and momentum2; partial
-# row-wise Adam an element-wise momentum1 and a row-wise momentum2; SGD and dense mode none. The C enum
-# numbers OptimizerType's values in declaration order.
+# tbe.h: row-wise Adagrad keeps a row-wise momentum1; Adam and LAMB element-wise momentum1 and momentum2; their
+# partial row-wise forms an element-wise momentum1 and a row-wise momentum2; Adagrad and LARS-SGD an element-wise
+# momentum1; SGD and dense mode none. The C enum numbers OptimizerType's values in declaration order.
 DOCUMENTED_OPTIMIZERS = [
     ("none", (None, None)),
     ("sgd", (None, None)),
     ("rowwise_adagrad", (("rows", "sum"), None)),
     ("adam", (("elements", "exp_avg"), ("elements", "exp_avg_sq"))),
     ("partial_rowwise_adam", (("elements", "exp_avg"), ("rows", "exp_avg_sq"))),
+    ("adagrad", (("elements", "sum"), None)),
+    ("lamb", (("elements", "exp_avg"), ("elements", "exp_avg_sq"))),
+    ("partial_rowwise_lamb", (("elements", "exp_avg"), ("rows", "exp_avg_sq"))),
+    ("lars_sgd", (("elements", "momentum_buffer"), None)),
 ]
 LAYOUT = {None: 0, "rows": 1, "elements": 2}
 
@@ -184,6 +188,9 @@ def _optimizer(**fields):
     (dict(type=1, max_norm=1.0), r"optimizer.max_norm: sgd does not support it"),
     (dict(gradient_clipping=math.inf), r"optimizer.gradient_clipping: inf; expected a finite value >= 0"),
     (dict(step=0), r"optimizer.step: 0; steps count from 1"),
+    (dict(type=8, eta=-1.0), r"optimizer.eta: -1; expected a finite value >= 0$"),
+    (dict(type=8, momentum=1.0), r"optimizer.momentum: 1 is outside \[0, 1\)$"),
+    (dict(type=5, weight_decay=0.5, weight_decay_mode=1), r"optimizer.weight_decay: adagrad applies no weight decay"),
     (dict(type=9), r"optimizer.type: value 9"),
     (dict(weight_decay_mode=3), r"optimizer.weight_decay_mode: value 3"),
 ])
@@ -205,7 +212,8 @@ def test_optimizer_weight_decay_query_gives_fbgemms_rules():
     codes = {name: int(value) for name, value in re.findall(r"#define EMBSCALE_WEIGHT_DECAY_(\w+) (\d+)", header)}
     assert codes == {"NONE": 0, "BY_MODE": 1, "DECOUPLED": 2}
     want = {"none": "NONE", "sgd": "NONE", "rowwise_adagrad": "BY_MODE", "adam": "DECOUPLED",
-            "partial_rowwise_adam": "DECOUPLED"}
+            "partial_rowwise_adam": "DECOUPLED", "adagrad": "NONE", "lamb": "DECOUPLED",
+            "partial_rowwise_lamb": "DECOUPLED", "lars_sgd": "DECOUPLED"}
     rule = ctypes.c_int32(-1)
     for name, code in _capi.OPTIMIZER.items():
         assert _capi.lib.embscale_optimizer_weight_decay_get(code, ctypes.byref(rule)) == _capi.OK, last_error()

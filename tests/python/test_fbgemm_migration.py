@@ -117,14 +117,16 @@ ROW_CHECKS = {
     "EXACT_ROWWISE_ADAGRAD with weight_decay": ["test_trains_as_fbgemm",
                                                 "test_fbgemm_cpu_fast_path_drops_weight_decay"],
     "ADAM, PARTIAL_ROWWISE_ADAM with weight_decay": ["test_trains_as_fbgemm", "test_adam_has_no_l2"],
-    "EXACT_SGD with weight_decay": ["test_trains_as_fbgemm"],
+    "LAMB, PARTIAL_ROWWISE_LAMB, LARS_SGD with weight_decay": ["test_trains_as_fbgemm",
+                                                              "test_zero_ratios_leave_no_nan"],
+    "EXACT_SGD, EXACT_ADAGRAD with weight_decay": ["test_trains_as_fbgemm"],
     "torch.optim.Adam's L2": ["test_adam_has_no_l2"],
     "weights_precision": ["test_trains_as_fbgemm", "test_mapping_rows_give_the_embscale_spelling"],
     "output_dtype": ["test_output_dtypes_as_fbgemm", "test_mapping_rows_give_the_embscale_spelling"],
     "pooling_mode": ["test_trains_as_fbgemm", "test_mapping_rows_give_the_embscale_spelling"],
     "bounds_check_mode": ["test_bounds_check_modes_as_fbgemm", "test_mapping_rows_give_the_embscale_spelling"],
     "gradient_clipping": ["test_gradient_clipping_as_fbgemm"],
-    "feature_table_map, learning_rate, eps, beta1, beta2, weight_decay, max_norm, stochastic_rounding":
+    "feature_table_map, learning_rate, eps, beta1, beta2, weight_decay, max_norm, eta, momentum, stochastic_rounding":
         ["test_trains_as_fbgemm", "test_shared_tables_max_norm_and_stochastic_rounding_as_fbgemm"],
     "forward": ["test_trains_as_fbgemm", "test_mixed_index_dtypes_as_fbgemm"],
     "split_embedding_weights": ["test_trains_as_fbgemm", "test_methods_as_fbgemm"],
@@ -148,7 +150,8 @@ def test_every_row_of_the_table_is_checked():
 
 def test_the_mapping_rows_are_read():
     assert OPTIMIZERS == {"EXACT_SGD": "sgd", "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad", "ADAM": "adam",
-                          "PARTIAL_ROWWISE_ADAM": "partial_rowwise_adam", "NONE": "none"}
+                          "PARTIAL_ROWWISE_ADAM": "partial_rowwise_adam", "EXACT_ADAGRAD": "adagrad", "LAMB": "lamb",
+                          "PARTIAL_ROWWISE_LAMB": "partial_rowwise_lamb", "LARS_SGD": "lars_sgd", "NONE": "none"}
     assert set(MODES) == {"NONE", "L2", "DECOUPLE"} and set(PRECISIONS) == {"FP32", "FP16", "BF16"}
     assert set(POOLINGS) == {"SUM", "MEAN", "NONE"} and set(BOUNDS) == {"FATAL", "WARNING", "IGNORE", "NONE"}
 
@@ -166,7 +169,7 @@ def fbgemm_enum(class_name, member):
                 "EmbeddingLocation": EmbeddingLocation, "ComputeDevice": ComputeDevice}[class_name]
         return real[member]
     if class_name not in _STAND_INS:
-        names = {"EmbOptimType": list(OPTIMIZERS) + ["LAMB", "SGD"], "SparseType": list(PRECISIONS) + ["INT8"],
+        names = {"EmbOptimType": list(OPTIMIZERS) + ["MADGRAD", "SGD"], "SparseType": list(PRECISIONS) + ["INT8"],
                  "PoolingMode": list(POOLINGS), "BoundsCheckMode": list(BOUNDS), "WeightDecayMode": list(MODES),
                  "EmbeddingLocation": ["DEVICE", "MANAGED", "MANAGED_CACHING", "HOST"],
                  "ComputeDevice": ["CPU", "CUDA"]}[class_name]
@@ -260,7 +263,7 @@ def device(request):
 
 # What FBGEMM's CPU TBE trains (fbgemm_gpu's split_table_batched_embeddings_ops_training.py asserts the optimizers
 # in CPU mode; its CPU forward is not implemented for BFloat16; OptimType.NONE needs EmbeddingLocation.DEVICE).
-FBGEMM_CPU_OPTIMIZERS = {"EXACT_SGD", "EXACT_ROWWISE_ADAGRAD"}
+FBGEMM_CPU_OPTIMIZERS = {"EXACT_SGD", "EXACT_ROWWISE_ADAGRAD", "EXACT_ADAGRAD"}
 FBGEMM_CPU_PRECISIONS = {"FP32", "FP16"}
 
 
@@ -296,7 +299,11 @@ FMAP = [0, 0, 1, 2]
 FMAP_SHARED = [0, 0, 1, 1, 2, 2]
 HYPER = {"EXACT_SGD": dict(learning_rate=0.1), "EXACT_ROWWISE_ADAGRAD": dict(learning_rate=0.1, eps=0.01),
          "ADAM": dict(learning_rate=0.01, eps=1e-3, beta1=0.8, beta2=0.95),
-         "PARTIAL_ROWWISE_ADAM": dict(learning_rate=0.01, eps=1e-3, beta1=0.8, beta2=0.95), "NONE": {}}
+         "PARTIAL_ROWWISE_ADAM": dict(learning_rate=0.01, eps=1e-3, beta1=0.8, beta2=0.95),
+         "EXACT_ADAGRAD": dict(learning_rate=0.1, eps=0.01),
+         "LAMB": dict(learning_rate=0.01, eps=1e-3, beta1=0.8, beta2=0.95),
+         "PARTIAL_ROWWISE_LAMB": dict(learning_rate=0.01, eps=1e-3, beta1=0.8, beta2=0.95),
+         "LARS_SGD": dict(learning_rate=0.1, eta=0.5, momentum=0.8), "NONE": {}}
 WEIGHT_DECAY = 0.05
 STEPS = 3
 # (pooling member, per-sample weights): SUM and MEAN with empty bags, weighted SUM, sequence.
@@ -388,12 +395,13 @@ def test_trains_as_fbgemm(device, gen, optimizer, mode, precision):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # (a weight decay that the mode ignores, "l2" with Adam)
             fb_specs, theirs = fbgemm_module(device, specs, fmap, kwargs)
-            if optimizer == "EXACT_SGD" and mode != "NONE":
-                # FBGEMM ignores a weight decay mode with EXACT_SGD silently; embscale refuses it (the table's row).
+            if optimizer in ("EXACT_SGD", "EXACT_ADAGRAD") and mode != "NONE":
+                # FBGEMM ignores a weight decay mode with these silently; embscale refuses it (the table's row).
                 for build in (lambda: embscale.TableBatchedEmbeddingBags(fb_specs, feature_table_map=fmap, **kwargs),
                               lambda: embscale.TableBatchedEmbeddingBags(specs, feature_table_map=fmap, device=device,
                                                                          **native)):
-                    with pytest.raises(ValueError, match="^weight_decay: sgd applies no weight decay"):
+                    with pytest.raises(ValueError, match=f"^weight_decay: {OPTIMIZERS[optimizer]} applies no weight "
+                                                         "decay"):
                         build()
                 continue
             ported = embscale.TableBatchedEmbeddingBags(fb_specs, feature_table_map=fmap, **kwargs)
@@ -723,6 +731,31 @@ def test_fbgemm_default_optimizer_is_kept():
     specs = [(10, 4, fbgemm_enum("EmbeddingLocation", "HOST"), fbgemm_enum("ComputeDevice", "CPU"))]
     assert embscale.TableBatchedEmbeddingBags(specs).optimizer == OPTIMIZERS["EXACT_SGD"]
     assert embscale.TableBatchedEmbeddingBags([(10, 4)]).optimizer == "rowwise_adagrad"  # embscale's own default
+
+
+def test_zero_ratios_leave_no_nan():
+    """The table's LAMB / LARS row: where FBGEMM's ratios divide by zero (and write NaN into the row), embscale's
+    are 0. Row 1 is looked up with a zero gradient (bag 0's), row 3 with a non-zero one (bag 1's): LAMB leaves
+    row 1 as it is (zero state: its step is 0), LARS moves it by its momentum alone (w -= momentum * v)."""
+    indices, offsets = torch.tensor([1, 3]), torch.tensor([0, 1, 2])
+    grad = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.5, -1.0, 0.25, 2.0]])
+    for optimizer in ("lamb", "partial_rowwise_lamb", "lars_sgd"):
+        torch.manual_seed(11)
+        m = embscale.TableBatchedEmbeddingBags([(5, 4)], optimizer=optimizer, learning_rate=0.1, eta=0.5,
+                                               momentum=0.5)
+        if optimizer == "lars_sgd":
+            m.optimizer_state()[0]["momentum_buffer"][1] = torch.tensor([0.1, -0.2, 0.3, 0.0])
+        before = m.weights.detach().clone().view(5, 4)
+        m(indices, offsets).backward(grad)
+        after = m.weights.detach().view(5, 4)
+        assert torch.isfinite(after).all(), optimizer
+        assert not torch.equal(after[3], before[3]), optimizer
+        if optimizer == "lars_sgd":
+            v = torch.tensor([0.1, -0.2, 0.3, 0.0]) * 0.5
+            assert torch.equal(m.optimizer_state()[0]["momentum_buffer"][1], v)
+            assert torch.equal(after[1], before[1] - v)
+        else:
+            assert torch.equal(after[1], before[1]), optimizer
 
 
 def test_adam_has_no_l2():

@@ -36,7 +36,8 @@ def tbe_configs(draw, pooling=None):
     fmap = draw(st.one_of(st.none(), st.lists(st.integers(0, T - 1), min_size=1, max_size=5)))
     return dict(
         specs=specs, fmap=fmap, pooling=pooling,
-        optimizer=draw(st.sampled_from(["sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam"])),
+        optimizer=draw(st.sampled_from(["sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam", "adagrad", "lamb",
+                                        "partial_rowwise_lamb", "lars_sgd"])),
         weights_dtype=draw(st.sampled_from([torch.float32, torch.float32, torch.float16, torch.bfloat16])),
         output_dtype=draw(st.sampled_from([torch.float32, torch.float32, torch.float16, torch.bfloat16])),
         bounds_check=draw(st.sampled_from(["error", "skip", "off", "warn"])),
@@ -101,10 +102,10 @@ def test_tbe_training_matches_reference(cfg, pooling, steps):
     tables = [w.detach().double().clone() for w in m.split_embedding_weights()]
     opt = cfg["optimizer"]
     state = [{"m1": torch.zeros(r if opt == "rowwise_adagrad" else (r, d), dtype=torch.float64),
-              "m2": torch.zeros(r if opt == "partial_rowwise_adam" else (r, d), dtype=torch.float64)}
+              "m2": torch.zeros(r if opt.startswith("partial_rowwise") else (r, d), dtype=torch.float64)}
              for r, d in cfg["specs"]]
     hp = dict(learning_rate=0.05, eps=1e-6, beta1=0.9, beta2=0.99, weight_decay=0.0, weight_decay_mode="none",
-              max_norm=0.0, gradient_clipping=0.0)
+              max_norm=0.0, gradient_clipping=0.0, eta=0.001, momentum=0.9)
     for step in range(1, steps + 1):
         fmap, indices, offsets, psw, g = lookups(dict(cfg, seed=cfg["seed"] + step))
         grad_out = torch.randn(cfg["B"], m.total_dim, generator=g)
@@ -212,7 +213,8 @@ HOSTILE_HPARAMS = [("learning_rate", math.nan), ("learning_rate", math.inf), ("l
                    ("eps", math.nan), ("eps", 0.0), ("eps", -1.0), ("beta1", 1.0), ("beta1", math.nan),
                    ("beta2", -0.1), ("weight_decay", math.nan), ("max_norm", -1.0), ("max_norm", math.nan),
                    ("gradient_clipping", -1.0), ("gradient_clipping", math.inf), ("step", 0), ("step", -3),
-                   ("step", math.nan), ("step", 2.0**70), ("step", 1.5), ("step", -(2.0**63))]
+                   ("step", math.nan), ("step", 2.0**70), ("step", 1.5), ("step", -(2.0**63)), ("eta", -0.1),
+                   ("eta", math.inf), ("momentum", 1.0), ("momentum", -0.5), ("momentum", math.nan)]
 
 
 @isolated
@@ -222,8 +224,9 @@ def test_tbe_module_hostile_hyperparameters(cfg, bad):
     """A hyper-parameter the optimizer uses, set to a bad value, fails the backward with ValueError naming
     it; weights, state and step are unchanged."""
     name, value = bad
-    uses = {"eps": ("rowwise_adagrad", "adam", "partial_rowwise_adam"), "beta1": ("adam", "partial_rowwise_adam"),
-            "beta2": ("adam", "partial_rowwise_adam"), "max_norm": ("rowwise_adagrad",)}
+    adams = ("adam", "partial_rowwise_adam", "lamb", "partial_rowwise_lamb")
+    uses = {"eps": ("rowwise_adagrad", "adagrad") + adams, "beta1": adams, "beta2": adams,
+            "max_norm": ("rowwise_adagrad",), "eta": ("lars_sgd",), "momentum": ("lars_sgd",)}
     if name in uses and cfg["optimizer"] not in uses[name]:
         return  # not this optimizer's parameter (the library may ignore it)
     cfg = dict(cfg, B=max(1, cfg["B"]))
@@ -243,7 +246,7 @@ def test_tbe_module_hostile_hyperparameters(cfg, bad):
 @given(cfg=tbe_configs(), kw=st.sampled_from([
     dict(embedding_specs=[]), dict(embedding_specs=[(0, 4)]), dict(embedding_specs=[(5, 0)]),
     dict(embedding_specs=[(-1, 4)]), dict(embedding_specs=[(5, 4, 1)]), dict(feature_table_map=[]),
-    dict(feature_table_map=[7]), dict(feature_table_map=[-1]), dict(pooling="avg"), dict(optimizer="adagrad"),
+    dict(feature_table_map=[7]), dict(feature_table_map=[-1]), dict(pooling="avg"), dict(optimizer="adagradd"),
     dict(bounds_check="warning"), dict(weight_decay_mode="l1"), dict(weights_dtype=torch.int32),
     dict(output_dtype=torch.float64), dict(weights_dtype=torch.float8_e4m3fn), dict(device="xla"),
     dict(device="nope"), dict(embedding_specs=[("a", 4)])]))
@@ -355,7 +358,7 @@ def test_raw_tbe_backward_hostile(cfg, kind, data):
         a["batch_size"] = data.draw(st.sampled_from([-1, -(2**62)]))
         names = ("batch_size",)
     elif kind == "optimizer_name":
-        a["optimizer"] = data.draw(st.sampled_from(["", "SGD", "adagrad", "lamb"]))
+        a["optimizer"] = data.draw(st.sampled_from(["", "SGD", "Adagrad", "lambda", "lars"]))
         names = ("optimizer",)
     elif kind == "wd_mode":
         a["weight_decay_mode"] = data.draw(st.sampled_from(["", "l1", "L2"]))

@@ -15,7 +15,7 @@ import tbe_reference as ref
 from conftest import requires_cuda
 
 HP = dict(learning_rate=0.05, eps=1e-6, beta1=0.9, beta2=0.99, weight_decay=0.0, weight_decay_mode="none",
-          max_norm=0.0, gradient_clipping=0.0)
+          max_norm=0.0, gradient_clipping=0.0, eta=0.001, momentum=0.9)
 
 
 def make_module(specs, fmap, device, **kw):
@@ -79,7 +79,20 @@ OPTIMIZER_CASES = [
     ("adam", dict(weight_decay=0.01, weight_decay_mode="decoupled")),
     ("adam", dict(weight_decay=0.01)),  # FBGEMM's Adam: decoupled whatever the mode
     ("partial_rowwise_adam", dict(weight_decay=0.01, weight_decay_mode="l2")),
+    ("adagrad", {}),
+    ("adagrad", dict(gradient_clipping=0.02)),
+    ("lamb", {}),
+    ("lamb", dict(weight_decay=0.01, weight_decay_mode="decoupled")),
+    ("partial_rowwise_lamb", dict(weight_decay=0.01, weight_decay_mode="decoupled")),
+    ("lars_sgd", dict(eta=0.5, momentum=0.9)),
+    ("lars_sgd", dict(eta=0.2, momentum=0.5, weight_decay=0.01, weight_decay_mode="decoupled")),
 ]
+# The state each optimizer keeps, as optimizer_state() names it, and where the reference keeps it.
+STATE_NAMES = {"rowwise_adagrad": [("sum", "m1")], "adagrad": [("sum", "m1")],
+               "adam": [("exp_avg", "m1"), ("exp_avg_sq", "m2")], "lamb": [("exp_avg", "m1"), ("exp_avg_sq", "m2")],
+               "partial_rowwise_adam": [("exp_avg", "m1"), ("exp_avg_sq", "m2")],
+               "partial_rowwise_lamb": [("exp_avg", "m1"), ("exp_avg_sq", "m2")],
+               "lars_sgd": [("momentum_buffer", "m1")], "sgd": []}
 
 
 @pytest.mark.parametrize("optimizer,extra", OPTIMIZER_CASES)
@@ -91,7 +104,7 @@ def test_training_steps(device, gen, optimizer, extra, pooling):
     tbe = make_module(specs, fmap, device, optimizer=optimizer, pooling=pooling, **hp)
     tables = tables64(tbe)
     state = [{"m1": torch.zeros(r) if optimizer == "rowwise_adagrad" else torch.zeros(r, d),
-              "m2": torch.zeros(r) if optimizer == "partial_rowwise_adam" else torch.zeros(r, d)}
+              "m2": torch.zeros(r) if optimizer.startswith("partial_rowwise") else torch.zeros(r, d)}
              for r, d in specs]
     state = [{k: v.double() for k, v in s.items()} for s in state]
     B = 7
@@ -109,8 +122,7 @@ def test_training_steps(device, gen, optimizer, extra, pooling):
     tol = 1e-5 if optimizer == "sgd" else 1e-4
     for got, want in zip(tables64(tbe), tables):
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
-    names = {"rowwise_adagrad": [("sum", "m1")], "adam": [("exp_avg", "m1"), ("exp_avg_sq", "m2")],
-             "partial_rowwise_adam": [("exp_avg", "m1"), ("exp_avg_sq", "m2")], "sgd": []}[optimizer]
+    names = STATE_NAMES[optimizer]
     for t, st in enumerate(tbe.optimizer_state()):
         assert sorted(st) == sorted(n for n, _ in names)
         for name, key in names:
@@ -626,8 +638,8 @@ def test_errors(device):
         tbe(i64, off.float())
     with pytest.raises(ValueError, match="per_sample_weights: not supported with mean"):
         make_module([(10, 4)], None, device, pooling="mean")(i64, off, torch.ones(2, device=device))
-    with pytest.raises(ValueError, match="optimizer: 'lamb'"):
-        make_module([(10, 4)], None, device, optimizer="lamb")
+    with pytest.raises(ValueError, match="optimizer: 'lambda'"):
+        make_module([(10, 4)], None, device, optimizer="lambda")
     with pytest.raises(ValueError, match=r"embedding_specs\[0\]"):
         make_module([(0, 4)], None, device)
     with pytest.raises(ValueError, match="feature_table_map\\[1\\]: table 3"):

@@ -195,24 +195,25 @@ def test_hparams_sharing_memory_with_a_table_are_refused():
     m = make("cpu", optimizer="rowwise_adagrad")
     i, o = lookups("cpu")
     n = m.weights.numel()
-    storage = torch.zeros(n + 16)  # hparams (8 float64) in the first 16 floats, the weights after: apart
-    storage[16:] = m.weights
-    hp = storage[:16].view(torch.float64)
+    k = 2 * len(embscale.ops.HPARAM_FIELDS)  # hparams (float64) in the first k floats, the weights after: apart
+    storage = torch.zeros(n + k)
+    storage[k:] = m.weights
+    hp = storage[:k].view(torch.float64)
     hp.copy_(m.hparams)
-    raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=storage[16:], hparams=hp)  # apart: runs
+    raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=storage[k:], hparams=hp)  # apart: runs
     assert hp[7].item() == m.hparams[7].item() + 1  # the step advanced
     with refused(m, ValueError, "hparams: overlaps weights"):
         raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, weights=storage[:n], hparams=hp)
-    m1 = torch.zeros(m.momentum1.numel() + 16)
+    m1 = torch.zeros(m.momentum1.numel() + k)
     with refused(m, ValueError, "hparams: overlaps momentum1"):
         raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, momentum1=m1[:m.momentum1.numel()],
-                     hparams=m1[:16].view(torch.float64))
+                     hparams=m1[:k].view(torch.float64))
 
 
 def test_expanded_hparams_are_refused():
     m = make("cpu", optimizer="sgd")
     i, o = lookups("cpu")
-    hp = torch.tensor([0.5], dtype=torch.float64).expand(8)
+    hp = torch.tensor([0.5], dtype=torch.float64).expand(len(embscale.ops.HPARAM_FIELDS))
     with refused(m, ValueError, "hparams: must be contiguous"):
         raw_backward(m, torch.ones(B, TOTAL_DIM), i, o, hparams=hp)
     assert hp[0].item() == 0.5

@@ -314,7 +314,7 @@ BAD_ENTRIES = [
     ("rowwise_adagrad", "hparams", _with_hparam("step", float("inf")), ValueError,
      r"^state_dict: hparams: step: inf"),
     ("rowwise_adagrad", "hparams", torch.zeros(3, dtype=torch.float64), ValueError,
-     r"^state_dict: hparams has shape \[3\]; this module's is \[8\]$"),
+     r"^state_dict: hparams has shape \[3\]; this module's is \[10\]$"),
     ("rowwise_adagrad", "num_skipped", torch.tensor([1.5]), TypeError,
      r"^state_dict: num_skipped has dtype torch.float32; expected an integer dtype"),
     ("rowwise_adagrad", "num_skipped", torch.zeros(1, dtype=torch.int64, device="meta"), ValueError,

@@ -83,9 +83,9 @@ struct UpdateArgs {
 };
 
 // Optimizer Opt's update of one unique row: its D weights w (element welem of the weights, row-wise
-// state index key), its summed, clipped gradient g; wv: scratch for the row's new fp32 values. The
-// weights are written once: in the same pass as their new values are computed, or, when the row is
-// renormalised (max_norm), after the norm of those values.
+// state index key), its summed, clipped gradient g; wv: scratch for the row's new fp32 values (LAMB's
+// directions). The weights are written once: in the same pass as their new values are computed, or,
+// when the row is renormalised (max_norm) or takes a trust ratio (LAMB), after the norm it needs.
 template <typename Opt, typename W>
 void update_row(W* __restrict w, const float* __restrict g, float* __restrict wv, int D, int64_t key,
                 int64_t welem, const UpdateArgs& u) {
@@ -94,16 +94,34 @@ void update_row(W* __restrict w, const float* __restrict g, float* __restrict wv
   float* __restrict m2 = u.m2;
   // The element index stochastic rounding hashes for w[0] (TbeBackwardArgs::rounding_bases).
   const int64_t relem = u.rbases != nullptr ? u.rbases[key] : welem;
+  const auto sum_sq_w = [&]() {
+    return row_sum(D, [&](int d) {
+      const float x = to_float(w[d]);
+      return x * x;
+    });
+  };
   opt::RowTerms terms;
-  if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
-    const float sum_sq = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
-    terms = Opt::row_terms(Opt::row_state(m1, m2) + key, sum_sq, D, op, u.corr);
+  if constexpr (Opt::kReduction != opt::RowReduction::kNone) {
+    opt::RowSums sums;
+    sums.grad = row_sum(D, [&](int d) { return opt::row_sq_term(g[d], to_float(w[d]), op); });
+    if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGradAndWeight) sums.weight = sum_sq_w();
+    float* state = nullptr;
+    if constexpr (Opt::kRowState) state = Opt::row_state(m1, m2) + key;
+    terms = Opt::row_terms(state, sums, D, op, u.corr);
   }
   const auto new_value = [&](int d) {
     float* const e1 = Opt::kElementM1 ? m1 + welem + d : nullptr;
     float* const e2 = Opt::kElementM2 ? m2 + welem + d : nullptr;
     return Opt::apply(to_float(w[d]), g[d], terms, e1, e2, op, u.corr);
   };
+  if constexpr (Opt::kTrustRatio) {
+    // LAMB: every element's direction (its state updated), the row's ratio, then the steps.
+    for (int d = 0; d < D; ++d) wv[d] = new_value(d);
+    const float ratio = opt::trust_ratio(sum_sq_w(), row_sum(D, [&](int d) { return wv[d] * wv[d]; }));
+    for (int d = 0; d < D; ++d)
+      w[d] = round_weight<W>(opt::trust_step(to_float(w[d]), wv[d], ratio, op), u.rounding, u.rkey, relem + d);
+    return;
+  }
   if (!Opt::renormalises(op)) {
     for (int d = 0; d < D; ++d) w[d] = round_weight<W>(new_value(d), u.rounding, u.rkey, relem + d);
     return;

@@ -190,8 +190,9 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
           if (e < ncols[q * S + k]) s[k] = __fadd_rn(s[k], t);
         }
     }
-    const float sum = group_sum<L, S>(s, gmask);
-    terms = Opt::row_terms(&state, sum, D, o, p.corrections);
+    opt::RowSums sums;
+    sums.grad = group_sum<L, S>(s, gmask);
+    terms = Opt::row_terms(&state, sums, D, o, p.corrections);
     if (gl == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
   }
   // New values in place of w (columns past D keep their zeros and are not stored).
@@ -265,6 +266,8 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   const G* grad = static_cast<const G*>(p.grad_output);
   using Opt = opt::TraitOf<kOpt>;
   static_assert(kLaneGroupTrait<Opt>, "the lane groups hold no element-wise state");
+  static_assert(Opt::kReduction != opt::RowReduction::kSumSqGradAndWeight && !Opt::kTrustRatio,
+                "the lane groups compute no row sum but kSumSqGrad's, and no trust ratio");
   constexpr bool dense = Opt::kDense;
   int col[V], ncols[V];
 #pragma unroll

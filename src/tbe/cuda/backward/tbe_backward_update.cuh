@@ -125,8 +125,10 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
 
   // Row scalars (the row-wise state updated by writer).
   opt::RowTerms terms;
-  if (opt::row_reduction(o.type) == opt::RowReduction::kSumSqGrad) {
-    float s = 0.0f;
+  const opt::RowReduction reduction = opt::row_reduction(o.type);
+  if (reduction != opt::RowReduction::kNone) {
+    const bool with_w = reduction == opt::RowReduction::kSumSqGradAndWeight;
+    float s = 0.0f, sw = 0.0f;
     for (int pass = 0; pass < passes; ++pass) {
       float g[kVec], w[kVec];
       grad(pass, g);
@@ -135,23 +137,33 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
       load_w(pass, col, ncols, w);
 #pragma unroll
       for (int k = 0; k < kVec; ++k)
-        if (k < ncols) s = __fadd_rn(s, opt::row_sq_term(opt::clip_grad(g[k], o), w[k], o));
+        if (k < ncols) {
+          s = __fadd_rn(s, opt::row_sq_term(opt::clip_grad(g[k], o), w[k], o));
+          if (with_w) sw = __fadd_rn(sw, __fmul_rn(w[k], w[k]));
+        }
     }
     end_sweep();
-    s = warp_sum(s);
+    opt::RowSums sums;
+    sums.grad = warp_sum(s);
+    if (with_w) sums.weight = warp_sum(sw);
     opt::visit_optimizer(o.type, [&](auto t) {
       using Opt = decltype(t);
-      if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
-        float state = state_pre;
-        terms = Opt::row_terms(&state, s, D, o, p.corrections);
-        if (writer && lane == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
+      if constexpr (Opt::kReduction != opt::RowReduction::kNone) {
+        if constexpr (Opt::kRowState) {
+          float state = state_pre;
+          terms = Opt::row_terms(&state, sums, D, o, p.corrections);
+          if (writer && lane == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
+        } else {
+          terms = Opt::row_terms(nullptr, sums, D, o, p.corrections);
+        }
       }
     });
   }
 
-  // New fp32 value of the lane's columns of one pass (element-wise state updated in place by writer).
-  const auto new_values = [&](int pass, float* nv, bool write_state) {
-    float g[kVec], w[kVec];
+  // The trait's apply of the lane's columns of one pass (the new fp32 values, or LAMB's directions), and
+  // their weights before the update (element-wise state updated in place by writer when write_state).
+  const auto new_values = [&](int pass, float* nv, float* w, bool write_state) {
+    float g[kVec];
     grad(pass, g);
     int col, ncols;
     lane_cols(pass, D, &col, &ncols);
@@ -180,45 +192,50 @@ __device__ __forceinline__ void update_row(const RowParams& p, const RowInfo& r,
   };
   const int64_t rbase =
       sizeof(W) < sizeof(float) && p.rounding == WeightRounding::kStochastic ? rounding_base_of(p, r) : r.wbase;
-  const auto store = [&](int pass, const float* nv, float factor) {
+  const auto store = [&](int pass, const float* nv) {
     int col, ncols;
     lane_cols(pass, D, &col, &ncols);
     if (!writer || ncols <= 0) return;
     W out[kVec];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float v = factor == 1.0f ? nv[k] : nv[k] * factor;
-      out[k] = round_weight<W>(v, p.rounding, p.rounding_key, rbase + col + k);
-    }
+    for (int k = 0; k < kVec; ++k) out[k] = round_weight<W>(nv[k], p.rounding, p.rounding_key, rbase + col + k);
     store_weights<W, Grad::kAccess>(wrow + col, wvec, ncols, out);
   };
 
-  if (!opt::renormalises(o)) {
+  const bool trust = opt::trust_ratio_step(o.type);
+  if (!trust && !opt::renormalises(o)) {
     for (int pass = 0; pass < passes; ++pass) {
-      float nv[kVec];
-      new_values(pass, nv, writer);
-      store(pass, nv, 1.0f);
+      float nv[kVec], w[kVec];
+      new_values(pass, nv, w, writer);
+      store(pass, nv);
     }
     return;
   }
-  // max_norm: the norm of the whole updated row first, then the scaled stores (an optimizer with
-  // max_norm has no element-wise state, TableFacts, so computing the new values twice changes nothing).
-  float sq = 0.0f;
+  // max_norm (the norm of the whole updated row) or LAMB's trust ratio (the norms of the row's weights
+  // and directions) first, then the stores. The first sweep writes no state, so the second computes the
+  // same values from the same state, and writes it.
+  float sq = 0.0f, sw = 0.0f;
   for (int pass = 0; pass < passes; ++pass) {
-    float nv[kVec];
-    new_values(pass, nv, false);
+    float nv[kVec], w[kVec];
+    new_values(pass, nv, w, false);
     int col, ncols;
     lane_cols(pass, D, &col, &ncols);
 #pragma unroll
     for (int k = 0; k < kVec; ++k)
-      if (k < ncols) sq = __fadd_rn(sq, __fmul_rn(nv[k], nv[k]));
+      if (k < ncols) {
+        sq = __fadd_rn(sq, __fmul_rn(nv[k], nv[k]));
+        if (trust) sw = __fadd_rn(sw, __fmul_rn(w[k], w[k]));
+      }
   }
   end_sweep();
-  const float factor = opt::max_norm_factor(warp_sum(sq), o);
+  const float factor = trust ? opt::trust_ratio(warp_sum(sw), warp_sum(sq)) : opt::max_norm_factor(warp_sum(sq), o);
   for (int pass = 0; pass < passes; ++pass) {
-    float nv[kVec];
-    new_values(pass, nv, false);
-    store(pass, nv, factor);
+    float nv[kVec], w[kVec];
+    new_values(pass, nv, w, writer);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      nv[k] = trust ? opt::trust_step(w[k], nv[k], factor, o) : factor == 1.0f ? nv[k] : nv[k] * factor;
+    store(pass, nv);
   }
 }
 
