@@ -16,13 +16,13 @@ an fp16 case has the same rows in half the bytes; indices uniform (alpha 0) or Z
 bench/torch_tbe_peers.py's generator; grad_output uniform in [-0.5, 0.5].
 
 Before timing a case, the forward outputs, and after one forward + backward step the updated tables and
-the row-wise Adagrad state, must agree: max |a - b| / max |b| over each tensor at most 1e-5 for fp32
+the optimizer state, must agree: max |a - b| / max |b| over each tensor at most 1e-5 for fp32
 tables (sums of the same terms in another order) and 2^-9 for fp16 (two fp16 roundings of the largest
 value). The errors go into the records; a case that disagrees is reported and not timed (exit status 1).
 
 Measurements (op names as `embscale bench tbe-forward` / `tbe-train` write them):
   tbe_forward             the forward under torch.no_grad() (measured once per D, dtype and alpha).
-  tbe_train_<optimizer>   forward + backward with the fused update (rowwise_adagrad or sgd).
+  tbe_train_<optimizer>   forward + backward with the fused update (--optimizers; rowwise_adagrad and sgd by default).
 Wall time: events around each step (CUDA events on the GPU, the host clock on the CPU), the two impls
 alternating step by step after warm-up; median_us is the median step. Kernel time (GPU only):
 torch.profiler over --profile-steps steps of one impl, the CUDA kernels' durations summed per step
@@ -54,7 +54,11 @@ from torch_tbe_peers import make_indices, nonneg_int, parse_alphas, positive_int
 
 ALL_DIMS = "8,16,32,64,128,160,192,256,320,512,mixed"
 QUICK_DIMS = "32,128,mixed"
-OPTIMIZERS = ("rowwise_adagrad", "sgd")
+# embscale's optimizer -> FBGEMM's EmbOptimType member; the default run measures the first two.
+FBGEMM_OPTIMIZERS = {"rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD", "sgd": "EXACT_SGD", "adam": "ADAM",
+                     "partial_rowwise_adam": "PARTIAL_ROWWISE_ADAM", "adagrad": "EXACT_ADAGRAD", "lamb": "LAMB",
+                     "partial_rowwise_lamb": "PARTIAL_ROWWISE_LAMB", "lars_sgd": "LARS_SGD"}
+OPTIMIZERS = tuple(FBGEMM_OPTIMIZERS)
 DTYPES = ("fp32", "fp16")
 TOLERANCE = {"fp32": 1e-5, "fp16": 2.0**-9}
 IMPLS = ("fbgemm", "embscale_torch")
@@ -108,7 +112,8 @@ def parse_args(argv):
     p.add_argument("--bag-size", type=positive_int, default=20)
     p.add_argument("--dims", type=parse_dims, default=None, help=f"comma-separated D or 'mixed' (default {ALL_DIMS})")
     p.add_argument("--alphas", type=parse_alphas, default=[0.0, 1.15], help="0 = uniform (default 0,1.15)")
-    p.add_argument("--optimizers", type=parse_choices(OPTIMIZERS), default=list(OPTIMIZERS))
+    p.add_argument("--optimizers", type=parse_choices(OPTIMIZERS), default=list(OPTIMIZERS[:2]),
+                   help=f"of {', '.join(OPTIMIZERS)} (default {','.join(OPTIMIZERS[:2])})")
     p.add_argument("--dtypes", type=parse_choices(DTYPES), default=list(DTYPES), help="weights: fp32, fp16")
     p.add_argument("--learning-rate", type=positive_float, default=0.01)
     p.add_argument("--eps", type=positive_float, default=1e-8)
@@ -173,7 +178,7 @@ class Case:
         self.torch = torch
         self.fb = SplitTableBatchedEmbeddingBagsCodegen(
             [(E, d, loc, cdev) for d in dims],
-            optimizer={"rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "sgd": EmbOptimType.EXACT_SGD}[optimizer],
+            optimizer=EmbOptimType[FBGEMM_OPTIMIZERS[optimizer]],
             weights_precision={"fp32": SparseType.FP32, "fp16": SparseType.FP16}[dtype], output_dtype=SparseType.FP32,
             stochastic_rounding=False, learning_rate=a.learning_rate, eps=a.eps, pooling_mode=PoolingMode.SUM,
             bounds_check_mode=BoundsCheckMode.WARNING if a.bounds_check == "warn" else BoundsCheckMode.NONE, device=dev)
@@ -192,6 +197,10 @@ class Case:
             for mine, theirs in zip(self.es.split_optimizer_states(), self.fb.split_optimizer_states()):
                 for m, t in zip(mine, theirs):
                     m.copy_(t.reshape(m.shape))
+        # The bias corrections' step: FBGEMM's next forward counts iter + 1, embscale's next backward step + 1.
+        iteration = getattr(self.fb, "iter", None)
+        if iteration is not None:
+            self.es.set_optimizer_step(int(iteration.item()))
 
     def compare_state(self):
         """(max rel error of the tables, of the optimizer state) over all tables."""
