@@ -30,7 +30,7 @@ constexpr int kInvalidArgument = 1;
 
 // The documented values of each enumeration are 0 .. count - 1.
 constexpr int32_t kBackends = 2, kDtypes = 7, kAmaxAlgos = 3, kActivations = 3, kPoolings = 3, kBoundsChecks = 4,
-                  kOptimizers = 5, kWeightDecayModes = 3, kRoundings = 2;
+                  kOptimizers = 9, kWeightDecayModes = 3, kRoundings = 2;
 constexpr int32_t kF32 = 0, kE4M3 = 3, kI64 = 6, kSgd = 1;
 
 embscale_tensor tensor(void* data, int32_t dtype, std::vector<int64_t> shape) {
