@@ -55,8 +55,8 @@ def violations_of(rel, target, resolved):
         found.append(f"{capability} does not include another capability ({t_capability}/)")
     if area == "capability" and t_area == "capi":
         found.append("a capability does not include the C API")
-    if area == "capi" and t_area != "include":
-        found.append("the C API includes only the public headers (embscale/...)")
+    if area == "capi" and t_area not in ("include", "capi"):
+        found.append("the C API includes only the public headers (embscale/...) and its own (capi/...)")
     if in_folder(rel, "cpu") and in_folder(resolved, "cuda"):
         found.append("a cpu/ backend never includes cuda/ code")
     return found
