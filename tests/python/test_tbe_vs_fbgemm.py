@@ -57,7 +57,7 @@ def test_mixed_dims_are_seeded_multiples_of_4_from_16_to_256():
 
 
 @pytest.mark.parametrize("args, message", [(["--dims", "6"], "multiple of 4"), (["--dims", "x"], "not an integer"),
-                                           (["--optimizers", "adam"], "not one of"), (["--bag-size", "0"], "positive"),
+                                           (["--optimizers", "adamw"], "not one of"), (["--bag-size", "0"], "positive"),
                                            (["--gb", "0"], "> 0")])
 def test_bad_arguments_are_refused_naming_them(args, message, capsys):
     tv = load_script()
