@@ -17,6 +17,7 @@ that _planner_model.FITTED is what this script fits.
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -53,11 +54,12 @@ def _indices(alpha):
 
 
 def _fit_bandwidth(points, floor):
-    """points: (lookups, row_bytes, other_bytes, us). Least squares of the relative error of
-    time = (lookups * (max(row_bytes, floor) + overhead) + other_bytes) / bandwidth over (1/bandwidth, overhead
-    / bandwidth), the overhead kept >= 0. Returns (sum of squared relative errors, GB/s, overhead bytes, errors)."""
-    u = [n / t for n, _, _, t in points]
-    v = [(n * max(rb, floor) + ob) / t for n, rb, ob, t in points]
+    """points: (lookups, bytes, us), bytes(floor, overhead) the pass's bytes by _planner_model. Least squares of
+    the relative error of time = bytes(floor, overhead) / bandwidth over 1/bandwidth and overhead / bandwidth (the
+    bytes are linear in the overhead: lookups a byte each), the overhead kept >= 0. Returns (sum of squared
+    relative errors, GB/s, overhead bytes, errors)."""
+    u = [n / t for n, _, t in points]
+    v = [size(floor, 0) / t for _, size, t in points]
     suu, svv = sum(x * x for x in u), sum(x * x for x in v)
     suv, su, sv = sum(x * y for x, y in zip(u, v)), sum(u), sum(v)
     det = suu * svv - suv * suv
@@ -70,7 +72,7 @@ def _fit_bandwidth(points, floor):
 
 
 def _device_points():
-    """{(pass, optimizer, weights, indices): [(lookups, row_bytes, other_bytes, us)]}, and each group's Ds."""
+    """{(pass, optimizer, weights, indices): [(lookups, bytes(floor, overhead), us)]}, and each group's Ds."""
     records = [r for r in _records(DEVICE_RECORDS)
                if r.get("impl") == "embscale_torch" and isinstance(r.get("embedding_dim"), int)
                and r.get("bounds_check", "off") == "off" and r.get("pooling") == "sum" and not r.get("weighted")]
@@ -88,13 +90,14 @@ def _device_points():
         weights, indices = model.weights_key(r["weights_precision"]), _indices(r["alpha"])
         if r["op"] == "tbe_forward":
             key = ("forward", "", weights, indices)
-            groups[key].append((lookups, dim * e, bags * dim * out, r["busy_us"]))
+            size = functools.partial(model.forward_bytes, lookups, bags, dim, e, out)
+            groups[key].append((lookups, size, r["busy_us"]))
         elif r["op"].startswith("tbe_train_") and case(r) in forward:
             opt = r["optimizer"]
             state = model.state_bytes_per_row(STATE_LAYOUTS[opt], dim)
             key = ("backward", opt, weights, indices)
-            us = r["busy_us"] - forward[case(r)]["busy_us"]
-            groups[key].append((lookups, 2 * (dim * e + state), bags * dim * out, us))
+            size = functools.partial(model.backward_bytes, lookups, bags, dim, e, out, state)
+            groups[key].append((lookups, size, r["busy_us"] - forward[case(r)]["busy_us"]))
         else:
             continue
         dims[key].add(dim)
