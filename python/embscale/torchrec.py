@@ -16,7 +16,9 @@ distributions, column-wise tables in shards of one width. Sharded (table-wise, r
 data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
 TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
 name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
-tables: the sharder makes every table's kernel the customized one, embscale's. A process may hold several
+tables: the sharder makes every table's kernel the customized one, embscale's. TorchRec's planner estimates
+these kernels from embscale's own cost model with ``embscale_enumerator(topology, batch_size)`` as its
+enumerator (EmbscalePerfEstimator, EmbscaleStorageEstimator; docs/distributed.md), else as FBGEMM's. A process may hold several
 column shards of one table (column_wise(ranks=[0, 1, 0, 1])), of one width.
 
 Tables larger than device memory: the plan's kernel gives each table its placement in its shard group's
@@ -1369,3 +1371,8 @@ class EmbeddingCollectionSharder(_Sharder, _TorchrecECSharder):
     @property
     def sharded_module_type(self):
         return ShardedEmbeddingCollection
+
+
+# TorchRec's planner with embscale's own estimates (python/embscale/_planner.py; it imports this module's classes).
+from ._planner import (EmbscalePerfEstimator, EmbscaleStorageEstimator, embscale_enumerator,  # noqa: E402,F401
+                       embscale_estimators)

@@ -25,7 +25,7 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (pi
 
 import embscale  # noqa: E402
 import multiprocess  # noqa: E402
-from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder  # noqa: E402
+from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder, embscale_enumerator  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 from torchrec.streamable import Pipelineable  # noqa: E402
@@ -35,6 +35,7 @@ TABLES = [("t0", 40, 4, ["a", "b"]), ("t1", 30, 8, ["c"]), ("t2", 50, 8, ["d"]),
 # Tables the planner places: 4000 x 64 and 3000 x 32 fp32 rows do not fit in PLANNER_HBM bytes a device.
 PLANNED = [("big", 4000, 64, ["p"]), ("mid", 3000, 32, ["q"]), ("small", 20, 8, ["r"])]
 PLANNER_HBM = 500_000
+PLANNED_STAGED = 128  # the planned collection's cache_max_lookups: staging rows embscale's estimate fits there
 BATCH = 4
 MAX_BAG = 3
 STEPS = 3
@@ -67,9 +68,9 @@ def _configs(tables):
     return [EmbeddingBagConfig(name=n, num_embeddings=e, embedding_dim=d, feature_names=fs) for n, e, d, fs in tables]
 
 
-def _collection(tables, device):
+def _collection(tables, device, **kw):
     torch.manual_seed(7)
-    return EmbeddingBagCollection(_configs(tables), **OPT).to(device)  # drawn on the CPU: the same tables anywhere
+    return EmbeddingBagCollection(_configs(tables), **OPT, **kw).to(device)  # drawn on the CPU: the same anywhere
 
 
 class _Model(nn.Module):
@@ -105,8 +106,8 @@ def _hand_plan(model, world, dev):
 
 
 def _planned(model, world, dev):
-    """TorchRec's planner's plan for a CUDA topology of PLANNER_HBM bytes a device (all tables table-wise;
-    "big" with cache_params of load factor 0.1), its placements on `dev`."""
+    """TorchRec's planner's plan, with embscale's estimators, for a CUDA topology of PLANNER_HBM bytes a device
+    (all tables table-wise; "big" with cache_params of load factor 0.1), its placements on `dev`."""
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec
     from torch.distributed._shard.metadata import ShardMetadata
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
@@ -115,7 +116,8 @@ def _planned(model, world, dev):
     constraints = {n: ParameterConstraints(sharding_types=["table_wise"]) for n, _, _, _ in PLANNED}
     constraints["big"].cache_params = CacheParams(load_factor=0.1)
     topology = Topology(world_size=world, compute_device="cuda", hbm_cap=PLANNER_HBM, ddr_cap=1 << 32)
-    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints, batch_size=BATCH)
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints, batch_size=BATCH,
+                                       enumerator=embscale_enumerator(topology, BATCH, constraints))
     plan = planner.plan(model, [_sharder()])  # on every process (collective_plan would broadcast rank 0's)
     if dev.type == "cpu":  # planned for CUDA devices: the same shards on this process's CPU
         for ps in plan.plan["ebc"].values():
@@ -351,7 +353,7 @@ def _prefetch_part(rank, world, steps):
 def _planner_part(rank, world, steps):
     features = _features(PLANNED)
     dev = multiprocess.device(rank)
-    model = _Model(_collection(PLANNED, dev), features)
+    model = _Model(_collection(PLANNED, dev, cache_max_lookups=PLANNED_STAGED), features)
     plan = _planned(model, world, dev)
     kernels = {n: (ps.compute_kernel, ps.cache_params.load_factor if ps.cache_params else None)
                for n, ps in plan.plan["ebc"].items()}
