@@ -171,8 +171,8 @@ def _worker(rank, world, local_size, cases, batches):
 
 
 def _batches(gen, world):
-    """Per step, per rank: lengths, values (few rows, so rows repeat across the batch) and the outputs'
-    gradient."""
+    """Per step, per rank: lengths, values and the outputs' gradient. Half the values are rows 0 and 1, so
+    that these rows' gradients add up many lookups, whose order then shows in the sums' rounding."""
     steps = []
     for _ in range(STEPS):
         per_rank = []
@@ -181,6 +181,8 @@ def _batches(gen, world):
             per_feature = lengths.view(len(FEATURES), BATCH).sum(1).tolist()
             values = torch.cat([torch.randint(0, SIZE[TABLE_OF[f]][0], (n,), generator=gen)
                                 for f, n in zip(FEATURES, per_feature)])
+            hot = torch.rand(values.shape, generator=gen) < 0.5
+            values[hot] %= 2
             per_rank.append((lengths, values, torch.randn(BATCH, sum(FEATURE_DIMS), generator=gen)))
         steps.append(per_rank)
     return steps
