@@ -13,11 +13,22 @@ from one TableBatchedEmbeddingBags over all its tables. EmbeddingCollection retu
 feature like torchrec's EmbeddingCollection, from one TableBatchedEmbeddingBags with pooling "none"; its
 sharder (EmbeddingCollectionSharder) shards it as below, behind TorchRec's sequence input and output
 distributions, column-wise tables in shards of one width. Sharded (table-wise, row-wise, column-wise or
-data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
+data-parallel; the bag collection also table-row-wise and grid, as TorchRec's own EmbeddingBagCollection,
+whose sequence counterpart takes neither), every shard group on a process is one TableBatchedEmbeddingBags over
+the local shards;
 TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
 name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
 tables: the sharder makes every table's kernel the customized one, embscale's. A process may hold several
 column shards of one table (column_wise(ranks=[0, 1, 0, 1])), of one width.
+
+Table-row-wise (TWRW) and grid plans cut a table (a grid table: each of its column shards) over the processes of
+one node, which TorchRec reads from LOCAL_WORLD_SIZE (torch.distributed.elastic's; unset, the world is one node),
+not from the plan: each process holds TorchRec's row block ceil(rows / node) of it, and its lookups come from
+the whole batch, bucketized by row and staggered by local rank (the batches of every node's first process,
+node by node, then of every node's second...), in which order each row's gradient is summed; the node's
+partial pools are added up (reduce-scatter) and sent back between nodes (all-to-all). A plan made for another
+node size (a Topology's local_world_size), whose shards would not hold the rows TorchRec sends them, is refused
+by name (_check_node_shards).
 
 Tables larger than device memory: the plan's kernel gives each table its placement in its shard group's
 TableBatchedEmbeddingBags (docs/tbe_cache.md): FUSED "device", FUSED_UVM "host" (FBGEMM's MANAGED: host
@@ -45,12 +56,13 @@ dense gradients). A column-wise shard keeps its own row-wise optimizer state (of
 TorchRec's kernels do. Data-parallel tables are replicas: each backward applies the global batch's update
 (TableBatchedEmbeddingBags' data_parallel_group). MEAN pooling is TorchRec's: where a row-wise table is in
 the collection, the kernels pool SUM and TorchRec divides the outputs by the bags' lengths (plus 1e-6)
-after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups).
+after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups); a
+table-row-wise or grid MEAN table does the same.
 
 State is laid out as TorchRec's FUSED kernels lay theirs, so a checkpoint moves between them: sharded tables
 and their optimizer state appear in ``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors
 over the local shards, the state under ``<table>.momentum1`` (row-wise Adagrad's sum, Adam's exp_avg; a
-second buffer under its FBGEMM name), a column-wise table's row-wise state [column shards * rows]. So
+second buffer under its FBGEMM name), a column-wise or grid table's row-wise state [column shards * rows]. So
 torch.distributed.checkpoint saves them and loads them into another plan, world size, or TorchRec's own
 kernels, and back. The tables are tagged as trained in the backward (``_in_backward_optimizers``), so
 TorchRec's usual CombinedOptimizer setup above leaves them to the fused optimizer.
@@ -1435,9 +1447,10 @@ class _Sharder:
 
 
 class EmbeddingBagCollectionSharder(_Sharder, _TorchrecSharder):
-    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
-    each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
-    module's tables (where they are not on the meta device).
+    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise, table-row-wise, grid
+    or data-parallel, each shard group a TableBatchedEmbeddingBags with the module's optimizer settings,
+    started from the module's tables (where they are not on the meta device). Table-row-wise and grid plans
+    must be made for the node size TorchRec reads (LOCAL_WORLD_SIZE; ``params`` naming it otherwise).
 
     The plan's compute kernel gives each table its placement: FUSED "device", FUSED_UVM "host" and
     FUSED_UVM_CACHING "cached" (data-parallel tables, DENSE or FUSED, "device"); a cached table's cache

@@ -517,6 +517,7 @@ def test_sharders_refuse_what_they_cannot_serve(monkeypatch):
     plan["t1"].sharding_spec.shards[1].shard_sizes[1] = 4  # a TWRW shard of half the columns
     refused(plan, r"params\['t1'\]: .* every shard of a table_row_wise table holds all its 8 columns")
     # A table of one row cut over a node of 2 gives a process no row
-    one = EmbeddingBagCollection([EmbeddingBagConfig(name="t0", num_embeddings=1, embedding_dim=4, feature_names=["a"])])
-    refused(_plan(one, {"t0": sp.table_row_wise(host_index=0)}, 4, 2, sharder), r"params\['t0'\]: shards of \[1, 0\] rows",
-            module=one)
+    one = EmbeddingBagCollection([EmbeddingBagConfig(name="t0", num_embeddings=1, embedding_dim=4,
+                                                     feature_names=["a"])])
+    refused(_plan(one, {"t0": sp.table_row_wise(host_index=0)}, 4, 2, sharder),
+            r"params\['t0'\]: shards of \[1, 0\] rows", module=one)

@@ -1,6 +1,6 @@
-"""What the sharded-collection tests share (tests/python/test_torchrec.py, test_torchrec_sequence.py): a model
-sharded by TorchRec's DistributedModelParallel with a per-table plan, and the local shards of a collection
-read back with their optimizer state."""
+"""What the sharded-collection tests share (tests/python/test_torchrec.py, test_torchrec_sequence.py,
+test_torchrec_twrw.py): a model sharded by TorchRec's DistributedModelParallel with a per-table plan, and the
+local shards of a collection read back with their optimizer state."""
 import multiprocess
 
 
