@@ -1266,13 +1266,15 @@ def _check_shards_per_rank(name, ps) -> None:
 
 def _check_shards_have_rows(name, ps) -> None:
     """Every shard of a table needs a row (a TableBatchedEmbeddingBags' tables have at least one): a row-wise
-    plan of a table with fewer rows than processes, which gives some a shard of none, is refused by name."""
+    plan of a table with fewer rows than processes (a table-row-wise or grid one, than the processes of a node,
+    or rows that TorchRec's blocks leave none of to the last: 5 rows over 4), which gives some a shard of none,
+    is refused by name."""
     if ps.sharding_spec is None:
         return
     sizes = [m.shard_sizes[0] for m in ps.sharding_spec.shards]
     if 0 in sizes:
         raise ValueError(f"params[{name!r}]: shards of {sizes} rows; embscale's shards need at least one row each "
-                         "(shard a table of fewer rows than processes table-wise or data-parallel)")
+                         "(shard a table of fewer rows than the processes it is cut over table-wise or data-parallel)")
 
 
 def _node_size(world_size: int) -> int:
