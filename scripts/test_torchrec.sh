@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the tests of embscale under TorchRec (tests/python/test_torchrec.py: DistributedModelParallel on
-# gloo, 1, 2 and 3 processes; tests/python/test_torchrec_sequence.py: the sequence collection, unsharded
+# gloo, 1, 2 and 3 processes; tests/python/test_torchrec_twrw.py: table-row-wise and grid plans, 2 and 4
+# processes as nodes of 1 and 2; tests/python/test_torchrec_sequence.py: the sequence collection, unsharded
 # against torchrec's own and sharded on 2 and 3 processes; tests/python/test_torchrec_placement.py: FUSED_UVM
 # and FUSED_UVM_CACHING plans, by hand and from TorchRec's planner, and TorchRec's prefetch), of TorchRec's
 # planner with embscale's estimators (tests/python/test_torchrec_planner.py), of embscale's sharded training against
@@ -35,8 +36,8 @@ if [ ! -f "$LIB" ]; then
   LIB=$ROOT/build/libembscale_c.so
 fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/python/test_torchrec.py tests/python/test_torchrec_sequence.py tests/python/test_torchrec_placement.py \
-  tests/python/test_torchrec_planner.py \
+  tests/python/test_torchrec.py tests/python/test_torchrec_twrw.py tests/python/test_torchrec_sequence.py \
+  tests/python/test_torchrec_placement.py tests/python/test_torchrec_planner.py \
   tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py tests/python/test_fbgemm_peer.py \
   tests/python/test_fbgemm_migration.py tests/python/test_tbe_quant.py tests/python/test_torchrec_quant.py
 # Again under the oldest TorchRec that pyproject.toml accepts (torchrec>=1.6.1), over the same FBGEMM: there
@@ -50,6 +51,5 @@ if [ ! -f "$OLDEST/torchrec/__init__.py" ]; then
 fi
 echo "== the same under torchrec 1.6.1"
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$OLDEST:$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/python/test_torchrec.py tests/python/test_torchrec_sequence.py tests/python/test_torchrec_placement.py \
-  tests/python/test_torchrec_planner.py \
-  tests/python/test_data_parallel.py
+  tests/python/test_torchrec.py tests/python/test_torchrec_twrw.py tests/python/test_torchrec_sequence.py \
+  tests/python/test_torchrec_placement.py tests/python/test_torchrec_planner.py tests/python/test_data_parallel.py

@@ -13,13 +13,24 @@ from one TableBatchedEmbeddingBags over all its tables. EmbeddingCollection retu
 feature like torchrec's EmbeddingCollection, from one TableBatchedEmbeddingBags with pooling "none"; its
 sharder (EmbeddingCollectionSharder) shards it as below, behind TorchRec's sequence input and output
 distributions, column-wise tables in shards of one width. Sharded (table-wise, row-wise, column-wise or
-data-parallel), every shard group on a process is one TableBatchedEmbeddingBags over the local shards;
+data-parallel; the bag collection also table-row-wise and grid, as TorchRec's own EmbeddingBagCollection,
+whose sequence counterpart takes neither), every shard group on a process is one TableBatchedEmbeddingBags over
+the local shards;
 TorchRec's planner, input and output distributions and all-to-alls are used as they are. The plan may
 name the FUSED kernel (TorchRec's planner does not estimate a customized one) or DENSE for data-parallel
 tables: the sharder makes every table's kernel the customized one, embscale's. TorchRec's planner estimates
 these kernels from embscale's own cost model with ``embscale_enumerator(topology, batch_size)`` as its
 enumerator (EmbscalePerfEstimator, EmbscaleStorageEstimator; docs/distributed.md), else as FBGEMM's. A process may hold several
 column shards of one table (column_wise(ranks=[0, 1, 0, 1])), of one width.
+
+Table-row-wise (TWRW) and grid plans cut a table (a grid table: each of its column shards) over the processes of
+one node, which TorchRec reads from LOCAL_WORLD_SIZE (torch.distributed.elastic's; unset, the world is one node),
+not from the plan: each process holds TorchRec's row block ceil(rows / node) of it, and its lookups come from
+the whole batch, bucketized by row and staggered by local rank (the batches of every node's first process,
+node by node, then of every node's second...), in which order each row's gradient is summed; the node's
+partial pools are added up (reduce-scatter) and sent back between nodes (all-to-all). A plan made for another
+node size (a Topology's local_world_size), whose shards would not hold the rows TorchRec sends them, is refused
+by name (_check_node_shards).
 
 Tables larger than device memory: the plan's kernel gives each table its placement in its shard group's
 TableBatchedEmbeddingBags (docs/tbe_cache.md): FUSED "device", FUSED_UVM "host" (FBGEMM's MANAGED: host
@@ -47,12 +58,13 @@ dense gradients). A column-wise shard keeps its own row-wise optimizer state (of
 TorchRec's kernels do. Data-parallel tables are replicas: each backward applies the global batch's update
 (TableBatchedEmbeddingBags' data_parallel_group). MEAN pooling is TorchRec's: where a row-wise table is in
 the collection, the kernels pool SUM and TorchRec divides the outputs by the bags' lengths (plus 1e-6)
-after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups).
+after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups); a
+table-row-wise or grid MEAN table does the same.
 
 State is laid out as TorchRec's FUSED kernels lay theirs, so a checkpoint moves between them: sharded tables
 and their optimizer state appear in ``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors
 over the local shards, the state under ``<table>.momentum1`` (row-wise Adagrad's sum, Adam's exp_avg; a
-second buffer under its FBGEMM name), a column-wise table's row-wise state [column shards * rows]. So
+second buffer under its FBGEMM name), a column-wise or grid table's row-wise state [column shards * rows]. So
 torch.distributed.checkpoint saves them and loads them into another plan, world size, or TorchRec's own
 kernels, and back. The tables are tagged as trained in the backward (``_in_backward_optimizers``), so
 TorchRec's usual CombinedOptimizer setup above leaves them to the fused optimizer.
@@ -85,10 +97,12 @@ from torchrec.distributed.sharding.cw_sequence_sharding import CwSequenceEmbeddi
 from torchrec.distributed.sharding.cw_sharding import CwPooledEmbeddingSharding
 from torchrec.distributed.sharding.dp_sequence_sharding import DpSequenceEmbeddingSharding
 from torchrec.distributed.sharding.dp_sharding import DpPooledEmbeddingSharding
+from torchrec.distributed.sharding.grid_sharding import GridPooledEmbeddingSharding
 from torchrec.distributed.sharding.rw_sequence_sharding import RwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.rw_sharding import RwPooledEmbeddingSharding
 from torchrec.distributed.sharding.tw_sequence_sharding import TwSequenceEmbeddingSharding
 from torchrec.distributed.sharding.tw_sharding import TwPooledEmbeddingSharding
+from torchrec.distributed.sharding.twrw_sharding import TwRwPooledEmbeddingSharding
 from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_configs import DataType, data_type_to_dtype
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType
@@ -104,8 +118,13 @@ from .tbe_quant import QuantizedTableBatchedEmbeddingBags
 _POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
 _KERNEL_POOLING = {**_POOLING, PoolingType.NONE: "none"}  # a shard group's: TorchRec's sequence groups pool NONE
 _FUSED_KEY = "embscale"  # the fused_params entry that carries the module's optimizer settings to its shards
+# The sharding types embscale serves, on each collection those TorchRec serves on its own counterpart: its sharded
+# EmbeddingCollection takes table-wise, row-wise, column-wise and data-parallel plans; its EmbeddingBagCollection
+# also table-row-wise and grid (torchrec 1.6.1 to 1.9.2).
 _SHARDING_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.ROW_WISE.value, ShardingType.COLUMN_WISE.value,
                    ShardingType.DATA_PARALLEL.value)
+_NODE_SHARDING_TYPES = (ShardingType.TABLE_ROW_WISE.value, ShardingType.GRID_SHARD.value)  # cut over a node's processes
+_BAG_SHARDING_TYPES = _SHARDING_TYPES + _NODE_SHARDING_TYPES
 # The plan's compute kernels embscale serves for sharded tables, and the placement each gives a table: TorchRec's
 # FUSED (FBGEMM's EmbeddingLocation.DEVICE), FUSED_UVM (MANAGED: host memory) and FUSED_UVM_CACHING
 # (MANAGED_CACHING: host memory behind a cache in device memory). Data-parallel tables are replicas in device
@@ -209,8 +228,12 @@ def _state_layout(state: torch.Tensor, table: ShardedTensorMetadata):
     """The layout TorchRec's FUSED kernels give a sharded table's optimizer state (facts of torchrec 1.9.2's
     EmbeddingFusedOptimizer), so that checkpoints move between them and embscale: element-wise state is
     [rows, columns], sharded as the table; row-wise state is one value per row, [rows] sharded as the
-    table's rows, except in a table cut into column shards, each of which keeps its own row-wise state (of
-    its columns): then it is [shards * rows], the k-th column shard from the left at [k * rows, (k+1) * rows).
+    table's rows (row-wise and table-row-wise shards at their first row), except in a table cut into column
+    shards, each of which keeps its own row-wise state (of its columns): then the column shards follow one
+    another from the left, each taking as many places as it has rows. A column-wise table of k shards has
+    [k * rows], the k-th column shard from the left at [k * rows, (k+1) * rows); a grid-sharded one (column
+    shards each cut into row shards) the same, the row shards of a column shard one after the other in the
+    plan's order (their rows' order: _check_node_shards).
     Returns the state's metadata and, per shard of the table ((offsets, sizes)), its shard of the state."""
     props = TensorProperties(dtype=state.dtype)
     shards = table.shards_metadata
@@ -222,9 +245,10 @@ def _state_layout(state: torch.Tensor, table: ShardedTensorMetadata):
         placed = [(m, ShardMetadata([m.shard_offsets[0]], [m.shard_sizes[0]], m.placement)) for m in shards]
         size = rows
     else:
-        by_column = sorted(shards, key=lambda m: m.shard_offsets[1])
-        placed = [(m, ShardMetadata([k * rows], [rows], m.placement)) for k, m in enumerate(by_column)]
-        size = rows * len(shards)
+        placed, size = [], 0
+        for m in sorted(shards, key=lambda m: m.shard_offsets[1]):  # (stable: row shards keep the plan's order)
+            placed.append((m, ShardMetadata([size], [m.shard_sizes[0]], m.placement)))
+            size += m.shard_sizes[0]
     place = {(tuple(m.shard_offsets), tuple(m.shard_sizes)): sm for m, sm in placed}
     meta = ShardedTensorMetadata(shards_metadata=[sm for _, sm in placed], size=torch.Size([size]),
                                  tensor_properties=props)
@@ -935,6 +959,29 @@ class _DpSharding(DpPooledEmbeddingSharding):
                        scale_weight_gradients=False, sharding_type=ShardingType.DATA_PARALLEL, env=self._env)
 
 
+class _TwRwSharding(TwRwPooledEmbeddingSharding):
+    """TorchRec's table-row-wise sharding: each table on the processes of one node (TorchRec's intra-node group,
+    LOCAL_WORLD_SIZE processes), its rows cut among them; the lookups of the whole batch bucketized by row and
+    sent to the node, the partial pools summed over the node (reduce-scatter) and sent back to their processes
+    (all-to-all between nodes). This process's shard groups run embscale's kernels."""
+
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _Lookup(grouped_configs=self._grouped_embedding_configs_per_rank[self._rank], pg=self._pg,
+                       device=device if device is not None else self._device, feature_processor=feature_processor,
+                       sharding_type=ShardingType.TABLE_ROW_WISE, env=self._env)
+
+
+class _GridSharding(GridPooledEmbeddingSharding):
+    """TorchRec's grid sharding: a table cut into column shards, each placed on one node as a table-row-wise
+    table is (its rows cut among the node's processes); the outputs of a feature's column shards put side by
+    side after the output distribution. TorchRec's lookups of grid shards are table-row-wise ones, as here."""
+
+    def create_lookup(self, device=None, fused_params=None, feature_processor=None):
+        return _Lookup(grouped_configs=self._grouped_embedding_configs_per_rank[self._rank], pg=self._pg,
+                       device=device if device is not None else self._device, feature_processor=feature_processor,
+                       sharding_type=ShardingType.TABLE_ROW_WISE, env=self._env)
+
+
 class _SequenceLookup(GroupedEmbeddingsLookup):
     """TorchRec's grouped lookup of sequence embeddings (its EmbeddingCollection's) with embscale's kernel for
     the customized compute kernel: a shard group's kernel gives its lookups' rows [lookups, columns], which
@@ -972,9 +1019,9 @@ class _DpSequenceSharding(DpSequenceEmbeddingSharding):
         return _SequenceLookup(self, ShardingType.DATA_PARALLEL, self._env.process_group, device)
 
 
-def _unsupported_sharding(sharding_type) -> ValueError:
-    return ValueError(f"sharding_type: {sharding_type} is not supported by embscale; expected one of "
-                      f"{', '.join(_SHARDING_TYPES)}")
+def _unsupported_sharding(sharding_type, collection: str, supported) -> ValueError:
+    return ValueError(f"sharding_type: {sharding_type} is not supported by embscale's {collection} (nor by TorchRec's "
+                      f"own); expected one of {', '.join(supported)}")
 
 
 class _ShardedCollection:
@@ -1129,7 +1176,11 @@ class ShardedEmbeddingBagCollection(_ShardedCollection, _TorchrecShardedEBC):
             return _CwSharding(sharding_infos, env, device, permute_embeddings=permute_embeddings, **kw)
         if sharding_type == ShardingType.DATA_PARALLEL.value:
             return _DpSharding(sharding_infos, env, device)
-        raise _unsupported_sharding(sharding_type)
+        if sharding_type == ShardingType.TABLE_ROW_WISE.value:
+            return _TwRwSharding(sharding_infos, env, device, **kw)
+        if sharding_type == ShardingType.GRID_SHARD.value:
+            return _GridSharding(sharding_infos, env, device, **kw)
+        raise _unsupported_sharding(sharding_type, "EmbeddingBagCollection", _BAG_SHARDING_TYPES)
 
     def _create_lookups(self) -> None:
         """TorchRec's lookups, whose kernels pool SUM where TorchRec divides by the bags' lengths itself.
@@ -1142,9 +1193,20 @@ class ShardedEmbeddingBagCollection(_ShardedCollection, _TorchrecShardedEBC):
         tables, so with embscale's one pooling for all tables every kernel then pools SUM: a kernel pooling
         MEAN would be divided twice (torchrec 1.9.2's own kernels are, for their table-wise and column-wise
         MEAN tables beside a row-wise one). Without a row-wise MEAN table nothing is divided after, and the
-        kernels pool as the tables say."""
+        kernels pool as the tables say.
+
+        A grid-sharded table's rows are cut among a node's processes too, but TorchRec leaves its MEAN features
+        out of that callback (its own kernels then add up each row shard's mean); here they join the row-wise
+        ones before TorchRec reads the list (its constructor builds the lookups first), so they are pooled SUM
+        and divided after as well."""
+        mean = PoolingType.MEAN.value
+        listed = self._pooling_type_to_rs_features
+        for name, ps in self.module_sharding_plan.items():
+            config = self._table_name_to_config[name]
+            if ps.sharding_type == ShardingType.GRID_SHARD.value and config.pooling.value == mean:
+                listed[mean].extend(f for f in config.feature_names if f not in listed[mean])
         super()._create_lookups()
-        if PoolingType.MEAN.value in self._pooling_type_to_rs_features:  # TorchRec's test for its callback
+        if mean in listed:  # TorchRec's test for its callback
             for kernel in self._embscale_kernels():
                 kernel.pool_sums()
 
@@ -1185,7 +1247,7 @@ class ShardedEmbeddingCollection(_ShardedCollection, _TorchrecShardedEC):
             return _CwSequenceSharding(sharding_infos, env, device, **kw)
         if sharding_type == ShardingType.DATA_PARALLEL.value:
             return _DpSequenceSharding(sharding_infos, env, device)
-        raise _unsupported_sharding(sharding_type)
+        raise _unsupported_sharding(sharding_type, "EmbeddingCollection", _SHARDING_TYPES)
 
 
 def _check_shards_per_rank(name, ps) -> None:
@@ -1206,13 +1268,74 @@ def _check_shards_per_rank(name, ps) -> None:
 
 def _check_shards_have_rows(name, ps) -> None:
     """Every shard of a table needs a row (a TableBatchedEmbeddingBags' tables have at least one): a row-wise
-    plan of a table with fewer rows than processes, which gives some a shard of none, is refused by name."""
+    plan of a table with fewer rows than processes (a table-row-wise or grid one, than the processes of a node,
+    or rows that TorchRec's blocks leave none of to the last: 5 rows over 4), which gives some a shard of none,
+    is refused by name."""
     if ps.sharding_spec is None:
         return
     sizes = [m.shard_sizes[0] for m in ps.sharding_spec.shards]
     if 0 in sizes:
         raise ValueError(f"params[{name!r}]: shards of {sizes} rows; embscale's shards need at least one row each "
-                         "(shard a table of fewer rows than processes table-wise or data-parallel)")
+                         "(shard a table of fewer rows than the processes it is cut over table-wise or data-parallel)")
+
+
+def _node_size(world_size: int) -> int:
+    """The processes of a node as TorchRec's table-row-wise and grid shardings read them: the size of its
+    intra-node process group where one was made (once a process), else its topology group
+    (LOCAL_WORLD_SIZE, or the world where that is unset or does not divide it; torchrec.distributed.comm)."""
+    from torchrec.distributed import comm
+
+    made = getattr(comm, "_INTRA_PG", None)
+    if made is not None:
+        return dist.get_world_size(made)
+    return comm.get_topology_group_world_size(world_size)
+
+
+def _row_blocks(rows: int, node: int) -> List[Tuple[int, int]]:
+    """(first row, rows) of each process's shard of a table cut over a node of `node` processes, as TorchRec's
+    input distribution bucketizes the lookups (blocks of ceil(rows / node) rows; the last ones shorter or
+    empty)."""
+    block = -(-rows // node)
+    return [(min(i * block, rows), max(0, min(block, rows - i * block))) for i in range(node)]
+
+
+def _check_node_shards(name, ps, size, world_size: int) -> None:
+    """A table-row-wise or grid plan as TorchRec's shardings read it, which they do not check: the rows of a
+    table (of each column shard of a grid table) cut over the processes of one node, in TorchRec's blocks
+    (_row_blocks), the k-th block on the node's k-th process and listed k-th; the ranks the plan lists are its
+    shards' placements (TorchRec places a grid table's shards by the former, a table-row-wise table on the node
+    of the first); a grid table's column shards cover its columns side by side. A plan made for another node
+    size (a Topology's local_world_size other than LOCAL_WORLD_SIZE) would send lookups to shards that do not
+    hold their rows: ValueError naming params[<table>] and the node size."""
+    rows, cols = size
+    shards = list(ps.sharding_spec.shards) if ps.sharding_spec is not None else []
+    node = _node_size(world_size)
+    layout = [(list(m.shard_offsets), list(m.shard_sizes)) for m in shards]
+    where = f"params[{name!r}]: {ps.sharding_type} shards (offsets, sizes) {layout} on ranks {ps.ranks}"
+    placed = [m.placement.rank() if m.placement is not None else None for m in shards]
+    if not shards or list(ps.ranks or []) != placed:
+        raise ValueError(f"{where}: the ranks must be the shards' placements, in order ({placed})")
+    columns: Dict[int, list] = {}  # first column -> the column shard's row shards, in the plan's order
+    for m in shards:
+        columns.setdefault(m.shard_offsets[1], []).append(m)
+    starts = sorted(columns)
+    widths = [columns[c0][0].shard_sizes[1] for c0 in starts]
+    if ps.sharding_type == ShardingType.TABLE_ROW_WISE.value and any(
+            m.shard_offsets[1] != 0 or m.shard_sizes[1] != cols for m in shards):
+        raise ValueError(f"{where}: every shard of a table_row_wise table holds all its {cols} columns")
+    if (any(m.shard_sizes[1] != w for c0, w in zip(starts, widths) for m in columns[c0])
+            or starts != [sum(widths[:k]) for k in range(len(widths))] or sum(widths) != cols):
+        raise ValueError(f"{where}: the column shards must cover the table's {cols} columns side by side, each "
+                         "cut into row shards of its width")
+    for c0 in starts:
+        first = columns[c0][0].placement.rank() // node * node  # the node's first rank
+        want = [(r0, n, first + k) for k, (r0, n) in enumerate(_row_blocks(rows, node))]
+        got = [(m.shard_offsets[0], m.shard_sizes[0], m.placement.rank()) for m in columns[c0]]
+        if got != want:
+            part = "the table" if len(starts) == 1 else f"the column shard at column {c0}"
+            raise ValueError(f"{where}: TorchRec cuts {part} over a node of {node} processes (LOCAL_WORLD_SIZE; "
+                             f"world of {world_size}) into (first row, rows, rank) {want}; the plan has {got} "
+                             "(made for another node size?)")
 
 
 def _plan_kernel(ps) -> str:
@@ -1278,18 +1401,26 @@ class _Sharder:
     def _check_plan(self, params) -> None:
         """Checks of one collection's own (ValueError naming the plan's entry)."""
 
-    def _embscale_fused_params(self, module, params) -> Dict[str, Any]:
+    _SHARDING_TYPES: Tuple[str, ...] = _SHARDING_TYPES  # those of the collection's TorchRec counterpart
+
+    def _embscale_fused_params(self, module, params, env=None) -> Dict[str, Any]:
         """The fused_params that carry the module's optimizer settings and each table's placement to its shards;
         the plan's compute kernels replaced by the customized one, once the whole plan is checked (a refused plan
-        is left as it was)."""
+        is left as it was). ``env`` (TorchRec's ShardingEnv) gives the world size against which table-row-wise
+        and grid plans are checked (else the default process group's, where there is one)."""
         if not isinstance(module, self.module_type):
             raise TypeError(f"module: {type(module).__name__} is not embscale.torchrec.{self.module_type.__name__}")
         dtype = module._optimizer_settings["weights_dtype"]
+        sizes = {c.name: (c.num_embeddings, c.embedding_dim) for c in module._configs()}
+        world = env.world_size if env is not None else dist.get_world_size() if dist.is_initialized() else None
         placements = {}
         for name, ps in params.items():
-            if ps.sharding_type not in _SHARDING_TYPES:
-                raise ValueError(f"params[{name!r}]: sharding_type {ps.sharding_type} is not supported by embscale; "
-                                 f"expected one of {', '.join(_SHARDING_TYPES)}")
+            if ps.sharding_type not in self._SHARDING_TYPES:
+                raise ValueError(f"params[{name!r}]: sharding_type {ps.sharding_type} is not supported by embscale's "
+                                 f"{self.module_type.__name__} (nor by TorchRec's own); expected one of "
+                                 f"{', '.join(self._SHARDING_TYPES)}")
+            if ps.sharding_type in _NODE_SHARDING_TYPES and world is not None and name in sizes:
+                _check_node_shards(name, ps, sizes[name], world)
             _check_shards_per_rank(name, ps)
             _check_shards_have_rows(name, ps)
             placements[name] = _table_placement(name, ps, dtype)
@@ -1314,13 +1445,16 @@ class _Sharder:
         return kernels
 
     def sharding_types(self, compute_device_type: str) -> List[str]:
-        return list(_SHARDING_TYPES)
+        """The sharding types TorchRec's planner may choose: those of TorchRec's sharder of the same collection
+        (on every device: embscale's kernels serve them on the CPU too)."""
+        return list(self._SHARDING_TYPES)
 
 
 class EmbeddingBagCollectionSharder(_Sharder, _TorchrecSharder):
-    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise or data-parallel,
-    each shard group a TableBatchedEmbeddingBags with the module's optimizer settings, started from the
-    module's tables (where they are not on the meta device).
+    """Shards embscale.torchrec.EmbeddingBagCollection: table-wise, row-wise, column-wise, table-row-wise, grid
+    or data-parallel, each shard group a TableBatchedEmbeddingBags with the module's optimizer settings,
+    started from the module's tables (where they are not on the meta device). Table-row-wise and grid plans
+    must be made for the node size TorchRec reads (LOCAL_WORLD_SIZE; ``params`` naming it otherwise).
 
     The plan's compute kernel gives each table its placement: FUSED "device", FUSED_UVM "host" and
     FUSED_UVM_CACHING "cached" (data-parallel tables, DENSE or FUSED, "device"); a cached table's cache
@@ -1329,8 +1463,10 @@ class EmbeddingBagCollectionSharder(_Sharder, _TorchrecSharder):
     offers TorchRec's planner the kernels of TorchRec's own sharder that embscale serves, so on a CUDA
     topology whose device memory cannot hold the tables it plans FUSED_UVM_CACHING or FUSED_UVM."""
 
+    _SHARDING_TYPES = _BAG_SHARDING_TYPES
+
     def shard(self, module: EmbeddingBagCollection, params, env, device=None, module_fqn=None):
-        fused = self._embscale_fused_params(module, params)
+        fused = self._embscale_fused_params(module, params, env)
         sharded = ShardedEmbeddingBagCollection(module=module, table_name_to_parameter_sharding=params, env=env,
                                                 fused_params=fused, device=device,
                                                 qcomm_codecs_registry=self.qcomm_codecs_registry,
@@ -1359,7 +1495,7 @@ class EmbeddingCollectionSharder(_Sharder, _TorchrecECSharder):
         _check_column_widths(params)
 
     def shard(self, module: EmbeddingCollection, params, env, device=None, module_fqn=None):
-        fused = self._embscale_fused_params(module, params)
+        fused = self._embscale_fused_params(module, params, env)
         return ShardedEmbeddingCollection(module, params, env, fused, device,
                                           qcomm_codecs_registry=self.qcomm_codecs_registry,
                                           use_index_dedup=self._use_index_dedup, module_fqn=module_fqn)

@@ -1,19 +1,23 @@
-"""What the sharded-collection tests share (tests/python/test_torchrec.py, test_torchrec_sequence.py): a model
-sharded by TorchRec's DistributedModelParallel with a per-table plan, and the local shards of a collection
-read back with their optimizer state."""
+"""What the sharded-collection tests share (tests/python/test_torchrec.py, test_torchrec_sequence.py,
+test_torchrec_twrw.py): a model sharded by TorchRec's DistributedModelParallel with a per-table plan, and the
+local shards of a collection read back with their optimizer state."""
 import multiprocess
 
 
-def shard(model, attr, sharder, per_param, rank, world):
+def shard(model, attr, sharder, per_param, rank, world, local_size=None):
     """DistributedModelParallel of `model` whose collection `model.<attr>` is sharded by `sharder` with the
-    plan `per_param` (table name -> a torchrec.distributed.sharding_plan entry), on this rank's device."""
+    plan `per_param` (table name -> a torchrec.distributed.sharding_plan entry, or a ParameterSharding made by
+    hand), on this rank's device; `local_size`: the processes of a node the plan is made for (the world
+    where None: one node)."""
     import torch.distributed as dist
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan
-    from torchrec.distributed.types import ShardingEnv, ShardingPlan
+    from torchrec.distributed.types import ParameterSharding, ShardingEnv, ShardingPlan
 
     dev = multiprocess.device(rank)
-    module_plan = construct_module_sharding_plan(getattr(model, attr), per_param_sharding=per_param, local_size=world,
+    generators = {n: (lambda *_, made=p: made) if isinstance(p, ParameterSharding) else p for n, p in per_param.items()}
+    module_plan = construct_module_sharding_plan(getattr(model, attr), per_param_sharding=generators,
+                                                 local_size=world if local_size is None else local_size,
                                                  world_size=world, device_type=dev.type, sharder=sharder)
     return DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
                                     plan=ShardingPlan({attr: module_plan}), sharders=[sharder])
