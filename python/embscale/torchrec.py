@@ -1333,6 +1333,21 @@ class ShardedEmbeddingCollection(_ShardedCollection, _TorchrecShardedEC):
             return _IncompatibleKeys(missing_keys=[], unexpected_keys=[])
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
+    def input_dist(self, ctx, features):
+        """TorchRec's input distribution. A batch size per feature (TorchRec's variable batch) TorchRec pads to one
+        batch size before it (the kernels see one), and after the output distribution expands each feature's rows
+        by the batch's inverse_indices, which must be there and fit (ValueError naming ``features``). On the CPU
+        that expansion (fbgemm's permute_1D_sparse_data) has no gradient, so such a batch would train nothing: it
+        is refused there while gradients are on (run it under torch.no_grad())."""
+        if isinstance(features, KeyedJaggedTensor) and features.variable_stride_per_key():
+            _check_variable_batch(features, [f for c in self._embedding_configs for f in c.feature_names])
+            if features.device().type == "cpu" and torch.is_grad_enabled():
+                raise ValueError("features: a batch size per feature trains nothing in TorchRec's sharded "
+                                 "EmbeddingCollection on the CPU (it expands each feature's rows by inverse_indices "
+                                 "with fbgemm's permute_1D_sparse_data, which has no gradient there); run such batches "
+                                 "under torch.no_grad(), or give every feature one batch size")
+        return super().input_dist(ctx, features)
+
     @classmethod
     def create_embedding_sharding(cls, sharding_type, sharding_infos, env, device=None, qcomm_codecs_registry=None):
         kw = {"qcomm_codecs_registry": qcomm_codecs_registry}
