@@ -495,12 +495,12 @@ def run(request):
 
 @pytest.mark.parametrize("plan, optimizer, pooling, weighted", CASES)
 def test_sharded_training_matches_one_process(run, plan, optimizer, pooling, weighted):
-    """Each rank's outputs are its samples' rows of one process's output on the global batch (bit for bit;
-    row-wise within the rounding of the partial sums' additions), and after three steps every shard equals
-    one process's table and row-wise state, bit for bit: a bag's output gradient is summed over the samples
-    that take it, then divided by the world size (TorchRec's output distribution) where one process divides
-    each sample's first, which rounds alike only where the division is exact, so the steps' gradients are
-    compared to fp32 rounding."""
+    """Each rank's outputs are its samples' rows of one process's output on the global batch: bit for bit in the
+    first step (row-wise within the rounding of the partial sums' additions), and after three steps every shard
+    equals one process's table and optimizer state. Those only to fp32 rounding (a few ulps), and so the later
+    steps' outputs: a bag that several samples take gets their output gradients summed, and TorchRec divides that
+    sum by the world size (its output distribution) where one process divides each sample's first, which rounds
+    alike only where the division is exact."""
     world, batches, results = run
     case = CASES.index((plan, optimizer, pooling, weighted))
     pieces = _reference_pieces(plan, world)
@@ -537,9 +537,11 @@ def test_sharded_training_matches_one_process(run, plan, optimizer, pooling, wei
             got = results[r][0][case][0][s]
             want = out[first:first + got.shape[0]]
             assert got.shape == (parts[r][1].shape[0], sum(DIMS)), f"step {s}, rank {r}: output shape"
-            if plan in ("row_wise", "mixed"):
-                bad = ((got - want).abs() > bound[first:first + got.shape[0]]).nonzero()
-                assert not bad.numel(), (f"step {s}, rank {r}: forward", bad, got[bad[:, 0], bad[:, 1]], want[bad[:, 0], bad[:, 1]], divisor[first:][bad[:, 0], bad[:, 1]] if divided_after else 1)
+            if s > 0:  # the tables may differ by the rounding of the earlier steps' gradients (below)
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
+                                           msg=lambda m: f"step {s}, rank {r}: forward\n{m}")
+            elif plan in ("row_wise", "mixed"):
+                assert ((got - want).abs() <= bound[first:first + got.shape[0]]).all(), f"step {s}, rank {r}: forward"
             else:
                 assert torch.equal(got, want), f"step {s}, rank {r}: forward"
             first += got.shape[0]
