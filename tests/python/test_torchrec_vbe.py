@@ -431,7 +431,7 @@ def _worker(rank, world, cases, batches):
             pooled = dmp(_kjt(batch, inverse_keys=inverse_keys).to(multiprocess.device(rank)))
             (pooled * target.to(pooled.device)).sum().backward()
             outs.append(pooled.detach())
-        groups = [len(lookup._emb_modules) for lookup in dmp.module.ebc._lookups]
+        groups = [len(getattr(lookup, "module", lookup)._emb_modules) for lookup in dmp.module.ebc._lookups]
         out.append((outs, torchrec_sharding.local_shards(dmp.module.ebc), groups))
     # A variable batch without inverse_indices, and with inverse_indices that lack a feature: refused by name
     # (before anything is sent), on every process alike.
