@@ -47,6 +47,16 @@ TorchRec's kernels do. Data-parallel tables are replicas: each backward applies 
 the collection, the kernels pool SUM and TorchRec divides the outputs by the bags' lengths (plus 1e-6)
 after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups).
 
+A batch size per feature (TorchRec's variable batch, "VBE": a KeyedJaggedTensor with stride_per_key_per_rank and
+inverse_indices) goes in as into torchrec's modules, unsharded and sharded, forward and backward: the output is the
+full batch, each feature's bags expanded by inverse_indices. A TableBatchedEmbeddingBags reads one batch size, so
+the batch is padded into one with empty bags (each feature's bags up to the largest feature's batch; sharded, each
+rank's bags in a block as wide as that rank's largest batch), which change no real bag and train nothing; the real
+bags' rows are read back from the TBE's output (_PaddedBatch). The TBE then pools features x padded batch bags.
+Without inverse_indices, features of different batch sizes are refused naming ``features``; sharded, TorchRec's
+output distribution needs them. The sharded sequence collection gets such a batch padded by TorchRec itself; on the
+CPU TorchRec's expansion of its rows has no gradient, so it is refused there while gradients are on.
+
 State is laid out as TorchRec's FUSED kernels lay theirs, so a checkpoint moves between them: sharded tables
 and their optimizer state appear in ``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors
 over the local shards, the state under ``<table>.momentum1`` (row-wise Adagrad's sum, Adam's exp_avg; a
@@ -720,9 +730,9 @@ class _PaddedBatch:
 def _inverse_rows(inverse, names: List[str], strides: List[int]) -> torch.Tensor:
     """Per feature of ``names`` (its batch size ``strides``), its row of a KeyedJaggedTensor's inverse_indices
     ``inverse`` (``(keys, [keys, batch size] tensor)``: for each sample of the batch, which of the feature's bags it
-    takes), as int64 [features, batch size]. ValueError naming ``features.inverse_indices()`` where they do not fit: another
-    shape, a feature missing, an index outside its feature's bags (read on the host only where they are there; on
-    a device, an asynchronous assertion)."""
+    takes), as int64 [features, batch size]. ValueError naming ``features.inverse_indices()`` where they do not fit:
+    another shape, a feature missing, an index outside its feature's bags (read on the host only where they are
+    there; on a device, an asynchronous assertion)."""
     keys, table = inverse
     if (not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[0] != len(keys)
             or table.dtype.is_floating_point or table.dtype == torch.bool or table.is_complex()):
