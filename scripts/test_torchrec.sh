@@ -3,8 +3,10 @@
 # gloo, 1, 2 and 3 processes; tests/python/test_torchrec_twrw.py: table-row-wise and grid plans, 2 and 4
 # processes as nodes of 1 and 2; tests/python/test_torchrec_sequence.py: the sequence collection, unsharded
 # against torchrec's own and sharded on 2 and 3 processes; tests/python/test_torchrec_placement.py: FUSED_UVM
-# and FUSED_UVM_CACHING plans, by hand and from TorchRec's planner, and TorchRec's prefetch), of TorchRec's
-# planner with embscale's estimators (tests/python/test_torchrec_planner.py), of embscale's sharded training against
+# and FUSED_UVM_CACHING plans, by hand and from TorchRec's planner, and TorchRec's prefetch;
+# tests/python/test_torchrec_vbe.py: a batch size per feature, TorchRec's variable batch, unsharded against torchrec's
+# own modules and sharded on 2 and 3 processes), of TorchRec's planner with embscale's estimators
+# (tests/python/test_torchrec_planner.py), of embscale's sharded training against
 # TorchRec's own FBGEMM FUSED kernels
 # (tests/python/test_torchrec_matches_fbgemm.py), of replicated tables (tests/python/test_data_parallel.py)
 # and of the FBGEMM-named API against FBGEMM's own CPU TBE (tests/python/test_fbgemm_peer.py;
@@ -37,7 +39,7 @@ if [ ! -f "$LIB" ]; then
 fi
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/python/test_torchrec.py tests/python/test_torchrec_twrw.py tests/python/test_torchrec_sequence.py \
-  tests/python/test_torchrec_placement.py tests/python/test_torchrec_planner.py \
+  tests/python/test_torchrec_placement.py tests/python/test_torchrec_planner.py tests/python/test_torchrec_vbe.py \
   tests/python/test_torchrec_matches_fbgemm.py tests/python/test_data_parallel.py tests/python/test_fbgemm_peer.py \
   tests/python/test_fbgemm_migration.py tests/python/test_tbe_quant.py tests/python/test_torchrec_quant.py
 # Again under the oldest TorchRec that pyproject.toml accepts (torchrec>=1.6.1), over the same FBGEMM: there
@@ -52,4 +54,5 @@ fi
 echo "== the same under torchrec 1.6.1"
 EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$OLDEST:$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/python/test_torchrec.py tests/python/test_torchrec_twrw.py tests/python/test_torchrec_sequence.py \
-  tests/python/test_torchrec_placement.py tests/python/test_torchrec_planner.py tests/python/test_data_parallel.py
+  tests/python/test_torchrec_placement.py tests/python/test_torchrec_planner.py tests/python/test_torchrec_vbe.py \
+  tests/python/test_data_parallel.py

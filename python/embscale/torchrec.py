@@ -61,6 +61,16 @@ the collection, the kernels pool SUM and TorchRec divides the outputs by the bag
 after its output distribution, as for its own kernels (ShardedEmbeddingBagCollection._create_lookups); a
 table-row-wise or grid MEAN table does the same.
 
+A batch size per feature (TorchRec's variable batch, "VBE": a KeyedJaggedTensor with stride_per_key_per_rank and
+inverse_indices) goes in as into torchrec's modules, unsharded and sharded, forward and backward: the output is the
+full batch, each feature's bags expanded by inverse_indices. A TableBatchedEmbeddingBags reads one batch size, so
+the batch is padded into one with empty bags (each feature's bags up to the largest feature's batch; sharded, each
+rank's bags in a block as wide as that rank's largest batch), which change no real bag and train nothing; the real
+bags' rows are read back from the TBE's output (_PaddedBatch). The TBE then pools features x padded batch bags.
+Without inverse_indices, features of different batch sizes are refused naming ``features``; sharded, TorchRec's
+output distribution needs them. The sharded sequence collection gets such a batch padded by TorchRec itself; on the
+CPU TorchRec's expansion of its rows has no gradient, so it is refused there while gradients are on.
+
 State is laid out as TorchRec's FUSED kernels lay theirs, so a checkpoint moves between them: sharded tables
 and their optimizer state appear in ``state_dict()`` and ``fused_optimizer.state_dict()`` as ShardedTensors
 over the local shards, the state under ``<table>.momentum1`` (row-wise Adagrad's sum, Adam's exp_avg; a
@@ -414,9 +424,8 @@ class _TbeCollection(nn.Module, FusedOptimizerModule):
 
 
 def _ordered_features(features: KeyedJaggedTensor, order: List[str]) -> KeyedJaggedTensor:
-    """The batch's features in a TBE's order (a feature may come more than once); ValueError naming
-    ``features`` where one is missing or where the batch size differs per feature."""
-    _check_one_batch_size(features)
+    """The batch's features in a TBE's order (a feature may come more than once; a batch size per feature
+    follows its feature); ValueError naming ``features`` where one is missing."""
     keys = features.keys()
     missing = [f for f in dict.fromkeys(order) if f not in keys]
     if missing:
@@ -460,10 +469,27 @@ class EmbeddingBagCollection(_TbeCollection):
         return self._is_weighted
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """The features' pooled rows [batch, sum of the dims]. As torchrec's module: where ``features`` has
+        inverse_indices, each feature's bags are expanded to the batch by them (sample b of feature f: its bag
+        inverse_indices[f][b]); a batch size per feature (a variable batch) needs them. Such a batch is laid into
+        the TBE's one batch size, each feature padded with empty bags to the largest (_PaddedBatch)."""
+        inverse = features.inverse_indices_or_none()
         features = self._ordered(features, self._feature_names)
+        strides = features.stride_per_key()
+        if inverse is None and len(set(strides)) > 1:
+            raise ValueError(f"features: a batch size per feature (stride_per_key {strides} for keys "
+                             f"{features.keys()}) needs inverse_indices (KeyedJaggedTensor(..., inverse_indices=(keys, "
+                             "[keys, batch size] tensor))), by which each feature's bags are expanded to the batch")
+        rows = _inverse_rows(inverse, self._feature_names, strides) if inverse is not None else None
         values = features.values()
         weights = features.weights_or_none() if self._is_weighted else None
-        pooled = self.tbe(values, features.offsets().to(values.dtype), weights)
+        if features.variable_stride_per_key():
+            offsets = _PaddedBatch([[s] for s in strides], features.lengths(), values.dtype).offsets
+        else:
+            offsets = features.offsets().to(values.dtype)
+        pooled = self.tbe(values, offsets, weights)
+        if rows is not None:  # (a padded batch: each feature's bags are its first rows)
+            pooled = torch.cat([p.index_select(0, r) for p, r in zip(pooled.split(self._lengths_per_key, 1), rows)], 1)
         return KeyedTensor(keys=self._feature_names, length_per_key=self._lengths_per_key, values=pooled)
 
 
@@ -547,6 +573,7 @@ class QuantEmbeddingBagCollection(nn.Module):
         return self._output_dtype
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        _check_one_batch_size(features)  # (as torchrec's quantized collection, which reads one batch size)
         features = _ordered_features(features, self._feature_names)
         values = features.values()
         weights = features.weights_or_none() if self._is_weighted else None
@@ -640,20 +667,136 @@ class EmbeddingCollection(_TbeCollection):
     def forward(self, features: KeyedJaggedTensor) -> Dict[str, JaggedTensor]:
         features = self._ordered(features, self._features)
         values = features.values()
-        rows = self.tbe(values, features.offsets().to(values.dtype))
+        if features.variable_stride_per_key():  # a batch size per feature: its own lengths, as torchrec's module
+            strides = features.stride_per_key()
+            offsets = _PaddedBatch([[s] for s in strides], features.lengths(), values.dtype).offsets
+            lengths = features.lengths().split(strides)
+        else:
+            offsets = features.offsets().to(values.dtype)
+            lengths = features.lengths().view(len(self._features), features.stride())
+        rows = self.tbe(values, offsets)
         counts = features.length_per_key()
-        lengths = features.lengths().view(len(self._features), features.stride())
         return {name: JaggedTensor(values=emb, lengths=lens, weights=ids if self._need_indices else None)
                 for name, emb, ids, lens in zip(self._embedding_names, rows.split(counts), values.split(counts),
                                                 lengths)}
 
 
 def _check_one_batch_size(features: KeyedJaggedTensor):
-    """The TBE reads one batch size for every feature (offsets [T*B+1]); a KeyedJaggedTensor with a batch
-    size per feature (torchrec's variable batch) would be misread, so it is refused."""
+    """For the modules that take one batch size for every feature (the quantized collection, as TorchRec's):
+    a KeyedJaggedTensor with a batch size per feature (torchrec's variable batch) is refused by name."""
     if features.variable_stride_per_key():
         raise ValueError(f"features: a batch size per feature (stride_per_key {features.stride_per_key()}) is not "
                          "supported; every feature needs the same batch size")
+
+
+# ---- a batch size per feature (TorchRec's variable batch, "VBE") ----------------------------------------------
+# A TableBatchedEmbeddingBags reads one batch size B for all its features (offsets [T*B+1]). A KeyedJaggedTensor
+# whose features have batch sizes of their own (stride_per_key_per_rank: per feature, its bags from each rank) is
+# laid into one: each rank's bags take a block of rows as wide as that rank's largest batch, every feature's bags
+# at the top of the block and empty bags below (_PaddedBatch). The TBE pools the padded batch and its output
+# rows are read back at the real bags' places; the padded bags look nothing up, so they neither change a real
+# bag's result (whatever the pooling) nor train anything, and their output gradients are zero.
+
+
+def _ranges(starts: torch.Tensor, sizes: torch.Tensor, total: int) -> torch.Tensor:
+    """The positions start, start + 1, ..., start + size - 1 of each segment, one segment after another
+    (``total``: the sum of the sizes, known on the host)."""
+    firsts = torch.cumsum(sizes, 0) - sizes
+    return (torch.repeat_interleave(starts - firsts, sizes, output_size=total)
+            + torch.arange(total, dtype=starts.dtype, device=starts.device))
+
+
+class _PaddedBatch:
+    """A batch with a batch size per feature and rank (``strides[f][r]`` bags of feature f from rank r, the
+    features' bags feature-major, each feature's rank by rank, as a KeyedJaggedTensor holds them) laid into one
+    batch size for a TableBatchedEmbeddingBags: rank r's bags take rows [starts[r], starts[r] + widths[r]) of
+    every feature, widths[r] its largest batch; feature f's s = strides[f][r] bags the first s of them, empty
+    bags the rest. ``offsets``: the padded batch's [F * batch_size + 1]."""
+
+    def __init__(self, strides: List[List[int]], lengths: torch.Tensor, dtype: torch.dtype):
+        self.strides = strides
+        num_features = len(strides)
+        ranks = len(strides[0]) if num_features else 0
+        self.widths = [max(s[r] for s in strides) for r in range(ranks)]
+        self.starts = [sum(self.widths[:r]) for r in range(ranks)]
+        self.batch_size = sum(self.widths)
+        device = lengths.device
+        first = torch.tensor([f * self.batch_size + self.starts[r] for f in range(num_features) for r in range(ranks)],
+                             dtype=torch.int64, device=device)
+        sizes = torch.tensor([n for s in strides for n in s], dtype=torch.int64, device=device)
+        padded = lengths.new_zeros(num_features * self.batch_size)
+        padded[_ranges(first, sizes, lengths.numel())] = lengths
+        self.offsets = torch.cat([padded.new_zeros(1), torch.cumsum(padded, 0)]).to(dtype)
+
+    def rank_major(self, pooled: torch.Tensor, dims: List[int]) -> torch.Tensor:
+        """The real bags' rows of the TBE's output ``pooled`` [batch_size, sum(dims)], laid out as TorchRec's
+        variable-batch output distributions take a lookup's output: one flat tensor, rank by rank, in each
+        rank's part feature by feature, each feature's bags [strides[f][r], dims[f]] row by row."""
+        num_features, ranks = len(self.strides), len(self.widths)
+        columns = [sum(dims[:f]) for f in range(num_features)]
+        order = [(r, f) for r in range(ranks) for f in range(num_features)]
+        device = pooled.device
+        rows = [self.strides[f][r] for r, f in order]
+        row_sizes = torch.tensor(rows, dtype=torch.int64, device=device)
+        first_row = torch.tensor([self.starts[r] for r, _ in order], dtype=torch.int64, device=device)
+        at = torch.tensor([columns[f] for _, f in order], dtype=torch.int64, device=device)
+        width = torch.tensor([dims[f] for _, f in order], dtype=torch.int64, device=device)
+        total_rows = sum(rows)
+        tbe_rows = _ranges(first_row, row_sizes, total_rows)  # each output row's row of the padded batch
+        row_start = tbe_rows * pooled.shape[1] + torch.repeat_interleave(at, row_sizes, output_size=total_rows)
+        row_width = torch.repeat_interleave(width, row_sizes, output_size=total_rows)
+        total = sum(n * dims[f] for n, (_, f) in zip(rows, order))
+        return pooled.reshape(-1).index_select(0, _ranges(row_start, row_width, total))
+
+    def segments(self, dims: List[int]) -> List[int]:
+        """The sizes of rank_major's parts, rank by rank and feature by feature (strides[f][r] * dims[f])."""
+        return [self.strides[f][r] * dims[f] for r in range(len(self.widths)) for f in range(len(self.strides))]
+
+
+def _inverse_rows(inverse, names: List[str], strides: List[int]) -> torch.Tensor:
+    """Per feature of ``names`` (its batch size ``strides``), its row of a KeyedJaggedTensor's inverse_indices
+    ``inverse`` (``(keys, [keys, batch size] tensor)``: for each sample of the batch, which of the feature's bags it
+    takes), as int64 [features, batch size]. ValueError naming ``features.inverse_indices()`` where they do not fit:
+    another shape, a feature missing, an index outside its feature's bags (read on the host only where they are
+    there; on a device, an asynchronous assertion)."""
+    keys, table = inverse
+    if (not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[0] != len(keys)
+            or table.dtype.is_floating_point or table.dtype == torch.bool or table.is_complex()):
+        shape = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__
+        dtype = getattr(table, "dtype", None)
+        raise ValueError(f"features.inverse_indices(): {shape} ({dtype}) for keys {list(keys)}; expected an integer "
+                         f"tensor [{len(keys)} keys, batch size]")
+    missing = [n for n in dict.fromkeys(names) if n not in keys]
+    if missing:
+        raise ValueError(f"features.inverse_indices(): keys {list(keys)} lack {missing}")
+    keys = list(keys)
+    rows = table.index_select(0, torch.tensor([keys.index(n) for n in names], device=table.device)).long()
+    if rows.numel():
+        bound = torch.tensor(strides, dtype=torch.int64, device=rows.device)[:, None]
+        bad = (rows < 0) | (rows >= bound)
+        if rows.device.type == "cpu":
+            if bad.any():
+                f, b = (int(i) for i in bad.nonzero()[0])
+                raise ValueError(f"features.inverse_indices(): feature {names[f]!r} has {strides[f]} bags, but sample "
+                                 f"{b} takes bag {int(rows[f, b])}")
+        else:
+            torch._assert_async(~bad.any(), "features.inverse_indices(): an index outside its feature's bags")
+    return rows
+
+
+def _check_variable_batch(features: KeyedJaggedTensor, names: List[str]) -> None:
+    """A variable batch (a batch size per feature) for TorchRec's sharded collection: its inverse_indices must be
+    there (TorchRec's output distribution expands every feature's bags to the batch by them) and fit
+    (_inverse_rows); ValueError naming ``features`` otherwise."""
+    if features.inverse_indices_or_none() is None:
+        raise ValueError(f"features: a batch size per feature (stride_per_key {features.stride_per_key()}) needs "
+                         "inverse_indices (KeyedJaggedTensor(..., inverse_indices=(keys, [keys, batch size] "
+                         "tensor))), by which each feature's bags are expanded to the batch")
+    per_key = dict(zip(features.keys(), features.stride_per_key()))
+    missing = [n for n in dict.fromkeys(names) if n not in per_key]
+    if missing:
+        raise ValueError(f"features: keys {features.keys()} lack {missing}")
+    _inverse_rows(features.inverse_indices(), names, [per_key[n] for n in names])
 
 
 def _cache_settings(tables, placements) -> Dict[str, Any]:
@@ -813,9 +956,13 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
 
     @staticmethod
     def _lookup_args(features: KeyedJaggedTensor):
-        """The TBE's indices and offsets of a batch."""
+        """The TBE's indices and offsets of a batch, and for a batch size per feature and rank (TorchRec's
+        variable batch, after its input distribution) the padded batch they are of (else None)."""
         values = features.values()
-        return values, features.offsets().to(values.dtype)
+        if features.variable_stride_per_key():
+            padded = _PaddedBatch(features.stride_per_key_per_rank(), features.lengths(), values.dtype)
+            return values, padded.offsets, padded
+        return values, features.offsets().to(values.dtype), None
 
     @staticmethod
     def _batch_key(features: KeyedJaggedTensor):
@@ -825,7 +972,9 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         offsets it computes again); nothing is read from the device."""
         lengths = features.lengths_or_none()
         parts = [features.values(), lengths if lengths is not None else features.offsets_or_none()]
-        return (features.stride(),) + tuple((t.data_ptr(), t._version, t.numel(), t.dtype, t.device)
+        batch = (tuple(map(tuple, features.stride_per_key_per_rank())) if features.variable_stride_per_key()
+                 else features.stride())
+        return (batch,) + tuple((t.data_ptr(), t._version, t.numel(), t.dtype, t.device)
                                             for t in parts if t is not None)
 
     def prefetch(self, features: KeyedJaggedTensor, forward_stream=None) -> None:
@@ -839,27 +988,41 @@ class _ShardKernel(BaseEmbedding, FusedOptimizerModule):
         plan = getattr(self.tbe, "prefetch", None)
         if plan is None or all(p == "device" for p in self.tbe.placements):
             return
-        _check_one_batch_size(features)
-        indices, offsets = self._lookup_args(features)
+        indices, offsets, padded = self._lookup_args(features)
         plan(indices, offsets)
         if forward_stream is not None and indices.is_cuda:
             indices.record_stream(forward_stream)
             offsets.record_stream(forward_stream)
-        self._prefetched = (self._batch_key(features), indices, offsets)
+        self._prefetched = (self._batch_key(features), indices, offsets, padded)
 
-    def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
-        _check_one_batch_size(features)
+    def forward(self, features: KeyedJaggedTensor, vbe_output: Optional[torch.Tensor] = None,
+                vbe_output_offsets: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The group's pooled rows [batch, sum of the shards' columns] (sequence groups: [lookups, columns]).
+        A batch size per feature and rank (TorchRec's variable batch) is looked up as a padded batch
+        (_PaddedBatch) and its real bags' rows come back flat, rank by rank, as TorchRec's variable-batch output
+        distributions take them; given ``vbe_output`` and ``vbe_output_offsets`` (TorchRec's lookup of several
+        groups: per rank, where each of the group's features starts in the lookup's flat output), they are
+        written there and the whole returned."""
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None and prefetched[0] == self._batch_key(features):
-            _, values, offsets = prefetched  # the tensors the TBE planned
+            _, values, offsets, padded = prefetched  # the tensors the TBE planned
             if values.is_cuda:  # made on the prefetch stream: not reused before this stream is done with them
                 stream = torch.cuda.current_stream(values.device)
                 values.record_stream(stream)
                 offsets.record_stream(stream)
         else:
-            values, offsets = self._lookup_args(features)
+            values, offsets, padded = self._lookup_args(features)
         weights = features.weights_or_none() if self._config.is_weighted else None
-        return self.tbe(values, offsets, weights)
+        out = self.tbe(values, offsets, weights)
+        if padded is None or self.tbe.pooling == "none":  # (sequence rows: one per index, padding or not)
+            return out
+        dims = self.tbe.feature_dims
+        out = padded.rank_major(out, dims)
+        if vbe_output is None:
+            return out
+        sizes = torch.tensor(padded.segments(dims), dtype=torch.int64, device=out.device)
+        at = _ranges(vbe_output_offsets.to(out.device, torch.int64).reshape(-1), sizes, out.numel())
+        return vbe_output.index_copy(0, at, out.to(vbe_output.dtype))
 
     def copy_from_full_tables(self, full: Dict[str, torch.Tensor]):
         """Fills each local shard from the whole table it is a part of (name -> [rows, dim])."""
@@ -1163,6 +1326,14 @@ class ShardedEmbeddingBagCollection(_ShardedCollection, _TorchrecShardedEBC):
     _TABLES = "embedding_bags"
     _TORCHREC_MODULE = _torchrec_ebc_module
 
+    def input_dist(self, ctx, features):
+        """TorchRec's input distribution; a batch size per feature (TorchRec's variable batch) checked first:
+        its inverse_indices must be there and fit (ValueError naming ``features``), as TorchRec's output
+        distribution expands every feature's bags to the batch by them."""
+        if isinstance(features, KeyedJaggedTensor) and features.variable_stride_per_key():
+            _check_variable_batch(features, [f for c in self._embedding_bag_configs for f in c.feature_names])
+        return super().input_dist(ctx, features)
+
     @classmethod
     def create_embedding_bag_sharding(cls, sharding_infos, env, device=None, permute_embeddings=False,
                                       qcomm_codecs_registry=None):
@@ -1235,6 +1406,21 @@ class ShardedEmbeddingCollection(_ShardedCollection, _TorchrecShardedEC):
         if self._embscale_constructing:
             return _IncompatibleKeys(missing_keys=[], unexpected_keys=[])
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def input_dist(self, ctx, features):
+        """TorchRec's input distribution. A batch size per feature (TorchRec's variable batch) TorchRec pads to one
+        batch size before it (the kernels see one), and after the output distribution expands each feature's rows
+        by the batch's inverse_indices, which must be there and fit (ValueError naming ``features``). On the CPU
+        that expansion (fbgemm's permute_1D_sparse_data) has no gradient, so such a batch would train nothing: it
+        is refused there while gradients are on (run it under torch.no_grad())."""
+        if isinstance(features, KeyedJaggedTensor) and features.variable_stride_per_key():
+            _check_variable_batch(features, [f for c in self._embedding_configs for f in c.feature_names])
+            if features.device().type == "cpu" and torch.is_grad_enabled():
+                raise ValueError("features: a batch size per feature trains nothing in TorchRec's sharded "
+                                 "EmbeddingCollection on the CPU (it expands each feature's rows by inverse_indices "
+                                 "with fbgemm's permute_1D_sparse_data, which has no gradient there); run such batches "
+                                 "under torch.no_grad(), or give every feature one batch size")
+        return super().input_dist(ctx, features)
 
     @classmethod
     def create_embedding_sharding(cls, sharding_type, sharding_infos, env, device=None, qcomm_codecs_registry=None):

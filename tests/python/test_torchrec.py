@@ -324,7 +324,8 @@ def test_collection_errors():
     kjt = KeyedJaggedTensor.from_lengths_sync(keys=["a"], values=torch.tensor([1]), lengths=torch.tensor([1]))
     with pytest.raises(ValueError, match=r"features: keys \['a'\] lack \['b', 'c', 'd', 'e'\]"):
         ebc(kjt)
-    # A batch size per feature (torchrec's variable batch) was misread (review of 2026-12-03): refused.
+    # A batch size per feature (torchrec's variable batch) was misread (review of 2026-12-03): refused without
+    # inverse_indices (tests/python/test_torchrec_vbe.py tests such batches with them).
     vbe = KeyedJaggedTensor(keys=FEATURES, values=torch.tensor([1, 2, 3, 4, 5]), lengths=torch.tensor([1, 1, 2, 1, 0]),
                             stride_per_key_per_rank=[[3], [1], [1], [0], [0]])
     with pytest.raises(ValueError, match="features: a batch size per feature"):
