@@ -264,7 +264,20 @@ def test_bad_arguments_are_refused_by_name():
 
 
 # ---- FBGEMM's own CPU IntNBit TBE, on identical bytes --------------------------------------------------------
-needs_fbgemm = pytest.mark.skipif(IntNBitTableBatchedEmbeddingBagsCodegen is None, reason="fbgemm_gpu not installed")
+def _fbgemm_inference_loaded():
+    """Whether FBGEMM's inference library is loaded, not only its Python module (a training-only install of
+    fbgemm_gpu imports the module but lacks the operators it calls)."""
+    if IntNBitTableBatchedEmbeddingBagsCodegen is None:
+        return False
+    try:
+        torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+needs_fbgemm = pytest.mark.skipif(not _fbgemm_inference_loaded(),
+                                  reason="fbgemm_gpu's inference library (IntNBit TBE) is not installed")
 FBGEMM_SPECS = [(100, 64, "int8"), (50, 32, "int4"), (40, 8, "int2"), (30, 16, "fp16"), (20, 12, "fp32"),
                 (70, 128, "int8"), (33, 48, "int4")]
 
