@@ -5,6 +5,13 @@
 
 namespace fuzz {
 
+// The optimizers (embscale_c.h): 0 none, 1 sgd, 2 rowwise_adagrad, 3 adam, 4 partial_rowwise_adam, 5 adagrad,
+// 6 lamb, 7 partial_rowwise_lamb, 8 lars_sgd.
+constexpr int32_t kOptimizers = 9;
+bool reads_eps(int32_t t) { return t >= 2 && t <= 7; }
+bool reads_betas(int32_t t) { return t == 3 || t == 4 || t == 6 || t == 7; }
+bool applies_decay(int32_t t) { return t == 2 || t == 3 || t == 4 || t >= 6; }
+
 embscale_optimizer make_optimizer(Case& c, int32_t type) {
   embscale_optimizer p{};
   p.type = type;
@@ -12,21 +19,23 @@ embscale_optimizer make_optimizer(Case& c, int32_t type) {
   p.eps = c.rng.pick<float>({1e-8f, 1e-6f, 1e-3f, 0.1f});
   p.beta1 = c.rng.pick<float>({0.0f, 0.5f, 0.9f, 0.99f});
   p.beta2 = c.rng.pick<float>({0.0f, 0.9f, 0.999f});
-  const bool decays = type == 2 || type == 3 || type == 4;
+  const bool decays = applies_decay(type);
   p.weight_decay_mode = decays ? static_cast<int32_t>(c.rng.range(0, 2)) : 0;
   p.weight_decay = decays && c.rng.chance(0.5) ? 0.01f : 0.0f;
   p.max_norm = type == 2 && c.rng.chance(0.3) ? 1.0f : 0.0f;
   p.gradient_clipping = type != 0 && c.rng.chance(0.3) ? 0.5f : 0.0f;
   p.step = c.rng.chance(0.2) ? 1 : c.rng.range(1, 100000);
+  p.eta = c.rng.pick<float>({0.0f, 0.001f, 0.5f});
+  p.momentum = c.rng.pick<float>({0.0f, 0.5f, 0.9f});
   return p;
 }
 
 void mutate_optimizer(Case& c, embscale_optimizer* p) {
   if (!touch(c, "optimizer")) return;
-  const bool adagrad = p->type == 2, adam = p->type == 3 || p->type == 4;
-  switch (c.rng.below(11)) {
+  const bool adagrad = p->type == 2, eps = reads_eps(p->type), betas = reads_betas(p->type), lars = p->type == 8;
+  switch (c.rng.below(12)) {
     case 0:
-      p->type = bad_enum(c, 5);
+      p->type = bad_enum(c, kOptimizers);
       c.mut(fmt("optimizer.type=%d", p->type), Expect::kFail, kInvalidArgument);
       break;
     case 1:
@@ -39,12 +48,12 @@ void mutate_optimizer(Case& c, embscale_optimizer* p) {
       break;
     case 3:
       p->eps = c.rng.pick<float>({NAN, INFINITY, 0.0f, -1e-8f});
-      c.mut(fmt("optimizer.eps=%g", p->eps), adagrad || adam ? Expect::kFail : Expect::kAny, kInvalidArgument);
+      c.mut(fmt("optimizer.eps=%g", p->eps), eps ? Expect::kFail : Expect::kAny, kInvalidArgument);
       break;
     case 4:
       if (c.rng.chance(0.5)) p->beta1 = c.rng.pick<float>({NAN, 1.0f, -0.1f, 2.0f});
       else p->beta2 = c.rng.pick<float>({NAN, 1.0f, -0.1f, INFINITY});
-      c.mut(fmt("optimizer.beta1=%g beta2=%g", p->beta1, p->beta2), adam ? Expect::kFail : Expect::kAny, kInvalidArgument);
+      c.mut(fmt("optimizer.beta1=%g beta2=%g", p->beta1, p->beta2), betas ? Expect::kFail : Expect::kAny, kInvalidArgument);
       break;
     case 5:
       p->weight_decay = c.rng.pick<float>({NAN, INFINITY});
@@ -65,11 +74,17 @@ void mutate_optimizer(Case& c, embscale_optimizer* p) {
             p->gradient_clipping == 1.0f && p->type != 0 ? Expect::kOk : Expect::kFail, kInvalidArgument);
       break;
     case 9:
-      if (!adagrad && !adam) {
+      if (!applies_decay(p->type)) {
         p->weight_decay = 0.01f;
         p->weight_decay_mode = static_cast<int32_t>(c.rng.range(1, 2));
         c.mut("weight decay with an optimizer that applies none", Expect::kFail, kInvalidArgument);
       }
+      break;
+    case 10:
+      if (c.rng.chance(0.5)) p->eta = c.rng.pick<float>({NAN, -0.1f, INFINITY});
+      else p->momentum = c.rng.pick<float>({NAN, 1.0f, -0.1f, INFINITY});
+      c.mut(fmt("optimizer.eta=%g momentum=%g", p->eta, p->momentum), lars ? Expect::kFail : Expect::kAny,
+            kInvalidArgument);
       break;
     default:
       p->step = INT64_MAX;
@@ -84,7 +99,7 @@ void mutate_optimizer(Case& c, embscale_optimizer* p) {
 void case_optimizer_check(Case& c) {
   c.op = "embscale_optimizer_check";
   c.vocab = kTbeVocab;
-  embscale_optimizer opt = make_optimizer(c, static_cast<int32_t>(c.rng.range(0, 4)));
+  embscale_optimizer opt = make_optimizer(c, static_cast<int32_t>(c.rng.range(0, kOptimizers - 1)));
   if (c.rng.chance(0.05)) {
     c.mut("optimizer=NULL", Expect::kFail, kInvalidArgument);
     c.snapshot();
@@ -98,10 +113,10 @@ void case_optimizer_check(Case& c) {
 
 // Whether the optimizer keeps momentum 1 / 2, and whether they are row-wise.
 void state_shape(int type, bool* m1, bool* m1_rows, bool* m2, bool* m2_rows) {
-  *m1 = type == 2 || type == 3 || type == 4;
+  *m1 = type >= 2;
   *m1_rows = type == 2;
-  *m2 = type == 3 || type == 4;
-  *m2_rows = type == 4;
+  *m2 = type == 3 || type == 4 || type == 6 || type == 7;
+  *m2_rows = type == 4 || type == 7;
 }
 
 // One backward case: op 0 = embscale_tbe_backward_workspace_size, 1 = embscale_tbe_backward.
@@ -113,7 +128,7 @@ void case_tbe_backward(Case& c, bool cuda, int op) {
   if (!make_tbe(c, &o, pooling == 2)) return;
   Ctx ctx;
   make_ctx(c, &ctx, cuda, 0.05, true);
-  const int32_t type = static_cast<int32_t>(c.rng.range(0, 4));
+  const int32_t type = static_cast<int32_t>(c.rng.range(0, kOptimizers - 1));
   const bool dense = type == 0;
   const Role wrole = dense ? Role::kInput : Role::kTable;  // dense-gradient mode never writes the weights
   const bool specials = c.rng.chance(0.15);
