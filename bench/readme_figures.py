@@ -212,9 +212,6 @@ HISTORICAL = {
         records=("2026-12-06-nvidia-h100-tbe-cache-96gib.jsonl",), measured="2026-12-06",
         builds=("02cff96",), why="sources it measures have changed since, none in the cache, its kernels or the "
         "training TBE: the C API's create functions share one helper, and the quantized TBE's ctypes mirror"),
-    "tbe_quant_cpu, AMD EPYC": dict(
-        records=("2026-12-06-cpu-tbe-quant-vs-fbgemm.jsonl",), measured="2026-12-06", builds=("6a54e2f", "add7b64"),
-        why="sources it measures have changed since, not their code: the C API's file was split in four"),
     "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
                  why="both backends' TBE and the torch module have changed since"),
     "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),
