@@ -345,13 +345,18 @@ TEST_P(TbeBackward, WideKeySpaces) {
 // rows of up to 32 columns by the narrow shapes (16 rows of 2 lanes up to 16 columns, 8 rows of 4 lanes
 // up to 32), and rows narrower than their shape's widest (empty vectors). The lane groups take calls
 // whose every D is a multiple of 4 (whole vectors), one set per shape: (16, 2), (8, 2), (4, 4),
-// (2, 2), (1, 1); the sets with odd widths (partial vectors) take the whole-warp path instead. The
-// results must match the reference and be bit-identical to the block and multi-block paths.
+// (2, 2), (1, 1); the sets with odd widths (partial vectors) take the whole-warp path instead. Every
+// optimizer: those with element-wise state hold it in the lane groups' registers, LAMB's take their
+// trust ratio there, LARS's its weight norm. The results must match the reference and be bit-identical
+// (weights and both state buffers) to the block and multi-block paths.
 TEST_P(TbeBackward, LaneGroupShapesDeterministic) {
   const std::vector<std::vector<int>> dim_sets = {{16, 8, 4},  {32, 12, 28}, {128, 64, 36}, {256, 160},
                                                   {512, 320, 40}, {160, 37},  {256, 3},     {320, 512, 129},
                                                   {16, 9, 1},  {32, 17, 5},  {24, 31}};
-  for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad}) {
+  for (int i = 0; i < num_optimizers(); ++i) {
+    const auto opt = static_cast<OptimizerType>(i);
+    if (opt == OptimizerType::kNone) continue;  // dense mode: RandomDense and the dense tests
+    const bool plain = opt == OptimizerType::kSgd || opt == OptimizerType::kRowwiseAdagrad;
     for (const auto& dims : dim_sets) {
       BwdCase c;
       c.dims = dims;
@@ -360,18 +365,23 @@ TEST_P(TbeBackward, LaneGroupShapesDeterministic) {
       c.max_bag = 12;
       c.hot_fraction = 0.2;
       c.opt.type = opt;
-      c.opt.learning_rate = 0.125f;
-      c.opt.eps = 0.1f;
+      c.opt.learning_rate = plain ? 0.125f : 0.01f;
+      c.opt.eps = plain ? 0.1f : 1e-3f;
       if (opt == OptimizerType::kRowwiseAdagrad) c.opt.max_norm = 40.0f;
+      if (!plain && opt != OptimizerType::kAdagrad) {
+        c.opt.weight_decay = 0.05f;
+        c.opt.weight_decay_mode = WeightDecayMode::kDecoupled;
+      }
+      if (opt == OptimizerType::kLarsSgd) c.opt.eta = 0.5f;
       c.steps = 2;
-      c.seed = 91 + dims[0];
+      c.seed = 91 + dims[0] + (plain ? 0 : 1000 * i);
       c.integer_values = true;
       const BwdOutcome a = expect_case(c);
       c.tuning.max_warp_segment = 2;
       c.tuning.max_block_segment = 6;
       c.tuning.block_threads = 64;
       const BwdOutcome b = expect_case(c);
-      EXPECT_TRUE(a.weights == b.weights && a.m1 == b.m1)
+      EXPECT_TRUE(a.weights == b.weights && a.m1 == b.m1 && a.m2 == b.m2)
           << optimizer_name(opt) << " D0=" << dims[0] << ": paths differ bit-wise";
     }
   }

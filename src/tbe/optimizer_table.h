@@ -87,8 +87,8 @@ constexpr const OptimizerSpec* optimizer_spec(OptimizerType t) {
   return i >= 0 && i < kNumOptimizers ? &kOptimizerSpecs[i] : nullptr;
 }
 
-// Whether t keeps a state buffer with one float per weight (such optimizers do not take the CUDA
-// backward's lane groups, which hold a row's columns in registers).
+// Whether t keeps a state buffer with one float per weight (the CUDA backward's lane groups then hold it
+// in registers beside the weights).
 constexpr bool has_elementwise_state(OptimizerType t) {
   const OptimizerSpec* s = optimizer_spec(t);
   return s != nullptr &&

@@ -474,6 +474,10 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   rp.g_vec = g_vec ? 1 : 0;
   rp.ug_vec = (dense && aligned(args.unique_grads.data, 4 * tbe_bwd::kVec) && tbe.max_dim() % tbe_bwd::kVec == 0) ? 1 : 0;
   rp.whole_vecs = (dims_whole && g_vec && (dense ? rp.ug_vec != 0 : w_vec)) ? 1 : 0;
+  // Element-wise state is laid out as the weights (fp32): with w_vec, its vectors are aligned where its
+  // bases are.
+  rp.state_vec = (w_vec && aligned(args.momentum1.data, 4 * tbe_bwd::kVec) &&
+                  aligned(args.momentum2.data, 4 * tbe_bwd::kVec)) ? 1 : 0;
   rp.max_warp_segment = t.max_warp;
   rp.opt = args.optimizer;
   rp.corrections = opt::adam_corrections(args.optimizer);

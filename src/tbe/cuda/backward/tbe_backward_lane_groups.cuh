@@ -23,11 +23,12 @@ namespace cuda {
 namespace tbe_bwd {
 
 //
+//
 // A warp updating one short row at a time has one row's loads in flight, so the warp path is bound by
 // latency, not bandwidth. When every row fits the path (max_dim <= kGroupMaxCols) and is made of whole,
 // aligned vectors of kVec columns (whole_vecs; the lane groups have no element-by-element access,
-// VecAccess::kWhole), and the optimizer has no element-wise state (SGD, row-wise Adagrad, dense mode),
-// the warp is split into R lane groups of
+// VecAccess::kWhole; an optimizer's element-wise state must be as aligned: state_vec), the warp is split
+// into R lane groups of
 // L = 32 / R lanes, each updating its own row, with the shape chosen per call from the widest row
 // (group_shape). Each lane holds its row's columns in registers as V = P x S vectors of kVec columns:
 // P passes of update_row's mapping, S slots per pass. Lane gl of a group holds, as vector (pass q, slot
@@ -37,8 +38,10 @@ namespace tbe_bwd {
 // narrow shapes hold the first S*L lanes of one pass (P = 1), for short rows: R = 8, S = 2 up to 32
 // columns, R = 16, S = 2 up to 16; there the per-row work of a round (row metadata, the reductions) is
 // shared by more rows and a lane computes 2 vectors instead of 4. The loads of R rows (weights,
-// row-wise state, first gradient row) are issued together, and the gradient is summed once (no
-// recomputation across sweeps).
+// row-wise and element-wise state, first gradient row) are issued together, and the gradient is summed
+// once (no recomputation across sweeps). An element's state (Adam's moments, Adagrad's sum, LARS's
+// velocity) is held by the lane holding the element, in the same vectors as its weights; LAMB's trust
+// ratio needs no second sweep, the row being in registers.
 //
 // Every column is summed in the canonical order; the per-lane row sums run over the passes in order,
 // exactly as update_row's per-lane sums, and are then reduced along warp_sum's xor tree (group_sum): in
@@ -88,7 +91,7 @@ inline int group_max_lookups(GroupShape s) {
   return s.rows == 0 ? 0 : s.rows >= 8 ? kNarrowGroupMaxLookups : kGroupMaxLookups;
 }
 inline GroupShape group_shape(const RowParams& p) {
-  if (opt::has_elementwise_state(p.opt.type) || p.whole_vecs == 0) return {0, 0};
+  if (p.whole_vecs == 0 || (opt::has_elementwise_state(p.opt.type) && p.state_vec == 0)) return {0, 0};
   if (p.max_dim <= group_cols<16, 2>()) return {16, 2};
   if (p.max_dim <= group_cols<8, 2>()) return {8, 2};
   if (p.max_dim <= group_cols<4, 4>()) return {4, 4};
@@ -97,24 +100,9 @@ inline GroupShape group_shape(const RowParams& p) {
   return {0, 0};
 }
 
-// The lane-group path is compiled per optimizer (a template argument of its kernel, one instantiation
-// per optimizer without element-wise state: visit_lane_group_optimizer), so its element loops carry no
-// test of the optimizer type. group_update_row is written once against the optimizer's trait
-// (tbe/optimizer_traits.h).
-template <typename Opt>
-constexpr bool kLaneGroupTrait = !Opt::kElementM1 && !Opt::kElementM2;
-
-// make(std::integral_constant<OptimizerType, t>{}) for an optimizer t that group_shape gives the lane
-// groups (its kernel, say), a value-initialised result for the others. Host only.
-template <typename F>
-auto visit_lane_group_optimizer(OptimizerType t, F make) {
-  using Result = decltype(make(std::integral_constant<OptimizerType, opt::Dense::kType>{}));
-  return opt::visit_optimizer(t, [&](auto o) -> Result {
-    using Opt = decltype(o);
-    if constexpr (kLaneGroupTrait<Opt>) return make(std::integral_constant<OptimizerType, Opt::kType>{});
-    else return Result{};
-  });
-}
+// The lane-group path is compiled per optimizer (a template argument of its kernel: one instantiation
+// per optimizer and shape), so its element loops carry no test of the optimizer type. group_update_row
+// is written once against the optimizer's trait (tbe/optimizer_traits.h).
 
 // Mask of lane group grp (of L lanes).
 template <int L>
@@ -149,12 +137,22 @@ __device__ __forceinline__ LookupMeta group_meta(const RowParams& p, int64_t sta
   return m;
 }
 
+// The element-wise state of group_update_row's row: the vectors of momentum1 / momentum2 that the lane's
+// weight vectors have (only those the optimizer keeps element-wise are used).
+template <int V>
+struct GroupElementState {
+  float m1[V][kVec];
+  float m2[V][kVec];
+};
+
 // The optimizer step of group_update_row's row (not in dense mode): g its summed gradient, w its weights,
-// state its row-wise state (if the optimizer keeps one); the new weights are stored.
+// state its row-wise state (if the optimizer keeps one), es its element-wise state (if it keeps any); the
+// new weights and state are stored.
 template <typename W, int R, int S, typename Opt>
 __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const RowInfo& r,
                                                      float (&g)[group_passes<R, S>() * S][kVec],
                                                      float (&w)[group_passes<R, S>() * S][kVec],
+                                                     GroupElementState<group_passes<R, S>() * S>& es,
                                                      const int (&col)[group_passes<R, S>() * S],
                                                      const int (&ncols)[group_passes<R, S>() * S], float state, int gl,
                                                      unsigned gmask) {
@@ -164,6 +162,22 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
   const OptimizerParams& o = p.opt;
   const int D = r.D;
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
+  // The sum over the row of f(v, e) for the row's columns, per lane in update_row's order (slot k's
+  // partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...), then along
+  // warp_sum's tree.
+  const auto row_sum = [&](auto f) {
+    float s[S];
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      s[k] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < P; ++q)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          if (e < ncols[q * S + k]) s[k] = __fadd_rn(s[k], f(q * S + k, e));
+    }
+    return group_sum<L, S>(s, gmask);
+  };
   // The optimizer's modes are the same for every element of the row: each is tested once here, so the
   // element loops below are straight-line code (the same opt:: functions, the same operations).
   if (o.gradient_clipping > 0.0f) {
@@ -173,8 +187,7 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
       for (int e = 0; e < kVec; ++e) g[v][e] = opt::clip_grad(g[v][e], o);
   }
   opt::RowTerms terms;
-  if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGrad) {
-    // Slot k's partial is lane gl + k*L's sum in update_row: its columns of pass 0, then pass 1, ...
+  if constexpr (Opt::kReduction != opt::RowReduction::kNone) {
     // Without L2 weight decay row_sq_term(g, w) is g*g.
     const bool l2 = o.weight_decay_mode == WeightDecayMode::kL2;
     float s[S];
@@ -192,15 +205,50 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
     }
     opt::RowSums sums;
     sums.grad = group_sum<L, S>(s, gmask);
-    terms = Opt::row_terms(&state, sums, D, o, p.corrections);
-    if (gl == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
+    if constexpr (Opt::kReduction == opt::RowReduction::kSumSqGradAndWeight)
+      sums.weight = row_sum([&](int v, int e) { return __fmul_rn(w[v][e], w[v][e]); });
+    if constexpr (Opt::kRowState) {
+      terms = Opt::row_terms(&state, sums, D, o, p.corrections);
+      if (gl == 0) Opt::row_state(p.momentum1, p.momentum2)[r.key] = state;
+    } else {
+      terms = Opt::row_terms(nullptr, sums, D, o, p.corrections);
+    }
   }
-  // New values in place of w (columns past D keep their zeros and are not stored).
+  // The element-wise state, updated in registers by apply, is stored (columns past D hold zeros: their
+  // values and state are not stored).
+  const auto store_state = [&]() {
 #pragma unroll
-  for (int v = 0; v < V; ++v)
+    for (int v = 0; v < V; ++v) {
+      const int64_t at = r.wbase + col[v];
+      if constexpr (Opt::kElementM1) store_weights<float, VecAccess::kWhole>(p.momentum1 + at, true, ncols[v], es.m1[v]);
+      if constexpr (Opt::kElementM2) store_weights<float, VecAccess::kWhole>(p.momentum2 + at, true, ncols[v], es.m2[v]);
+    }
+  };
+  if constexpr (Opt::kTrustRatio) {
+    // LAMB: the directions in place of g, then the ratio of the norms of the row's weights and
+    // directions, then each weight's step.
 #pragma unroll
-    for (int e = 0; e < kVec; ++e)
-      w[v][e] = Opt::apply(w[v][e], g[v][e], terms, nullptr, nullptr, o, p.corrections);
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        g[v][e] = Opt::apply(w[v][e], g[v][e], terms, &es.m1[v][e], &es.m2[v][e], o, p.corrections);
+    store_state();
+    const float sq = row_sum([&](int v, int e) { return __fmul_rn(g[v][e], g[v][e]); });
+    const float sw = row_sum([&](int v, int e) { return __fmul_rn(w[v][e], w[v][e]); });
+    const float ratio = opt::trust_ratio(sw, sq);
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) w[v][e] = opt::trust_step(w[v][e], g[v][e], ratio, o);
+  } else {
+    // New values in place of w.
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        w[v][e] = Opt::apply(w[v][e], g[v][e], terms, &es.m1[v][e], &es.m2[v][e], o, p.corrections);
+    store_state();
+  }
   if (Opt::renormalises(o)) {
     float sq[S];
 #pragma unroll
@@ -265,9 +313,6 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   W* wrow = static_cast<W*>(p.weights) + r.wbase;
   const G* grad = static_cast<const G*>(p.grad_output);
   using Opt = opt::TraitOf<kOpt>;
-  static_assert(kLaneGroupTrait<Opt>, "the lane groups hold no element-wise state");
-  static_assert(Opt::kReduction != opt::RowReduction::kSumSqGradAndWeight && !Opt::kTrustRatio,
-                "the lane groups compute no row sum but kSumSqGrad's, and no trust ratio");
   constexpr bool dense = Opt::kDense;
   int col[V], ncols[V];
 #pragma unroll
@@ -279,8 +324,8 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
       const int left = D - col[v];
       ncols[v] = left <= 0 ? 0 : (left < kVec ? left : kVec);
     }
-  // Loads first: the metas of lookups 1..L-1, the weights, the row-wise state and the first gradient
-  // row, all independent.
+  // Loads first: the metas of lookups 1..L-1, the weights, the row's state and the first gradient row,
+  // all independent.
   LookupMeta next{0, 1.0f};
   if (gl > 0 && gl < len) next = lookup_meta(p, start + gl);
   float w[V][kVec], g[V][kVec];
@@ -290,6 +335,18 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
   }
   float state = 0.0f;
   if constexpr (Opt::kRowState) state = Opt::row_state(p.momentum1, p.momentum2)[r.key];
+  GroupElementState<V> es;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t at = r.wbase + col[v];
+    if constexpr (Opt::kElementM1) load_vec<float, false, VecAccess::kWhole>(p.momentum1 + at, true, ncols[v], es.m1[v]);
+    if constexpr (Opt::kElementM2) load_vec<float, false, VecAccess::kWhole>(p.momentum2 + at, true, ncols[v], es.m2[v]);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      if constexpr (!Opt::kElementM1) es.m1[v][e] = 0.0f;
+      if constexpr (!Opt::kElementM2) es.m2[v][e] = 0.0f;
+    }
+  }
 #pragma unroll
   for (int v = 0; v < V; ++v) load_vec<G, true, VecAccess::kWhole>(grad + first.grad_off + col[v], true, ncols[v], g[v]);
 #pragma unroll
@@ -350,7 +407,7 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
       if (ncols[v] > 0) store_floats<VecAccess::kWhole>(dst + col[v], true, ncols[v], g[v]);
     for (int d = D + gl; d < p.max_dim; d += L) dst[d] = 0.0f;
   } else {
-    group_optimizer_step<W, R, S, Opt>(p, r, g, w, col, ncols, state, gl, gmask);
+    group_optimizer_step<W, R, S, Opt>(p, r, g, w, es, col, ncols, state, gl, gmask);
   }
 }
 
@@ -375,6 +432,18 @@ __device__ __forceinline__ void group_prefetch_row(const RowParams& p, const Row
     }
   if constexpr (Opt::kRowState)
     if (gl == 0) prefetch_l2(Opt::row_state(p.momentum1, p.momentum2) + r.key);
+  if constexpr (Opt::kElementM1 || Opt::kElementM2) {
+#pragma unroll
+    for (int q = 0; q < P; ++q)
+#pragma unroll
+      for (int k = 0; k < S; ++k) {
+        const int col = q * kPassCols + (gl + k * L) * kVec;
+        if (col < r.D) {
+          if constexpr (Opt::kElementM1) prefetch_l2(p.momentum1 + r.wbase + col);
+          if constexpr (Opt::kElementM2) prefetch_l2(p.momentum2 + r.wbase + col);
+        }
+      }
+  }
 }
 
 // The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], c[2], c[3],

@@ -44,9 +44,13 @@ constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads pe
 // shapes run best without spills (2 blocks, <= 128 registers); fp16/bf16 rows and fp32 rows of the
 // narrow shapes with 3 (<= 80 registers): more warps in flight for short rows and the rounding's
 // arithmetic, while at 4 blocks (<= 64 registers) the spills cost more than the warps bring.
-template <typename W, int kRows>
+// An optimizer with element-wise state holds it beside the weights (up to twice the registers, with
+// Adam's two moments): 2 blocks (<= 128 registers) for every shape and weights dtype, as at 3 every
+// narrow shape spilled.
+template <typename W, int kRows, bool kElementState>
 constexpr int group_rows_min_blocks() {
-  if constexpr (sizeof(W) == 4) return kRows >= 8 ? 3 : 2;
+  if constexpr (kElementState) return 2;
+  else if constexpr (sizeof(W) == 4) return kRows >= 8 ? 3 : 2;
   else return 3;
 }
 
@@ -183,6 +187,7 @@ struct RowParams {
   WeightRounding rounding;
   uint64_t rounding_key;
   const int64_t* rounding_bases;   // [total_rows] or null (TbeBackwardArgs::rounding_bases)
+  int state_vec;                   // the element-wise state buffers allow kVec-element vector access
 };
 
 // Skip mode: broken offsets (reported by the finalize kernel before classify and the rows run) mean no

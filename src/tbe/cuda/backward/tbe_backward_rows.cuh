@@ -12,11 +12,11 @@ namespace tbe_bwd {
 
 using RowsKernel = void (*)(RowParams);
 
-// The lane-group kernel of an optimizer that group_shape lets take them (visit_lane_group_optimizer).
+// The lane-group kernel of an optimizer (one per optimizer: group_update_row's element loops test none).
 template <typename W, typename G, int kRows, int kSlots>
 RowsKernel group_kernel(OptimizerType opt) {
-  return visit_lane_group_optimizer(opt, [](auto o) -> RowsKernel {
-    return tbe_backward_warp_rows_kernel<W, G, kRows, kSlots, decltype(o)::value, VecAccess::kWhole>;
+  return opt::visit_optimizer(opt, [](auto o) -> RowsKernel {
+    return tbe_backward_warp_rows_kernel<W, G, kRows, kSlots, decltype(o)::kType, VecAccess::kWhole>;
   });
 }
 
@@ -44,9 +44,8 @@ Status launch_rows_typed(const RowParams& p, const RowGrids& g, cudaStream_t s) 
   }
   {
     // Lane groups: 16 rows per warp up to 16 columns, 8 up to 32, 4 up to 128, 2 up to 256, 1 (all
-    // passes in registers) up to 512; one kernel per optimizer of the path (SGD, row-wise Adagrad,
-    // dense). Then the whole-warp kernel for the warp-path rows the lane groups do not take (all of them
-    // when the path is off).
+    // passes in registers) up to 512; one kernel per optimizer. Then the whole-warp kernel for the
+    // warp-path rows the lane groups do not take (all of them when the path is off).
     const GroupShape shape = group_shape(p);  // off unless whole_vecs, so kByFlag calls never take the lane groups
     const int rows = shape.rows;
     // The first row kernel waits for what classify (or grad_psw) wrote before it reads anything; the
