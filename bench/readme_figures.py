@@ -206,12 +206,14 @@ HISTORICAL = {
                why="the CUDA FP8 kernels have changed since"),
     "tbe_cache, 16 GiB, T=26, D=128, B=8192, L=20": dict(
         records=("2026-12-06-nvidia-h100-tbe-cache-16gib-managed.jsonl",), measured="2026-12-06",
-        builds=("02cff96",), why="sources it measures have changed since, none in the cache, its kernels or the "
-        "training TBE: the C API's create functions share one helper, and the quantized TBE's ctypes mirror"),
+        builds=("02cff96",), why="sources it measures have changed since, none in the cache or its kernels: the "
+        "C API was split, four optimizers were added, and the CUDA backward's lane groups took the optimizers with "
+        "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS)"),
     "tbe_cache, 96 GiB, T=26, D=128, B=8192, L=20": dict(
         records=("2026-12-06-nvidia-h100-tbe-cache-96gib.jsonl",), measured="2026-12-06",
-        builds=("02cff96",), why="sources it measures have changed since, none in the cache, its kernels or the "
-        "training TBE: the C API's create functions share one helper, and the quantized TBE's ctypes mirror"),
+        builds=("02cff96",), why="sources it measures have changed since, none in the cache or its kernels: the "
+        "C API was split, four optimizers were added, and the CUDA backward's lane groups took the optimizers with "
+        "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS)"),
     "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
                  why="both backends' TBE and the torch module have changed since"),
     "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),
