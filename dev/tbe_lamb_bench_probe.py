@@ -31,8 +31,9 @@ grad = torch.rand((B, T * D), generator=gen, device=dev, dtype=torch.float32) - 
 
 
 def it(case):
-    i = getattr(case.fb, "iter", None)
-    return None if i is None else int(i.item())
+    """FBGEMM's iter (checkpointed) / iter_cpu (what its kernels are given)."""
+    i, c = getattr(case.fb, "iter", None), getattr(case.fb, "iter_cpu", None)
+    return f"{None if i is None else int(i.item())}/{None if c is None else int(c.item())}"
 
 
 for nograd_first in (True, False):
