@@ -345,8 +345,8 @@ def check_hparams(optimizer: str, weight_decay_mode: str, values) -> None:
 
 def _run_backward(dev, h, ctx, a):
     """The C backward with a workspace of the largest size this handle's calls have asked for, so most
-    calls skip the size query: a call whose workspace is too small is refused before it writes anything
-    (WORKSPACE_TOO_SMALL), and is then made again after the size query. On the CPU the buffer itself is
+    calls skip the size query: the handle's first call asks first; a later call whose workspace is too small
+    is refused before it writes anything (WORKSPACE_TOO_SMALL), and is then made again after the size query. On the CPU the buffer itself is
     kept on the handle: the call has finished with it when it returns, and the caller holds the handle's
     lock, so no other call uses it meanwhile (a new buffer per call costs an allocation, and above the C
     allocator's mmap threshold the page faults of fresh memory: a large batch's workspace is tens of MiB).
@@ -364,12 +364,17 @@ def _run_backward(dev, h, ctx, a):
             ws = torch.empty(size, dtype=torch.uint8, device=dev)
         return _call(dev, _capi.lib.embscale_tbe_backward, tbe, ctypes.byref(ctx), ctypes.byref(a), _ptr(ws), size)
 
-    rc = call()
-    if rc == _capi.WORKSPACE_TOO_SMALL:
+    def ask():
         nbytes = ctypes.c_size_t(0)
         _run(dev, _capi.lib.embscale_tbe_backward_workspace_size, tbe, ctypes.byref(ctx), ctypes.byref(a),
              ctypes.byref(nbytes))
         h.workspace_bytes = max(h.workspace_bytes, nbytes.value)
+
+    if h.workspace_bytes == 0:
+        ask()
+    rc = call()
+    if rc == _capi.WORKSPACE_TOO_SMALL:
+        ask()
         rc = call()
     _capi.check(rc)
 

@@ -131,19 +131,24 @@ def test_training_steps(device, gen, optimizer, extra, pooling):
 
 
 def test_training_steps_of_changing_batch_sizes(device, gen, monkeypatch):
-    """Batches small, large, small, large: the module keeps the largest backward workspace size asked and
-    asks the library again only when a batch needs more (a too-small workspace is refused before anything
-    is written, then the call is made again); on the CPU it keeps the buffer too. Every step still matches
-    the reference."""
+    """Batches small, large, small, large: the module asks the backward's workspace size before its first
+    call, keeps the largest size asked and asks the library again only when a batch needs more (a too-small
+    workspace is refused before anything is written, then the call is made again); on the CPU it keeps the
+    buffer too. Every step still matches the reference."""
     from embscale import _capi
-    queries = []
-    size_query = _capi.lib.embscale_tbe_backward_workspace_size
+    queries, calls = [], []
+    size_query, backward = _capi.lib.embscale_tbe_backward_workspace_size, _capi.lib.embscale_tbe_backward
 
     def counted(*args):
         queries.append(len(workspaces))
         return size_query(*args)
 
+    def counted_backward(*args):
+        calls.append(len(workspaces))
+        return backward(*args)
+
     monkeypatch.setattr(_capi.lib, "embscale_tbe_backward_workspace_size", counted)
+    monkeypatch.setattr(_capi.lib, "embscale_tbe_backward", counted_backward)
     specs, fmap = [(50, 8), (30, 5)], [0, 1, 0]
     tbe = make_module(specs, fmap, device, optimizer="rowwise_adagrad", **HP)
     tables = tables64(tbe)
@@ -160,7 +165,8 @@ def test_training_steps_of_changing_batch_sizes(device, gen, monkeypatch):
         workspaces.append(embscale.ops.tbe_handle(tbe._handle_id).cpu_workspace)
         sizes.append(embscale.ops.tbe_handle(tbe._handle_id).workspace_bytes)
     assert sizes[0] < sizes[1] == sizes[2] < sizes[3]
-    assert queries == [0, 1, 3]  # steps 1, 2 and 4 grew it; step 3 fit
+    assert queries == [0, 1, 3]  # step 1 asked first; steps 2 and 4 grew it; step 3 fit
+    assert calls == [0, 1, 1, 2, 3, 3]  # the first call is not refused; the growing ones are, once
     if device.type == "cpu":  # grown for the larger batches, reused for the smaller one between them
         assert [w.numel() for w in workspaces] == sizes
         assert workspaces[2].data_ptr() == workspaces[1].data_ptr()
