@@ -212,6 +212,10 @@ HISTORICAL = {
         records=("2026-12-06-nvidia-h100-tbe-cache-96gib.jsonl",), measured="2026-12-06",
         builds=("02cff96",), why="sources it measures have changed since, none in the cache, its kernels or the "
         "training TBE: the C API's create functions share one helper, and the quantized TBE's ctypes mirror"),
+    "tbe_quant_cpu, AMD EPYC": dict(
+        records=("2026-12-06-cpu-tbe-quant-vs-fbgemm-rerun.jsonl",), measured="2026-12-06", builds=("79214a2",),
+        why="sources it measures have changed since, none in the CPU forward: the CUDA backend was added beside it, "
+        "the row quantizer's rules moved into shared host/device code, and the FP8 scale rule into core"),
     "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
                  why="both backends' TBE and the torch module have changed since"),
     "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),

@@ -481,7 +481,7 @@ MUTANTS = [
       "const u8x8 hi = v & 15, lo = v >> 4;",
       "int4 rows' vector path reads each byte's high nibble as the lower column"),
     M("quant-fp8-header-not-inverse", "src/tbe/tbe_quant.cpp",
-      "const float scale_inv = 1.0f / scale;",
+      "const float scale_inv = scale_inv_from_scale(scale);",
       "const float scale_inv = scale;",
       "fp8 rows store the quantizing scale where the dequantizing factor belongs"),
     M("quant-mean-over-all-lookups", "src/tbe/cpu/tbe_quant_forward_cpu.cpp",
