@@ -119,7 +119,7 @@ def alpha_name(a):
 # them: a change to those changes how a figure is measured, and docs/tuning.md tells those stories.
 COMMON_SOURCES = ("src/core", "include/embscale/context.h", "include/embscale/dtype.h", "include/embscale/memory.h",
                   "include/embscale/status.h", "include/embscale/tensor.h")
-FP8_SOURCES = ("src/fp8/fp8.cpp", "src/fp8/fp8_backend.h", "src/fp8/scaling.h", "src/fp8/activation.h",
+FP8_SOURCES = ("src/fp8/fp8.cpp", "src/fp8/fp8_backend.h", "src/fp8/activation.h",
                "include/embscale/fp8.h")
 TBE_SOURCES = ("src/tbe/tbe.cpp", "src/tbe/tbe_backend.h", "src/tbe/tbe_validate.h", "src/tbe/bounds_report.cpp",
                "src/tbe/bounds_report.h", "src/tbe/rounding.h", "include/embscale/tbe.h")
@@ -208,12 +208,18 @@ HISTORICAL = {
         records=("2026-12-06-nvidia-h100-tbe-cache-16gib-managed.jsonl",), measured="2026-12-06",
         builds=("02cff96",), why="sources it measures have changed since, none in the cache or its kernels: the "
         "C API was split, four optimizers were added, and the CUDA backward's lane groups took the optimizers with "
-        "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS)"),
+        "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS), and the bounds "
+        "report's device code is shared with the new quantized CUDA forward"),
     "tbe_cache, 96 GiB, T=26, D=128, B=8192, L=20": dict(
         records=("2026-12-06-nvidia-h100-tbe-cache-96gib.jsonl",), measured="2026-12-06",
         builds=("02cff96",), why="sources it measures have changed since, none in the cache or its kernels: the "
         "C API was split, four optimizers were added, and the CUDA backward's lane groups took the optimizers with "
-        "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS)"),
+        "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS), and the bounds "
+        "report's device code is shared with the new quantized CUDA forward"),
+    "tbe_quant_cpu, AMD EPYC": dict(
+        records=("2026-12-06-cpu-tbe-quant-vs-fbgemm-rerun.jsonl",), measured="2026-12-06", builds=("79214a2",),
+        why="sources it measures have changed since, none in the CPU forward: the CUDA backend was added beside it, "
+        "the row quantizer's rules moved into shared host/device code, and the FP8 scale rule into core"),
     "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
                  why="both backends' TBE and the torch module have changed since"),
     "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),

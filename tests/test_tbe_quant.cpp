@@ -1,7 +1,8 @@
-// The quantized TBE (embscale/tbe_quant.h) on the CPU: the row layout against FBGEMM's IntNBit sizes and
-// hand-worked bytes, the quantizing helpers' round-trip error bounds, the forward against the float64
-// reference that decodes the same bytes (reference_tbe_quant.h) over seeded random configurations and the
-// edge cases, the bounds-check modes, and every refused argument (named, nothing written).
+// The quantized TBE (embscale/tbe_quant.h) on every backend: the row layout against FBGEMM's IntNBit sizes and
+// hand-worked bytes, the quantizing helpers' round-trip error bounds (and the CUDA quantizer's bytes against the
+// host's worked rules), the forward against the float64 reference that decodes the same bytes
+// (reference_tbe_quant.h) over seeded random configurations and the edge cases, the bounds-check modes, and
+// every refused argument (named, nothing written). CUDA cases skip where no device is present.
 #include <gtest/gtest.h>
 
 #include <cinttypes>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "embscale/memory.h"
 #include "embscale/tbe.h"
 #include "embscale/tbe_quant.h"
 #include "reference_tbe_quant.h"
@@ -24,6 +26,21 @@ constexpr QuantWeightType kAllTypes[] = {QuantWeightType::kFp32,    QuantWeightT
                                          QuantWeightType::kFp8E4M3, QuantWeightType::kFp8E5M2};
 
 bool tbe_skips(BoundsCheckMode m) { return m == BoundsCheckMode::kSkip || m == BoundsCheckMode::kWarn; }
+
+Context context_of(Backend b, int threads = 0) { return b == Backend::kCpu ? Context::cpu(threads) : Context::cuda(); }
+
+// A host vector's bytes in a backend's memory (the same memory on the CPU backend's side of a test: a copy).
+struct Uploaded {
+  Buffer buf;
+  Status status;
+  Uploaded(Backend b, const void* host, size_t bytes) : buf(b, bytes) {
+    status = buf.valid() ? copy_to_backend(context_of(b), buf.data(), host, bytes)
+                         : Status(StatusCode::kBackendError, "out of memory");
+  }
+  template <typename T>
+  Uploaded(Backend b, const std::vector<T>& v) : Uploaded(b, v.data(), v.size() * sizeof(T)) {}
+  void* data() const { return buf.data(); }
+};
 
 std::vector<float> random_rows(int64_t E, int64_t D, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
@@ -89,7 +106,9 @@ struct QRun {
   int64_t max_bag = 0;
 };
 
-QRun run_case(const QCase& c, int threads = 0) {
+// The case's tables, ids and weights made on the host (quantize_rows), the forward run on `backend` with
+// every input in its memory, the output and the skip count read back.
+QRun run_case(const QCase& c, Backend backend = Backend::kCpu, int threads = 0) {
   QRun r;
   std::mt19937_64 rng(c.seed);
   QuantTbeConfig cfg;
@@ -98,7 +117,7 @@ QRun run_case(const QCase& c, int threads = 0) {
   cfg.row_alignment = c.row_alignment;
   cfg.table_alignment = c.table_alignment;
   std::unique_ptr<QuantizedTableBatchedEmbedding> tbe;
-  const Context ctx = Context::cpu(threads);
+  const Context ctx = context_of(backend, threads);
   r.status = QuantizedTableBatchedEmbedding::create(ctx, cfg, &tbe);
   if (!r.status.ok()) return r;
   const std::vector<uint8_t> weights = make_weights(*tbe, rng);
@@ -133,19 +152,29 @@ QRun run_case(const QCase& c, int threads = 0) {
   const int64_t rows = c.pooling == PoolingMode::kNone ? N : B;
   const int64_t cols = c.pooling == PoolingMode::kNone ? (T > 0 ? tbe->feature_dim(0) : 0) : tbe->total_dim();
   r.output.assign(static_cast<size_t>(rows * cols) * dtype_size(c.output), 0xFF);
+  const Uploaded d_weights(backend, weights), d_psw(backend, psw), d_out(backend, r.output);
+  const Uploaded d_idx = i32 ? Uploaded(backend, indices32) : Uploaded(backend, indices);
+  const Uploaded d_off = i32 ? Uploaded(backend, offsets32) : Uploaded(backend, offsets);
+  const Uploaded d_skipped(backend, &r.num_skipped, sizeof(r.num_skipped));
+  for (const Uploaded* u : {&d_weights, &d_psw, &d_out, &d_idx, &d_off, &d_skipped}) {
+    r.status = u->status;
+    if (!r.status.ok()) return r;
+  }
   QuantTbeForwardArgs a;
-  a.weights = weights.data();
+  a.weights = d_weights.data();
   a.weights_bytes = static_cast<int64_t>(weights.size());
-  a.indices = TensorView::vec(i32 ? static_cast<const void*>(indices32.data()) : indices.data(), c.index, N);
-  a.offsets = TensorView::vec(i32 ? static_cast<const void*>(offsets32.data()) : offsets.data(), c.index,
-                              static_cast<int64_t>(offsets.size()));
-  if (c.weighted) a.per_sample_weights = TensorView::vec(psw.data(), DType::kF32, N);
+  a.indices = TensorView::vec(d_idx.data(), c.index, N);
+  a.offsets = TensorView::vec(d_off.data(), c.index, static_cast<int64_t>(offsets.size()));
+  if (c.weighted) a.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, N);
   a.batch_size = B;
   a.pooling = c.pooling;
   a.bounds_check = c.bounds;
-  a.output = TensorView::mat(r.output.data(), c.output, rows, cols);
-  a.num_skipped = &r.num_skipped;
+  a.output = TensorView::mat(d_out.data(), c.output, rows, cols);
+  a.num_skipped = static_cast<int64_t*>(d_skipped.data());
   r.status = tbe->forward(ctx, a);
+  const Status out = copy_to_host(ctx, r.output.data(), d_out.data(), r.output.size());
+  const Status skipped = copy_to_host(ctx, &r.num_skipped, d_skipped.data(), sizeof(r.num_skipped));
+  if (r.status.ok()) r.status = !out.ok() ? out : skipped;
   return r;
 }
 
@@ -167,8 +196,8 @@ std::string compare(const QCase& c, const QRun& r) {
   return "";
 }
 
-void expect_match(const QCase& c) {
-  const QRun r = run_case(c);
+void expect_match(const QCase& c, Backend backend) {
+  const QRun r = run_case(c, backend);
   ASSERT_TRUE(r.status.ok()) << c.str() << ": " << r.status.message();
   const std::string failure = compare(c, r);
   EXPECT_TRUE(failure.empty()) << failure;
@@ -344,6 +373,98 @@ TEST(TbeQuantHelpers, RefusedCallsNameTheArgumentAndWriteNothing) {
             StatusCode::kInvalidArgument);
 }
 
+// quantize_rows on a backend (the context form): rows, out and workspace in its memory.
+class TbeQuantRows : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (!backend_available(GetParam())) GTEST_SKIP() << backend_name(GetParam()) << " backend not available";
+    ctx = context_of(GetParam());
+  }
+  // The status of quantizing x ([E, D]) on the backend; *bytes: out after the call (poisoned with 0xCD).
+  Status quantize_on(QuantWeightType t, const std::vector<float>& x, int64_t E, int64_t D, int align,
+                     std::vector<uint8_t>* bytes, int64_t ws_shortfall = 0) {
+    int64_t rb = 0;
+    EXPECT_TRUE(quant_row_bytes(t, static_cast<int>(D), align, &rb).ok());
+    bytes->assign(static_cast<size_t>(E * rb), 0xCD);
+    const Uploaded d_x(GetParam(), x), d_out(GetParam(), *bytes);
+    const TensorView rows = TensorView::mat(d_x.data(), DType::kF32, E, D);
+    size_t ws = 0;
+    const Status size = quantize_rows_workspace_size(ctx, t, rows, align, &ws);
+    if (!size.ok()) return size;
+    Buffer d_ws(GetParam(), ws);
+    const Status st = quantize_rows(ctx, t, rows, align, d_out.data(), static_cast<int64_t>(bytes->size()),
+                                    d_ws.data(), ws - static_cast<size_t>(ws_shortfall));
+    EXPECT_TRUE(copy_to_host(ctx, bytes->data(), d_out.data(), bytes->size()).ok());
+    return st;
+  }
+  Context ctx;
+};
+
+TEST_P(TbeQuantRows, BytesAreTheHostQuantizers) {
+  // The host quantizer's bytes are its worked examples and FBGEMM's (above, and tests/python); the device's
+  // must be the same bits: random rows, wide and narrow ones, constant rows, and a zero minimum written as
+  // +0 or -0 first (the bias keeps the first one's sign).
+  const uint64_t seed = 5150;
+  std::printf("TbeQuantRows.BytesAreTheHostQuantizers: seed %" PRIu64 "\n", seed);
+  std::mt19937_64 rng(seed);
+  for (QuantWeightType t : kAllTypes) {
+    for (int64_t D : {1, 2, 3, 5, 8, 17, 64, 129, 1000}) {
+      for (int align : {16, 1}) {
+        const int64_t E = 9;
+        std::vector<float> x = random_rows(E, D, rng);
+        for (int64_t c = 0; c < D; ++c) {
+          x[c] *= 1000.0f;             // row 0: wide
+          x[D + c] *= 1e-3f;           // row 1: narrow
+          x[2 * D + c] = 0.375f;       // row 2: constant
+          x[3 * D + c] = std::fabs(x[3 * D + c]);
+          x[4 * D + c] = std::fabs(x[4 * D + c]);
+          x[5 * D + c] = -std::fabs(x[5 * D + c]) * 1e-30f;  // row 5: tiny negatives (fp16 subnormal bias)
+        }
+        x[3 * D] = 0.0f;  // row 3: min +0 first, -0 later
+        if (D > 1) x[3 * D + D - 1] = -0.0f;
+        x[4 * D] = -0.0f;  // row 4: min -0 first
+        if (D > 1) x[4 * D + 1] = 0.0f;
+        const std::vector<uint8_t> want = quantize(t, x, E, D, align);
+        std::vector<uint8_t> got;
+        const Status st = quantize_on(t, x, E, D, align, &got);
+        ASSERT_TRUE(st.ok()) << st.message();
+        ASSERT_EQ(got, want) << quant_weight_type_name(t) << " D=" << D << " align=" << align;
+      }
+    }
+  }
+}
+
+TEST_P(TbeQuantRows, RefusedRowsGiveTheHostsMessageAndWriteNothing) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<uint8_t> got;
+  const auto expect_refused = [&](QuantWeightType t, StatusCode code = StatusCode::kInvalidArgument,
+                                  int64_t shortfall = 0) {
+    std::vector<uint8_t> host(64, 0xCD);
+    const Status want = quantize_rows(t, TensorView::mat(x.data(), DType::kF32, 3, 3), 16, host.data(), 48);
+    const Status st = quantize_on(t, x, 3, 3, 16, &got, shortfall);
+    EXPECT_EQ(st.code(), code) << st.message();
+    if (code == StatusCode::kInvalidArgument) EXPECT_EQ(st.message(), want.message());
+    EXPECT_EQ(got, std::vector<uint8_t>(got.size(), 0xCD));
+  };
+  x[4] = NAN;
+  x[8] = INFINITY;  // a later row: the first refused row is named
+  expect_refused(QuantWeightType::kFp16);
+  x[4] = 5;
+  x[8] = 9;
+  x[5] = 1e8f;  // beyond fp16: an int row's scale cannot hold the range
+  expect_refused(QuantWeightType::kInt4);
+  x[3] = -1e6f;  // and its minimum cannot be a bias either
+  expect_refused(QuantWeightType::kInt8);
+  x[3] = 4;
+  x[5] = 6;
+  if (GetParam() == Backend::kCuda) expect_refused(QuantWeightType::kInt8, StatusCode::kWorkspaceTooSmall, 1);
+  std::vector<uint8_t> none;
+  EXPECT_TRUE(quantize_on(QuantWeightType::kInt8, {}, 0, 3, 16, &none).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TbeQuantRows, ::testing::Values(Backend::kCpu, Backend::kCuda),
+                         [](const ::testing::TestParamInfo<Backend>& i) { return std::string(backend_name(i.param)); });
+
 // ---- forward -----------------------------------------------------------------------------------------
 
 QCase random_qcase(uint64_t seed) {
@@ -383,7 +504,14 @@ QCase random_qcase(uint64_t seed) {
   return c;
 }
 
-TEST(TbeQuantForward, RandomConfigsMatchTheReference) {
+class TbeQuantForward : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (!backend_available(GetParam())) GTEST_SKIP() << backend_name(GetParam()) << " backend not available";
+  }
+};
+
+TEST_P(TbeQuantForward, RandomConfigsMatchTheReference) {
   constexpr uint64_t kBaseSeed = 20261206;
   constexpr int kCases = 400;
   std::printf("TbeQuantForward.RandomConfigsMatchTheReference: seeds %" PRIu64 "..%" PRIu64 "\n", kBaseSeed,
@@ -391,7 +519,7 @@ TEST(TbeQuantForward, RandomConfigsMatchTheReference) {
   int nonzero = 0;
   for (int i = 0; i < kCases; ++i) {
     const QCase c = random_qcase(kBaseSeed + i);
-    const QRun r = run_case(c);
+    const QRun r = run_case(c, GetParam());
     ASSERT_TRUE(r.status.ok()) << c.str() << ": " << r.status.message();
     const std::string failure = compare(c, r);
     ASSERT_TRUE(failure.empty()) << failure;
@@ -401,29 +529,55 @@ TEST(TbeQuantForward, RandomConfigsMatchTheReference) {
   EXPECT_GT(nonzero, 1000);
 }
 
-TEST(TbeQuantForward, EveryTypeDimensionPoolingAndOutput) {
+TEST_P(TbeQuantForward, EveryTypeDimensionPoolingAndOutput) {
+  // Row alignment 16 reads whole 16-byte chunks on CUDA (8 for int2), 1 reads bytes (the scalar path).
   const uint64_t seed = 77;
   std::printf("TbeQuantForward.EveryTypeDimensionPoolingAndOutput: seed %" PRIu64 "\n", seed);
-  for (QuantWeightType t : kAllTypes) {
-    for (int D : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 33, 128}) {
-      for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}) {
-        for (DType out : {DType::kF32, DType::kF16, DType::kBF16}) {
-          QCase c;
-          c.seed = seed;
-          c.tables = {{1, D, t}, {50, D, t}};  // a one-row table beside a larger one
-          c.pooling = pool;
-          c.output = out;
-          c.weighted = pool != PoolingMode::kMean;
-          c.max_bag = 6;  // bags of 0 to 6: empty bags (MEAN of nothing is 0) included
-          expect_match(c);
-          if (HasFailure()) return;
+  for (int align : {16, 1}) {
+    for (QuantWeightType t : kAllTypes) {
+      for (int D : {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 28, 33, 60, 128}) {
+        for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}) {
+          for (DType out : {DType::kF32, DType::kF16, DType::kBF16}) {
+            QCase c;
+            c.seed = seed;
+            c.tables = {{1, D, t}, {50, D, t}};  // a one-row table beside a larger one
+            c.row_alignment = align;
+            c.pooling = pool;
+            c.output = out;
+            c.weighted = pool != PoolingMode::kMean;
+            c.max_bag = 6;  // bags of 0 to 6: empty bags (MEAN of nothing is 0) included
+            expect_match(c, GetParam());
+            if (HasFailure()) return;
+          }
         }
       }
     }
   }
 }
 
-TEST(TbeQuantForward, MixedTypesAndDimensionsAcrossTables) {
+TEST_P(TbeQuantForward, WideRowsAndLongBags) {
+  // Rows wider than a warp's chunks (several passes over the bag on CUDA: fp32 D = 1000 is 250 chunks) and
+  // bags longer than a step of lookups, with hot duplicate rows.
+  const uint64_t seed = 909;
+  std::printf("TbeQuantForward.WideRowsAndLongBags: seed %" PRIu64 "\n", seed);
+  for (QuantWeightType t : kAllTypes) {
+    for (int D : {257, 516, 1000, 2049}) {
+      for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kNone}) {
+        QCase c;
+        c.seed = seed + D;
+        c.tables = {{3, D, t}, {40, D, t}};  // three rows: every bag repeats them
+        c.pooling = pool;
+        c.weighted = true;
+        c.batch_size = 3;
+        c.max_bag = 37;
+        expect_match(c, GetParam());
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_P(TbeQuantForward, MixedTypesAndDimensionsAcrossTables) {
   QCase c;
   c.seed = 5;
   for (QuantWeightType t : kAllTypes) c.tables.push_back({40, 3 + 5 * static_cast<int>(t), t});
@@ -434,30 +588,35 @@ TEST(TbeQuantForward, MixedTypesAndDimensionsAcrossTables) {
     c.weighted = weighted;
     for (DType idx : {DType::kI32, DType::kI64}) {
       c.index = idx;
-      expect_match(c);
+      expect_match(c, GetParam());
     }
   }
   c.weighted = false;
   c.pooling = PoolingMode::kMean;
-  expect_match(c);
+  expect_match(c, GetParam());
+  c.row_alignment = 4;  // mixed paths on CUDA: 16-byte-multiple rows by chunks, the others by bytes
+  c.table_alignment = 16;
+  expect_match(c, GetParam());
 }
 
-TEST(TbeQuantForward, EmptyBatchAndAllEmptyBags) {
+TEST_P(TbeQuantForward, EmptyBatchAndAllEmptyBags) {
   QCase c;
   c.tables = {{10, 6, QuantWeightType::kInt4}};
   for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}) {
     c.pooling = pool;
     c.batch_size = 0;
-    expect_match(c);
+    expect_match(c, GetParam());
     c.batch_size = 5;
     c.max_bag = 0;  // every bag empty: zeros (sequence: no rows)
-    const QRun r = run_case(c);
+    const QRun r = run_case(c, GetParam());
     ASSERT_TRUE(r.status.ok()) << r.status.message();
     for (size_t i = 0; i < r.ref.out.size(); ++i) EXPECT_EQ(output_value(r.output, c.output, i), 0.0);
   }
 }
 
-TEST(TbeQuantForward, EveryBoundsCheckModeWithBadIndices) {
+TEST_P(TbeQuantForward, EveryBoundsCheckModeWithBadIndices) {
+  // Out-of-range ids are dropped in every mode, off included (no mode reads outside a table), and counted
+  // in skip and warn modes; error mode names the first one.
   for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}) {
     QCase c;
     c.seed = 11;
@@ -467,21 +626,21 @@ TEST(TbeQuantForward, EveryBoundsCheckModeWithBadIndices) {
     c.bad_fraction = 0.2;
     for (BoundsCheckMode m : {BoundsCheckMode::kSkip, BoundsCheckMode::kWarn, BoundsCheckMode::kOff}) {
       c.bounds = m;
-      const QRun r = run_case(c);
+      const QRun r = run_case(c, GetParam());
       ASSERT_TRUE(r.status.ok()) << c.str() << ": " << r.status.message();
       ASSERT_GT(r.ref.skipped, 0) << c.str();
       EXPECT_TRUE(compare(c, r).empty()) << compare(c, r);
       EXPECT_EQ(r.num_skipped, tbe_skips(m) ? r.ref.skipped : -7) << c.str();
     }
     c.bounds = BoundsCheckMode::kError;
-    const QRun r = run_case(c);
+    const QRun r = run_case(c, GetParam());
     EXPECT_EQ(r.status.code(), StatusCode::kOutOfRange) << r.status.message();
     EXPECT_EQ(r.status.message().rfind("indices: feature ", 0), 0u) << r.status.message();
     EXPECT_NE(r.status.message().find("is outside table"), std::string::npos) << r.status.message();
   }
 }
 
-TEST(TbeQuantForward, FloatTablesMatchTheTrainingForwardBitForBit) {
+TEST_P(TbeQuantForward, FloatTablesMatchTheTrainingForwardBitForBit) {
   // fp32/fp16/bf16 rows without padding are the training TBE's layout, and both sum a bag in lookup order
   // in fp32: the outputs are the same bits.
   const uint64_t seed = 4242;
@@ -502,8 +661,9 @@ TEST(TbeQuantForward, FloatTablesMatchTheTrainingForwardBitForBit) {
       tcfg.weights_dtype = ty.d;
       std::unique_ptr<QuantizedTableBatchedEmbedding> q;
       std::unique_ptr<TableBatchedEmbedding> t;
-      ASSERT_TRUE(QuantizedTableBatchedEmbedding::create(Context::cpu(), qcfg, &q).ok());
-      ASSERT_TRUE(TableBatchedEmbedding::create(Context::cpu(), tcfg, &t).ok());
+      const Context ctx = context_of(GetParam());
+      ASSERT_TRUE(QuantizedTableBatchedEmbedding::create(ctx, qcfg, &q).ok());
+      ASSERT_TRUE(TableBatchedEmbedding::create(ctx, tcfg, &t).ok());
       ASSERT_EQ(q->total_bytes(), t->num_weights() * static_cast<int64_t>(dtype_size(ty.d)));
       const std::vector<uint8_t> w = make_weights(*q, rng);
       std::vector<int64_t> offsets(1, 0), indices;
@@ -517,32 +677,36 @@ TEST(TbeQuantForward, FloatTablesMatchTheTrainingForwardBitForBit) {
       const bool weighted = pool != PoolingMode::kMean;
       const int64_t rows = pool == PoolingMode::kNone ? N : B, cols = pool == PoolingMode::kNone ? D : 2 * D;
       std::vector<float> out_q(static_cast<size_t>(rows * cols), -1.0f), out_t(out_q.size(), -2.0f);
+      const Uploaded d_w(GetParam(), w), d_idx(GetParam(), indices), d_off(GetParam(), offsets),
+          d_psw(GetParam(), psw), d_q(GetParam(), out_q), d_t(GetParam(), out_t);
       QuantTbeForwardArgs qa;
-      qa.weights = w.data();
+      qa.weights = d_w.data();
       qa.weights_bytes = static_cast<int64_t>(w.size());
-      qa.indices = TensorView::vec(indices.data(), DType::kI64, N);
-      qa.offsets = TensorView::vec(offsets.data(), DType::kI64, static_cast<int64_t>(offsets.size()));
-      if (weighted) qa.per_sample_weights = TensorView::vec(psw.data(), DType::kF32, N);
+      qa.indices = TensorView::vec(d_idx.data(), DType::kI64, N);
+      qa.offsets = TensorView::vec(d_off.data(), DType::kI64, static_cast<int64_t>(offsets.size()));
+      if (weighted) qa.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, N);
       qa.batch_size = B;
       qa.pooling = pool;
-      qa.output = TensorView::mat(out_q.data(), DType::kF32, rows, cols);
+      qa.output = TensorView::mat(d_q.data(), DType::kF32, rows, cols);
       TbeForwardArgs ta;
-      ta.weights = TensorView::vec(w.data(), ty.d, t->num_weights());
+      ta.weights = TensorView::vec(d_w.data(), ty.d, t->num_weights());
       ta.indices = qa.indices;
       ta.offsets = qa.offsets;
       ta.per_sample_weights = qa.per_sample_weights;
       ta.batch_size = B;
       ta.pooling = pool;
-      ta.output = TensorView::mat(out_t.data(), DType::kF32, rows, cols);
-      ASSERT_TRUE(q->forward(Context::cpu(), qa).ok());
-      ASSERT_TRUE(t->forward(Context::cpu(), ta).ok());
+      ta.output = TensorView::mat(d_t.data(), DType::kF32, rows, cols);
+      ASSERT_TRUE(q->forward(ctx, qa).ok());
+      ASSERT_TRUE(t->forward(ctx, ta).ok());
+      ASSERT_TRUE(copy_to_host(ctx, out_q.data(), d_q.data(), out_q.size() * sizeof(float)).ok());
+      ASSERT_TRUE(copy_to_host(ctx, out_t.data(), d_t.data(), out_t.size() * sizeof(float)).ok());
       ASSERT_EQ(0, std::memcmp(out_q.data(), out_t.data(), out_q.size() * sizeof(float)))
           << quant_weight_type_name(ty.q) << " " << pooling_mode_name(pool);
     }
   }
 }
 
-TEST(TbeQuantForward, ThreadCountDoesNotChangeTheResult) {
+TEST(TbeQuantForwardCpu, ThreadCountDoesNotChangeTheResult) {
   // About 40,000 lookups of rows of 1,024 and 128 bytes, ~23 MB gathered: the call fans out to 2 threads
   // (one per 8 MiB, thread_policy.h) when the context allows 2.
   QCase c;
@@ -552,11 +716,11 @@ TEST(TbeQuantForward, ThreadCountDoesNotChangeTheResult) {
   c.max_bag = 20;
   c.weighted = true;
   c.bad_fraction = 0.001;
-  std::printf("TbeQuantForward.ThreadCountDoesNotChangeTheResult: seed %" PRIu64 "\n", c.seed);
+  std::printf("TbeQuantForwardCpu.ThreadCountDoesNotChangeTheResult: seed %" PRIu64 "\n", c.seed);
   for (BoundsCheckMode m : {BoundsCheckMode::kSkip, BoundsCheckMode::kError}) {
     c.bounds = m;
     QRun runs[2];
-    for (int threads : {1, 2}) runs[threads - 1] = run_case(c, threads);
+    for (int threads : {1, 2}) runs[threads - 1] = run_case(c, Backend::kCpu, threads);
     EXPECT_EQ(runs[0].status.code(), runs[1].status.code());
     EXPECT_EQ(runs[0].status.message(), runs[1].status.message());
     if (m == BoundsCheckMode::kSkip) {
@@ -573,19 +737,37 @@ TEST(TbeQuantForward, ThreadCountDoesNotChangeTheResult) {
 
 // ---- refused arguments -------------------------------------------------------------------------------
 
-class TbeQuantErrors : public ::testing::Test {
+class TbeQuantErrors : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
+    if (!backend_available(GetParam())) GTEST_SKIP() << backend_name(GetParam()) << " backend not available";
+    ctx = context_of(GetParam());
     cfg.tables = {{10, 4, QuantWeightType::kInt4}, {10, 6, QuantWeightType::kFp16}};
     ASSERT_TRUE(QuantizedTableBatchedEmbedding::create(ctx, cfg, &tbe).ok());
     weights.assign(static_cast<size_t>(tbe->total_bytes()), 0);
     out.assign(2 * 10, 0x7f7f7f7f);
-    a.weights = weights.data();
+    d_weights = Buffer(GetParam(), weights.size());
+    for (auto* b : {&d_indices, &d_offsets, &d_psw, &d_out, &d_skipped}) *b = Buffer(GetParam(), 256);
+    ASSERT_TRUE(copy_to_backend(ctx, d_weights.data(), weights.data(), weights.size()).ok());
+    ASSERT_TRUE(copy_to_backend(ctx, d_psw.data(), psw.data(), psw.size() * sizeof(float)).ok());
+    upload();
+    a.weights = d_weights.data();
     a.weights_bytes = tbe->total_bytes();
-    a.indices = TensorView::vec(indices.data(), DType::kI64, 4);
-    a.offsets = TensorView::vec(offsets.data(), DType::kI64, 5);
+    a.indices = TensorView::vec(d_indices.data(), DType::kI64, 4);
+    a.offsets = TensorView::vec(d_offsets.data(), DType::kI64, 5);
     a.batch_size = 2;
-    a.output = TensorView::mat(out.data(), DType::kF32, 2, 10);
+    a.output = TensorView::mat(d_out.data(), DType::kF32, 2, 10);
+  }
+  // indices, offsets and the poisoned output into the backend's memory.
+  void upload() {
+    ASSERT_TRUE(copy_to_backend(ctx, d_indices.data(), indices.data(), indices.size() * 8).ok());
+    ASSERT_TRUE(copy_to_backend(ctx, d_offsets.data(), offsets.data(), offsets.size() * 8).ok());
+    ASSERT_TRUE(copy_to_backend(ctx, d_out.data(), out.data(), out.size() * 4).ok());
+  }
+  std::vector<uint32_t> output() {
+    std::vector<uint32_t> got(out.size());
+    EXPECT_TRUE(copy_to_host(ctx, got.data(), d_out.data(), got.size() * 4).ok());
+    return got;
   }
   // Refused with `code` and a message starting with `starts`; the output untouched.
   void expect_refused(const QuantTbeForwardArgs& args, const char* starts,
@@ -593,9 +775,10 @@ class TbeQuantErrors : public ::testing::Test {
     const Status st = tbe->forward(ctx, args);
     EXPECT_EQ(st.code(), code) << st.message();
     EXPECT_EQ(st.message().rfind(starts, 0), 0u) << st.message();
-    if (code == StatusCode::kInvalidArgument) EXPECT_EQ(out, std::vector<uint32_t>(20, 0x7f7f7f7f));
+    if (code == StatusCode::kInvalidArgument) EXPECT_EQ(output(), out);
   }
-  Context ctx = Context::cpu();
+  bool cuda() const { return GetParam() == Backend::kCuda; }
+  Context ctx;
   QuantTbeConfig cfg;
   std::unique_ptr<QuantizedTableBatchedEmbedding> tbe;
   std::vector<uint8_t> weights;
@@ -603,12 +786,13 @@ class TbeQuantErrors : public ::testing::Test {
   std::vector<int64_t> offsets = {0, 1, 2, 3, 4};
   std::vector<float> psw = {1, 1, 1, 1};
   std::vector<uint32_t> out;
+  Buffer d_weights, d_indices, d_offsets, d_psw, d_out, d_skipped;
   QuantTbeForwardArgs a;
 };
 
-TEST_F(TbeQuantErrors, ValidCallSucceeds) { EXPECT_TRUE(tbe->forward(ctx, a).ok()); }
+TEST_P(TbeQuantErrors, ValidCallSucceeds) { EXPECT_TRUE(tbe->forward(ctx, a).ok()); }
 
-TEST_F(TbeQuantErrors, ConfigFieldsAreNamed) {
+TEST_P(TbeQuantErrors, ConfigFieldsAreNamed) {
   const auto refused = [&](QuantTbeConfig c, const char* starts) {
     std::unique_ptr<QuantizedTableBatchedEmbedding> t;
     const Status st = QuantizedTableBatchedEmbedding::create(ctx, c, &t);
@@ -642,7 +826,7 @@ TEST_F(TbeQuantErrors, ConfigFieldsAreNamed) {
   refused(c, "cfg.tables[0]:");
 }
 
-TEST_F(TbeQuantErrors, ForwardArgumentsAreNamed) {
+TEST_P(TbeQuantErrors, ForwardArgumentsAreNamed) {
   QuantTbeForwardArgs b = a;
   b.weights_bytes -= 1;
   expect_refused(b, "weights_bytes:");
@@ -653,7 +837,7 @@ TEST_F(TbeQuantErrors, ForwardArgumentsAreNamed) {
   b.indices.dtype = DType::kF32;
   expect_refused(b, "indices:");
   b = a;
-  b.offsets = TensorView::vec(offsets.data(), DType::kI64, 4);
+  b.offsets = TensorView::vec(d_offsets.data(), DType::kI64, 4);
   expect_refused(b, "offsets:");
   b = a;
   b.output.dtype = DType::kI32;
@@ -663,14 +847,14 @@ TEST_F(TbeQuantErrors, ForwardArgumentsAreNamed) {
   expect_refused(b, "output:");
   b = a;
   b.pooling = PoolingMode::kMean;
-  b.per_sample_weights = TensorView::vec(psw.data(), DType::kF32, 4);
+  b.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, 4);
   expect_refused(b, "per_sample_weights:");
   b = a;
-  b.per_sample_weights = TensorView::vec(psw.data(), DType::kF32, 3);
+  b.per_sample_weights = TensorView::vec(d_psw.data(), DType::kF32, 3);
   expect_refused(b, "per_sample_weights:");
   b = a;
   b.pooling = PoolingMode::kNone;  // tables of 4 and 6 columns
-  b.output = TensorView::mat(out.data(), DType::kF32, 4, 4);
+  b.output = TensorView::mat(d_out.data(), DType::kF32, 4, 4);
   expect_refused(b, "pooling:");
   b = a;
   b.pooling = static_cast<PoolingMode>(7);
@@ -682,8 +866,26 @@ TEST_F(TbeQuantErrors, ForwardArgumentsAreNamed) {
   b.batch_size = -1;
   expect_refused(b, "batch_size:");
   b = a;
-  b.output.data = weights.data();
+  b.output.data = d_weights.data();
   expect_refused(b, "output:");  // overlaps weights
+  if (cuda()) {
+    // Host memory the device cannot read, each pointer named.
+    b = a;
+    b.weights = weights.data();
+    expect_refused(b, "weights:");
+    b = a;
+    b.indices.data = indices.data();
+    expect_refused(b, "indices:");
+    b = a;
+    int64_t host_count = 0;
+    b.bounds_check = BoundsCheckMode::kSkip;
+    b.num_skipped = &host_count;
+    expect_refused(b, "num_skipped:");
+    const Status st = tbe->forward(Context::cpu(), a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(st.message().rfind("ctx: backend cpu differs", 0), 0u) << st.message();
+    return;
+  }
   Context other = ctx;
   other.num_threads = -1;
   const Status st = tbe->forward(other, a);
@@ -691,35 +893,47 @@ TEST_F(TbeQuantErrors, ForwardArgumentsAreNamed) {
   EXPECT_EQ(st.message().rfind("ctx.num_threads:", 0), 0u) << st.message();
 }
 
-TEST_F(TbeQuantErrors, BrokenOffsetsAreAnErrorInEveryMode) {
+TEST_P(TbeQuantErrors, BrokenOffsetsAreReportedAsOnTheTrainingForward) {
+  // The CPU: an error in every mode. CUDA (tbe.h): an error in error and skip modes; warn mode returns at
+  // once and leaves -1 in num_skipped; off mode clamps the bags and reports nothing.
   for (BoundsCheckMode m : {BoundsCheckMode::kError, BoundsCheckMode::kSkip, BoundsCheckMode::kOff, BoundsCheckMode::kWarn}) {
     QuantTbeForwardArgs b = a;
     b.bounds_check = m;
-    offsets = {0, 2, 1, 3, 4};
-    expect_refused(b, "offsets: position 2", StatusCode::kOutOfRange);
-    offsets = {0, 1, 2, 3, 3};
-    expect_refused(b, "offsets: the last value 3", StatusCode::kOutOfRange);
+    b.num_skipped = static_cast<int64_t*>(d_skipped.data());
+    const bool reported = !cuda() || m == BoundsCheckMode::kError || m == BoundsCheckMode::kSkip;
+    for (const auto& broken : {std::vector<int64_t>{0, 2, 1, 3, 4}, std::vector<int64_t>{0, 1, 2, 3, 3}}) {
+      offsets = broken;
+      upload();
+      const Status st = tbe->forward(ctx, b);
+      if (reported) {
+        EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << bounds_check_mode_name(m) << ": " << st.message();
+        EXPECT_EQ(st.message().rfind(broken[2] == 1 ? "offsets: position 2" : "offsets: the last value 3", 0), 0u)
+            << st.message();
+      } else {
+        EXPECT_TRUE(st.ok()) << bounds_check_mode_name(m) << ": " << st.message();
+      }
+      if (cuda() && m == BoundsCheckMode::kWarn) {
+        int64_t count = 0;
+        ASSERT_TRUE(copy_to_host(ctx, &count, d_skipped.data(), sizeof(count)).ok());
+        EXPECT_EQ(count, -1);
+      }
+    }
     offsets = {0, 1, 2, 3, 4};
+    upload();
   }
 }
 
-TEST_F(TbeQuantErrors, BadIndexIsReportedByFeatureBagAndPosition) {
+TEST_P(TbeQuantErrors, BadIndexIsReportedByFeatureBagAndPosition) {
   indices[3] = 10;
+  upload();
   expect_refused(a, "indices: feature 1, bag 1, position 0 (indices[3]): index 10 is outside table 1 (10 rows)",
                  StatusCode::kOutOfRange);
 }
 
-TEST_F(TbeQuantErrors, CudaHasNoKernelYet) {
-  std::unique_ptr<QuantizedTableBatchedEmbedding> t;
-  const Status st = QuantizedTableBatchedEmbedding::create(Context::cuda(), cfg, &t);
-  if (!st.ok()) {  // no CUDA backend in this build
-    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.message();
-    return;
-  }
-  const Status fwd = t->forward(Context::cuda(), a);
-  EXPECT_EQ(fwd.code(), StatusCode::kUnsupported) << fwd.message();
-  EXPECT_NE(fwd.message().find("no CUDA kernel yet"), std::string::npos) << fwd.message();
-}
+INSTANTIATE_TEST_SUITE_P(Backends, TbeQuantForward, ::testing::Values(Backend::kCpu, Backend::kCuda),
+                         [](const ::testing::TestParamInfo<Backend>& i) { return std::string(backend_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Backends, TbeQuantErrors, ::testing::Values(Backend::kCpu, Backend::kCuda),
+                         [](const ::testing::TestParamInfo<Backend>& i) { return std::string(backend_name(i.param)); });
 
 }  // namespace
 }  // namespace embscale

@@ -6,11 +6,15 @@
 // (TbeForwardArgs): indices [N] and offsets [T*B+1], both int32 or both int64, table-major; SUM, MEAN
 // (over the valid lookups of a bag; an empty bag gives zeros) or none (sequence: [N, D], all features
 // of one D); optional fp32 per-sample weights (not with MEAN); output fp32, fp16 or bf16; the four
-// BoundsCheckMode values behave as on the CPU training forward (broken offsets are always an error,
-// a bad index is reported (kError), dropped and counted (kSkip, kWarn) or dropped silently (kOff)).
+// BoundsCheckMode values behave as on the training forward of the same backend (tbe.h): a bad index is
+// reported (kError), dropped and counted (kSkip, kWarn) or dropped silently (kOff); broken offsets are an
+// error in every mode on the CPU, and on CUDA in kError and in kSkip outside a graph capture (kWarn writes
+// -1 to num_skipped instead, kOff clamps the bags and reports nothing).
 //
-// Backends: the CPU backend only. On CUDA, create() works but forward() returns kUnsupported (the CUDA
-// kernel is not written yet; docs/tbe_quant.md).
+// Backends: CPU and CUDA, the same results up to fp32 rounding (both sum a bag in the order of its indices
+// with the same arithmetic per term, so they agree to the bit on the same bytes; docs/tbe_quant.md). On CUDA
+// create() uploads a few per-feature arrays (creation may allocate, forward never does); forward is
+// asynchronous on ctx.stream and capturable except in kError mode, which reads its result back.
 //
 // ---- the row layout (FBGEMM's IntNBit inference TBE layout, so its quantized tables load as they are)
 // A row of D columns is [header][data][padding]:
@@ -69,7 +73,8 @@ struct QuantTbeConfig {
 };
 
 struct QuantTbeForwardArgs {
-  const void* weights = nullptr;  // the packed tables, host memory on the CPU backend (any alignment)
+  const void* weights = nullptr;  // the packed tables in backend memory (any alignment; CUDA reads 16 bytes at a
+                                  // time where the table's base and its row size allow, docs/tbe_quant.md)
   int64_t weights_bytes = 0;      // must equal total_bytes()
   TensorView indices;             // [N] int32 or int64
   TensorView offsets;             // [T*B+1], the dtype of indices
@@ -78,7 +83,7 @@ struct QuantTbeForwardArgs {
   PoolingMode pooling = PoolingMode::kSum;
   BoundsCheckMode bounds_check = BoundsCheckMode::kError;
   TensorView output;              // pooled [B, total_dim()], sequence [N, D]; fp32, fp16 or bf16
-  int64_t* num_skipped = nullptr; // optional: invalid indices dropped (kSkip, kWarn)
+  int64_t* num_skipped = nullptr; // optional (backend memory): invalid indices dropped (kSkip, kWarn), as tbe.h
 };
 
 class QuantizedTableBatchedEmbedding {
@@ -86,6 +91,9 @@ class QuantizedTableBatchedEmbedding {
   // Validates the config (each bad field named) and computes the layout; allocates nothing on a device.
   static Status create(const Context& ctx, const QuantTbeConfig& cfg,
                        std::unique_ptr<QuantizedTableBatchedEmbedding>* out);
+  ~QuantizedTableBatchedEmbedding();
+  QuantizedTableBatchedEmbedding(const QuantizedTableBatchedEmbedding&) = delete;
+  QuantizedTableBatchedEmbedding& operator=(const QuantizedTableBatchedEmbedding&) = delete;
 
   const QuantTbeConfig& config() const { return cfg_; }
   Backend backend() const { return backend_; }
@@ -104,8 +112,24 @@ class QuantizedTableBatchedEmbedding {
   // (kOutOfRange) leaves the output unspecified.
   Status forward(const Context& ctx, const QuantTbeForwardArgs& args) const;
 
+  // Per-feature arrays in the backend's memory, for the backend implementations (CUDA; null on the CPU).
+  struct DeviceMeta {
+    const int64_t* table_offsets = nullptr;   // [T] byte offset of each feature's table in weights
+    const int64_t* num_rows = nullptr;        // [T] E of each feature's table
+    const int64_t* row_bytes = nullptr;       // [T] bytes of one row of each feature's table
+    const int32_t* dims = nullptr;            // [T] D of each feature
+    const int32_t* types = nullptr;           // [T] QuantWeightType of each feature's table
+    const int32_t* output_offsets = nullptr;  // [T+1] output column of each feature
+    // kScratchWords int64, zeroed at creation: the bounds checks' records, as TableBatchedEmbedding's
+    // (forward calls on one object must not run concurrently on different streams in kError/kSkip/kWarn mode).
+    int64_t* scratch = nullptr;
+  };
+  static constexpr int kScratchWords = 8;
+  const DeviceMeta& device_meta() const { return meta_; }
+
  private:
   QuantizedTableBatchedEmbedding() = default;
+  Status upload_meta(const Context& ctx);  // CUDA: DeviceMeta's arrays, in one allocation
   QuantTbeConfig cfg_;
   Backend backend_ = Backend::kCpu;
   std::vector<int> feature_table_;
@@ -114,9 +138,11 @@ class QuantizedTableBatchedEmbedding {
   std::vector<int> output_offsets_;     // [T + 1]
   int64_t total_bytes_ = 0;
   int max_dim_ = 0;
+  void* meta_storage_ = nullptr;        // one CUDA allocation holding DeviceMeta's arrays
+  DeviceMeta meta_;
 };
 
-// ---- quantizing helpers (host memory, CPU) -----------------------------------------------------------
+// ---- quantizing helpers -------------------------------------------------------------------------------
 // rows: 2-D [E, D] fp32 host memory. out: E rows of quant_row_bytes(type, D, row_alignment) bytes, the
 // layout above (padding written as 0), exactly out_bytes = E * row bytes. Non-finite values are refused
 // (invalid_argument naming the row and column) before anything is written.
@@ -130,6 +156,16 @@ class QuantizedTableBatchedEmbedding {
 //    nearest-even, saturating; the header holds 1 / scale.
 //  * fp32/fp16/bf16: each value rounded to nearest-even (fp16 overflows to infinity as the dtype does).
 Status quantize_rows(QuantWeightType type, const TensorView& rows, int row_alignment, void* out, int64_t out_bytes);
+// The same on a backend: rows, out and workspace in ctx's backend memory, the same bytes as above on either
+// backend (the CUDA quantizer runs the rules of the host one, operation for operation). On CUDA it checks
+// every row on the device, reads the verdict back (it synchronises ctx.stream once, so it cannot be
+// captured), and only then zeroes out and writes the rows, asynchronously on ctx.stream: a refused call
+// writes nothing to out and gives the host form's message. The workspace holds the verdict:
+// quantize_rows_workspace_size gives its bytes (0 on the CPU, where this is the host form).
+Status quantize_rows_workspace_size(const Context& ctx, QuantWeightType type, const TensorView& rows,
+                                    int row_alignment, size_t* bytes);
+Status quantize_rows(const Context& ctx, QuantWeightType type, const TensorView& rows, int row_alignment, void* out,
+                     int64_t out_bytes, void* workspace, size_t workspace_bytes);
 // The inverse: E rows of the layout -> [E, D] fp32 (each value as the forward reads it: q * scale + bias
 // in fp32, code * scale for fp8).
 Status dequantize_rows(QuantWeightType type, const void* in, int64_t in_bytes, int row_alignment,

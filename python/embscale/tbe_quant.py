@@ -6,8 +6,8 @@ docs/tbe_quant.md). The rows are FBGEMM's IntNBit inference layout, so tables qu
 GPU one).
 
 The packed tables are one uint8 buffer, ``weights``; ``split_embedding_weights()`` gives each table's rows as
-a [E, row_bytes] view of it. ``from_float()`` quantizes a trained ``TableBatchedEmbeddingBags``.
-CPU only for now: on CUDA the module is built but its forward raises NotImplementedError.
+a [E, row_bytes] view of it. ``from_float()`` quantizes a trained ``TableBatchedEmbeddingBags``. On CPU and
+CUDA; on CUDA the forward and the quantizing both run on the device.
 """
 
 import ctypes
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _bounds_warnings, _capi, _fbgemm_names
-from ._ops_common import _check_backend, _context, _desc, _optional_desc, _run
+from ._ops_common import _check_backend, _context, _desc, _optional_desc, _run, _workspace
 from ._ops_tbe import eager_call
 from ._tbe_args import fbgemm_alias, module_device, whole_number
 
@@ -167,7 +167,7 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         row_alignment: each row's bytes rounded up to this power of two (1 to 256): FBGEMM's CPU tables use 1,
             its GPU tables 16 (the default).
         table_alignment: each table starts at a multiple of this power of two (1 to 4096; default 128).
-        device: cpu or cuda.
+        device: cpu or cuda (the forward and load_float's quantizing run there).
     """
 
     def __init__(self, embedding_specs, feature_table_map=None, pooling="sum", output_dtype=torch.float32,
@@ -215,20 +215,26 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
 
     def load_float(self, tables):
         """Quantizes fp32 tables (one [E_t, D_t] tensor per table, any device) into this module's rows, each to
-        its table's type (tbe_quant.h's quantize_rows; done on the CPU). Nothing is written unless every table
-        is taken."""
+        its table's type (tbe_quant.h's quantize_rows), on the module's device: a CUDA module's tables are
+        quantized by the device, to the bytes the CPU would write. Nothing is written unless every table is
+        taken."""
         if len(tables) != len(self.embedding_specs):
             raise ValueError(f"tables: {len(tables)} given for {len(self.embedding_specs)} tables")
+        device = self.weights.device
         packed = []
         for t, (x, (e, d, w), rb) in enumerate(zip(tables, self.embedding_specs, self.row_bytes)):
             if not isinstance(x, torch.Tensor) or tuple(x.shape) != (e, d):
                 shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
                 raise ValueError(f"tables[{t}]: {shape}; expected a tensor of shape {(e, d)}")
-            rows = x.detach().to("cpu", torch.float32).contiguous()
-            buf = torch.empty(e * rb, dtype=torch.uint8)
+            rows = x.detach().to(device, torch.float32).contiguous()
+            buf = torch.empty(e * rb, dtype=torch.uint8, device=device)
+            desc, code = _desc(rows, (e, d)), _capi.QUANT_TYPE[w]
             try:
-                _capi.check(_capi.lib.embscale_quantize_rows(_capi.QUANT_TYPE[w], ctypes.byref(_desc(rows, (e, d))),
-                                                             self.row_alignment, buf.data_ptr(), buf.numel()))
+                ws, ws_bytes = _workspace(device, _capi.lib.embscale_quantize_rows_workspace_size,
+                                          ctypes.byref(_context(device)), code, ctypes.byref(desc), self.row_alignment)
+                _run(device, _capi.lib.embscale_quantize_rows_on, ctypes.byref(_context(device)), code,
+                     ctypes.byref(desc), self.row_alignment, buf.data_ptr(), buf.numel(),
+                     ws.data_ptr() if ws_bytes else None, ws_bytes)
             except ValueError as err:
                 raise ValueError(f"tables[{t}]: {err}") from None
             packed.append(buf)
@@ -339,6 +345,11 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         if self.bounds_check == "warn":
             _bounds_warnings.note_bounds(self, self.num_skipped)
         return out
+
+    def check_bounds(self):
+        """Waits for the bounds reports of this module's earlier warn-mode calls on CUDA and issues their warnings
+        now (without it they come at later calls, as the device finishes)."""
+        _bounds_warnings.read_bounds_reports(self, wait=True, stacklevel=4)
 
     def extra_repr(self):
         types = ", ".join(f"({e}, {d}, {w})" for e, d, w in self.embedding_specs)

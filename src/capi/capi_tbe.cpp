@@ -195,6 +195,33 @@ int embscale_quantize_rows(int32_t type, const embscale_tensor* rows, int32_t ro
   });
 }
 
+int embscale_quantize_rows_workspace_size(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
+                                          int32_t row_alignment, size_t* bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::QuantWeightType t;
+    embscale::TensorView r;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, &t));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("rows", rows, &r));
+    return embscale::quantize_rows_workspace_size(c, t, r, row_alignment, bytes);
+  });
+}
+
+int embscale_quantize_rows_on(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
+                              int32_t row_alignment, void* out, int64_t out_bytes, void* workspace,
+                              size_t workspace_bytes) {
+  return guarded([&]() -> Status {
+    embscale::Context c;
+    embscale::QuantWeightType t;
+    embscale::TensorView r;
+    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
+    EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, &t));
+    EMBSCALE_RETURN_IF_ERROR(to_tensor("rows", rows, &r));
+    return embscale::quantize_rows(c, t, r, row_alignment, out, out_bytes, workspace, workspace_bytes);
+  });
+}
+
 int embscale_dequantize_rows(int32_t type, const void* in, int64_t in_bytes, int32_t row_alignment,
                              const embscale_tensor* rows) {
   return guarded([&]() -> Status {

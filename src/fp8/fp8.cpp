@@ -13,7 +13,7 @@
 #include "fp8/fp8_backend.h"
 #include "core/numerics.h"
 #include "core/workspace.h"
-#include "fp8/scaling.h"
+#include "core/scaling.h"
 #include "embscale/fp8.h"
 
 namespace embscale {

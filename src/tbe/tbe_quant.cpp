@@ -1,7 +1,8 @@
 // Quantized table-batched embeddings, API layer: weight type names, the row and table layout,
-// QuantizedTableBatchedEmbedding::create (config validation), forward()'s host-side checks before the
-// backend (tbe/tbe_quant_backend.h), and the host quantizing helpers. Layout and rounding rules:
-// embscale/tbe_quant.h.
+// QuantizedTableBatchedEmbedding::create (config validation; on CUDA one allocation for DeviceMeta),
+// forward()'s host-side checks before the backend (tbe/tbe_quant_backend.h), and the quantizing helpers (the
+// host one, and the CUDA one's protocol: check on the device, read the verdict back, then write). Layout and
+// rounding rules: embscale/tbe_quant.h.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -10,9 +11,12 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/cuda_runtime.h"
 #include "core/numerics.h"
 #include "core/spelling.h"
-#include "embscale/fp8.h"
+#include "core/scaling.h"
+#include "core/workspace.h"
+#include "embscale/memory.h"
 #include "embscale/tbe_quant.h"
 #include "tbe/quant_rows.h"
 #include "tbe/tbe_quant_backend.h"
@@ -37,21 +41,6 @@ bool valid_type(QuantWeightType t) {
 bool power_of_two_in(int x, int hi) { return x >= 1 && x <= hi && (x & (x - 1)) == 0; }
 
 std::string s(int64_t x) { return std::to_string(x); }
-
-// Data bytes of a row (the header excluded, the padding too).
-int64_t data_bytes(QuantWeightType t, int64_t dim) {
-  switch (t) {
-    case QuantWeightType::kFp32: return 4 * dim;
-    case QuantWeightType::kFp16:
-    case QuantWeightType::kBf16: return 2 * dim;
-    case QuantWeightType::kInt8:
-    case QuantWeightType::kFp8E4M3:
-    case QuantWeightType::kFp8E5M2: return dim;
-    case QuantWeightType::kInt4: return (dim + 1) / 2;
-    case QuantWeightType::kInt2: return (dim + 3) / 4;
-  }
-  return 0;
-}
 
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
@@ -78,8 +67,29 @@ Status check_packed(const char* name, const void* p, int64_t bytes, int64_t E, i
   return Status::Ok();
 }
 
-// One row of the quantizing helper (the rules: tbe_quant.h); the row's values are finite.
-Status quantize_row(QuantWeightType type, const float* x, int64_t D, int64_t r, uint8_t* out, bool write) {
+// Why row r of [E, D] fp32 values x cannot be quantized to `type`, or Ok: the first non-finite column, then
+// (int rows) a min or scale that overflows fp16. Both backends' quantize_rows refuse a call with this message
+// (the CUDA one finds the row on the device and words it here from a copy of the row).
+Status check_row(QuantWeightType type, const float* x, int64_t D, int64_t r) {
+  for (int64_t c = 0; c < D; ++c)
+    if (!is_finite_f(x[c]))
+      return invalid_argument("rows: row " + s(r) + ", column " + s(c) + " is not finite (" + std::to_string(x[c]) + ")");
+  const int bits = tbe_quant::int_bits(type);
+  if (bits == 0) return Status::Ok();
+  float mn = x[0], mx = x[0];
+  for (int64_t c = 1; c < D; ++c) {
+    mn = std::min(mn, x[c]);
+    mx = std::max(mx, x[c]);
+  }
+  if (!tbe_quant::int_row_scale(mn, mx, bits).fits)
+    return invalid_argument("rows: row " + s(r) + ": its minimum " + std::to_string(mn) +
+                            " or its range does not fit the fp16 bias and scale of an " + quant_weight_type_name(type) +
+                            " row");
+  return Status::Ok();
+}
+
+// One checked row of the quantizing helper (the rules: tbe_quant.h) into `out`, which is zeroed.
+void quantize_row(QuantWeightType type, const float* x, int64_t D, uint8_t* out) {
   const int bits = tbe_quant::int_bits(type);
   if (bits > 0) {
     float mn = x[0], mx = x[0];
@@ -87,46 +97,27 @@ Status quantize_row(QuantWeightType type, const float* x, int64_t D, int64_t r, 
       mn = std::min(mn, x[c]);
       mx = std::max(mx, x[c]);
     }
-    const float row_min = mn;
-    const uint16_t bias_h = float_to_fp16(mn);
-    mn = fp16_to_float(bias_h);
-    const int qmax = (1 << bits) - 1;
-    const float range = mx - mn;
-    float scale = range == 0.0f ? 1.0f : range / static_cast<float>(qmax);
-    if (!is_finite_f(mn) || !is_finite_f(fp16_to_float(float_to_fp16(scale))))
-      return invalid_argument("rows: row " + s(r) + ": its minimum " + std::to_string(row_min) +
-                              " or its range does not fit the fp16 bias and scale of an " +
-                              quant_weight_type_name(type) + " row");
-    scale = fp16_to_float(float_to_fp16(scale));
-    if (scale == 0.0f) scale = 1.0f;
-    float inverse = 1.0f / scale;
-    if (!is_finite_f(inverse)) scale = inverse = 1.0f;
-    if (!write) return Status::Ok();
-    const uint16_t scale_h = float_to_fp16(scale);
-    std::memcpy(out, &scale_h, 2);
-    std::memcpy(out + 2, &bias_h, 2);
+    const tbe_quant::IntRowScale q = tbe_quant::int_row_scale(mn, mx, bits);
+    std::memcpy(out, &q.scale_h, 2);
+    std::memcpy(out + 2, &q.bias_h, 2);
     uint8_t* data = out + 4;
     const int per_byte = 8 / bits;
-    for (int64_t c = 0; c < D; ++c) {
-      // nearbyint: the current rounding mode, round-half-to-even by default (as lrintf).
-      const float q = std::nearbyint((x[c] - mn) * inverse);
-      const unsigned code = static_cast<unsigned>(std::min<float>(std::max<float>(q, 0.0f), static_cast<float>(qmax)));
-      data[c / per_byte] = static_cast<uint8_t>(data[c / per_byte] | (code << ((c % per_byte) * bits)));
-    }
-    return Status::Ok();
+    for (int64_t c = 0; c < D; ++c)
+      data[c / per_byte] = static_cast<uint8_t>(data[c / per_byte] |
+                                                (tbe_quant::int_code_of(x[c], q, bits) << ((c % per_byte) * bits)));
+    return;
   }
-  if (!write) return Status::Ok();
   switch (type) {
     case QuantWeightType::kFp8E4M3:
     case QuantWeightType::kFp8E5M2: {
       const bool e4m3 = type == QuantWeightType::kFp8E4M3;
       float amax = 0.0f;
       for (int64_t c = 0; c < D; ++c) amax = std::max(amax, std::fabs(x[c]));
-      const float scale = scale_from_amax(amax, fp8_max(e4m3 ? DType::kF8E4M3 : DType::kF8E5M2), ScaleOptions{});
-      const float scale_inv = 1.0f / scale;
+      const float scale = scale_from_amax_rule(amax, e4m3 ? kFp8E4M3Max : kFp8E5M2Max, 0.0f, false);
+      const float scale_inv = scale_inv_from_scale(scale);
       std::memcpy(out, &scale_inv, 4);
       for (int64_t c = 0; c < D; ++c) out[4 + c] = e4m3 ? float_to_e4m3(x[c] * scale) : float_to_e5m2(x[c] * scale);
-      return Status::Ok();
+      return;
     }
     case QuantWeightType::kFp16:
     case QuantWeightType::kBf16:
@@ -134,10 +125,10 @@ Status quantize_row(QuantWeightType type, const float* x, int64_t D, int64_t r, 
         const uint16_t h = type == QuantWeightType::kFp16 ? float_to_fp16(x[c]) : float_to_bf16(x[c]);
         std::memcpy(out + 2 * c, &h, 2);
       }
-      return Status::Ok();
+      return;
     default:  // kFp32
       std::memcpy(out, x, static_cast<size_t>(4 * D));
-      return Status::Ok();
+      return;
   }
 }
 
@@ -164,7 +155,7 @@ bool parse_quant_weight_type(const std::string& name, QuantWeightType* out) {
 std::vector<std::string> quant_weight_type_spellings() { return spellings(kQuantTypeSpellings); }
 
 int quant_row_header_bytes(QuantWeightType t) {
-  return tbe_quant::int_bits(t) > 0 || t == QuantWeightType::kFp8E4M3 || t == QuantWeightType::kFp8E5M2 ? 4 : 0;
+  return tbe_quant::header_bytes(t);
 }
 
 Status quant_row_bytes(QuantWeightType type, int dim, int row_alignment, int64_t* bytes) {
@@ -173,7 +164,7 @@ Status quant_row_bytes(QuantWeightType type, int dim, int row_alignment, int64_t
   if (dim < 1) return invalid_argument("dim: " + s(dim) + "; the dimension must be >= 1");
   if (!power_of_two_in(row_alignment, 256))
     return invalid_argument("row_alignment: " + s(row_alignment) + " is not a power of two from 1 to 256");
-  *bytes = round_up(quant_row_header_bytes(type) + data_bytes(type, dim), row_alignment);
+  *bytes = round_up(quant_row_header_bytes(type) + tbe_quant::data_bytes(type, dim), row_alignment);
   return Status::Ok();
 }
 
@@ -220,9 +211,70 @@ Status QuantizedTableBatchedEmbedding::create(const Context& ctx, const QuantTbe
   EMBSCALE_RETURN_IF_ERROR(tbe_validate::resolve_features(
       cfg.feature_table_map, num_tables, [&](int t) { return cfg.tables[t].dim; }, &tbe->feature_table_,
       &tbe->output_offsets_, &tbe->max_dim_));
+  if (ctx.backend == Backend::kCuda) EMBSCALE_RETURN_IF_ERROR(tbe->upload_meta(ctx));
   *out = std::move(tbe);
   return Status::Ok();
 }
+
+namespace {
+
+// The single CUDA allocation behind DeviceMeta: [scratch | table_offsets | num_rows | row_bytes] as int64,
+// then [dims | types | output_offsets] as int32, so every array is naturally aligned.
+struct QuantMetaLayout {
+  size_t scratch = 0, table_offsets = 0, num_rows = 0, row_bytes = 0, dims = 0, types = 0, output_offsets = 0,
+         bytes = 0;
+  explicit QuantMetaLayout(size_t T) {
+    table_offsets = scratch + sizeof(int64_t) * QuantizedTableBatchedEmbedding::kScratchWords;
+    num_rows = table_offsets + sizeof(int64_t) * T;
+    row_bytes = num_rows + sizeof(int64_t) * T;
+    dims = row_bytes + sizeof(int64_t) * T;
+    types = dims + sizeof(int32_t) * T;
+    output_offsets = types + sizeof(int32_t) * T;
+    bytes = output_offsets + sizeof(int32_t) * (T + 1);
+  }
+};
+
+}  // namespace
+
+Status QuantizedTableBatchedEmbedding::upload_meta(const Context& ctx) {
+  const int T = num_features();
+  const QuantMetaLayout L(static_cast<size_t>(T));
+  std::vector<unsigned char> host(L.bytes, 0);
+  auto* t_off = reinterpret_cast<int64_t*>(host.data() + L.table_offsets);
+  auto* rows = reinterpret_cast<int64_t*>(host.data() + L.num_rows);
+  auto* rbytes = reinterpret_cast<int64_t*>(host.data() + L.row_bytes);
+  auto* dims = reinterpret_cast<int32_t*>(host.data() + L.dims);
+  auto* types = reinterpret_cast<int32_t*>(host.data() + L.types);
+  auto* o_off = reinterpret_cast<int32_t*>(host.data() + L.output_offsets);
+  for (int f = 0; f < T; ++f) {
+    const int t = feature_table_[f];
+    t_off[f] = table_offsets_[t];
+    rows[f] = cfg_.tables[t].num_rows;
+    rbytes[f] = row_bytes_[t];
+    dims[f] = cfg_.tables[t].dim;
+    types[f] = static_cast<int32_t>(cfg_.tables[t].type);
+  }
+  for (int f = 0; f <= T; ++f) o_off[f] = output_offsets_[f];
+  void* storage = nullptr;
+  EMBSCALE_RETURN_IF_ERROR(backend_malloc(ctx.backend, L.bytes, &storage));
+  const Status st = copy_to_backend(ctx, storage, host.data(), L.bytes);
+  if (!st.ok()) {
+    backend_free(ctx.backend, storage);
+    return st;
+  }
+  meta_storage_ = storage;
+  auto* base = static_cast<unsigned char*>(storage);
+  meta_.scratch = reinterpret_cast<int64_t*>(base + L.scratch);
+  meta_.table_offsets = reinterpret_cast<const int64_t*>(base + L.table_offsets);
+  meta_.num_rows = reinterpret_cast<const int64_t*>(base + L.num_rows);
+  meta_.row_bytes = reinterpret_cast<const int64_t*>(base + L.row_bytes);
+  meta_.dims = reinterpret_cast<const int32_t*>(base + L.dims);
+  meta_.types = reinterpret_cast<const int32_t*>(base + L.types);
+  meta_.output_offsets = reinterpret_cast<const int32_t*>(base + L.output_offsets);
+  return Status::Ok();
+}
+
+QuantizedTableBatchedEmbedding::~QuantizedTableBatchedEmbedding() { backend_free(backend_, meta_storage_); }
 
 Status QuantizedTableBatchedEmbedding::forward(const Context& ctx, const QuantTbeForwardArgs& args) const {
   if (ctx.backend != backend_)
@@ -248,10 +300,18 @@ Status QuantizedTableBatchedEmbedding::forward(const Context& ctx, const QuantTb
       {region("output", args.output), check::scalar("num_skipped", args.num_skipped)},
       {check::Region{"weights", args.weights, static_cast<size_t>(args.weights_bytes)}, region("indices", args.indices),
        region("offsets", args.offsets), region("per_sample_weights", args.per_sample_weights)}));
+  const struct { const char* name; const void* p; } memory[] = {
+      {"weights", args.weights}, {"indices", args.indices.data}, {"offsets", args.offsets.data},
+      {"per_sample_weights", args.per_sample_weights.data}, {"output", args.output.data},
+      {"num_skipped", args.num_skipped}};
+  for (const auto& m : memory) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, m.name, m.p));
 
   if (ctx.backend == Backend::kCpu) return cpu::tbe_quant_forward(ctx, *this, args);
-  return unsupported("ctx: the quantized TBE forward has no CUDA kernel yet; run it on the CPU backend "
-                     "(docs/tbe_quant.md)");
+#if EMBSCALE_WITH_CUDA
+  return cuda::tbe_quant_forward(ctx, *this, args);
+#else
+  return unsupported("ctx: this build of embscale has no CUDA backend");
+#endif
 }
 
 Status quantize_rows(QuantWeightType type, const TensorView& rows, int row_alignment, void* out, int64_t out_bytes) {
@@ -265,17 +325,85 @@ Status quantize_rows(QuantWeightType type, const TensorView& rows, int row_align
                                            {check::region("rows", rows)}));
   const float* x = static_cast<const float*>(rows.data);
   // Every check before the first byte is written: a refused call changes nothing.
-  for (int64_t r = 0; r < E; ++r) {
-    for (int64_t c = 0; c < D; ++c)
-      if (!is_finite_f(x[r * D + c]))
-        return invalid_argument("rows: row " + s(r) + ", column " + s(c) + " is not finite (" +
-                                std::to_string(x[r * D + c]) + ")");
-    EMBSCALE_RETURN_IF_ERROR(quantize_row(type, x + r * D, D, r, nullptr, false));
-  }
+  for (int64_t r = 0; r < E; ++r) EMBSCALE_RETURN_IF_ERROR(check_row(type, x + r * D, D, r));
   auto* bytes = static_cast<uint8_t*>(out);
   if (out_bytes > 0) std::memset(bytes, 0, static_cast<size_t>(out_bytes));
-  for (int64_t r = 0; r < E; ++r) EMBSCALE_RETURN_IF_ERROR(quantize_row(type, x + r * D, D, r, bytes + r * rb, true));
+  for (int64_t r = 0; r < E; ++r) quantize_row(type, x + r * D, D, bytes + r * rb);
   return Status::Ok();
+}
+
+namespace {
+
+// The checks common to both forms of quantize_rows: the type, rows, the row size; *rb is the row's bytes.
+Status check_quantize_args(QuantWeightType type, const TensorView& rows, int row_alignment, int64_t* rb) {
+  if (!valid_type(type)) return invalid_argument("type: unknown weight type " + s(static_cast<int>(type)));
+  EMBSCALE_RETURN_IF_ERROR(check_rows("rows", rows));
+  return quant_row_bytes(type, static_cast<int>(rows.shape[1]), row_alignment, rb);
+}
+
+// The CUDA quantizer's workspace: one int64, the verdict of the row check (tbe/tbe_quant_backend.h).
+WorkspaceLayout quantize_workspace(const Context& ctx, const TensorView& rows) {
+  WorkspaceLayout layout(WorkspaceLayout::Base::kAsGiven);
+  layout.add(ctx.backend == Backend::kCuda && rows.shape[0] > 0 ? sizeof(int64_t) : 0);
+  return layout;
+}
+
+}  // namespace
+
+Status quantize_rows_workspace_size(const Context& ctx, QuantWeightType type, const TensorView& rows,
+                                    int row_alignment, size_t* bytes) {
+  if (bytes == nullptr) return invalid_argument("bytes: must not be null");
+  EMBSCALE_RETURN_IF_ERROR(check::context(ctx));
+  int64_t rb = 0;
+  EMBSCALE_RETURN_IF_ERROR(check_quantize_args(type, rows, row_alignment, &rb));
+  *bytes = quantize_workspace(ctx, rows).size();
+  return Status::Ok();
+}
+
+Status quantize_rows(const Context& ctx, QuantWeightType type, const TensorView& rows, int row_alignment, void* out,
+                     int64_t out_bytes, void* workspace, size_t workspace_bytes) {
+  EMBSCALE_RETURN_IF_ERROR(check::context(ctx));
+  if (ctx.backend == Backend::kCpu) {
+    EMBSCALE_RETURN_IF_ERROR(check_workspace(ctx, workspace, workspace_bytes, 0, "quantize_rows_workspace_size"));
+    return quantize_rows(type, rows, row_alignment, out, out_bytes);
+  }
+  int64_t rb = 0;
+  EMBSCALE_RETURN_IF_ERROR(check_quantize_args(type, rows, row_alignment, &rb));
+  const int64_t E = rows.shape[0], D = rows.shape[1];
+  EMBSCALE_RETURN_IF_ERROR(check_packed("out", out, out_bytes, E, rb));
+  const WorkspaceLayout layout = quantize_workspace(ctx, rows);
+  EMBSCALE_RETURN_IF_ERROR(layout.check(ctx, workspace, workspace_bytes, "quantize_rows_workspace_size"));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "rows", rows.data));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "out", out));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint({check::Region{"out", out, static_cast<size_t>(out_bytes)}},
+                                           {check::region("rows", rows)}));
+  EMBSCALE_RETURN_IF_ERROR(check::disjoint({check::Region{"workspace", workspace, layout.size()}},
+                                           {check::Region{"out", out, static_cast<size_t>(out_bytes)},
+                                            check::region("rows", rows)}));
+  if (E == 0) return Status::Ok();
+#if EMBSCALE_WITH_CUDA
+  // The verdict first (a refused call writes nothing to out), then the rows.
+  int64_t* verdict = layout.at<int64_t>(workspace, WorkspaceSlice{0, sizeof(int64_t)});
+  EMBSCALE_RETURN_IF_ERROR(cuda::memset_async(verdict, 0, sizeof(int64_t), ctx.stream));
+  EMBSCALE_RETURN_IF_ERROR(cuda::quantize_rows_check(ctx, type, rows, verdict));
+  int64_t key = 0;
+  EMBSCALE_RETURN_IF_ERROR(cuda::memcpy_sync(&key, verdict, sizeof(key), ctx.stream));
+  if (key != 0) {
+    // ~key = r * (D + 1) + c: the first refused row r; its message is the host check's, on a copy of the row.
+    const int64_t r = static_cast<int64_t>(~static_cast<uint64_t>(key)) / (D + 1);
+    std::vector<float> row(static_cast<size_t>(D));
+    EMBSCALE_RETURN_IF_ERROR(cuda::memcpy_sync(row.data(), static_cast<const float*>(rows.data) + r * D,
+                                               sizeof(float) * static_cast<size_t>(D), ctx.stream));
+    const Status st = check_row(type, row.data(), D, r);
+    if (!st.ok()) return st;
+    return Status(StatusCode::kBackendError, "rows: the device refused row " + s(r) + ", which the host check takes");
+  }
+  EMBSCALE_RETURN_IF_ERROR(cuda::memset_async(out, 0, static_cast<size_t>(out_bytes), ctx.stream));
+  return cuda::quantize_rows_write(ctx, type, rows, rb, out);
+#else
+  (void)D;
+  return unsupported("ctx: this build of embscale has no CUDA backend");
+#endif
 }
 
 Status dequantize_rows(QuantWeightType type, const void* in, int64_t in_bytes, int row_alignment,

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import embscale
+from conftest import requires_cuda
 from embscale import QuantizedTableBatchedEmbeddingBags as QTBE
 
 try:
@@ -48,12 +49,12 @@ def decode_row(row: np.ndarray, wtype: str, dim: int) -> np.ndarray:
 
 def reference(module, indices, offsets, psw):
     """The forward in float64 from the module's bytes; also the sum of each output's |terms| (for the bound)."""
-    tables = [np.stack([decode_row(r, w, d) for r in v.numpy()]) if e else np.zeros((0, d))
+    tables = [np.stack([decode_row(r, w, d) for r in v.cpu().numpy()]) if e else np.zeros((0, d))
               for v, (e, d, w) in zip(module.split_embedding_weights(), module.embedding_specs)]
     T = len(module.feature_table_map)
     B = (len(offsets) - 1) // T
-    idx, off = indices.numpy(), offsets.numpy()
-    w = None if psw is None else psw.numpy().astype(np.float64)
+    idx, off = indices.cpu().numpy(), offsets.cpu().numpy()
+    w = None if psw is None else psw.cpu().numpy().astype(np.float64)
     pooled = module.pooling != "none"
     out = np.zeros((B, module.total_dim) if pooled else (len(idx), module.feature_dims[0]))
     mag = np.zeros_like(out)
@@ -82,12 +83,19 @@ def assert_close_to_reference(module, got, indices, offsets, psw=None, max_len=2
     want, mag = reference(module, indices, offsets, psw)
     eps_out = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[module.output_dtype]
     bound = (max_len + 4) * 2.0 ** -23 * mag + eps_out * np.abs(want) + 1e-30
+    got = got.cpu()
     err = np.abs(got.to(torch.float64).numpy() - want)
     worst = np.unravel_index(np.argmax(err - bound), err.shape) if err.size else None
     assert np.all(err <= bound), f"at {worst}: got {got[worst].item()}, want {want[worst]}, bound {bound[worst]}"
 
 
 def random_batch(rng, module, batch_size, max_len, bad_every=0):
+    """Ids and offsets of a random batch, on the module's device."""
+    indices, offsets = _random_batch(rng, module, batch_size, max_len, bad_every)
+    return indices.to(module.weights.device), offsets.to(module.weights.device)
+
+
+def _random_batch(rng, module, batch_size, max_len, bad_every=0):
     T = len(module.feature_table_map)
     lengths = rng.integers(0, max_len + 1, size=T * batch_size)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
@@ -116,34 +124,35 @@ def quantized(specs, seed, **kw):
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
 @pytest.mark.parametrize("output_dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("row_alignment", [1, 16])
-def test_pooled_forward_matches_float64_reference(pooling, output_dtype, row_alignment):
+def test_pooled_forward_matches_float64_reference(pooling, output_dtype, row_alignment, device):
     seed = 1000 + ["sum", "mean"].index(pooling) * 10 + row_alignment
     print("seed", seed)
-    m = quantized(SPECS_MIXED, seed, pooling=pooling, output_dtype=output_dtype, row_alignment=row_alignment)
+    m = quantized(SPECS_MIXED, seed, pooling=pooling, output_dtype=output_dtype, row_alignment=row_alignment,
+                  device=device)
     rng = np.random.default_rng(seed)
     for batch_size in (1, 7):
         indices, offsets = random_batch(rng, m, batch_size, 20)
         out = m(indices, offsets)
-        assert out.shape == (batch_size, m.total_dim) and out.dtype == output_dtype
+        assert out.shape == (batch_size, m.total_dim) and out.dtype == output_dtype and out.device == m.weights.device
         assert_close_to_reference(m, out.float() if output_dtype == torch.float32 else out, indices, offsets)
 
 
-def test_per_sample_weights_and_int32_lookups():
+def test_per_sample_weights_and_int32_lookups(device):
     seed = 2001
     print("seed", seed)
-    m = quantized(SPECS_MIXED, seed)
+    m = quantized(SPECS_MIXED, seed, device=device)
     rng = np.random.default_rng(seed)
     indices, offsets = random_batch(rng, m, 5, 12)
-    psw = torch.from_numpy(rng.standard_normal(indices.numel()).astype(np.float32))
+    psw = torch.from_numpy(rng.standard_normal(indices.numel()).astype(np.float32)).to(device)
     out = m(indices.int(), offsets.int(), psw)
     assert_close_to_reference(m, out, indices, offsets, psw)
 
 
-def test_sequence_output_and_shared_tables():
+def test_sequence_output_and_shared_tables(device):
     seed = 2002
     print("seed", seed)
     specs = [(60, 16, "int4"), (40, 16, "fp8e4m3"), (30, 16, "int8")]
-    m = quantized(specs, seed, pooling="none", feature_table_map=[0, 1, 2, 0])
+    m = quantized(specs, seed, pooling="none", feature_table_map=[0, 1, 2, 0], device=device)
     rng = np.random.default_rng(seed)
     indices, offsets = random_batch(rng, m, 4, 6)
     out = m(indices, offsets)
@@ -152,10 +161,10 @@ def test_sequence_output_and_shared_tables():
 
 
 @pytest.mark.parametrize("mode", ["skip", "off", "warn"])
-def test_bad_indices_are_dropped_and_counted(mode):
+def test_bad_indices_are_dropped_and_counted(mode, device):
     seed = 2003
     print("seed", seed)
-    m = quantized(SPECS_MIXED[:4], seed, bounds_check=mode, pooling="mean")
+    m = quantized(SPECS_MIXED[:4], seed, bounds_check=mode, pooling="mean", device=device)
     rng = np.random.default_rng(seed)
     indices, offsets = random_batch(rng, m, 6, 10, bad_every=5)
     bad = int((indices < 0).sum())
@@ -163,20 +172,22 @@ def test_bad_indices_are_dropped_and_counted(mode):
     if mode == "warn":
         with pytest.warns(embscale.BoundsCheckWarning):
             out = m(indices, offsets)
+            m.check_bounds()  # (a CUDA call's count is read by a later call, or here)
     else:
         out = m(indices, offsets)
     assert_close_to_reference(m, out, indices, offsets)
     assert int(m.num_skipped) == (bad if mode != "off" else 0)
 
 
-def test_error_mode_names_the_bad_lookup_and_broken_offsets_always_fail():
-    m = quantized(SPECS_MIXED[:2], 2004)
+def test_error_mode_names_the_bad_lookup_and_broken_offsets_fail(device):
+    """Broken offsets fail in every mode on the CPU; on CUDA in error and skip modes, as the training module's."""
+    m = quantized(SPECS_MIXED[:2], 2004, device=device)
     with pytest.raises(IndexError, match="index"):
-        m(torch.tensor([0, 200, 1]), torch.tensor([0, 2, 3]))
-    for mode in ("error", "skip", "off"):
+        m(torch.tensor([0, 200, 1], device=device), torch.tensor([0, 2, 3], device=device))
+    for mode in ("error", "skip", "off") if device.type == "cpu" else ("error", "skip"):
         m.bounds_check = mode
         with pytest.raises(IndexError, match="offsets"):
-            m(torch.tensor([0, 1, 1]), torch.tensor([0, 2, 1]))
+            m(torch.tensor([0, 1, 1], device=device), torch.tensor([0, 2, 1], device=device))
 
 
 def test_round_trip_error_is_within_each_types_bound():
@@ -218,12 +229,14 @@ def test_saves_loads_pickles_and_copies_bytes_exactly():
         assert torch.equal(clone(indices, offsets), want)
 
 
-def test_from_float_quantizes_a_trained_module():
+def test_from_float_quantizes_a_trained_module(device):
     torch.manual_seed(2007)
-    trained = embscale.TableBatchedEmbeddingBags([(80, 32), (60, 16)], feature_table_map=[0, 1, 1], pooling="mean")
+    trained = embscale.TableBatchedEmbeddingBags([(80, 32), (60, 16)], feature_table_map=[0, 1, 1], pooling="mean",
+                                                 device=device)
     q = QTBE.from_float(trained, ["int8", "fp8e4m3"])
-    assert q.feature_table_map == [0, 1, 1] and q.pooling == "mean"
+    assert q.feature_table_map == [0, 1, 1] and q.pooling == "mean" and q.weights.device == trained.weights.device
     for x, y, w in zip(trained.split_embedding_weights(), q.dequantized_tables(), ("int8", "fp8e4m3")):
+        x = x.detach()
         assert (x - y).abs().max() <= (x.max() - x.min()) / 255 + 1e-6 if w == "int8" else \
             torch.all((x - y).abs() <= x.abs() * 2.0 ** -4 + 1e-6)
     indices, offsets = random_batch(np.random.default_rng(2007), q, 4, 10)
@@ -337,6 +350,55 @@ def test_quantizing_matches_fbgemms_row_quantizer(bits):
     m = QTBE([(200, 48, f"int{bits}")], row_alignment=1)
     m.load_float([x])
     assert torch.equal(m.split_embedding_weights()[0], want)
+
+
+@requires_cuda
+@pytest.mark.parametrize("wtype", ["int8", "int4", "int2", "fp8e4m3", "fp8e5m2", "fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("row_alignment", [1, 16])
+def test_cuda_quantizes_to_the_cpus_bytes(wtype, row_alignment):
+    """load_float on a CUDA module quantizes on the device, to the bytes the CPU quantizer writes (rows of
+    several shapes: wide, narrow, constant, a zero minimum of either sign first)."""
+    gen = torch.Generator().manual_seed(2011)
+    specs = [(37, d, wtype) for d in (1, 3, 16, 129)]
+    tables = []
+    for e, d, _ in specs:
+        x = torch.randn(e, d, generator=gen)
+        x[0] *= 1000
+        x[1] *= 1e-3
+        x[2] = 0.375
+        x[3] = x[3].abs()
+        x[3, 0] = 0.0
+        x[4] = x[4].abs()
+        x[4, 0] = -0.0
+        tables.append(x)
+    cpu, cuda = (QTBE(specs, row_alignment=row_alignment, device=dev) for dev in ("cpu", "cuda"))
+    cpu.load_float(tables)
+    cuda.load_float([t.cuda() for t in tables])
+    assert torch.equal(cuda.weights.cpu(), cpu.weights)
+    bad = [t.clone() for t in tables]
+    bad[2][5, 1] = float("nan")
+    before = cuda.weights.clone()
+    with pytest.raises(ValueError, match=r"tables\[2\]: rows: row 5, column 1 is not finite"):
+        cuda.load_float([t.cuda() for t in bad])
+    assert torch.equal(cuda.weights, before)
+
+
+@requires_cuda
+def test_cuda_operator_matches_its_fake_and_compiles():
+    """The operator on CUDA tensors: torch.library.opcheck (the fake's shapes and dtypes against the real call),
+    and the module under torch.compile(fullgraph=True) equal to eager."""
+    m = quantized(SPECS_MIXED, 2012, pooling="sum", bounds_check="skip", output_dtype=torch.bfloat16, device="cuda")
+    indices, offsets = random_batch(np.random.default_rng(2012), m, 6, 9, bad_every=7)
+    args = (m.weights, indices, offsets, None, *m._op_tables[:4], m.row_alignment, m.table_alignment, m.pooling,
+            m.bounds_check, m.output_dtype)
+    torch.library.opcheck(torch.ops.embscale.quant_tbe_forward.default, args,
+                          test_utils=("test_schema", "test_faketensor"))
+    out, skipped = torch.ops.embscale.quant_tbe_forward(*args)
+    assert out.device.type == "cuda" and out.dtype == torch.bfloat16 and int(skipped) == int((indices < 0).sum())
+    with torch.no_grad():
+        want = m(indices, offsets)
+        assert torch.equal(torch.compile(m, fullgraph=True)(indices, offsets), want)
+    assert_close_to_reference(m, want, indices, offsets)
 
 
 def test_torch_export_runs_the_operator_and_matches_eager():

@@ -1,6 +1,6 @@
 // CPU backend of fp8.h (fp8/fp8_backend.h, namespace cpu): OpenMP threads over a fixed contiguous
 // split of the elements, simple loops the compiler vectorises plus an explicit SIMD fp8 cast
-// (fp8/cpu/fp8_cast_simd.h), numerics from core/numerics.h and fp8/scaling.h so the results are the
+// (fp8/cpu/fp8_cast_simd.h), numerics from core/numerics.h and core/scaling.h so the results are the
 // CUDA backend's.
 //
 // Determinism: every output element is written by exactly one thread, and amax is a max, which is
@@ -19,7 +19,7 @@
 #include "fp8/activation.h"
 #include "core/dispatch.h"
 #include "core/numerics.h"
-#include "fp8/scaling.h"
+#include "core/scaling.h"
 #include "fp8/cpu/fp8_cast_simd.h"
 
 namespace embscale {

@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "core/numerics.h"
-#include "fp8/scaling.h"
+#include "core/scaling.h"
 #include "core/cuda/arch_traits.cuh"
 #include "core/cuda/pdl.cuh"
 #include "core/cuda/vec.cuh"

@@ -1,6 +1,6 @@
-// The bounds-check report of the CUDA TBE forward and backward: the finalize kernel's words
-// (scratch[kReport..kReport+4], tbe/cuda/bounds_check.cuh) read back and turned into a Status
-// worded by tbe/bounds_report.h, like the CPU backend's.
+// The bounds-check report of the CUDA TBE forward and backward and of the quantized TBE's forward: the
+// finalize kernel's words (scratch[kReport..kReport+4], tbe/cuda/bounds_check.cuh) read back and turned into
+// a Status worded by tbe/bounds_report.h, like the CPU backend's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,9 +17,11 @@ namespace embscale {
 namespace cuda {
 namespace tbe_report {
 
-// The error-mode report r[0..4] as a Status naming what was wrong; `op` ("tbe forward", "tbe backward")
-// names the caller in the message for an unknown report kind.
-inline Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r, const char* op) {
+// The error-mode report r[0..4] as a Status naming what was wrong: to_status(violation) words it (the
+// op's tbe_bounds::violation_error); `op` ("tbe forward", "tbe backward") names the caller in the message
+// for an unknown report kind.
+template <class ToStatus>
+inline Status report_status(const int64_t* r, const char* op, ToStatus to_status) {
   // The host-side wording (tbe/bounds_report.h), not the device-side words of cuda::tbe_bounds.
   using ::embscale::tbe_bounds::ViolationKind;
   ::embscale::tbe_bounds::BoundsViolation v;
@@ -49,7 +51,13 @@ inline Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t
     default:
       return Status(StatusCode::kBackendError, std::string(op) + ": unknown bounds-check report " + std::to_string(r[0]));
   }
-  return ::embscale::tbe_bounds::violation_error(tbe, B, N, v);
+  return to_status(v);
+}
+
+inline Status report_status(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, const int64_t* r, const char* op) {
+  return report_status(r, op, [&](const ::embscale::tbe_bounds::BoundsViolation& v) {
+    return ::embscale::tbe_bounds::violation_error(tbe, B, N, v);
+  });
 }
 
 // Whether `stream` is capturing a CUDA graph (only asked when a bounds check runs: off mode never reads
@@ -67,14 +75,21 @@ inline Status capture_state(BoundsCheckMode mode, cudaStream_t stream, bool* cap
   return Status::Ok();
 }
 
-// Copies the report from the module's scratch, waits for the stream and returns report_status.
-inline Status read_report(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, cudaStream_t stream, const char* op) {
+// Copies the report from an object's scratch words, waits for the stream and returns report_status.
+template <class ToStatus>
+inline Status read_report(const int64_t* scratch, cudaStream_t stream, const char* op, ToStatus to_status) {
   int64_t report[5] = {0, 0, 0, 0, 0};
-  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, tbe.device_meta().scratch + tbe_bounds::kReport,
-                                                       sizeof(report), cudaMemcpyDeviceToHost, stream),
+  EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(report, scratch + tbe_bounds::kReport, sizeof(report),
+                                                       cudaMemcpyDeviceToHost, stream),
                                        "cudaMemcpyAsync (bounds-check report)"));
   EMBSCALE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (bounds-check report)"));
-  return report_status(tbe, B, N, report, op);
+  return report_status(report, op, to_status);
+}
+
+inline Status read_report(const TableBatchedEmbedding& tbe, int64_t B, int64_t N, cudaStream_t stream, const char* op) {
+  return read_report(tbe.device_meta().scratch, stream, op, [&](const ::embscale::tbe_bounds::BoundsViolation& v) {
+    return ::embscale::tbe_bounds::violation_error(tbe, B, N, v);
+  });
 }
 
 }  // namespace tbe_report

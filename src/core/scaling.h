@@ -1,5 +1,5 @@
-// The FP8 scaling rules, written once (fp8.h states them): used by the CPU backend, by the CUDA
-// kernels and by the public scale_from_amax().
+// The FP8 scaling rules, written once (fp8.h states them): used by the FP8 capability's CPU backend, CUDA
+// kernels and public scale_from_amax(), and by the quantized TBE's fp8 row quantizer on both backends.
 #pragma once
 
 #include <cfloat>
