@@ -83,7 +83,8 @@ Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
   if (r.block_threads < ArchTraits::kWarpSize || r.block_threads > tbe_bwd::kMaxBlockThreads ||
       r.block_threads % ArchTraits::kWarpSize != 0)
     return invalid_argument("tuning.block_threads: " + std::to_string(r.block_threads) +
-                            "; the CUDA backend takes a multiple of 32 in 32.." +
+                            "; the GPU backend takes a multiple of the warp size " + std::to_string(ArchTraits::kWarpSize) +
+                            " in " + std::to_string(ArchTraits::kWarpSize) + ".." +
                             std::to_string(tbe_bwd::kMaxBlockThreads));
   *out = r;
   return Status::Ok();
@@ -332,7 +333,7 @@ Status launch_linearize(const tbe_bwd::LinearizeParams& p, cudaStream_t s) {
 
 template <typename I>
 Status launch_finalize(const tbe_bwd::LinearizeParams& p, int64_t* num_skipped, cudaStream_t s) {
-  tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+  tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, ArchTraits::kWarpSize, 0, s>>>(static_cast<const I*>(p.offsets),
                                                           static_cast<const I*>(p.indices), p.num_items,
                                                           p.num_indices, p.check, p.scratch, num_skipped);
   EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel (backward)");
