@@ -2,6 +2,10 @@
 // plain inline C++ elsewhere.
 #pragma once
 
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>  // __host__, __device__, __forceinline__
+#endif
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define EMBSCALE_HD __host__ __device__ __forceinline__
 #else

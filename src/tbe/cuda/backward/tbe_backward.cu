@@ -167,7 +167,9 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
 // width changed (the histogram and the digits' exclusive sum follow it). Same stable LSD order, so the
 // same sorted output. The histogram pass (one read of the keys for all passes' digit counts) keeps 4
 // private histograms per block instead of 1: repeated keys (Zipf lookups) hit the same bins, and the
-// shared-memory atomics on them serialise.
+// shared-memory atomics on them serialise. CUB's internals: NVIDIA only (on AMD rocPRIM's radix sort
+// chooses its own digits).
+#if !defined(__HIP_PLATFORM_AMD__)
 struct NineBitDigits {
   using Tuned = cub::detail::radix::policy_hub<uint32_t, uint32_t, uint32_t>::Policy900;
   static constexpr int kBits = kWideDigitBits;
@@ -194,11 +196,13 @@ struct NineBitDigits {
   };
   using MaxPolicy = Policy;
 };
+#endif
 
 // Stable sort of n (key, value) pairs on key bits [0, end_bit); temp == nullptr: size query.
 template <typename K>
 cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out, const uint32_t* vals_in,
                        uint32_t* vals_out, int n, int end_bit, cudaStream_t s) {
+#if !defined(__HIP_PLATFORM_AMD__)
   if constexpr (sizeof(K) == 4) {
     if (wide_digits(end_bit, false)) {
       cub::DoubleBuffer<uint32_t> keys(const_cast<uint32_t*>(keys_in), keys_out);
@@ -209,6 +213,7 @@ cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out,
                                                                                                end_bit, false, s);
     }
   }
+#endif
   return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys_out, vals_in, vals_out, n, 0, end_bit, s);
 }
 

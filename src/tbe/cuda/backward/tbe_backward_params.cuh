@@ -26,11 +26,11 @@ constexpr int kUnroll = 4;                          // gradient rows in flight p
 
 // Per-device defaults of TbeBackwardTuning (measured on the H200: docs/tbe_backward_cuda.md, History):
 // warps for segments up to 128 lookups when the lane groups take the rows (up to kGroupMaxCols = 512
-// columns), 32 for wider rows; blocks for segments up to TbeBackwardTuning::kDefaultMaxBlockSegment
+// columns with 32 lanes), 32 for wider rows; blocks for segments up to TbeBackwardTuning::kDefaultMaxBlockSegment
 // lookups (longer ones: superchunk slots + combine).
 constexpr int kDefaultMaxWarpSegment = 32;
 constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
-constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
+constexpr int kLaneGroupCols = 4 * kPassCols;  // = kGroupMaxCols, 4 passes (defined with the lane-group path below)
 constexpr int kDefaultBlockThreads = 256;
 constexpr int kMaxBlockThreads = 512;  // the block path's __launch_bounds__ (2 blocks an SM: <= 64 registers a thread)
 

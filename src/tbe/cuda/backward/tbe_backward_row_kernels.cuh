@@ -41,7 +41,7 @@ struct BatchRow {
 // spill). kRows = 0: the rows longer than group_max_lookups, one at a time on the whole warp; kSlots and kOpt
 // unused (0, kNone). kAccess: the rows' vector access (always kWhole for the lane groups).
 template <typename W, typename G, int kRows, int kSlots, OptimizerType kOpt, VecAccess kAccess>
-__global__ void __launch_bounds__(kRowThreads, kRows > 0 ? group_rows_min_blocks<W, kRows>() : kWarpRowsMinBlocks)
+__global__ void __launch_bounds__(kRowThreads, (kRows > 0 ? group_rows_min_blocks<W, kRows>() : kWarpRowsMinBlocks))
     tbe_backward_warp_rows_kernel(const RowParams p) {
   // The next row kernel works on other rows: it may start as this one's blocks finish (launch_kernel);
   // each waits for its predecessor before it completes. The first one waits for classify first.
