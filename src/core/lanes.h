@@ -3,7 +3,7 @@
 // provides the primitives and these functions build the rest from them:
 //   Ln::kCount, Ln::Mask (one bit a lane: 32 or 64 bits), Ln::kFull,
 //   Ln::shfl(v, src, width, mask), Ln::shfl_xor(v, offset, width, mask), Ln::ballot(pred, mask),
-//   Ln::reduce_max(u32), Ln::reduce_or(u32) (the lane group's max / or, in every lane).
+//   Ln::reduce_max(u32), Ln::reduce_or(u32) (the warp's max / or, in every lane), Ln::lane().
 // The device backend is core/cuda/lanes.cuh (CUDA or HIP intrinsics); the host backend of the tests runs
 // each lane as a thread (tests/lane_emulation.h), so the same source is checked at 32 and 64 lanes on
 // the CPU.
@@ -88,6 +88,18 @@ EMBSCALE_HD float lane_sum(float v, typename Ln::Mask m = Ln::kFull) {
 #pragma unroll
   for (int o = L / 2; o > 0; o /= 2) v = lane_add_rn(v, Ln::shfl_xor(v, o, L, m));
   return v;
+}
+
+// The ballot of the group of L lanes holding this lane, as the low L bits (the whole ballot when L is
+// the warp): how a unit of 32 lanes (a cache set, one lane a way) asks on a 64-lane wavefront.
+template <class Ln, int L>
+EMBSCALE_HD typename LaneMaskOf<(L > 32 ? 64 : 32)>::type lane_group_ballot(bool p) {
+  using Out = typename LaneMaskOf<(L > 32 ? 64 : 32)>::type;
+  if constexpr (L == Ln::kCount) {
+    return Ln::ballot(p, Ln::kFull);
+  } else {
+    return static_cast<Out>((Ln::ballot(p, Ln::kFull) >> (Ln::lane() / L * L)) & Ln::template group_mask<L>(0));
+  }
 }
 
 // Max and or over the whole warp by xor shuffles: the backends' reduce_max / reduce_or where the

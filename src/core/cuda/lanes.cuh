@@ -48,16 +48,9 @@ struct DeviceLanes : LaneShape<kLanes> {
     return __ballot_sync(m, p);
 #endif
   }
-  // The ballot of the group of L lanes holding this lane, as the low L bits (the whole ballot when L is
-  // the warp): how a unit of 32 lanes (a cache set, one lane per way) asks on a 64-lane wavefront.
   template <int L>
   static __device__ __forceinline__ typename LaneMaskOf<(L > 32 ? 64 : 32)>::type group_ballot(bool p) {
-    using Out = typename LaneMaskOf<(L > 32 ? 64 : 32)>::type;
-    if constexpr (L == kLanes) {
-      return ballot(p);
-    } else {
-      return static_cast<Out>((ballot(p) >> (lane() / L * L)) & LaneShape<kLanes>::template group_mask<L>(0));
-    }
+    return lane_group_ballot<DeviceLanes, L>(p);
   }
   static __device__ __forceinline__ void sync() {
 #if !defined(__HIP_PLATFORM_AMD__)
