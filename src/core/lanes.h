@@ -85,7 +85,9 @@ EMBSCALE_HD float lane_add_rn(float a, float b) {
 // lane of the group gets the group's sum. m: the group's lanes (a group mask or Ln::kFull).
 template <class Ln, int L = Ln::kCount>
 EMBSCALE_HD float lane_sum(float v, typename Ln::Mask m = Ln::kFull) {
+#if defined(__CUDACC__) || defined(__HIPCC__)
 #pragma unroll
+#endif
   for (int o = L / 2; o > 0; o /= 2) v = lane_add_rn(v, Ln::shfl_xor(v, o, L, m));
   return v;
 }
