@@ -64,15 +64,16 @@ int bit_width(uint64_t v) {
 }
 
 struct Tuning {
-  int max_warp = tbe_bwd::kDefaultMaxWarpSegment;
-  int max_block = TbeBackwardTuning::kDefaultMaxBlockSegment;
-  int block_threads = tbe_bwd::kDefaultBlockThreads;
+  int max_warp = 0;
+  int max_block = 0;
+  int block_threads = tbe_bwd::BackwardPolicy::kBlockThreads;
 };
 
-// The caller's tuning with its zeros replaced by the defaults for this TBE's widest row.
+// The caller's tuning with its zeros replaced by the architecture's defaults for this TBE's widest row.
 Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
   Tuning r;
-  if (max_dim <= tbe_bwd::kLaneGroupCols) r.max_warp = tbe_bwd::kDefaultMaxWarpSegmentLaneGroupCols;
+  r.max_warp = tbe_bwd::BackwardPolicy::max_warp_segment(max_dim, tbe_bwd::kLaneGroupCols);
+  r.max_block = tbe_bwd::BackwardPolicy::max_block_segment(max_dim);
   if (t.max_warp_segment != 0) r.max_warp = t.max_warp_segment;
   if (t.max_block_segment != 0) r.max_block = t.max_block_segment;
   if (t.block_threads != 0) r.block_threads = t.block_threads;
