@@ -65,10 +65,12 @@ struct LaneShape {
 #endif
   }
   // The n-th (from 0) lowest set lane of m, -1 when m has n or fewer: how lane group n takes its row
-  // of a batch whose rows are the set lanes of m.
-  static EMBSCALE_HD int nth_lane(Mask m, int n) {
-    for (int i = 0; i < n; ++i) m &= m - 1;
-    return m != 0 ? ffs(m) - 1 : -1;
+  // of a batch whose rows are the set lanes of m. (Arguments by reference: with them by value nvcc
+  // schedules the lane-group kernels differently than with the loop written in the kernel.)
+  static EMBSCALE_HD int nth_lane(const Mask& m, const int& n) {
+    Mask t = m;
+    for (int i = 0; i < n; ++i) t &= t - 1;
+    return t != 0 ? ffs(t) - 1 : -1;
   }
 };
 
