@@ -114,4 +114,4 @@ inline hipError_t cudaMemAdvise(const void* ptr, size_t bytes, hipMemoryAdvise a
   return hipMemAdvise(ptr, bytes, advice, where.type == cudaMemLocationTypeHost ? hipCpuDeviceId : where.id);
 }
 
-#include "embscale_hip_device.h"
+#include "core/hip/include/embscale_hip_device.h"
