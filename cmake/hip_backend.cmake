@@ -39,6 +39,12 @@ message(STATUS "embscale: HIP backend ON (architectures: ${EMBSCALE_HIP_ARCHITEC
 
 file(GLOB_RECURSE embscale_hip_sources CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/core/*.cu ${PROJECT_SOURCE_DIR}/src/fp8/*.cu ${PROJECT_SOURCE_DIR}/src/tbe/*.cu)
+# rocPRIM's folder goes on the include path unless it is the system's own (an -isystem /usr/include
+# would break the C++ headers' #include_next).
+set(embscale_rocprim_flag "")
+if(NOT EMBSCALE_ROCPRIM_INCLUDE STREQUAL "/usr/include")
+  set(embscale_rocprim_flag -isystem ${EMBSCALE_ROCPRIM_INCLUDE})
+endif()
 set(embscale_hip_launcher "")
 if(EMBSCALE_CCACHE)
   set(embscale_hip_launcher ${EMBSCALE_CCACHE})
@@ -54,7 +60,7 @@ foreach(src ${embscale_hip_sources})
     COMMAND ${embscale_hip_launcher} ${EMBSCALE_HIPCC} -x hip -std=c++17 -O3 -fPIC -Wno-unused-result ${embscale_offload}
             -DEMBSCALE_WITH_CUDA=1 -DEMBSCALE_HIP_LANES=${embscale_hip_lanes}
             -I${PROJECT_SOURCE_DIR}/src/core/hip/include -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src
-            -isystem ${EMBSCALE_ROCPRIM_INCLUDE} -MD -MF ${obj}.d -c ${src} -o ${obj}
+            ${embscale_rocprim_flag} -MD -MF ${obj}.d -c ${src} -o ${obj}
     DEPENDS ${src}
     DEPFILE ${obj}.d
     COMMENT "Building HIP object ${rel}"
