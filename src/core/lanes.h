@@ -65,8 +65,8 @@ struct LaneShape {
 #endif
   }
   // The n-th (from 0) lowest set lane of m, -1 when m has n or fewer: how lane group n takes its row
-  // of a batch whose rows are the set lanes of m. (Arguments by reference: with them by value nvcc
-  // schedules the lane-group kernels differently than with the loop written in the kernel.)
+  // of a batch whose rows are the set lanes of m. The warp-rows kernel writes these three lines out
+  // in place (a call, even inlined, changes nvcc's schedule of the kernel: docs/building.md).
   static EMBSCALE_HD int nth_lane(const Mask& m, const int& n) {
     Mask t = m;
     for (int i = 0; i < n; ++i) t &= t - 1;

@@ -121,7 +121,10 @@ __global__ void __launch_bounds__(kRowThreads, (kRows > 0 ? group_rows_min_block
         // kRows rows at a time: group grp takes the grp-th remaining row of the batch.
         LaneMask short_rows = todo;
         while (short_rows != 0) {
-          const int j = Warp::nth_lane(short_rows, grp);
+          // Warp::nth_lane(short_rows, grp), written out: called, nvcc schedules the kernel differently.
+          LaneMask t = short_rows;
+          for (int i = 0; i < grp; ++i) t &= t - 1;
+          const int j = t != 0 ? Warp::ffs(t) - 1 : -1;
 #pragma unroll
           for (int i = 0; i < kRows; ++i) short_rows &= short_rows - 1;
           const BatchRow b = batch_row(j < 0 ? 0 : j);
