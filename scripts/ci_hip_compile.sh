@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 ROOT=${1:-build-hip}
 bash scripts/install_hip.sh
 JOBS=${EMBSCALE_JOBS:-2}
+mkdir -p "$ROOT"
 for arch in gfx90a gfx1030; do
   dir="$ROOT/$arch"
   cmake -S . -B "$dir" -G Ninja -DEMBSCALE_HIP=ON -DEMBSCALE_HIP_ARCHITECTURES="$arch" \
