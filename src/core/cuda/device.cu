@@ -62,8 +62,12 @@ int code_arch() {
   });
 }
 
-// Asked on every launch (pdl_enabled()): one cached value per device, 2 yes, 1 no.
+// Asked on every launch (pdl_enabled()): one cached value per device, 2 yes, 1 no. AMD GPUs have
+// neither clusters nor programmatic dependent launch (and their "compute capability" is the gfx major).
 bool sm90_features() {
+#if defined(__HIP_PLATFORM_AMD__)
+  return false;
+#endif
   static std::atomic<int> cache[kMaxDevices];
   return cached_per_device(cache, [](int, int* v) {
            *v = cc_major() >= 9 && code_arch() >= 90 ? 2 : 1;

@@ -60,6 +60,10 @@ template <auto kKernel>
 int cluster_size_for(int threads) {
   return per_kernel_cached<kKernel>([threads]() -> int {
     if (!sm90_features()) return -1;
+#if defined(__HIP_PLATFORM_AMD__)
+    (void)threads;
+    return -1;  // no thread-block clusters on AMD
+#else
     const bool nonportable = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
                              cudaSuccess;
     cudaGetLastError();
@@ -80,6 +84,7 @@ int cluster_size_for(int threads) {
       cudaGetLastError();
     }
     return -1;
+#endif
   });
 }
 

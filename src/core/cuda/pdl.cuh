@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
 #include <utility>
 
 #include "core/cuda/check.cuh"
@@ -48,6 +49,25 @@ struct LaunchShape {
 template <typename... Params, typename... Args>
 Status launch_kernel_with(const char* what, void (*kernel)(Params...), const LaunchShape& shape, cudaStream_t stream,
                           Args&&... args) {
+#if defined(__HIP_PLATFORM_AMD__)
+  // AMD: no clusters (cluster_size_for() is 0 there, so none is asked for) and no programmatic
+  // dependent launch; a cooperative grid goes through HIP's cooperative launch.
+  if (shape.cluster > 0) return Status(StatusCode::kUnsupported, std::string(what) + ": thread-block clusters need an NVIDIA sm_90+ GPU");
+  hipError_t err = hipSuccess;
+  if (shape.cooperative) {
+    void* argv[] = {const_cast<void*>(static_cast<const void*>(&args))...};
+    err = hipLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), shape.grid, shape.block, argv,
+                                     static_cast<unsigned>(shape.smem), stream);
+  } else {
+    hipLaunchKernelGGL(kernel, shape.grid, shape.block, static_cast<unsigned>(shape.smem), stream, std::forward<Args>(args)...);
+    err = hipGetLastError();
+  }
+  if (err != hipSuccess) {
+    (void)hipGetLastError();
+    return cuda_status(err, what);
+  }
+  return Status::Ok();
+#else
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = shape.grid;
   cfg.blockDim = shape.block;
@@ -81,6 +101,7 @@ Status launch_kernel_with(const char* what, void (*kernel)(Params...), const Lau
   }
   EMBSCALE_CHECK_LAUNCH(what);
   return Status::Ok();
+#endif
 }
 
 // launch_kernel_with for the common shape: a cluster of `cluster` blocks (0: none), no dynamic shared

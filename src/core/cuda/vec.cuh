@@ -62,6 +62,10 @@ __device__ __forceinline__ void st(V* p, V v) {
 template <int kBytes, LoadHint H = LoadHint::kReadOnly>
 __device__ __forceinline__ Words<kBytes> load_words(const void* p) {
   Words<kBytes> r;
+#if defined(__HIP_PLATFORM_AMD__)
+  // AMD: no load that skips L1 allocation; kReadOnlyNoL1 is a read-only load.
+  if constexpr (false) {
+#else
   if constexpr (H == LoadHint::kReadOnlyNoL1 && kBytes == 16) {
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3])
@@ -70,6 +74,7 @@ __device__ __forceinline__ Words<kBytes> load_words(const void* p) {
     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p));
   } else if constexpr (H == LoadHint::kReadOnlyNoL1 && kBytes == 4) {
     asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.w[0]) : "l"(p));
+#endif
   } else {
     constexpr LoadHint kH = H == LoadHint::kStreaming ? LoadHint::kStreaming : LoadHint::kReadOnly;
     if constexpr (kBytes == 16) {

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(Fp8Policy::kAmaxReduceThreads)
 AmaxPath choose_amax_path(AmaxAlgo algo, int64_t bytes, bool cluster_available) {
   if (algo == AmaxAlgo::kAtomic) return AmaxPath::kAtomic;
   if (algo == AmaxAlgo::kTwoStage) return AmaxPath::kTwoStage;
-  return (cluster_available && bytes <= Fp8Policy::kAmaxClusterMaxBytes) ? AmaxPath::kCluster : AmaxPath::kAtomic;
+  if (cluster_available && bytes <= Fp8Policy::kAmaxClusterMaxBytes) return AmaxPath::kCluster;
+  return Fp8Policy::kAmaxAutoTwoStage ? AmaxPath::kTwoStage : AmaxPath::kAtomic;
 }
 
 namespace {

@@ -78,9 +78,10 @@ __device__ __forceinline__ AmaxPartial reduce_block_partials(const uint32_t* par
 // cluster_done_reading() afterwards and cluster_wait_before_exit() before the block exits, so no block
 // leaves while a peer may still read its shared memory.
 // Clusters exist from sm_90 on: below it (sm_80 machine code) cluster_size_for() is 0, so no cluster
-// kernel is launched, and one that were would stop with an error instead of a wrong amax.
+// kernel is launched, and one that were would stop with an error instead of a wrong amax. AMD GPUs
+// have no clusters: the same.
 __device__ __forceinline__ AmaxPartial cluster_reduce_amax(AmaxPartial r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900) || defined(__HIP_PLATFORM_AMD__)
   __trap();
   return r;
 #else

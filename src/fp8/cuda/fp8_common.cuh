@@ -20,6 +20,7 @@
 #include "core/numerics.h"
 #include "core/scaling.h"
 #include "core/cuda/arch_traits.cuh"
+#include "core/cuda/lanes.cuh"
 #include "core/cuda/pdl.cuh"
 #include "core/cuda/vec.cuh"
 
@@ -318,22 +319,9 @@ __device__ __forceinline__ void add_scalars(MagAcc<T>& acc, const void* x, const
 }
 
 // ---- reductions ---------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_max_sync(Arch::kFullMask, v);
-#else
-  for (int o = Arch::kWarpSize / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(Arch::kFullMask, v, o));
-  return v;
-#endif
-}
-__device__ __forceinline__ uint32_t warp_or_u32(uint32_t v) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_or_sync(Arch::kFullMask, v);
-#else
-  for (int o = Arch::kWarpSize / 2; o > 0; o >>= 1) v |= __shfl_xor_sync(Arch::kFullMask, v, o);
-  return v;
-#endif
-}
+// Max / or over the warp (core/cuda/lanes.cuh: one instruction from sm_80 on, else xor shuffles).
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) { return Warp::reduce_max(v); }
+__device__ __forceinline__ uint32_t warp_or_u32(uint32_t v) { return Warp::reduce_or(v); }
 
 // Max/or over the block; the result is valid in every thread. Starts and ends with a barrier so it
 // may be called repeatedly. blockDim.x is a multiple of the warp size.
@@ -351,9 +339,8 @@ __device__ __forceinline__ AmaxPartial block_reduce_amax(AmaxPartial p) {
     s_nf[warp] = p.nonfinite;
   }
   __syncthreads();
-  const uint32_t b = lane < nwarps ? s_bits[lane] : 0u;
-  const uint32_t f = lane < nwarps ? s_nf[lane] : 0u;
-  AmaxPartial r{warp_max_u32(b), warp_or_u32(f)};
+  const MaxOr<Warp> m = lane_combine_warps<Warp>(s_bits, s_nf, nwarps, lane);
+  AmaxPartial r{m.max, m.any};
   __syncthreads();
   return r;
 }

@@ -4,8 +4,9 @@
 // "amax: single-cluster path vs grid path by size" and "FP8: A/B of the CUDA tunables", whose columns the
 // A/B references below name). The variants those records compared are built in dev/, never in the library.
 //
-// Only sm_90 (H200) has been measured. Every other architecture runs the sm_90 values (Fp8Policy
-// below): no record says otherwise, and a port adds a struct here once it has one.
+// Only sm_90 (H200) has been measured. Every other NVIDIA architecture runs the sm_90 values (Fp8Policy
+// below): no record says otherwise, and a port adds a struct here once it has one. AMD GPUs run
+// Fp8PolicyAmd: the sm_90 values but for the choices ROCm's TransformerEngine makes, none measured here.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,9 @@ struct Fp8PolicySm90 {
   // programmatic-dependent launch overlaps the grid's start (tuning, A/B columns vpt2 and memset: fp32
   // 2^22 6.7 us against 8.3).
   static constexpr int kAmaxGridVectorsPerThread = 1;
+  // kAuto above the cluster limit (or without clusters): the atomic grid path (tuning, A/B columns te and
+  // vpt2c1m); the two-stage path is bit-identical and taken when asked for.
+  static constexpr bool kAmaxAutoTwoStage = false;
 
   // ---- casts (quantize, dequantize, quantize_current_scaling) ----
   static constexpr int kCastThreads = 512;  // not swept
@@ -107,8 +111,25 @@ struct Fp8PolicySm90 {
   static constexpr int kTransposeMaxBlocksPerSm = 256;
 };
 
-// The policy every architecture runs (only sm_90 is measured; see above).
+// AMD GPUs (HIP build): not measured here, no AMD GPU being available. What differs from sm_90 is what
+// ROCm's TransformerEngine chose for its current scaling on MI300/MI350:
+//  - kAuto takes the two-stage amax (block maxima into slots, then one block), ROCm TransformerEngine's
+//    default since its PR 369 (2025-11: "two-stage HIP amax kernel", atomic only under
+//    NVTE_USE_ATOMIC_AMAX=1); there are no clusters on AMD, so the small-input path is the grid's too.
+//  - warp reductions over 64 lanes by xor shuffles (32, 16, .., 1), every lane holding the result, as
+//    its wave64 reductions do (PR 609); that is core/cuda/lanes.cuh's Warp on CDNA, not a value here.
+// Block sizes stay sm_90's: 512- and 1024-thread blocks are 8 and 16 wavefronts of 64 (the block
+// reduction's shared arrays hold kMaxThreadsPerBlock / kWarpSize entries at either width).
+struct Fp8PolicyAmd : Fp8PolicySm90 {
+  static constexpr bool kAmaxAutoTwoStage = true;
+};
+
+// The policy of the architecture being compiled (NVIDIA: only sm_90 is measured; see above).
+#if defined(__HIP_PLATFORM_AMD__)
+using Fp8Policy = Fp8PolicyAmd;
+#else
 using Fp8Policy = Fp8PolicySm90;
+#endif
 
 }  // namespace cuda
 }  // namespace embscale

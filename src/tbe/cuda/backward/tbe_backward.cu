@@ -64,15 +64,16 @@ int bit_width(uint64_t v) {
 }
 
 struct Tuning {
-  int max_warp = tbe_bwd::kDefaultMaxWarpSegment;
-  int max_block = TbeBackwardTuning::kDefaultMaxBlockSegment;
-  int block_threads = tbe_bwd::kDefaultBlockThreads;
+  int max_warp = 0;
+  int max_block = 0;
+  int block_threads = tbe_bwd::BackwardPolicy::kBlockThreads;
 };
 
-// The caller's tuning with its zeros replaced by the defaults for this TBE's widest row.
+// The caller's tuning with its zeros replaced by the architecture's defaults for this TBE's widest row.
 Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
   Tuning r;
-  if (max_dim <= tbe_bwd::kLaneGroupCols) r.max_warp = tbe_bwd::kDefaultMaxWarpSegmentLaneGroupCols;
+  r.max_warp = tbe_bwd::BackwardPolicy::max_warp_segment(max_dim, tbe_bwd::kLaneGroupCols);
+  r.max_block = tbe_bwd::BackwardPolicy::max_block_segment(max_dim);
   if (t.max_warp_segment != 0) r.max_warp = t.max_warp_segment;
   if (t.max_block_segment != 0) r.max_block = t.max_block_segment;
   if (t.block_threads != 0) r.block_threads = t.block_threads;
@@ -83,7 +84,8 @@ Status resolve_tuning(const TbeBackwardTuning& t, int max_dim, Tuning* out) {
   if (r.block_threads < ArchTraits::kWarpSize || r.block_threads > tbe_bwd::kMaxBlockThreads ||
       r.block_threads % ArchTraits::kWarpSize != 0)
     return invalid_argument("tuning.block_threads: " + std::to_string(r.block_threads) +
-                            "; the CUDA backend takes a multiple of 32 in 32.." +
+                            "; the GPU backend takes a multiple of the warp size " + std::to_string(ArchTraits::kWarpSize) +
+                            " in " + std::to_string(ArchTraits::kWarpSize) + ".." +
                             std::to_string(tbe_bwd::kMaxBlockThreads));
   *out = r;
   return Status::Ok();
@@ -166,7 +168,9 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
 // width changed (the histogram and the digits' exclusive sum follow it). Same stable LSD order, so the
 // same sorted output. The histogram pass (one read of the keys for all passes' digit counts) keeps 4
 // private histograms per block instead of 1: repeated keys (Zipf lookups) hit the same bins, and the
-// shared-memory atomics on them serialise.
+// shared-memory atomics on them serialise. CUB's internals: NVIDIA only (on AMD rocPRIM's radix sort
+// chooses its own digits).
+#if !defined(__HIP_PLATFORM_AMD__)
 struct NineBitDigits {
   using Tuned = cub::detail::radix::policy_hub<uint32_t, uint32_t, uint32_t>::Policy900;
   static constexpr int kBits = kWideDigitBits;
@@ -193,11 +197,13 @@ struct NineBitDigits {
   };
   using MaxPolicy = Policy;
 };
+#endif
 
 // Stable sort of n (key, value) pairs on key bits [0, end_bit); temp == nullptr: size query.
 template <typename K>
 cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out, const uint32_t* vals_in,
                        uint32_t* vals_out, int n, int end_bit, cudaStream_t s) {
+#if !defined(__HIP_PLATFORM_AMD__)
   if constexpr (sizeof(K) == 4) {
     if (wide_digits(end_bit, false)) {
       cub::DoubleBuffer<uint32_t> keys(const_cast<uint32_t*>(keys_in), keys_out);
@@ -208,6 +214,7 @@ cudaError_t sort_pairs(void* temp, size_t& bytes, const K* keys_in, K* keys_out,
                                                                                                end_bit, false, s);
     }
   }
+#endif
   return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys_out, vals_in, vals_out, n, 0, end_bit, s);
 }
 
@@ -332,7 +339,7 @@ Status launch_linearize(const tbe_bwd::LinearizeParams& p, cudaStream_t s) {
 
 template <typename I>
 Status launch_finalize(const tbe_bwd::LinearizeParams& p, int64_t* num_skipped, cudaStream_t s) {
-  tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+  tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, ArchTraits::kWarpSize, 0, s>>>(static_cast<const I*>(p.offsets),
                                                           static_cast<const I*>(p.indices), p.num_items,
                                                           p.num_indices, p.check, p.scratch, num_skipped);
   EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel (backward)");

@@ -99,9 +99,9 @@ __global__ void __launch_bounds__(kRowThreads) tbe_backward_grad_psw_kernel(cons
       }
     }
     for (int j = 0; j < n; ++j) {
-      const int64_t wo = __shfl_sync(ArchTraits::kFullMask, woff, j);
-      const int64_t go = __shfl_sync(ArchTraits::kFullMask, goff, j);
-      const int D = __shfl_sync(ArchTraits::kFullMask, d, j);
+      const int64_t wo = Warp::shfl(woff, j);
+      const int64_t go = Warp::shfl(goff, j);
+      const int D = Warp::shfl(d, j);
       float s = 0.0f;
       if (wo >= 0) {
         for (int pass = 0; pass * kPassCols < D; ++pass) {

@@ -64,8 +64,8 @@ __device__ __forceinline__ void warp_chunk_sum_as(const RowParams& p, int64_t fi
     for (int j = 0; j < kUnroll; ++j) {
       // Lookups past n read the chunk's first row (present), so the loads carry no predicate.
       const int src = j0 + j < n ? j0 + j : 0;
-      const int64_t off = __shfl_sync(ArchTraits::kFullMask, mine.grad_off, src);
-      sc[j] = kScaled ? __shfl_sync(ArchTraits::kFullMask, mine.scale, src) : 1.0f;
+      const int64_t off = Warp::shfl(mine.grad_off, src);
+      sc[j] = kScaled ? Warp::shfl(mine.scale, src) : 1.0f;
       load_vec<G, true, kAccess>(grad + off + col, vec, ncols, x[j]);  // ncols == 0: zeros, no access
     }
 #pragma unroll
@@ -115,7 +115,7 @@ __device__ __forceinline__ void group_chunk_sum_as(const RowParams& p, int64_t f
   LookupMeta cur{0, 1.0f};
   if (gl < n) cur = lookup_meta(p, first + gl);
   // Lookups past n re-read the chunk's first row (present when n > 0), so the loads carry no predicate.
-  const int64_t off0 = __shfl_sync(ArchTraits::kFullMask, cur.grad_off, base);
+  const int64_t off0 = Warp::shfl(cur.grad_off, base);
   const G* grad = static_cast<const G*>(p.grad_output);
 #pragma unroll
   for (int k = 0; k < kVec; ++k) out[k] = 0.0f;
@@ -129,8 +129,8 @@ __device__ __forceinline__ void group_chunk_sum_as(const RowParams& p, int64_t f
       float sc[kUnroll];
 #pragma unroll
       for (int j = 0; j < kUnroll; ++j) {
-        int64_t off = __shfl_sync(ArchTraits::kFullMask, cur.grad_off, base + r0 + j);
-        sc[j] = kScaled ? __shfl_sync(ArchTraits::kFullMask, cur.scale, base + r0 + j) : 1.0f;
+        int64_t off = Warp::shfl(cur.grad_off, base + r0 + j);
+        sc[j] = kScaled ? Warp::shfl(cur.scale, base + r0 + j) : 1.0f;
         if (q0 + r0 + j >= n) off = off0;
         load_vec<G, true, VecAccess::kWhole>(grad + off + col, true, ncols, x[j]);  // ncols == 0: no access
       }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/numerics.h"
+#include "core/cuda/lanes.cuh"
 #include "core/cuda/vec.cuh"
 #include "tbe/cuda/backward/tbe_backward_params.cuh"
 
@@ -15,11 +16,7 @@ namespace embscale {
 namespace cuda {
 namespace tbe_bwd {
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = ArchTraits::kWarpSize / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(ArchTraits::kFullMask, v, o));
-  return v;
-}
+__device__ __forceinline__ float warp_sum(float v) { return lane_sum<Warp>(v); }
 
 template <typename T>
 __device__ __forceinline__ float to_float(T v);
@@ -33,7 +30,13 @@ template <>
 __device__ __forceinline__ float to_float<bf16_t>(bf16_t v) { return bf16_to_float(v.bits); }
 
 // Asks L2 to fetch the line holding p (no register written, no fault reported).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__HIP_PLATFORM_AMD__)
+  (void)p;  // no L2 prefetch instruction on AMD: the hint is dropped
+#else
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
 
 // How a call's row vectors of kVec columns are accessed.
 //  kByFlag: each vector is read with one wide access when the call's flag (vec) says the rows are

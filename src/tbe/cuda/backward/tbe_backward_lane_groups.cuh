@@ -106,26 +106,21 @@ inline GroupShape group_shape(const RowParams& p) {
 
 // Mask of lane group grp (of L lanes).
 template <int L>
-__device__ __forceinline__ unsigned group_mask(int grp) {
-  if constexpr (L >= ArchTraits::kWarpSize) {
-    return ArchTraits::kFullMask;
-  } else {
-    return ((1u << L) - 1u) << (grp * L);
-  }
+__device__ __forceinline__ LaneMask group_mask(int grp) {
+  return Warp::group_mask<L>(grp);
 }
 
-// warp_sum over the 32 lanes of the one-warp mapping, s[k] being lane gl + k*L's partial (the lanes
-// past S*L hold +0): xor steps 16 .. S*L add +0, steps S*L/2 .. L pair slots of the same lane (done in
+// warp_sum over the kWarpSize lanes of the one-warp mapping, s[k] being lane gl + k*L's partial (the lanes
+// past S*L hold +0): xor steps kWarpSize/2 .. S*L add +0, steps S*L/2 .. L pair slots of the same lane (done in
 // registers, highest first), the remaining steps are shuffles within the group of L lanes.
 template <int L, int S>
-__device__ __forceinline__ float group_sum(float (&s)[S], unsigned gmask) {
+__device__ __forceinline__ float group_sum(float (&s)[S], LaneMask gmask) {
 #pragma unroll
   for (int h = S / 2; h >= 1; h /= 2)
 #pragma unroll
     for (int k = 0; k < h; ++k) s[k] = __fadd_rn(s[k], s[k + h]);
   float v = s[0];
-#pragma unroll
-  for (int o = L / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(gmask, v, o, L));
+  v = lane_sum<Warp, L>(v, gmask);
   return v;
 }
 
@@ -155,7 +150,7 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
                                                      GroupElementState<group_passes<R, S>() * S>& es,
                                                      const int (&col)[group_passes<R, S>() * S],
                                                      const int (&ncols)[group_passes<R, S>() * S], float state, int gl,
-                                                     unsigned gmask) {
+                                                     LaneMask gmask) {
   constexpr int L = ArchTraits::kWarpSize / R;
   constexpr int P = group_passes<R, S>();
   constexpr int V = P * S;
@@ -304,7 +299,7 @@ __device__ __forceinline__ void group_optimizer_step(const RowParams& p, const R
 // WarpGrad. Shape (R, S); vector v = q*S + k is pass q, slot k.
 template <typename W, typename G, int R, int S, OptimizerType kOpt>
 __device__ __forceinline__ void group_update_row(const RowParams& p, const RowInfo& r, int64_t start, int64_t len,
-                                                 const LookupMeta& first, int gl, unsigned gmask) {
+                                                 const LookupMeta& first, int gl, LaneMask gmask) {
   static_assert(valid_group_shape<R, S>(), "lane-group shape");
   constexpr int L = ArchTraits::kWarpSize / R;
   constexpr int P = group_passes<R, S>();
@@ -377,8 +372,8 @@ __device__ __forceinline__ void group_update_row(const RowParams& p, const RowIn
 #pragma unroll
         for (int u = 0; u < K; ++u) {
           const int src = j + u < nb ? j + u : j;
-          off[u] = __shfl_sync(gmask, mine.grad_off, src, L);
-          sc[u] = __shfl_sync(gmask, mine.scale, src, L);
+          off[u] = Warp::shfl(mine.grad_off, src, L, gmask);
+          sc[u] = Warp::shfl(mine.scale, src, L, gmask);
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) {
@@ -449,7 +444,7 @@ __device__ __forceinline__ void group_prefetch_row(const RowParams& p, const Row
 // The order in which the lane groups take a batch's rows: the rows of mask c[0], then c[1], c[2], c[3],
 // each in lane order.
 struct RowOrder {
-  unsigned c[4];
+  LaneMask c[4];
   __device__ __forceinline__ bool empty() const { return (c[0] | c[1] | c[2] | c[3]) == 0; }
   __device__ __forceinline__ void pop() {
     if (c[0] != 0) c[0] &= c[0] - 1;
@@ -461,8 +456,8 @@ struct RowOrder {
   __device__ __forceinline__ int nth(int n) const {
     RowOrder o = *this;
     for (int i = 0; i < n; ++i) o.pop();
-    const unsigned m = o.c[0] != 0 ? o.c[0] : o.c[1] != 0 ? o.c[1] : o.c[2] != 0 ? o.c[2] : o.c[3];
-    return m != 0 ? __ffs(m) - 1 : -1;
+    const LaneMask m = o.c[0] != 0 ? o.c[0] : o.c[1] != 0 ? o.c[1] : o.c[2] != 0 ? o.c[2] : o.c[3];
+    return m != 0 ? Warp::ffs(m) - 1 : -1;
   }
 };
 

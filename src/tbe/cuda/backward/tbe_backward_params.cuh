@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/cuda/arch_traits.cuh"
+#include "tbe/cuda/backward/tbe_backward_policy.cuh"
 #include "embscale/tbe.h"
 #include "tbe/optimizer.h"
 #include "tbe/rounding.h"
@@ -24,14 +25,9 @@ constexpr int kPassCols = ArchTraits::kWarpSize * kVec;  // columns per pass
 constexpr int kCachedPasses = 2;                    // passes whose gradient stays in registers
 constexpr int kUnroll = 4;                          // gradient rows in flight per lane
 
-// Per-device defaults of TbeBackwardTuning (measured on the H200: docs/tbe_backward_cuda.md, History):
-// warps for segments up to 128 lookups when the lane groups take the rows (up to kGroupMaxCols = 512
-// columns), 32 for wider rows; blocks for segments up to TbeBackwardTuning::kDefaultMaxBlockSegment
-// lookups (longer ones: superchunk slots + combine).
-constexpr int kDefaultMaxWarpSegment = 32;
-constexpr int kDefaultMaxWarpSegmentLaneGroupCols = 128;
-constexpr int kLaneGroupCols = 512;  // = kGroupMaxCols (defined with the lane-group path below)
-constexpr int kDefaultBlockThreads = 256;
+// Per-architecture defaults of TbeBackwardTuning: tbe_backward_policy.cuh. The widest row the lane groups
+// take (512 columns with 32 lanes):
+constexpr int kLaneGroupCols = 4 * kPassCols;  // = kGroupMaxCols, 4 passes (defined with the lane-group path below)
 constexpr int kMaxBlockThreads = 512;  // the block path's __launch_bounds__ (2 blocks an SM: <= 64 registers a thread)
 
 constexpr int kLinearizeItems = 256;  // bags per block of the linearize kernel (= its threads)

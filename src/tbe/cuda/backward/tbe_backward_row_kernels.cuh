@@ -42,8 +42,8 @@ struct BatchRow {
 // unused (0, kNone). kAccess: the rows' vector access (always kWhole for the lane groups).
 template <typename W, typename G, int kRows, int kSlots, OptimizerType kOpt, VecAccess kAccess>
 __global__ void __launch_bounds__(kRowThreads,
-                                  kRows > 0 ? group_rows_min_blocks<W, kRows, opt::has_elementwise_state(kOpt)>()
-                                            : kWarpRowsMinBlocks)
+                                  (kRows > 0 ? group_rows_min_blocks<W, kRows, opt::has_elementwise_state(kOpt)>()
+                                             : kWarpRowsMinBlocks))
     tbe_backward_warp_rows_kernel(const RowParams p) {
   // The next row kernel works on other rows: it may start as this one's blocks finish (launch_kernel);
   // each waits for its predecessor before it completes. The first one waits for classify first.
@@ -100,32 +100,33 @@ __global__ void __launch_bounds__(kRowThreads,
         first = meta_of(p, v, item);
       }
     }
-    unsigned todo = __ballot_sync(ArchTraits::kFullMask, mine);
+    LaneMask todo = Warp::ballot(mine);
     // Row src of the batch, broadcast from its lane to the whole warp.
     const auto batch_row = [&](int src) {
       BatchRow b;
-      b.r.u = listed ? __shfl_sync(ArchTraits::kFullMask, u, src) : u0 + src;
-      b.r.key = __shfl_sync(ArchTraits::kFullMask, key, src);
-      b.r.wbase = __shfl_sync(ArchTraits::kFullMask, wbase, src);
-      b.r.D = __shfl_sync(ArchTraits::kFullMask, D, src);
-      b.first.grad_off = __shfl_sync(ArchTraits::kFullMask, first.grad_off, src);
-      b.first.scale = __shfl_sync(ArchTraits::kFullMask, first.scale, src);
-      b.start = __shfl_sync(ArchTraits::kFullMask, start, src);
-      b.len = __shfl_sync(ArchTraits::kFullMask, len, src);
+      b.r.u = listed ? Warp::shfl(u, src) : u0 + src;
+      b.r.key = Warp::shfl(key, src);
+      b.r.wbase = Warp::shfl(wbase, src);
+      b.r.D = Warp::shfl(D, src);
+      b.first.grad_off = Warp::shfl(first.grad_off, src);
+      b.first.scale = Warp::shfl(first.scale, src);
+      b.start = Warp::shfl(start, src);
+      b.len = Warp::shfl(len, src);
       return b;
     };
     if constexpr (kRows > 0) {
       static_assert(valid_group_shape<kRows, kSlots>(), "lane-group shape");
       constexpr int kLanes = ArchTraits::kWarpSize / kRows;
       const int grp = lane / kLanes, gl = lane % kLanes;
-      const unsigned gmask = group_mask<kLanes>(grp);
+      const LaneMask gmask = group_mask<kLanes>(grp);
       if (!kRepeatPath || !repeats) {
         // kRows rows at a time: group grp takes the grp-th remaining row of the batch.
-        unsigned short_rows = todo;
+        LaneMask short_rows = todo;
         while (short_rows != 0) {
-          unsigned t = short_rows;
+          // Warp::nth_lane(short_rows, grp), written out: called, nvcc schedules the kernel differently.
+          LaneMask t = short_rows;
           for (int i = 0; i < grp; ++i) t &= t - 1;
-          const int j = t != 0 ? __ffs(t) - 1 : -1;
+          const int j = t != 0 ? Warp::ffs(t) - 1 : -1;
 #pragma unroll
           for (int i = 0; i < kRows; ++i) short_rows &= short_rows - 1;
           const BatchRow b = batch_row(j < 0 ? 0 : j);
@@ -140,9 +141,9 @@ __global__ void __launch_bounds__(kRowThreads,
         // wait for long ones, and the row each group takes next round has its weights, state and first
         // gradient row prefetched into L2 during this one. (Uniform lookups, ~1 per row, are
         // bandwidth-bound: both were measured slower there.)
-        const unsigned single = __ballot_sync(ArchTraits::kFullMask, mine && len == 1);
-        const unsigned pair = __ballot_sync(ArchTraits::kFullMask, mine && len >= 2 && len <= 3);
-        const unsigned few = __ballot_sync(ArchTraits::kFullMask, mine && len >= 4 && len <= 8);
+        const LaneMask single = Warp::ballot(mine && len == 1);
+        const LaneMask pair = Warp::ballot(mine && len >= 2 && len <= 3);
+        const LaneMask few = Warp::ballot(mine && len >= 4 && len <= 8);
         RowOrder order{{single, pair, few, todo & ~(single | pair | few)}};
         while (!order.empty()) {
           const int j = order.nth(grp);
@@ -157,12 +158,12 @@ __global__ void __launch_bounds__(kRowThreads,
       }
     }
     if constexpr (kRows == 0) while (todo != 0) {
-      const int j = __ffs(todo) - 1;
+      const int j = Warp::ffs(todo) - 1;
       todo &= todo - 1;
       const BatchRow b = batch_row(j);
       update_row<W>(p, b.r, WarpGrad<G, kAccess>{b.start, b.len, b.r.D, b.first}, true);
     }
-    u0 = __shfl_sync(ArchTraits::kFullMask, after, 0);
+    u0 = Warp::shfl(after, 0);
   }
   grid_dependency_wait();
 }

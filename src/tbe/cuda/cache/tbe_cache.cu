@@ -35,6 +35,7 @@
 #include "core/cuda/arch_traits.cuh"
 #include "core/cuda/check.cuh"
 #include "core/cuda/device.cuh"
+#include "core/cuda/lanes.cuh"
 #include "core/workspace.h"
 #include "tbe/optimizer_table.h"
 #include "tbe/rounding.h"
@@ -47,9 +48,13 @@ namespace {
 using cuda::ArchTraits;
 using cuda::cuda_status;
 constexpr int kWays = RowCache::kCacheWays;
-static_assert(kWays == ArchTraits::kWarpSize, "a warp reads one set, a lane per way");
+// A set is read by a unit of kWays lanes, one lane a way: the whole warp on NVIDIA and RDNA, half a
+// wavefront on CDNA (the units of one wavefront walk their own sets; every shuffle stays in its unit).
+static_assert(ArchTraits::kWarpSize % kWays == 0, "a unit of kWays lanes divides the warp");
+using cuda::Warp;
+using SetLanes = LaneShape<kWays>;
 constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / ArchTraits::kWarpSize;
+constexpr int kWarpsPerBlock = kThreads / kWays;
 
 // Plan counters (uint32, at the plan's start) and header fields.
 enum PlanCounter : int { kNumRuns = 0, kNumMisses = 1, kNumPlanCounters = 16 };
@@ -168,12 +173,13 @@ Params make_params(const Call& c) {
   return p;
 }
 
-__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) & (ArchTraits::kWarpSize - 1); }
+// The lane within its unit of kWays lanes ("warp" below: that unit), the unit's index and the units of the grid.
+__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) & (kWays - 1); }
 __device__ __forceinline__ int64_t warp_id() {
-  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / ArchTraits::kWarpSize;
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWays;
 }
 __device__ __forceinline__ int64_t num_warps() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x / ArchTraits::kWarpSize;
+  return static_cast<int64_t>(gridDim.x) * blockDim.x / kWays;
 }
 
 // The table whose host rows hold `key` (tables' row offsets ascend).
@@ -198,7 +204,7 @@ __device__ __forceinline__ void exchange_units(char* cache, const char* in, char
   U* c = reinterpret_cast<U*>(cache);
   const U* i_ = reinterpret_cast<const U*>(in);
   U* o = reinterpret_cast<U*>(out);
-  for (int64_t k = lane_id(); k < bytes / static_cast<int64_t>(sizeof(U)); k += ArchTraits::kWarpSize) {
+  for (int64_t k = lane_id(); k < bytes / static_cast<int64_t>(sizeof(U)); k += kWays) {
     U v_in{};
     if (in != nullptr) v_in = i_[k];
     if (out != nullptr) o[k] = c[k];
@@ -306,7 +312,7 @@ __global__ void cache_linearize_kernel(Params p, const I* __restrict__ indices, 
 template <typename I>
 __device__ __forceinline__ void remap_run(const Plan& plan, I* remapped, int64_t u, int64_t row) {
   const uint32_t start = plan.run_starts[u], len = plan.run_counts[u];
-  for (uint32_t j = lane_id(); j < len; j += ArchTraits::kWarpSize) remapped[plan.vals_sorted[start + j]] = static_cast<I>(row);
+  for (uint32_t j = lane_id(); j < len; j += kWays) remapped[plan.vals_sorted[start + j]] = static_cast<I>(row);
 }
 
 template <typename I>
@@ -328,10 +334,10 @@ __global__ void cache_probe_kernel(Params p, Plan plan, I* remapped, int64_t ste
     if (m.placement == static_cast<int32_t>(TablePlacement::kCached)) {
       const int64_t set = set_of(m, r);
       const int64_t slot = (m.set_base + set) * kWays + lane;
-      const unsigned hit = __ballot_sync(ArchTraits::kFullMask, p.st.tags[slot] == r);
+      const SetLanes::Mask hit = Warp::group_ballot<kWays>(p.st.tags[slot] == r);
       miss = hit == 0;
       if (!miss) {
-        const int way = __ffs(static_cast<int>(hit)) - 1;
+        const int way = SetLanes::ffs(hit) - 1;
         if (lane == way) {
           p.st.stamps[slot] = step;
           if (training) p.st.dirty[slot] = 1;
@@ -353,9 +359,9 @@ __global__ void cache_probe_kernel(Params p, Plan plan, I* remapped, int64_t ste
 // Warp-wide minimum of (priority, lane): the lane holding the smallest priority (ties: lowest lane).
 __device__ __forceinline__ int argmin_lane(uint64_t prio) {
   int best = lane_id();
-  for (int d = ArchTraits::kWarpSize / 2; d > 0; d /= 2) {
-    const uint64_t op = __shfl_xor_sync(ArchTraits::kFullMask, prio, d);
-    const int ol = __shfl_xor_sync(ArchTraits::kFullMask, best, d);
+  for (int d = kWays / 2; d > 0; d /= 2) {
+    const uint64_t op = Warp::shfl_xor(prio, d, kWays);
+    const int ol = Warp::shfl_xor(best, d, kWays);
     if (op < prio || (op == prio && ol < best)) {
       prio = op;
       best = ol;
@@ -401,7 +407,7 @@ __global__ void cache_insert_kernel(Params p, Plan plan, I* remapped, int64_t st
         if (lane == way)
           won = atomicCAS(reinterpret_cast<unsigned long long*>(p.st.stamps + slot), static_cast<unsigned long long>(stamp),
                           static_cast<unsigned long long>(step)) == static_cast<unsigned long long>(stamp);
-        if (__shfl_sync(ArchTraits::kFullMask, won, way)) {
+        if (Warp::shfl(won, way, kWays)) {
           const int64_t victim = (m.set_base + set) * kWays + way;
           local = m.slot_base + set * kWays + way;
           if (lane == 0) {
@@ -481,7 +487,7 @@ __global__ void cache_flush_kernel(Params p, int64_t total_slots) {
     const RowCache::TableMeta& m = p.tables[t];
     const int64_t local = m.slot_base + (set - m.set_base) * kWays + s % kWays;
     const int64_t bytes = exchange_row(p, m, tag, -1, m.cache_row_offset + local);
-    __syncwarp();
+    Warp::sync();
     if (lane_id() == 0) {
       p.st.dirty[s] = 0;
       ws.v[kStatRowsWrittenBack] += 1;

@@ -62,7 +62,7 @@ Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* nu
   const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
   return dispatch_index(index_dtype, "indices", [&](auto ti) -> Status {
     using I = typename decltype(ti)::type;
-    tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, 32, 0, s>>>(static_cast<const I*>(p.offsets),
+    tbe_bounds::tbe_bounds_finalize_kernel<I><<<1, ArchTraits::kWarpSize, 0, s>>>(static_cast<const I*>(p.offsets),
                                                             static_cast<const I*>(p.indices), items, p.num_indices,
                                                             p.check, p.scratch, num_skipped, num_skipped_host);
     EMBSCALE_CHECK_LAUNCH("tbe_bounds_finalize_kernel");

@@ -23,6 +23,7 @@
 
 #include <type_traits>
 
+#include "core/cuda/lanes.cuh"
 #include "tbe/cuda/forward/tbe_forward_kernels.cuh"
 
 namespace embscale {
@@ -42,15 +43,16 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
                                                          int tile0, int tiles) {
   constexpr int V = kBytes / static_cast<int>(sizeof(W));  // elements per vector
   constexpr int kU = kC == 2 && C::kUnroll > 1 ? C::kUnroll / 2 : C::kUnroll;
-  static_assert(32 % kU == 0, "a step divides a warp's chunk of indices");
-  constexpr int kWarps = C::kBlock / 32;
+  constexpr int kLanes = Warp::kCount;
+  static_assert(kLanes % kU == 0, "a step divides a warp's chunk of indices");
+  constexpr int kWarps = C::kBlock / kLanes;
   const I* indices = static_cast<const I*>(p.indices);
   const I* offsets = static_cast<const I*>(p.offsets);
   const int B = static_cast<int>(p.batch_size);
   const int N = static_cast<int>(p.num_indices);
   const uint32_t row_bytes = static_cast<uint32_t>(p.dims[f]) * static_cast<uint32_t>(sizeof(W));
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = Warp::lane();
+  const int warp = static_cast<int>(threadIdx.x) / kLanes;
   O* out = static_cast<O*>(p.output) + p.output_offsets[f];
   const uint64_t E = kCheck ? static_cast<uint64_t>(p.num_rows[f]) : 0;  // checked: the table's rows
   // Bags in 64 bits: B may come close to 2^31, and b + stride must not wrap.
@@ -63,31 +65,31 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
     const int end = static_cast<int>(e64 < start ? start : (e64 > N ? N : e64));
     if (kCheck && e64 < s64 && lane == 0) record_min_position(p.scratch + kBadOffsetKey, item + 1);
     int valid = end - start;  // checked: the lookups with an index in the table
-    for (int u0 = 0; u0 < units; u0 += 32 * kC) {
+    for (int u0 = 0; u0 < units; u0 += kLanes * kC) {
       float acc[kC][V];
 #pragma unroll
       for (int c = 0; c < kC; ++c)
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[c][k] = 0.0f;
-      // Lane owns vectors u0 + lane and (kC = 2) u0 + lane + 32. An idle first vector reads the looked-up
+      // Lane owns vectors u0 + lane and (kC = 2) u0 + lane + kLanes. An idle first vector reads the looked-up
       // row's first vector, an idle second one the lane's first vector again: loads need no predicate.
       const char* col = reinterpret_cast<const char*>(table) + kBytes * (u0 + lane < units ? u0 + lane : 0);
-      const uint32_t second = kC == 2 && u0 + lane + 32 < units ? kBytes * 32u : 0u;
-      for (int c0 = start, n = 0; c0 < end; c0 += n) {  // chunks of n <= 32 lookups; c0 never passes end
-        n = end - c0 < 32 ? end - c0 : 32;
+      const uint32_t second = kC == 2 && u0 + lane + kLanes < units ? kBytes * static_cast<uint32_t>(kLanes) : 0u;
+      for (int c0 = start, n = 0; c0 < end; c0 += n) {  // chunks of n <= kLanes lookups; c0 never passes end
+        n = end - c0 < kLanes ? end - c0 : kLanes;
         // The chunk's indices, one per lane; row 0 past the bag's end (read, then dropped), and checked,
         // row 0 for an invalid index (dropped too). Bit j of `ok`: lookup c0 + j is added.
         uint32_t mine = 0;
-        unsigned ok = 0;
+        LaneMask ok = 0;
         if constexpr (kCheck) {
           const int64_t idx = lane < n ? load_index(indices + c0 + lane) : 0;
           const bool in_table = static_cast<uint64_t>(idx) < E;
           mine = in_table ? static_cast<uint32_t>(idx) : 0u;
-          ok = __ballot_sync(0xffffffffu, lane < n && in_table);
-          const unsigned bad = __ballot_sync(0xffffffffu, lane < n && !in_table);
-          if (u0 == 0) valid -= __popc(bad);
+          ok = Warp::ballot(lane < n && in_table);
+          const LaneMask bad = Warp::ballot(lane < n && !in_table);
+          if (u0 == 0) valid -= Warp::popc(bad);
           if (bad != 0 && p.check == kCheckError && u0 == 0 && lane == 0)
-            record_min_position(p.scratch + kBadIndexKey, c0 + __ffs(bad) - 1);
+            record_min_position(p.scratch + kBadIndexKey, c0 + Warp::ffs(bad) - 1);
         } else {
           mine = lane < n ? static_cast<uint32_t>(load_index(indices + c0 + lane)) : 0u;
         }
@@ -98,7 +100,7 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
           Words<kBytes> raw[kU][kC];
 #pragma unroll
           for (int j = 0; j < kU; ++j) {
-            const char* row = col + static_cast<uint64_t>(__shfl_sync(0xffffffffu, mine, j0 + j)) * row_bytes;
+            const char* row = col + static_cast<uint64_t>(Warp::shfl(mine, j0 + j)) * row_bytes;
 #pragma unroll
             for (int c = 0; c < kC; ++c) raw[j][c] = load_words<kBytes, LoadHint::kReadOnly>(c == 0 ? row : row + second);
           }
@@ -122,7 +124,7 @@ __device__ __forceinline__ void tbe_forward_warp_feature(const TbeForwardParams&
       O* o = out + static_cast<int64_t>(b) * p.out_row_stride;
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const int uc = u0 + lane + 32 * c;
+        const int uc = u0 + lane + kLanes * c;
         if (uc < units) {
           if (p.pooling == kPoolMean && (kCheck ? valid > 0 : end > start)) {
             const float n = static_cast<float>(kCheck ? valid : end - start);
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(C::kBlock, C::kMinBlocks) tbe_forward_warp_ker
   for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
     const int units = static_cast<int>(static_cast<int64_t>(p.dims[f]) * static_cast<int64_t>(sizeof(W)) / kBytes);
-    if (units > 32 && units <= 64) {
+    if (units > Warp::kCount && units <= 2 * Warp::kCount) {
       tbe_forward_warp_feature<W, O, I, kBytes, 2, C, kCheck>(p, f, table, units, blockIdx.x, gridDim.x);
     } else {
       tbe_forward_warp_feature<W, O, I, kBytes, 1, C, kCheck>(p, f, table, units, blockIdx.x, gridDim.x);
