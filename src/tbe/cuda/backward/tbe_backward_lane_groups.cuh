@@ -90,8 +90,16 @@ struct GroupShape {
 inline int group_max_lookups(GroupShape s) {
   return s.rows == 0 ? 0 : s.rows >= 8 ? kNarrowGroupMaxLookups : kGroupMaxLookups;
 }
+// Whether the optimizers with element-wise state take the lane groups: not in the HIP build, where Debian's
+// hipcc 5.2 (clang 15) crashed compiling their kernels for gfx90a; there they take the whole-warp path.
+#if defined(__HIP_PLATFORM_AMD__)
+constexpr bool kElementStateLaneGroups = false;
+#else
+constexpr bool kElementStateLaneGroups = true;
+#endif
 inline GroupShape group_shape(const RowParams& p) {
-  if (p.whole_vecs == 0 || (opt::has_elementwise_state(p.opt.type) && p.state_vec == 0)) return {0, 0};
+  if (p.whole_vecs == 0) return {0, 0};
+  if (opt::has_elementwise_state(p.opt.type) && (!kElementStateLaneGroups || p.state_vec == 0)) return {0, 0};
   if (p.max_dim <= group_cols<16, 2>()) return {16, 2};
   if (p.max_dim <= group_cols<8, 2>()) return {8, 2};
   if (p.max_dim <= group_cols<4, 4>()) return {4, 4};

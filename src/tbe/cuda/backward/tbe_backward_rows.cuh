@@ -12,11 +12,14 @@ namespace tbe_bwd {
 
 using RowsKernel = void (*)(RowParams);
 
-// The lane-group kernel of an optimizer (one per optimizer: group_update_row's element loops test none).
+// The lane-group kernel of an optimizer (one per optimizer: group_update_row's element loops test none);
+// null for those group_shape keeps off the lane groups (kElementStateLaneGroups).
 template <typename W, typename G, int kRows, int kSlots>
 RowsKernel group_kernel(OptimizerType opt) {
   return opt::visit_optimizer(opt, [](auto o) -> RowsKernel {
-    return tbe_backward_warp_rows_kernel<W, G, kRows, kSlots, decltype(o)::kType, VecAccess::kWhole>;
+    constexpr OptimizerType t = decltype(o)::kType;
+    if constexpr (!kElementStateLaneGroups && opt::has_elementwise_state(t)) return nullptr;
+    else return tbe_backward_warp_rows_kernel<W, G, kRows, kSlots, t, VecAccess::kWhole>;
   });
 }
 
