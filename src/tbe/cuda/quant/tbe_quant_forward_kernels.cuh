@@ -95,15 +95,23 @@ __device__ __forceinline__ float int_value(float q, const Header& h) { return __
 
 // Two fp8 codes (the low 16 bits of `pair`, the lower column first) as fp32, exactly: e5m2 is the high byte
 // of an fp16; e4m3 goes through the fp8x2 -> fp16x2 conversion (exact for every code, NaN to NaN).
+// (The HIP build has no fp8x2 conversion: it decodes each e4m3 code in software, as exactly.)
 template <QuantWeightType kType>
 __device__ __forceinline__ float2 fp8_pair(uint32_t pair) {
+#if defined(__HIP_PLATFORM_AMD__)
+  if constexpr (kType == QuantWeightType::kFp8E4M3)
+    return make_float2(e4m3_to_float(static_cast<uint8_t>(pair & 0xffu)),
+                       e4m3_to_float(static_cast<uint8_t>((pair >> 8) & 0xffu)));
+#endif
   __half2_raw h;
   if constexpr (kType == QuantWeightType::kFp8E5M2) {
     const uint32_t w = __byte_perm(pair, 0u, 0x1404u);  // bytes [0, b0, 0, b1]
     h.x = static_cast<unsigned short>(w & 0xffffu);
     h.y = static_cast<unsigned short>(w >> 16);
   } else {
+#if !defined(__HIP_PLATFORM_AMD__)
     h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
+#endif
   }
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/lanes.cuh"
 #include "core/numerics.h"
 #include "core/scaling.h"
 #include "tbe/cuda/bounds_check.cuh"
@@ -30,8 +31,8 @@ namespace embscale {
 namespace cuda {
 namespace {
 
-constexpr int kBlock = 128;  // 4 rows a block
-constexpr int kWarp = 32;
+constexpr int kBlock = 128;  // 4 rows a block of 32-lane warps, 2 of 64-lane ones
+constexpr int kWarp = ArchTraits::kWarpSize;
 constexpr int64_t kMaxBlocks = 65535;
 
 // What one warp learns of a row: the first non-finite column (D if none), the first smallest value, the
@@ -59,11 +60,11 @@ __device__ RowStats row_stats(const float* row, int64_t D, int lane) {
   }
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) {
-    const int64_t bad = __shfl_xor_sync(0xffffffffu, s.bad, o);
-    const float mn = __shfl_xor_sync(0xffffffffu, s.mn, o);
-    const int64_t at = __shfl_xor_sync(0xffffffffu, mn_at, o);
-    const float mx = __shfl_xor_sync(0xffffffffu, s.mx, o);
-    const float amax = __shfl_xor_sync(0xffffffffu, s.amax, o);
+    const int64_t bad = Warp::shfl_xor(s.bad, o);
+    const float mn = Warp::shfl_xor(s.mn, o);
+    const int64_t at = Warp::shfl_xor(mn_at, o);
+    const float mx = Warp::shfl_xor(s.mx, o);
+    const float amax = Warp::shfl_xor(s.amax, o);
     s.bad = bad < s.bad ? bad : s.bad;
     // The smaller value; between equal ones (+0 and -0 included) the earlier column.
     if (at < D && (mn_at == D || mn < s.mn || (mn == s.mn && at < mn_at))) {
