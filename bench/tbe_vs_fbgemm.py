@@ -197,10 +197,17 @@ class Case:
             for mine, theirs in zip(self.es.split_optimizer_states(), self.fb.split_optimizer_states()):
                 for m, t in zip(mine, theirs):
                     m.copy_(t.reshape(m.shape))
-        # The bias corrections' step: FBGEMM's next forward counts iter + 1, embscale's next backward step + 1.
-        iteration = getattr(self.fb, "iter", None)
-        if iteration is not None:
-            self.es.set_optimizer_step(int(iteration.item()))
+        self.sync_step()
+
+    def sync_step(self):
+        """embscale's optimizer step := the one FBGEMM's next forward counts from. FBGEMM counts a step in every
+        forward of an optimizer with bias corrections, no-grad ones included, from iter_cpu (which it takes from
+        iter only while iter_cpu is 0); embscale counts one in each backward."""
+        iteration, host = getattr(self.fb, "iter", None), getattr(self.fb, "iter_cpu", None)
+        if iteration is None:
+            return
+        step = int(host.item()) if host is not None and int(host.item()) != 0 else int(iteration.item())
+        self.es.set_optimizer_step(step)
 
     def compare_state(self):
         """(max rel error of the tables, of the optimizer state) over all tables."""
@@ -369,6 +376,7 @@ class Run:
             out = {n: m(*sets[0]) for n, m in case.modules.items()}
         fwd_err = max_rel_err(out["embscale_torch"], out["fbgemm"])
         del out
+        case.sync_step()  # FBGEMM counted a step in that forward
         for m in case.modules.values():
             m(*sets[0]).backward(grad)
         w_err, s_err = case.compare_state()
