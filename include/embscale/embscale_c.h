@@ -269,19 +269,18 @@ typedef struct embscale_quant_tbe_forward_args {
 } embscale_quant_tbe_forward_args;
 EMBSCALE_C_EXPORT int embscale_quant_tbe_forward(const embscale_quant_tbe* tbe, const embscale_context* ctx,
                                                  const embscale_quant_tbe_forward_args* args);
-/* quantize_rows / dequantize_rows of tbe_quant.h (host memory): rows is [E, D] fp32. */
-EMBSCALE_C_EXPORT int embscale_quantize_rows(int32_t type, const embscale_tensor* rows, int32_t row_alignment,
-                                             void* out, int64_t out_bytes);
-EMBSCALE_C_EXPORT int embscale_dequantize_rows(int32_t type, const void* in, int64_t in_bytes,
-                                               int32_t row_alignment, const embscale_tensor* rows);
-/* quantize_rows on ctx's backend (rows, out and workspace in its memory; the same bytes as the host form; on
- * CUDA it synchronises ctx's stream once, to read the rows' check back, before writing). */
+/* quantize_rows of tbe_quant.h on ctx's backend: rows is [E, D] fp32; rows, out and workspace in the backend's
+ * memory (host memory for the CPU backend, whose workspace is 0 bytes). Both backends write the same bytes; on
+ * CUDA the call synchronises ctx's stream once, to read the rows' check back, before writing. */
 EMBSCALE_C_EXPORT int embscale_quantize_rows_workspace_size(const embscale_context* ctx, int32_t type,
                                                             const embscale_tensor* rows, int32_t row_alignment,
                                                             size_t* bytes);
-EMBSCALE_C_EXPORT int embscale_quantize_rows_on(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
-                                                int32_t row_alignment, void* out, int64_t out_bytes, void* workspace,
-                                                size_t workspace_bytes);
+EMBSCALE_C_EXPORT int embscale_quantize_rows(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
+                                             int32_t row_alignment, void* out, int64_t out_bytes, void* workspace,
+                                             size_t workspace_bytes);
+/* dequantize_rows of tbe_quant.h (host memory): rows is [E, D] fp32. */
+EMBSCALE_C_EXPORT int embscale_dequantize_rows(int32_t type, const void* in, int64_t in_bytes,
+                                               int32_t row_alignment, const embscale_tensor* rows);
 
 /* ---- row cache: tables in host memory, their rows cached in device memory (tbe_cache.h) -------------- */
 typedef struct embscale_row_cache embscale_row_cache; /* a RowCache (CUDA only) */

@@ -220,11 +220,10 @@ _SIGNATURES = {
     "embscale_quant_tbe_destroy": ([_VP], None),
     "embscale_quant_tbe_layout_get": ([_VP, _P(QuantTbeLayout), _P(ctypes.c_int64), _P(ctypes.c_int64)], ctypes.c_int),
     "embscale_quant_tbe_forward": ([_VP, _P(Context), _P(QuantTbeForwardArgs)], ctypes.c_int),
-    "embscale_quantize_rows": ([ctypes.c_int32, _P(Tensor), ctypes.c_int32, _VP, ctypes.c_int64], ctypes.c_int),
     "embscale_dequantize_rows": ([ctypes.c_int32, _VP, ctypes.c_int64, ctypes.c_int32, _P(Tensor)], ctypes.c_int),
     "embscale_quantize_rows_workspace_size": (
         [_P(Context), ctypes.c_int32, _P(Tensor), ctypes.c_int32, _P(ctypes.c_size_t)], ctypes.c_int),
-    "embscale_quantize_rows_on": (
+    "embscale_quantize_rows": (
         [_P(Context), ctypes.c_int32, _P(Tensor), ctypes.c_int32, _VP, ctypes.c_int64, _VP, ctypes.c_size_t],
         ctypes.c_int),
     "embscale_row_cache_create": (

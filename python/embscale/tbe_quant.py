@@ -232,7 +232,7 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
             try:
                 ws, ws_bytes = _workspace(device, _capi.lib.embscale_quantize_rows_workspace_size,
                                           ctypes.byref(_context(device)), code, ctypes.byref(desc), self.row_alignment)
-                _run(device, _capi.lib.embscale_quantize_rows_on, ctypes.byref(_context(device)), code,
+                _run(device, _capi.lib.embscale_quantize_rows, ctypes.byref(_context(device)), code,
                      ctypes.byref(desc), self.row_alignment, buf.data_ptr(), buf.numel(),
                      ws.data_ptr() if ws_bytes else None, ws_bytes)
             except ValueError as err:

@@ -109,6 +109,14 @@ Status quant_handle(const embscale_quant_tbe* tbe) {
   if (tbe == nullptr || !tbe->impl) return embscale::invalid_argument("tbe: must not be null");
   return Status::Ok();
 }
+
+// The arguments every quantize_rows entry point converts.
+Status to_rows_call(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
+                    embscale::Context* c, embscale::QuantWeightType* t, embscale::TensorView* r) {
+  EMBSCALE_RETURN_IF_ERROR(to_context(ctx, c));
+  EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, t));
+  return to_tensor("rows", rows, r);
+}
 }  // namespace
 
 extern "C" {
@@ -184,40 +192,25 @@ int embscale_quant_tbe_forward(const embscale_quant_tbe* tbe, const embscale_con
   });
 }
 
-int embscale_quantize_rows(int32_t type, const embscale_tensor* rows, int32_t row_alignment, void* out,
-                           int64_t out_bytes) {
-  return guarded([&]() -> Status {
-    embscale::QuantWeightType t;
-    embscale::TensorView r;
-    EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, &t));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("rows", rows, &r));
-    return embscale::quantize_rows(t, r, row_alignment, out, out_bytes);
-  });
-}
-
 int embscale_quantize_rows_workspace_size(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
                                           int32_t row_alignment, size_t* bytes) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::QuantWeightType t;
     embscale::TensorView r;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, &t));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("rows", rows, &r));
+    EMBSCALE_RETURN_IF_ERROR(to_rows_call(ctx, type, rows, &c, &t, &r));
     return embscale::quantize_rows_workspace_size(c, t, r, row_alignment, bytes);
   });
 }
 
-int embscale_quantize_rows_on(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
-                              int32_t row_alignment, void* out, int64_t out_bytes, void* workspace,
-                              size_t workspace_bytes) {
+int embscale_quantize_rows(const embscale_context* ctx, int32_t type, const embscale_tensor* rows,
+                           int32_t row_alignment, void* out, int64_t out_bytes, void* workspace,
+                           size_t workspace_bytes) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::QuantWeightType t;
     embscale::TensorView r;
-    EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
-    EMBSCALE_RETURN_IF_ERROR(to_enum("type", type, &t));
-    EMBSCALE_RETURN_IF_ERROR(to_tensor("rows", rows, &r));
+    EMBSCALE_RETURN_IF_ERROR(to_rows_call(ctx, type, rows, &c, &t, &r));
     return embscale::quantize_rows(c, t, r, row_alignment, out, out_bytes, workspace, workspace_bytes);
   });
 }
