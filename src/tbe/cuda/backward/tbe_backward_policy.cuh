@@ -1,10 +1,7 @@
 // Launch defaults of the TBE backward (the zeros of TbeBackwardTuning), one policy struct per
-// architecture as fp8_policy.cuh has for FP8: the warp / block thresholds on a row's segment length and
-// the block path's threads. Host only.
-//
-// NVIDIA runs BackwardPolicySm90, measured on the H200 (docs/tbe_backward_cuda.md, History). AMD runs
-// BackwardPolicyAmd, the choices of the MI350 design that this backward comes from (FBGEMM's TBE backward
-// on ROCm), none of them measured here: no AMD GPU is available to this project.
+// architecture: the warp / block thresholds on a row's segment length and the block path's threads.
+// Host only. NVIDIA runs BackwardPolicySm90 (measured on the H200); AMD runs BackwardPolicyAmd (not
+// measured). Evidence for each value: docs/tuning.md#why-each-policy-value-is-what-it-is
 #pragma once
 
 #include "embscale/tbe.h"
@@ -15,10 +12,10 @@ namespace tbe_bwd {
 
 struct BackwardPolicySm90 {
   // Warp per row up to 32 lookups, 128 when the lane groups take the rows (widest row at most
-  // lane_group_cols columns); H200 sweeps.
+  // lane_group_cols columns). docs/tuning.md#tbe-backward-segment-thresholds-and-block-threads
   static constexpr int kMaxWarpSegment = 32;
   static constexpr int kMaxWarpSegmentLaneGroups = 128;
-  // Threads of the block path's blocks (H200 sweeps).
+  // Threads of the block path's blocks: 128 and 512 were slower in the same sweeps (same link).
   static constexpr int kBlockThreads = 256;
   static int max_warp_segment(int max_dim, int lane_group_cols) {
     return max_dim <= lane_group_cols ? kMaxWarpSegmentLaneGroups : kMaxWarpSegment;
@@ -26,18 +23,15 @@ struct BackwardPolicySm90 {
   static int max_block_segment(int /*max_dim*/) { return TbeBackwardTuning::kDefaultMaxBlockSegment; }
 };
 
-// The MI350 design's values (not measured here; each line names its source):
+// The MI350 design's values (FBGEMM's TBE backward on ROCm), not measured here.
+// Sources: docs/tuning.md#tbe-backward-on-amd-gpus
 struct BackwardPolicyAmd {
-  // Warp per row up to 64 lookups: FBGEMM's ROCm max_segment_length_per_warp before the MI350 work
-  // (FBGEMM PR 4925, "backward performance optimization for MI350", the diff's base), one lookup a lane
-  // of a 64-lane wavefront.
+  // Warp per row up to 64 lookups: one lookup a lane of a 64-lane wavefront.
   static constexpr int kMaxWarpSegment = 64;
   // Rows of the dimensions the ROCm warp kernel is specialised for take every segment up to 16384
-  // lookups on a warp (FBGEMM PR 4925 and PR 6326, which restored "max_segment_length_per_warp = 16384"
-  // as the ROCm launch configuration): the block (CTA) path is all but unused there.
+  // lookups on a warp: the block (CTA) path is all but unused there.
   static constexpr int kMaxWarpSegmentSpecialised = 16384;
-  // The specialised dimensions: FBGEMM's hip_warp backward kernel takes D in {64, 128, 160, 192, 256,
-  // 320} (FBGEMM PR 5712; PR 3468 began with 64..192 for row-wise Adagrad).
+  // The specialised dimensions: the D that FBGEMM's hip_warp backward kernel takes.
   static constexpr int kSpecialisedDims[] = {64, 128, 160, 192, 256, 320};
   // Threads of the block path's blocks: the MI350 work cut the CTA to 256 threads (4 wavefronts).
   static constexpr int kBlockThreads = 256;
