@@ -69,7 +69,8 @@ def _amax_into(x, amax, nonfinite, noop_flag, algo):
     x = x.contiguous()
     code = _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
-    ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code)
+    ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code,
+                            key=(xd.dtype, x.numel(), code))
     _run(x.device, _capi.lib.embscale_amax, ctypes.byref(ctx), ctypes.byref(xd), amax.data_ptr(), code,
          _ptr(nonfinite), _ptr(ws), nbytes, _ptr(noop_flag))
 
@@ -196,7 +197,7 @@ def _quantize_current_scaling_into(x, y, amax, scale, scale_inv, nonfinite, noop
     code = _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
     ws, nbytes = _workspace(x.device, _capi.lib.embscale_quantize_current_scaling_workspace_size, ctypes.byref(ctx),
-                            ctypes.byref(xd), code)
+                            ctypes.byref(xd), code, key=(xd.dtype, x.numel(), code))
     _run(x.device, _capi.lib.embscale_quantize_current_scaling, ctypes.byref(ctx), ctypes.byref(xd),
          ctypes.byref(_desc(y)), amax.data_ptr(), scale.data_ptr(), scale_inv.data_ptr(), code, eps, int(power_of_2),
          _ptr(nonfinite), _ptr(ws), nbytes, _ptr(noop_flag))
@@ -233,7 +234,7 @@ def _activation_amax_into(x, activation, y, amax, noop_flag, algo):
     act, code = _capi.ACTIVATION[activation], _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
     ws, nbytes = _workspace(x.device, _capi.lib.embscale_activation_amax_workspace_size, ctypes.byref(ctx),
-                            ctypes.byref(xd), code)
+                            ctypes.byref(xd), code, key=(xd.dtype, x.numel(), code))
     _run(x.device, _capi.lib.embscale_activation_amax, ctypes.byref(ctx), act, ctypes.byref(xd),
          ctypes.byref(_desc(y)), amax.data_ptr(), code, _ptr(ws), nbytes, _ptr(noop_flag))
 
