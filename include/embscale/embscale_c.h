@@ -56,17 +56,24 @@ EMBSCALE_C_EXPORT int embscale_backend_available(int32_t backend);
 EMBSCALE_C_EXPORT int embscale_backend_compiled(int32_t backend);
 
 /* ---- FP8 current scaling -------------------------------------------------------------------------- */
+/* The no-op flag (TransformerEngine's `noop_flag`): every FP8 op below takes it as its last argument, an
+ * optional fp32 value in the memory of the context's backend (device memory for CUDA, host memory for the
+ * CPU backend, as every other pointer here); NULL means run. When *noop_flag == 1.0f the call checks its
+ * arguments as always, then returns 0 without writing anything (outputs, amax, scales and the non-finite
+ * flag keep their values), so a captured CUDA graph can skip the op by setting the flag on the device. Any
+ * other value runs the op. The *_workspace_size queries take no flag. */
 EMBSCALE_C_EXPORT int embscale_amax_workspace_size(const embscale_context* ctx, const embscale_tensor* x,
                                                    int32_t algo, size_t* bytes);
 EMBSCALE_C_EXPORT int embscale_amax(const embscale_context* ctx, const embscale_tensor* x, float* amax,
                                     int32_t algo, int32_t* nonfinite_flag, void* workspace,
-                                    size_t workspace_bytes);
+                                    size_t workspace_bytes, const float* noop_flag);
 EMBSCALE_C_EXPORT int embscale_compute_scale(const embscale_context* ctx, const float* amax, int32_t fp8_dtype,
-                                             float eps, int32_t power_of_2, float* scale, float* scale_inv);
+                                             float eps, int32_t power_of_2, float* scale, float* scale_inv,
+                                             const float* noop_flag);
 EMBSCALE_C_EXPORT int embscale_quantize(const embscale_context* ctx, const embscale_tensor* x,
-                                        const float* scale, const embscale_tensor* y);
+                                        const float* scale, const embscale_tensor* y, const float* noop_flag);
 EMBSCALE_C_EXPORT int embscale_dequantize(const embscale_context* ctx, const embscale_tensor* y,
-                                          const float* scale_inv, const embscale_tensor* x);
+                                          const float* scale_inv, const embscale_tensor* x, const float* noop_flag);
 EMBSCALE_C_EXPORT int embscale_quantize_current_scaling_workspace_size(const embscale_context* ctx,
                                                                        const embscale_tensor* x, int32_t algo,
                                                                        size_t* bytes);
@@ -74,48 +81,18 @@ EMBSCALE_C_EXPORT int embscale_quantize_current_scaling(const embscale_context* 
                                                         const embscale_tensor* y, float* amax, float* scale,
                                                         float* scale_inv, int32_t algo, float eps,
                                                         int32_t power_of_2, int32_t* nonfinite_flag,
-                                                        void* workspace, size_t workspace_bytes);
+                                                        void* workspace, size_t workspace_bytes,
+                                                        const float* noop_flag);
 EMBSCALE_C_EXPORT int embscale_activation_amax_workspace_size(const embscale_context* ctx,
                                                               const embscale_tensor* x, int32_t algo,
                                                               size_t* bytes);
 EMBSCALE_C_EXPORT int embscale_activation_amax(const embscale_context* ctx, int32_t activation,
                                                const embscale_tensor* x, const embscale_tensor* y, float* amax,
-                                               int32_t algo, void* workspace, size_t workspace_bytes);
+                                               int32_t algo, void* workspace, size_t workspace_bytes,
+                                               const float* noop_flag);
 EMBSCALE_C_EXPORT int embscale_cast_transpose(const embscale_context* ctx, const embscale_tensor* x,
                                               const float* scale, const embscale_tensor* y,
-                                              const embscale_tensor* yt);
-
-/* No-op flag variants (TransformerEngine's `noop_flag`): each takes the arguments of the function without
- * the suffix followed by `noop_flag`, an optional fp32 value in the memory of the context's backend (device
- * memory for CUDA, host memory for the CPU backend, as every other pointer here); NULL means run. When
- * *noop_flag == 1.0f the call checks its arguments as always, then returns 0 without writing anything
- * (outputs, amax, scales and the non-finite flag keep their values), so a captured CUDA graph can skip
- * the op by setting the flag on the device. Any other value runs the op. The functions without the
- * suffix are these with noop_flag NULL. */
-EMBSCALE_C_EXPORT int embscale_amax_noop(const embscale_context* ctx, const embscale_tensor* x, float* amax,
-                                         int32_t algo, int32_t* nonfinite_flag, void* workspace,
-                                         size_t workspace_bytes, const float* noop_flag);
-EMBSCALE_C_EXPORT int embscale_compute_scale_noop(const embscale_context* ctx, const float* amax, int32_t fp8_dtype,
-                                                  float eps, int32_t power_of_2, float* scale, float* scale_inv,
-                                                  const float* noop_flag);
-EMBSCALE_C_EXPORT int embscale_quantize_noop(const embscale_context* ctx, const embscale_tensor* x,
-                                             const float* scale, const embscale_tensor* y, const float* noop_flag);
-EMBSCALE_C_EXPORT int embscale_dequantize_noop(const embscale_context* ctx, const embscale_tensor* y,
-                                               const float* scale_inv, const embscale_tensor* x,
-                                               const float* noop_flag);
-EMBSCALE_C_EXPORT int embscale_quantize_current_scaling_noop(const embscale_context* ctx, const embscale_tensor* x,
-                                                             const embscale_tensor* y, float* amax, float* scale,
-                                                             float* scale_inv, int32_t algo, float eps,
-                                                             int32_t power_of_2, int32_t* nonfinite_flag,
-                                                             void* workspace, size_t workspace_bytes,
-                                                             const float* noop_flag);
-EMBSCALE_C_EXPORT int embscale_activation_amax_noop(const embscale_context* ctx, int32_t activation,
-                                                    const embscale_tensor* x, const embscale_tensor* y, float* amax,
-                                                    int32_t algo, void* workspace, size_t workspace_bytes,
-                                                    const float* noop_flag);
-EMBSCALE_C_EXPORT int embscale_cast_transpose_noop(const embscale_context* ctx, const embscale_tensor* x,
-                                                   const float* scale, const embscale_tensor* y,
-                                                   const embscale_tensor* yt, const float* noop_flag);
+                                              const embscale_tensor* yt, const float* noop_flag);
 
 /* ---- table-batched embeddings --------------------------------------------------------------------- */
 typedef struct embscale_tbe embscale_tbe; /* a TableBatchedEmbedding */

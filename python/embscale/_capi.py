@@ -169,36 +169,23 @@ _SIGNATURES = {
     "embscale_backend_available": ([ctypes.c_int32], ctypes.c_int),
     "embscale_backend_compiled": ([ctypes.c_int32], ctypes.c_int),
     "embscale_amax_workspace_size": ([_P(Context), _P(Tensor), ctypes.c_int32, _P(ctypes.c_size_t)], ctypes.c_int),
-    "embscale_amax": ([_P(Context), _P(Tensor), _VP, ctypes.c_int32, _VP, _VP, ctypes.c_size_t], ctypes.c_int),
+    "embscale_amax": (
+        [_P(Context), _P(Tensor), _VP, ctypes.c_int32, _VP, _VP, ctypes.c_size_t, _VP], ctypes.c_int),
     "embscale_compute_scale": (
-        [_P(Context), _VP, ctypes.c_int32, ctypes.c_float, ctypes.c_int32, _VP, _VP], ctypes.c_int),
-    "embscale_quantize": ([_P(Context), _P(Tensor), _VP, _P(Tensor)], ctypes.c_int),
-    "embscale_dequantize": ([_P(Context), _P(Tensor), _VP, _P(Tensor)], ctypes.c_int),
+        [_P(Context), _VP, ctypes.c_int32, ctypes.c_float, ctypes.c_int32, _VP, _VP, _VP], ctypes.c_int),
+    "embscale_quantize": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _VP], ctypes.c_int),
+    "embscale_dequantize": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _VP], ctypes.c_int),
     "embscale_quantize_current_scaling_workspace_size": (
         [_P(Context), _P(Tensor), ctypes.c_int32, _P(ctypes.c_size_t)], ctypes.c_int),
     "embscale_quantize_current_scaling": (
         [_P(Context), _P(Tensor), _P(Tensor), _VP, _VP, _VP, ctypes.c_int32, ctypes.c_float, ctypes.c_int32, _VP,
-         _VP, ctypes.c_size_t], ctypes.c_int),
+         _VP, ctypes.c_size_t, _VP], ctypes.c_int),
     "embscale_activation_amax_workspace_size": (
         [_P(Context), _P(Tensor), ctypes.c_int32, _P(ctypes.c_size_t)], ctypes.c_int),
     "embscale_activation_amax": (
-        [_P(Context), ctypes.c_int32, _P(Tensor), _P(Tensor), _VP, ctypes.c_int32, _VP, ctypes.c_size_t],
-        ctypes.c_int),
-    "embscale_cast_transpose": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _P(Tensor)], ctypes.c_int),
-    # The no-op flag variants: the arguments above, then noop_flag (const float*, NULL: run).
-    "embscale_amax_noop": (
-        [_P(Context), _P(Tensor), _VP, ctypes.c_int32, _VP, _VP, ctypes.c_size_t, _VP], ctypes.c_int),
-    "embscale_compute_scale_noop": (
-        [_P(Context), _VP, ctypes.c_int32, ctypes.c_float, ctypes.c_int32, _VP, _VP, _VP], ctypes.c_int),
-    "embscale_quantize_noop": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _VP], ctypes.c_int),
-    "embscale_dequantize_noop": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _VP], ctypes.c_int),
-    "embscale_quantize_current_scaling_noop": (
-        [_P(Context), _P(Tensor), _P(Tensor), _VP, _VP, _VP, ctypes.c_int32, ctypes.c_float, ctypes.c_int32, _VP,
-         _VP, ctypes.c_size_t, _VP], ctypes.c_int),
-    "embscale_activation_amax_noop": (
         [_P(Context), ctypes.c_int32, _P(Tensor), _P(Tensor), _VP, ctypes.c_int32, _VP, ctypes.c_size_t, _VP],
         ctypes.c_int),
-    "embscale_cast_transpose_noop": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _P(Tensor), _VP], ctypes.c_int),
+    "embscale_cast_transpose": ([_P(Context), _P(Tensor), _VP, _P(Tensor), _P(Tensor), _VP], ctypes.c_int),
     "embscale_num_optimizers": ([], ctypes.c_int32),
     "embscale_optimizer_info_get": ([ctypes.c_int32, _P(OptimizerInfo)], ctypes.c_int),
     "embscale_optimizer_weight_decay_get": ([ctypes.c_int32, _P(ctypes.c_int32)], ctypes.c_int),

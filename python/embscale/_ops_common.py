@@ -213,11 +213,33 @@ def _run(device, fn, *args):
     _capi.check(_call(device, fn, *args))
 
 
-def _workspace(device, size_fn, *args):
-    nbytes = ctypes.c_size_t(0)
-    _run(device, size_fn, *args, ctypes.byref(nbytes))
-    ws = torch.empty(nbytes.value, dtype=torch.uint8, device=device)
-    return ws, nbytes.value
+# Workspace sizes already asked: (size function's name, device type, device index) + the caller's key -> bytes.
+# Cleared whole when it outgrows _WORKSPACE_BYTES_MAX entries (a few shapes repeat in training; a stream of
+# new shapes must not grow it without bound).
+_WORKSPACE_BYTES = {}
+_WORKSPACE_BYTES_MAX = 256
+
+
+def _workspace(device, size_fn, *args, key=None):
+    """A workspace for a C call on `device`: (uint8 tensor, its bytes), the size from C function size_fn called
+    with args and then a size_t*. key: None to ask on every call, or a hashable tuple of everything besides
+    the size function and the device that the size depends on (e.g. dtype code, numel, algo code); then the
+    size is asked once per key and device (its index picks the SM count a CUDA size depends on), and a call
+    with the same key makes no size query. The op's own call checks the arguments and the workspace again,
+    so a size taken from here is never trusted unchecked."""
+    if key is not None:
+        key = (size_fn.__name__, device.type, device.index) + tuple(key)
+        nbytes = _WORKSPACE_BYTES.get(key)
+    if key is None or nbytes is None:
+        size = ctypes.c_size_t(0)
+        _run(device, size_fn, *args, ctypes.byref(size))
+        nbytes = size.value
+        if key is not None:
+            if len(_WORKSPACE_BYTES) >= _WORKSPACE_BYTES_MAX:
+                _WORKSPACE_BYTES.clear()
+            _WORKSPACE_BYTES[key] = nbytes
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return ws, nbytes
 
 
 def _lookup(table, name, value):

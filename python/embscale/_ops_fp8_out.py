@@ -69,8 +69,9 @@ def _amax_into(x, amax, nonfinite, noop_flag, algo):
     x = x.contiguous()
     code = _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
-    ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code)
-    _run(x.device, _capi.lib.embscale_amax_noop, ctypes.byref(ctx), ctypes.byref(xd), amax.data_ptr(), code,
+    ws, nbytes = _workspace(x.device, _capi.lib.embscale_amax_workspace_size, ctypes.byref(ctx), ctypes.byref(xd), code,
+                            key=(xd.dtype, x.numel(), code))
+    _run(x.device, _capi.lib.embscale_amax, ctypes.byref(ctx), ctypes.byref(xd), amax.data_ptr(), code,
          _ptr(nonfinite), _ptr(ws), nbytes, _ptr(noop_flag))
 
 
@@ -103,7 +104,7 @@ def compute_scale_out(amax: Tensor, scale: Tensor, scale_inv: Tensor, fp8_dtype:
 def _compute_scale_into(amax, scale, scale_inv, fp8_dtype, noop_flag, eps, power_of_2):
     """compute_scale_out's C call, its arguments checked."""
     amax = amax.contiguous()
-    _run(amax.device, _capi.lib.embscale_compute_scale_noop, ctypes.byref(_context(amax.device)), amax.data_ptr(),
+    _run(amax.device, _capi.lib.embscale_compute_scale, ctypes.byref(_context(amax.device)), amax.data_ptr(),
          _DTYPE_CODE[fp8_dtype], eps, int(power_of_2), scale.data_ptr(), scale_inv.data_ptr(), _ptr(noop_flag))
 
 
@@ -133,7 +134,7 @@ def quantize_out(x: Tensor, scale: Tensor, y: Tensor, noop_flag: Optional[Tensor
 def _quantize_into(x, scale, y, noop_flag):
     """quantize_out's C call, its arguments checked."""
     x, scale = x.contiguous(), scale.contiguous()
-    _run(x.device, _capi.lib.embscale_quantize_noop, ctypes.byref(_context(x.device)), ctypes.byref(_desc(x)),
+    _run(x.device, _capi.lib.embscale_quantize, ctypes.byref(_context(x.device)), ctypes.byref(_desc(x)),
          scale.data_ptr(), ctypes.byref(_desc(y)), _ptr(noop_flag))
 
 
@@ -154,7 +155,7 @@ def dequantize_out(y: Tensor, scale_inv: Tensor, x: Tensor, noop_flag: Optional[
 def _dequantize_into(y, scale_inv, x, noop_flag):
     """dequantize_out's C call, its arguments checked."""
     y, scale_inv = y.contiguous(), scale_inv.contiguous()
-    _run(y.device, _capi.lib.embscale_dequantize_noop, ctypes.byref(_context(y.device)), ctypes.byref(_desc(y)),
+    _run(y.device, _capi.lib.embscale_dequantize, ctypes.byref(_context(y.device)), ctypes.byref(_desc(y)),
          scale_inv.data_ptr(), ctypes.byref(_desc(x)), _ptr(noop_flag))
 
 
@@ -196,8 +197,8 @@ def _quantize_current_scaling_into(x, y, amax, scale, scale_inv, nonfinite, noop
     code = _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
     ws, nbytes = _workspace(x.device, _capi.lib.embscale_quantize_current_scaling_workspace_size, ctypes.byref(ctx),
-                            ctypes.byref(xd), code)
-    _run(x.device, _capi.lib.embscale_quantize_current_scaling_noop, ctypes.byref(ctx), ctypes.byref(xd),
+                            ctypes.byref(xd), code, key=(xd.dtype, x.numel(), code))
+    _run(x.device, _capi.lib.embscale_quantize_current_scaling, ctypes.byref(ctx), ctypes.byref(xd),
          ctypes.byref(_desc(y)), amax.data_ptr(), scale.data_ptr(), scale_inv.data_ptr(), code, eps, int(power_of_2),
          _ptr(nonfinite), _ptr(ws), nbytes, _ptr(noop_flag))
 
@@ -233,8 +234,8 @@ def _activation_amax_into(x, activation, y, amax, noop_flag, algo):
     act, code = _capi.ACTIVATION[activation], _capi.AMAX_ALGO[algo]
     ctx, xd = _context(x.device), _desc(x)
     ws, nbytes = _workspace(x.device, _capi.lib.embscale_activation_amax_workspace_size, ctypes.byref(ctx),
-                            ctypes.byref(xd), code)
-    _run(x.device, _capi.lib.embscale_activation_amax_noop, ctypes.byref(ctx), act, ctypes.byref(xd),
+                            ctypes.byref(xd), code, key=(xd.dtype, x.numel(), code))
+    _run(x.device, _capi.lib.embscale_activation_amax, ctypes.byref(ctx), act, ctypes.byref(xd),
          ctypes.byref(_desc(y)), amax.data_ptr(), code, _ptr(ws), nbytes, _ptr(noop_flag))
 
 
@@ -267,7 +268,7 @@ def _cast_transpose_into(x, scale, y, yt, noop_flag):
     """cast_transpose_out's C call, its arguments checked."""
     x, scale = x.contiguous(), scale.contiguous()
     rows, cols = x.shape
-    _run(x.device, _capi.lib.embscale_cast_transpose_noop, ctypes.byref(_context(x.device)),
+    _run(x.device, _capi.lib.embscale_cast_transpose, ctypes.byref(_context(x.device)),
          ctypes.byref(_desc(x, (rows, cols))), scale.data_ptr(), ctypes.byref(_desc(y, (rows, cols))),
          ctypes.byref(_desc(yt, (cols, rows))), _ptr(noop_flag))
 

@@ -17,12 +17,7 @@ int embscale_amax_workspace_size(const embscale_context* ctx, const embscale_ten
 }
 
 int embscale_amax(const embscale_context* ctx, const embscale_tensor* x, float* amax, int32_t algo,
-                  int32_t* nonfinite_flag, void* workspace, size_t workspace_bytes) {
-  return embscale_amax_noop(ctx, x, amax, algo, nonfinite_flag, workspace, workspace_bytes, nullptr);
-}
-
-int embscale_amax_noop(const embscale_context* ctx, const embscale_tensor* x, float* amax, int32_t algo,
-                       int32_t* nonfinite_flag, void* workspace, size_t workspace_bytes, const float* noop_flag) {
+                  int32_t* nonfinite_flag, void* workspace, size_t workspace_bytes, const float* noop_flag) {
   return guarded([&]() -> Status {
     AmaxCall a;
     EMBSCALE_RETURN_IF_ERROR(to_amax_call(ctx, x, algo, &a));
@@ -33,12 +28,7 @@ int embscale_amax_noop(const embscale_context* ctx, const embscale_tensor* x, fl
 }
 
 int embscale_compute_scale(const embscale_context* ctx, const float* amax, int32_t fp8_dtype, float eps,
-                           int32_t power_of_2, float* scale, float* scale_inv) {
-  return embscale_compute_scale_noop(ctx, amax, fp8_dtype, eps, power_of_2, scale, scale_inv, nullptr);
-}
-
-int embscale_compute_scale_noop(const embscale_context* ctx, const float* amax, int32_t fp8_dtype, float eps,
-                                int32_t power_of_2, float* scale, float* scale_inv, const float* noop_flag) {
+                           int32_t power_of_2, float* scale, float* scale_inv, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     EMBSCALE_RETURN_IF_ERROR(to_context(ctx, &c));
@@ -52,12 +42,7 @@ int embscale_compute_scale_noop(const embscale_context* ctx, const float* amax, 
 }
 
 int embscale_quantize(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
-                      const embscale_tensor* y) {
-  return embscale_quantize_noop(ctx, x, scale, y, nullptr);
-}
-
-int embscale_quantize_noop(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
-                           const embscale_tensor* y, const float* noop_flag) {
+                      const embscale_tensor* y, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::TensorView xv, yv;
@@ -69,12 +54,7 @@ int embscale_quantize_noop(const embscale_context* ctx, const embscale_tensor* x
 }
 
 int embscale_dequantize(const embscale_context* ctx, const embscale_tensor* y, const float* scale_inv,
-                        const embscale_tensor* x) {
-  return embscale_dequantize_noop(ctx, y, scale_inv, x, nullptr);
-}
-
-int embscale_dequantize_noop(const embscale_context* ctx, const embscale_tensor* y, const float* scale_inv,
-                             const embscale_tensor* x, const float* noop_flag) {
+                        const embscale_tensor* x, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::TensorView xv, yv;
@@ -96,18 +76,10 @@ int embscale_quantize_current_scaling_workspace_size(const embscale_context* ctx
   });
 }
 
-int embscale_quantize_current_scaling(const embscale_context* ctx, const embscale_tensor* x,
-                                      const embscale_tensor* y, float* amax, float* scale, float* scale_inv,
-                                      int32_t algo, float eps, int32_t power_of_2, int32_t* nonfinite_flag,
-                                      void* workspace, size_t workspace_bytes) {
-  return embscale_quantize_current_scaling_noop(ctx, x, y, amax, scale, scale_inv, algo, eps, power_of_2,
-                                                nonfinite_flag, workspace, workspace_bytes, nullptr);
-}
-
-int embscale_quantize_current_scaling_noop(const embscale_context* ctx, const embscale_tensor* x,
-                                           const embscale_tensor* y, float* amax, float* scale, float* scale_inv,
-                                           int32_t algo, float eps, int32_t power_of_2, int32_t* nonfinite_flag,
-                                           void* workspace, size_t workspace_bytes, const float* noop_flag) {
+int embscale_quantize_current_scaling(const embscale_context* ctx, const embscale_tensor* x, const embscale_tensor* y,
+                                      float* amax, float* scale, float* scale_inv, int32_t algo, float eps,
+                                      int32_t power_of_2, int32_t* nonfinite_flag, void* workspace,
+                                      size_t workspace_bytes, const float* noop_flag) {
   return guarded([&]() -> Status {
     AmaxCall a;
     embscale::TensorView yv;
@@ -135,13 +107,7 @@ int embscale_activation_amax_workspace_size(const embscale_context* ctx, const e
 
 int embscale_activation_amax(const embscale_context* ctx, int32_t activation, const embscale_tensor* x,
                              const embscale_tensor* y, float* amax, int32_t algo, void* workspace,
-                             size_t workspace_bytes) {
-  return embscale_activation_amax_noop(ctx, activation, x, y, amax, algo, workspace, workspace_bytes, nullptr);
-}
-
-int embscale_activation_amax_noop(const embscale_context* ctx, int32_t activation, const embscale_tensor* x,
-                                  const embscale_tensor* y, float* amax, int32_t algo, void* workspace,
-                                  size_t workspace_bytes, const float* noop_flag) {
+                             size_t workspace_bytes, const float* noop_flag) {
   return guarded([&]() -> Status {
     AmaxCall a;
     embscale::TensorView yv;
@@ -155,12 +121,7 @@ int embscale_activation_amax_noop(const embscale_context* ctx, int32_t activatio
 }
 
 int embscale_cast_transpose(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
-                            const embscale_tensor* y, const embscale_tensor* yt) {
-  return embscale_cast_transpose_noop(ctx, x, scale, y, yt, nullptr);
-}
-
-int embscale_cast_transpose_noop(const embscale_context* ctx, const embscale_tensor* x, const float* scale,
-                                 const embscale_tensor* y, const embscale_tensor* yt, const float* noop_flag) {
+                            const embscale_tensor* y, const embscale_tensor* yt, const float* noop_flag) {
   return guarded([&]() -> Status {
     embscale::Context c;
     embscale::TensorView xv, yv, ytv;

@@ -183,56 +183,35 @@ std::vector<Entry> entries() {
       {"embscale_amax_workspace_size",
        [](Calls& c) { return embscale_amax_workspace_size(&c.ctx, &c.x, c.algo, &c.bytes); }, amax_fields},
       {"embscale_amax",
-       [=](Calls& c) { return embscale_amax(&c.ctx, &c.x, c.amax, c.algo, &c.nonfinite, ws(c), wsb); }, amax_fields},
-      {"embscale_amax_noop",
-       [=](Calls& c) { return embscale_amax_noop(&c.ctx, &c.x, c.amax, c.algo, &c.nonfinite, ws(c), wsb, c.noop); },
+       [=](Calls& c) { return embscale_amax(&c.ctx, &c.x, c.amax, c.algo, &c.nonfinite, ws(c), wsb, c.noop); },
        amax_fields},
       {"embscale_compute_scale",
-       [](Calls& c) { return embscale_compute_scale(&c.ctx, c.amax, c.fp8_dtype, 0.0f, 0, c.scale, c.scale_inv); },
-       {ctx_backend(), fp8_dtype}},
-      {"embscale_compute_scale_noop",
        [](Calls& c) {
-         return embscale_compute_scale_noop(&c.ctx, c.amax, c.fp8_dtype, 0.0f, 0, c.scale, c.scale_inv, c.noop);
+         return embscale_compute_scale(&c.ctx, c.amax, c.fp8_dtype, 0.0f, 0, c.scale, c.scale_inv, c.noop);
        },
        {ctx_backend(), fp8_dtype}},
-      {"embscale_quantize", [](Calls& c) { return embscale_quantize(&c.ctx, &c.x, c.scale, &c.y8); }, cast_fields},
-      {"embscale_quantize_noop",
-       [](Calls& c) { return embscale_quantize_noop(&c.ctx, &c.x, c.scale, &c.y8, c.noop); }, cast_fields},
-      {"embscale_dequantize", [](Calls& c) { return embscale_dequantize(&c.ctx, &c.y8, c.scale_inv, &c.y); },
+      {"embscale_quantize", [](Calls& c) { return embscale_quantize(&c.ctx, &c.x, c.scale, &c.y8, c.noop); },
+       cast_fields},
+      {"embscale_dequantize", [](Calls& c) { return embscale_dequantize(&c.ctx, &c.y8, c.scale_inv, &c.y, c.noop); },
        dequantize_fields},
-      {"embscale_dequantize_noop",
-       [](Calls& c) { return embscale_dequantize_noop(&c.ctx, &c.y8, c.scale_inv, &c.y, c.noop); }, dequantize_fields},
       {"embscale_quantize_current_scaling_workspace_size",
        [](Calls& c) { return embscale_quantize_current_scaling_workspace_size(&c.ctx, &c.x, c.algo, &c.bytes); },
        amax_fields},
       {"embscale_quantize_current_scaling",
        [=](Calls& c) {
          return embscale_quantize_current_scaling(&c.ctx, &c.x, &c.y8, c.amax, c.scale, c.scale_inv, c.algo, 0.0f, 0,
-                                                  &c.nonfinite, ws(c), wsb);
-       },
-       qcs_fields},
-      {"embscale_quantize_current_scaling_noop",
-       [=](Calls& c) {
-         return embscale_quantize_current_scaling_noop(&c.ctx, &c.x, &c.y8, c.amax, c.scale, c.scale_inv, c.algo,
-                                                       0.0f, 0, &c.nonfinite, ws(c), wsb, c.noop);
+                                                  &c.nonfinite, ws(c), wsb, c.noop);
        },
        qcs_fields},
       {"embscale_activation_amax_workspace_size",
        [](Calls& c) { return embscale_activation_amax_workspace_size(&c.ctx, &c.x, c.algo, &c.bytes); }, amax_fields},
       {"embscale_activation_amax",
        [=](Calls& c) {
-         return embscale_activation_amax(&c.ctx, c.activation, &c.x, &c.y, c.amax, c.algo, ws(c), wsb);
-       },
-       activation_fields},
-      {"embscale_activation_amax_noop",
-       [=](Calls& c) {
-         return embscale_activation_amax_noop(&c.ctx, c.activation, &c.x, &c.y, c.amax, c.algo, ws(c), wsb, c.noop);
+         return embscale_activation_amax(&c.ctx, c.activation, &c.x, &c.y, c.amax, c.algo, ws(c), wsb, c.noop);
        },
        activation_fields},
       {"embscale_cast_transpose",
-       [](Calls& c) { return embscale_cast_transpose(&c.ctx, &c.x2, c.scale, &c.y2, &c.yt); }, transpose_fields},
-      {"embscale_cast_transpose_noop",
-       [](Calls& c) { return embscale_cast_transpose_noop(&c.ctx, &c.x2, c.scale, &c.y2, &c.yt, c.noop); },
+       [](Calls& c) { return embscale_cast_transpose(&c.ctx, &c.x2, c.scale, &c.y2, &c.yt, c.noop); },
        transpose_fields},
       {"embscale_tbe_create",
        [](Calls& c) {

@@ -1,6 +1,7 @@
-// The C API's no-op flag variants (embscale_*_noop) on the CPU backend, where the flag is host memory:
-// with *noop_flag == 1 every output keeps its sentinel, with any other value (0, 2) and with a NULL flag
-// the results equal the naive reference (tests/reference_fp8.h), and arguments are checked either way.
+// The C API's FP8 ops with their no-op flag (each op's last argument) on the CPU backend, where the flag is
+// host memory: with *noop_flag == 1 every output keeps its sentinel, with any other value (0, 2) and with a
+// NULL flag the results equal the naive reference (tests/reference_fp8.h), and arguments are checked either
+// way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,7 +67,7 @@ TEST_P(CapiNoop, Amax) {
   float amax = kSentinel;
   int32_t nonfinite = kFlagSentinel;
   embscale_tensor xd = tensor(x.data(), DType::kF32, {kN});
-  ASSERT_EQ(embscale_amax_noop(&ctx, &xd, &amax, 0, &nonfinite, nullptr, 0, &flag), 0) << embscale_last_error();
+  ASSERT_EQ(embscale_amax(&ctx, &xd, &amax, 0, &nonfinite, nullptr, 0, &flag), 0) << embscale_last_error();
   EXPECT_EQ(amax, skips() ? kSentinel : ref::amax(x_ref).amax);
   EXPECT_EQ(nonfinite, skips() ? kFlagSentinel : 0);
 }
@@ -74,8 +75,8 @@ TEST_P(CapiNoop, Amax) {
 TEST_P(CapiNoop, ComputeScale) {
   const float amax = 3.5f;
   float scale = kSentinel, scale_inv = kSentinel;
-  ASSERT_EQ(embscale_compute_scale_noop(&ctx, &amax, static_cast<int32_t>(DType::kF8E4M3), 0.0f, 0, &scale,
-                                        &scale_inv, &flag), 0) << embscale_last_error();
+  ASSERT_EQ(embscale_compute_scale(&ctx, &amax, static_cast<int32_t>(DType::kF8E4M3), 0.0f, 0, &scale, &scale_inv,
+                                   &flag), 0) << embscale_last_error();
   const float want = ref::scale(amax, 448.0f, 0.0f, false);
   EXPECT_EQ(scale, skips() ? kSentinel : want);
   EXPECT_EQ(scale_inv, skips() ? kSentinel : ref::scale_inv(want));
@@ -85,13 +86,13 @@ TEST_P(CapiNoop, QuantizeAndDequantize) {
   const float scale = 16.0f, scale_inv = 1.0f / 16.0f;
   std::vector<uint8_t> y = codes();
   embscale_tensor xd = tensor(x.data(), DType::kF32, {kN}), yd = tensor(y.data(), DType::kF8E4M3, {kN});
-  ASSERT_EQ(embscale_quantize_noop(&ctx, &xd, &scale, &yd, &flag), 0) << embscale_last_error();
+  ASSERT_EQ(embscale_quantize(&ctx, &xd, &scale, &yd, &flag), 0) << embscale_last_error();
   EXPECT_EQ(y, skips() ? codes() : ref_codes(scale));
 
   std::vector<uint8_t> codes_in = ref_codes(scale);
   std::vector<float> back(kN, kSentinel);
   embscale_tensor cd = tensor(codes_in.data(), DType::kF8E4M3, {kN}), bd = tensor(back.data(), DType::kF32, {kN});
-  ASSERT_EQ(embscale_dequantize_noop(&ctx, &cd, &scale_inv, &bd, &flag), 0) << embscale_last_error();
+  ASSERT_EQ(embscale_dequantize(&ctx, &cd, &scale_inv, &bd, &flag), 0) << embscale_last_error();
   ref::HostTensor c_ref(DType::kF8E4M3, kN), b_ref(DType::kF32, kN);
   c_ref.bytes = codes_in;
   ref::dequantize(c_ref, scale_inv, &b_ref);
@@ -106,8 +107,8 @@ TEST_P(CapiNoop, QuantizeCurrentScaling) {
   size_t bytes = 0;
   ASSERT_EQ(embscale_quantize_current_scaling_workspace_size(&ctx, &xd, 0, &bytes), 0);
   std::vector<uint8_t> ws(bytes);
-  ASSERT_EQ(embscale_quantize_current_scaling_noop(&ctx, &xd, &yd, &amax, &scale, &scale_inv, 0, 0.0f, 0,
-                                                   &nonfinite, ws.data(), bytes, &flag), 0)
+  ASSERT_EQ(embscale_quantize_current_scaling(&ctx, &xd, &yd, &amax, &scale, &scale_inv, 0, 0.0f, 0, &nonfinite,
+                                              ws.data(), bytes, &flag), 0)
       << embscale_last_error();
   const float want_amax = ref::amax(x_ref).amax, want_scale = ref::scale(want_amax, 448.0f, 0.0f, false);
   EXPECT_EQ(amax, skips() ? kSentinel : want_amax);
@@ -121,8 +122,7 @@ TEST_P(CapiNoop, ActivationAmax) {
   std::vector<float> y(kN, kSentinel);
   float amax = kSentinel;
   embscale_tensor xd = tensor(x.data(), DType::kF32, {kN}), yd = tensor(y.data(), DType::kF32, {kN});
-  ASSERT_EQ(embscale_activation_amax_noop(&ctx, 0, &xd, &yd, &amax, 0, nullptr, 0, &flag), 0)
-      << embscale_last_error();
+  ASSERT_EQ(embscale_activation_amax(&ctx, 0, &xd, &yd, &amax, 0, nullptr, 0, &flag), 0) << embscale_last_error();
   float want_amax = 0.0f;
   for (int64_t i = 0; i < kN; ++i) {
     const float relu = x[i] > 0.0f ? x[i] : 0.0f;
@@ -138,7 +138,7 @@ TEST_P(CapiNoop, CastTranspose) {
   embscale_tensor xd = tensor(x.data(), DType::kF32, {kRows, kCols});
   embscale_tensor yd = tensor(y.data(), DType::kF8E4M3, {kRows, kCols});
   embscale_tensor ytd = tensor(yt.data(), DType::kF8E4M3, {kCols, kRows});
-  ASSERT_EQ(embscale_cast_transpose_noop(&ctx, &xd, &scale, &yd, &ytd, &flag), 0) << embscale_last_error();
+  ASSERT_EQ(embscale_cast_transpose(&ctx, &xd, &scale, &yd, &ytd, &flag), 0) << embscale_last_error();
   const std::vector<uint8_t> want = ref_codes(scale);
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t c = 0; c < kCols; ++c) {
@@ -153,7 +153,7 @@ TEST_P(CapiNoop, ArgumentsAreCheckedWhetherOrNotTheOpRuns) {
   std::vector<int32_t> ints(kN, 0);
   float amax = kSentinel;
   embscale_tensor xd = tensor(ints.data(), DType::kI32, {kN});
-  EXPECT_EQ(embscale_amax_noop(&ctx, &xd, &amax, 0, nullptr, nullptr, 0, &flag), 1);  // invalid_argument
+  EXPECT_EQ(embscale_amax(&ctx, &xd, &amax, 0, nullptr, nullptr, 0, &flag), 1);  // invalid_argument
   EXPECT_NE(std::string(embscale_last_error()).find("x"), std::string::npos) << embscale_last_error();
   EXPECT_EQ(amax, kSentinel);
 }
@@ -163,16 +163,14 @@ INSTANTIATE_TEST_SUITE_P(Flag, CapiNoop, ::testing::Values(1.0f, 0.0f, 2.0f),
                            return i.param == 1.0f ? std::string("Skip") : "Run" + std::to_string(int(i.param));
                          });
 
-// The functions without the suffix are the _noop ones with a NULL flag: they run.
+// A NULL flag runs the op.
 TEST(CapiNoopNull, NullFlagRuns) {
   std::vector<float> x = {1.0f, -6.5f, 2.0f};
-  float amax = kSentinel, amax_null = kSentinel;
+  float amax = kSentinel;
   embscale_context ctx = cpu();
   embscale_tensor xd = tensor(x.data(), DType::kF32, {3});
-  ASSERT_EQ(embscale_amax(&ctx, &xd, &amax, 0, nullptr, nullptr, 0), 0);
-  ASSERT_EQ(embscale_amax_noop(&ctx, &xd, &amax_null, 0, nullptr, nullptr, 0, nullptr), 0);
+  ASSERT_EQ(embscale_amax(&ctx, &xd, &amax, 0, nullptr, nullptr, 0, nullptr), 0) << embscale_last_error();
   EXPECT_EQ(amax, 6.5f);
-  EXPECT_EQ(amax_null, 6.5f);
 }
 
 }  // namespace

@@ -133,7 +133,7 @@ void case_amax(Case& c, bool cuda) {
   int32_t* flag = c.rng.chance(0.5) ? &flag_storage : nullptr;
   if (ctx.c.backend == 1 && cuda) return;
   c.snapshot();
-  const int rc = embscale_amax(ctx.ptr(), x.ptr(), amax.p, algo, flag, ws.p, ws.bytes);
+  const int rc = embscale_amax(ctx.ptr(), x.ptr(), amax.p, algo, flag, ws.p, ws.bytes, nullptr);
   check_call(c, c.op.c_str(), rc);
   if (rc == kOk && !c.must_fail && c.unknown == 0) {
     const float want = reference_amax(x);
@@ -163,7 +163,7 @@ void case_compute_scale(Case& c, bool cuda) {
   Scalar scale_inv = make_scalar(c, "scale_inv", Role::kOutput, -1.0f, true);
   if (ctx.c.backend == 1 && cuda) return;
   c.snapshot();
-  const int rc = embscale_compute_scale(ctx.ptr(), amax.p, fp8, eps, pow2, scale.p, scale_inv.p);
+  const int rc = embscale_compute_scale(ctx.ptr(), amax.p, fp8, eps, pow2, scale.p, scale_inv.p, nullptr);
   check_call(c, c.op.c_str(), rc);
   if (rc == kOk && !c.must_fail && c.unknown == 0 && !(*scale.p > 0.0f && std::isfinite(*scale.p)))
     c.fail(fmt("scale %g is not a finite positive value", *scale.p));
@@ -195,7 +195,8 @@ void case_quantize(Case& c, bool cuda, bool dequant) {
   Scalar s = make_scalar(c, dequant ? "scale_inv" : "scale", Role::kInput, random_scale_value(c), true);
   if (ctx.c.backend == 1 && cuda) return;
   c.snapshot();
-  const int rc = dequant ? embscale_dequantize(ctx.ptr(), in.ptr(), s.p, out.ptr()) : embscale_quantize(ctx.ptr(), in.ptr(), s.p, out.ptr());
+  const int rc = dequant ? embscale_dequantize(ctx.ptr(), in.ptr(), s.p, out.ptr(), nullptr)
+                          : embscale_quantize(ctx.ptr(), in.ptr(), s.p, out.ptr(), nullptr);
   check_call(c, c.op.c_str(), rc);
 }
 
@@ -226,7 +227,7 @@ void case_quantize_current_scaling(Case& c, bool cuda) {
   if (ctx.c.backend == 1 && cuda) return;
   c.snapshot();
   const int rc = embscale_quantize_current_scaling(ctx.ptr(), x.ptr(), y.ptr(), amax.p, scale.p, scale_inv.p, algo, eps,
-                                                   c.rng.pick<int32_t>({0, 1, 5}), flag, ws.p, ws.bytes);
+                                                   c.rng.pick<int32_t>({0, 1, 5}), flag, ws.p, ws.bytes, nullptr);
   check_call(c, c.op.c_str(), rc);
 }
 
@@ -252,7 +253,7 @@ void case_activation_amax(Case& c, bool cuda) {
   Scalar amax = make_scalar(c, "amax", Role::kOutput, -1.0f, true);
   if (ctx.c.backend == 1 && cuda) return;
   c.snapshot();
-  const int rc = embscale_activation_amax(ctx.ptr(), act, x.ptr(), y.ptr(), amax.p, algo, ws.p, ws.bytes);
+  const int rc = embscale_activation_amax(ctx.ptr(), act, x.ptr(), y.ptr(), amax.p, algo, ws.p, ws.bytes, nullptr);
   check_call(c, c.op.c_str(), rc);
 }
 
@@ -286,7 +287,7 @@ void case_cast_transpose(Case& c, bool cuda) {
   Scalar s = make_scalar(c, "scale", Role::kInput, random_scale_value(c), true);
   if (ctx.c.backend == 1 && cuda) return;
   c.snapshot();
-  const int rc = embscale_cast_transpose(ctx.ptr(), x.ptr(), s.p, y.ptr(), yt.ptr());
+  const int rc = embscale_cast_transpose(ctx.ptr(), x.ptr(), s.p, y.ptr(), yt.ptr(), nullptr);
   check_call(c, c.op.c_str(), rc);
 }
 

@@ -33,14 +33,14 @@ def last_error():
 def amax(x, flag):
     out = torch.full((), -1.0)
     rc = _capi.lib.embscale_amax(cpu(), ctypes.byref(vec(x, F32)), ctypes.c_void_p(out.data_ptr()), 0,
-                                 ctypes.c_void_p(flag.data_ptr()), None, 0)
+                                 ctypes.c_void_p(flag.data_ptr()), None, 0, None)
     return rc, out.item()
 
 
 def test_last_error_is_set_by_a_failure_and_cleared_by_a_success(gen):
     x = torch.randn(100, generator=gen)
     flag = torch.zeros((), dtype=torch.int32)
-    bad = _capi.lib.embscale_amax(cpu(), ctypes.byref(vec(x, F32)), None, 0, None, None, 0)  # amax: NULL
+    bad = _capi.lib.embscale_amax(cpu(), ctypes.byref(vec(x, F32)), None, 0, None, None, 0, None)  # amax: NULL
     assert bad == _capi.INVALID_ARGUMENT
     assert last_error().startswith("amax"), last_error()
     rc, got = amax(x, flag)
@@ -48,7 +48,7 @@ def test_last_error_is_set_by_a_failure_and_cleared_by_a_success(gen):
     assert last_error() == "", "a successful call must clear the last error"
     assert got == x.abs().max().item()
     # Another failure sets a new message naming its own argument.
-    rc = _capi.lib.embscale_amax(cpu(), None, None, 0, None, None, 0)  # x: NULL
+    rc = _capi.lib.embscale_amax(cpu(), None, None, 0, None, None, 0, None)  # x: NULL
     assert rc == _capi.INVALID_ARGUMENT and last_error().startswith("x"), last_error()
 
 

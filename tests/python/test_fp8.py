@@ -1,5 +1,6 @@
 """FP8 operators against references written from the maths with plain torch ops; meta arguments (shapes only,
 and refused among real ones); errors that name the argument (a None or sparse tensor, a bad eps)."""
+import functools
 import math
 import os
 
@@ -210,6 +211,63 @@ def test_cast_transpose(device, gen, dtype, shape):
     assert y.shape == shape and yt.shape == (shape[1], shape[0]) and yt.is_contiguous()
     assert_fp8_equal(y, want)
     assert_fp8_equal(yt, want.t().contiguous())
+
+
+# ---- workspace sizes ----------------------------------------------------------------------------------------------
+_WORKSPACE_OPS = {
+    "amax": lambda x, algo: torch.ops.embscale.amax(x, algo=algo),
+    "quantize_current_scaling": lambda x, algo: torch.ops.embscale.quantize_current_scaling(x, E4, algo=algo)[0],
+    "activation_amax": lambda x, algo: torch.ops.embscale.activation_amax(x, "relu", algo=algo)[1],
+}
+
+
+@pytest.mark.parametrize("op", sorted(_WORKSPACE_OPS))
+def test_workspace_size_is_asked_once_per_dtype_numel_and_algo(device, gen, monkeypatch, op):
+    """An op that takes a workspace asks the library for its size once per (device, x's dtype, x's numel, amax
+    algorithm): a repeated call makes only the op's own C call. Another numel, dtype or algorithm asks again,
+    and every call's result still matches the reference."""
+    from embscale import _capi, _ops_common
+
+    name = f"embscale_{op}_workspace_size"
+    size_fn, asked = getattr(_capi.lib, name), []
+
+    @functools.wraps(size_fn)
+    def counted(ctx, x, algo, nbytes):
+        desc = x._obj  # the embscale_tensor behind ctypes.byref
+        asked.append((desc.dtype, desc.shape[0], algo))
+        return size_fn(ctx, x, algo, nbytes)
+
+    monkeypatch.setattr(_capi.lib, name, counted)
+    monkeypatch.setattr(_ops_common, "_WORKSPACE_BYTES", {})  # none asked yet by another test
+    calls = [(1000, torch.float32, "auto"), (1000, torch.float32, "auto"), (37, torch.float32, "auto"),
+             (1000, torch.float32, "auto"), (1000, torch.float16, "auto"), (1000, torch.float32, "two_stage"),
+             (37, torch.float32, "auto"), (1000, torch.float16, "auto"), (1000, torch.float32, "two_stage")]
+    for n, dtype, algo in calls:
+        x = sample(n, dtype, gen)
+        got = _WORKSPACE_OPS[op](x.to(device), algo)
+        if op == "amax":
+            assert got.cpu().item() == ref_amax(x).item()
+        elif op == "activation_amax":
+            assert got.cpu().item() == ref_amax(torch.relu(x)).item()
+        else:
+            assert_fp8_equal(got, ref_quantize(x, ref_scale(ref_amax(x), E4)[0], E4))
+    algo = _capi.AMAX_ALGO
+    assert asked == [(0, 1000, algo["auto"]), (0, 37, algo["auto"]), (1, 1000, algo["auto"]),
+                     (0, 1000, algo["two_stage"])]
+
+
+def test_workspace_sizes_kept_are_bounded(monkeypatch):
+    """The sizes kept are cleared when they would outgrow their bound, so new shapes never grow them without
+    limit; a size cleared is asked again."""
+    from embscale import _ops_common
+
+    kept = {}
+    monkeypatch.setattr(_ops_common, "_WORKSPACE_BYTES", kept)
+    monkeypatch.setattr(_ops_common, "_WORKSPACE_BYTES_MAX", 3)
+    for n in range(1, 8):
+        embscale.amax(torch.ones(n))
+        assert 1 <= len(kept) <= 3
+    assert len(kept) == 1 + (7 - 1) % 3
 
 
 @requires_cuda
