@@ -93,12 +93,12 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 PROCESS_START = time.monotonic()  # the time budget counts from here (torch's and FBGEMM's imports included)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from build_info import build_id  # noqa: E402
 from torch_tbe_peers import make_indices, nonneg_int, parse_alphas, positive_int  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -236,23 +236,6 @@ def host_available_bytes():
     except OSError:
         pass
     return None
-
-
-def build_id():
-    """EMBSCALE_BUILD when set, else the checkout's short commit (+dirty), else None."""
-    env = os.environ.get("EMBSCALE_BUILD")
-    if env:
-        return env
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10)
-        if rev.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10)
-        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 class Built:

@@ -11,7 +11,6 @@ One JSON record per (distribution, weight type); a table on stdout.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -22,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import embscale  # noqa: E402
+from build_info import build_id  # noqa: E402
 from fbgemm_tbe_cpu_peers import cpu_model  # noqa: E402
 
 TYPES = ["int8", "fp8e4m3", "fp8e5m2", "int4", "int2", "bf16", "fp16"]
@@ -48,14 +48,6 @@ def draw(name, rows, dim, gen):
 
 
 DISTRIBUTIONS = ["normal", "uniform", "student_t3", "row_outlier", "offset_rows"]
-
-
-def build_id():
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv):

@@ -40,7 +40,7 @@ import embscale  # noqa: E402
 from embscale.tbe_quant import QuantizedTableBatchedEmbeddingBags  # noqa: E402
 
 from fbgemm_tbe_cpu_peers import cpu_model  # noqa: E402
-from tbe_quant_accuracy import build_id  # noqa: E402
+from build_info import build_id  # noqa: E402
 
 MIXED_DIMS = [32, 64, 128, 256, 512, 64, 128, 32]
 

@@ -50,6 +50,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from build_info import build_id  # noqa: E402
 from torch_tbe_peers import make_indices, nonneg_int, parse_alphas, positive_int  # noqa: E402
 
 ALL_DIMS = "8,16,32,64,128,160,192,256,320,512,mixed"
@@ -420,7 +421,8 @@ class Run:
             return
         keys = sets[0][0].view(T, -1) + torch.arange(T, device=self.dev).unsqueeze(1) * E
         now = datetime.datetime.now(datetime.timezone.utc)
-        base = dict(date=now.date().isoformat(), time=now.strftime("%H:%M"), device=self.device_name,
+        base = dict(date=now.date().isoformat(), time=now.strftime("%H:%M"), build=build_id(),
+                    device=self.device_name,
                     backend=a.device, harness="tbe_vs_fbgemm", num_tables=T, batch_size=B, embedding_dim=d,
                     bag_size=L, num_embeddings=E, tables_gib=a.gb, alpha=alpha, weights_precision=dtype,
                     output_dtype="fp32", pooling="sum", weighted=False, indices_dtype="int64", bounds_check=a.bounds_check,

@@ -40,6 +40,9 @@ import time
 import torch
 from torch import nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from build_info import build_id  # noqa: E402
+
 # name -> (tables, rows per table (min, max: spread evenly), D)
 CONFIGS = {
     "small": (4, (10_000, 10_000), 32),
@@ -259,7 +262,7 @@ def main():
         base = {"bench": "torchrec_step", "config": cfg, "tables": T, "rows": [lo, hi], "dim": D,
                 "batch_size": a.batch_size, "bag_size": a.bag_size, "alpha": a.alpha, "sharding": a.sharding,
                 "world_size": world, "rank": rank, "device": card,
-                "date": datetime.date.today().isoformat(), "build": os.environ.get("EMBSCALE_BUILD", "unknown"),
+                "date": datetime.date.today().isoformat(), "build": build_id(),
                 "first_loss": losses, "losses_agree": agree}
         records = [dict(base, impl=impl, **m) for impl, m in results.items()]
         ratios = {k: results["torchrec"][k] / results["embscale"][k] for k in ("step_us", "emb_us", "outside_us",
