@@ -4,7 +4,8 @@ comes back (torch.save'd, tensors moved to the CPU) to the caller. The group is 
 with one GPU a process where EMBSCALE_TEST_DIST_DEVICE=cuda (``device()`` says which); ``worlds()`` gives
 the world sizes the tests take (2 and 3, or 1 on a machine of one GPU). A process that
 raises makes run() raise with its traceback; a run that does not finish within `timeout` seconds is
-ended (no hang)."""
+ended (no hang). ``run_cases()`` is the run a module's sharded-training tests share: every case's batches drawn
+from one seeded generator and trained in one set of processes."""
 import datetime
 import os
 import sys
@@ -114,3 +115,13 @@ def run(worker, world, *args, timeout=180, cuda_backend="nccl"):
             if p.exitcode != 0:
                 raise RuntimeError(f"rank {r} exited with status {p.exitcode}")
         return [torch.load(os.path.join(folder, f"{r}.pt"), weights_only=False) for r in range(world)]
+
+
+def run_cases(worker, world, seed, cases, draw, *args, timeout=600):
+    """Skips where the processes need more GPUs than there are; draws each case's batches in turn,
+    draw(generator, case), from one generator seeded `seed`, and runs worker(rank, world, *args, cases,
+    batches) in `world` processes: (the batches, every rank's result)."""
+    skip_unless_enough_devices(world)
+    gen = torch.Generator().manual_seed(seed)
+    batches = [draw(gen, case) for case in cases]
+    return batches, run(worker, world, *args, cases, batches, timeout=timeout)

@@ -13,14 +13,13 @@ from torch import nn
 torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (pip install .[torchrec]; "
                                                   "scripts/test_torchrec.sh runs these tests)")
 
-import embscale  # noqa: E402
 import multiprocess  # noqa: E402
 import torchrec_sharding  # noqa: E402
 from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
-TABLES = [("t0", 40, 4, ["a", "b"]), ("t1", 30, 8, ["c"]), ("t2", 50, 16, ["d"]), ("t3", 12, 4, ["e"])]
+TABLES = torchrec_sharding.BAG_TABLES
 FEATURES = [f for _, _, _, fs in TABLES for f in fs]
 FEATURE_DIMS = [d for _, _, d, fs in TABLES for _ in fs]
 BATCH = 4
@@ -51,51 +50,14 @@ def _collection(optimizer, device, pooling="sum", **kw):
     return tables.to(device)  # drawn on the CPU: the same tables on every device
 
 
-class _Model(nn.Module):
-    def __init__(self, ebc):
-        super().__init__()
-        self.ebc = ebc
-
-    def forward(self, kjt):
-        pooled = self.ebc(kjt).to_dict()  # the sharded module's keys come in the shards' order
-        return torch.cat([pooled[f] for f in FEATURES], 1)
-
-
-def _per_param(plan, world):
-    """A plan per table; with one process every shard is on rank 0 (the column shards of a table too)."""
-    from torchrec.distributed import sharding_plan as sp
-
-    def on(*ranks):
-        return [r % world for r in ranks]
-
-    if plan == "table_wise":
-        return {n: sp.table_wise(rank=i % world) for i, (n, _, _, _) in enumerate(TABLES)}
-    if plan == "row_wise":
-        return {n: sp.row_wise() for n, _, _, _ in TABLES}
-    if plan == "column_wise":  # t1 (8 columns) in two column shards on ranks 0 and 1, t2 (16) in four, two on each
-        return {"t0": sp.table_wise(rank=world - 1), "t1": sp.column_wise(ranks=on(0, 1)),
-                "t2": sp.column_wise(ranks=on(0, 1, 0, 1)), "t3": sp.table_wise(rank=0)}
-    if plan == "mixed":
-        return {"t0": sp.row_wise(), "t1": sp.table_wise(rank=world - 1), "t2": sp.column_wise(ranks=on(0, 1, 0, 1)),
-                "t3": sp.data_parallel()}
-    return {n: sp.data_parallel() for n, _, _, _ in TABLES}
-
-
 def _sharded_model(rank, world, plan, optimizer, pooling="sum"):
-    model = _Model(_collection(optimizer, multiprocess.device(rank), pooling))
-    return torchrec_sharding.shard(model, "ebc", EmbeddingBagCollectionSharder(), _per_param(plan, world), rank, world)
+    model = torchrec_sharding.PooledModel(_collection(optimizer, multiprocess.device(rank), pooling), FEATURES)
+    return torchrec_sharding.shard(model, "ebc", EmbeddingBagCollectionSharder(),
+                                   torchrec_sharding.bag_plan(plan, world), rank, world)
 
 
 def _train(dmp, rank, steps):
-    dev = multiprocess.device(rank)
-    outs = []
-    for step in steps:
-        lengths, values, target = step[rank]
-        kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths).to(dev)
-        pooled = dmp(kjt)
-        (pooled * target.to(dev)).sum().backward()
-        outs.append(pooled.detach())
-    return outs
+    return torchrec_sharding.train(dmp, rank, FEATURES, steps)
 
 
 def _local_shards(dmp):
@@ -124,46 +86,7 @@ def _worker(rank, world, cases, batches):
 
 
 def _batches(gen, world):
-    rows = {f: e for _, e, _, fs in TABLES for f in fs}
-    steps = []
-    for _ in range(STEPS):
-        per_rank = []
-        for _ in range(world):
-            lengths = torch.randint(0, MAX_BAG + 1, (len(FEATURES) * BATCH,), generator=gen)
-            per_feature = lengths.view(len(FEATURES), BATCH).sum(1).tolist()
-            values = torch.cat([torch.randint(0, rows[f], (n,), generator=gen) for f, n in zip(FEATURES, per_feature)])
-            per_rank.append((lengths, values, torch.randn(BATCH, sum(FEATURE_DIMS), generator=gen)))
-        steps.append(per_rank)
-    return steps
-
-
-def _global_batch(parts, features):
-    """The processes' batches side by side in rank order, feature-major, for the features numbered
-    `features` (a feature may come more than once): indices, offsets."""
-    F = len(FEATURES)
-    lengths = torch.cat([l.view(F, BATCH)[features] for l, _, _ in parts], 1)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.reshape(-1).cumsum(0)])
-    idx = []
-    for f in features:
-        for l, v, _ in parts:
-            o = torch.cat([torch.zeros(1, dtype=torch.int64), l.cumsum(0)])
-            idx.append(v[o[f * BATCH]:o[(f + 1) * BATCH]])
-    return torch.cat(idx), offsets
-
-
-def _column_shards(plan, name):
-    """How many column shards _per_param's plan cuts table `name` into."""
-    return {("column_wise", "t1"): 2, ("column_wise", "t2"): 4, ("mixed", "t2"): 4}.get((plan, name), 1)
-
-
-def _reference_pieces(plan, world):
-    """The single process's tables: (name, first column, columns); a column-wise table is one table per
-    column shard (each keeps its own row-wise state, as TorchRec's column shards do)."""
-    pieces = []
-    for n, _, d, _ in TABLES:
-        k = _column_shards(plan, n)
-        pieces += [(n, j * d // k, d // k) for j in range(k)]
-    return pieces
+    return torchrec_sharding.pooled_batches(gen, TABLES, world, STEPS, BATCH, MAX_BAG)
 
 
 # One process too on gloo (cheap: one more group of processes): the world of a machine of one GPU.
@@ -173,10 +96,7 @@ WORLDS = multiprocess.worlds(on_cpu=(1, 2, 3))
 @pytest.fixture(scope="module", params=WORLDS)
 def run(request):
     world = request.param
-    multiprocess.skip_unless_enough_devices(world)
-    gen = torch.Generator().manual_seed(world)
-    batches = [_batches(gen, world) for _ in CASES]
-    results = multiprocess.run(_worker, world, CASES, batches, timeout=600)
+    batches, results = multiprocess.run_cases(_worker, world, world, CASES, lambda gen, _: _batches(gen, world))
     return world, CASES, batches, results
 
 
@@ -188,24 +108,20 @@ def test_sharded_training_matches_one_process(run, plan, optimizer, pooling):
     case = cases.index((plan, optimizer, pooling))
     dev = multiprocess.device()
     full = _collection(optimizer, dev, pooling, data_parallel_group=None)
-    pieces = _reference_pieces(plan, world)
+    pieces = torchrec_sharding.bag_pieces(plan)
     rows = {n: e for n, e, _, _ in TABLES}
     table_features = {n: fs for n, _, _, fs in TABLES}
     # A feature of a column-wise table looks up each of its pieces; their columns come out side by side.
     ref_features = [(FEATURES.index(f), i) for f in FEATURES for i, (n, _, _) in enumerate(pieces)
                     if f in table_features[n]]
     divided_after = pooling == "mean" and plan in ("row_wise", "mixed")
-    ref = embscale.TableBatchedEmbeddingBags([(rows[n], cols) for n, _, cols in pieces],
-                                             feature_table_map=[i for _, i in ref_features], optimizer=optimizer,
-                                             pooling="sum" if divided_after else pooling,
-                                             data_parallel_group=None, device=dev, **OPTIMIZERS[optimizer])
-    ref_dims = [pieces[i][2] for _, i in ref_features]
     tables = dict(zip([c.name for c in full.embedding_bag_configs()], full.tbe.split_embedding_weights()))
-    with torch.no_grad():
-        for w, (n, c0, cols) in zip(ref.split_embedding_weights(), pieces):
-            w.copy_(tables[n][:, c0:c0 + cols])
+    ref = torchrec_sharding.one_process(pieces, rows, ref_features, tables, optimizer=optimizer,
+                                        pooling="sum" if divided_after else pooling, device=dev,
+                                        **OPTIMIZERS[optimizer])
+    ref_dims = [pieces[i][2] for _, i in ref_features]
     for s, parts in enumerate(batches[case]):
-        indices, offsets = _global_batch(parts, [f for f, _ in ref_features])
+        indices, offsets = torchrec_sharding.global_batch(parts, [f for f, _ in ref_features], BATCH)
         indices, offsets = indices.to(dev), offsets.to(dev)
         pooled = ref(indices, offsets)
         out, divisor = pooled, 1.0
@@ -237,15 +153,8 @@ def test_sharded_training_matches_one_process(run, plan, optimizer, pooling):
         pooled.backward(grad / world)
     ref_state = [{k: v.cpu() for k, v in s.items()} for s in ref.optimizer_state()]
     ref_tables = [w.detach().cpu() for w in ref.split_embedding_weights()]
-    covered = {}
-    for r in range(world):
-        for name, (r0, c0), w, state in results[r][case][1]:
-            i = next(i for i, (n, pc0, cols) in enumerate(pieces) if n == name and pc0 <= c0 < pc0 + cols)
-            want = ref_tables[i][r0:r0 + w.shape[0], c0 - pieces[i][1]:c0 - pieces[i][1] + w.shape[1]]
-            assert torch.equal(w, want), f"rank {r}: table {name} shard at {(r0, c0)}"
-            for k, v in state.items():
-                assert torch.equal(v, ref_state[i][k][r0:r0 + v.shape[0]]), f"rank {r}: {name} {k} at {(r0, c0)}"
-            covered[name] = covered.get(name, 0) + w.numel()
+    covered = torchrec_sharding.check_shards([results[r][case][1] for r in range(world)], pieces, ref_tables,
+                                             ref_state)
     for n, e, d, _ in TABLES:
         replicas = world if plan == "data_parallel" or (plan == "mixed" and n == "t3") else 1
         assert covered[n] == e * d * replicas, f"table {n}: shards cover it"
@@ -333,65 +242,15 @@ def test_collection_errors():
 
 
 def _checkpoint_worker(rank, world, plan, optimizer, folder, steps):
-    """Trains `steps` and saves the model and its fused optimizer with torch.distributed.checkpoint (steps
-    given), or loads them (steps None; the model starts from the same tables as the saved one did, so the
-    loaded values must come from the checkpoint); the local shards after, and per table the local shards
-    of its row-wise state in the fused optimizer's state_dict: (global size, [(offset, values)])."""
-    import torch.distributed.checkpoint as dcp
-
+    """Trains `steps` and saves the model and its fused optimizer (steps given), or loads them (steps None):
+    torchrec_sharding.save_or_load's result."""
     dmp = _sharded_model(rank, world, plan, optimizer)
-    if steps is not None:
-        _train(dmp, rank, steps)
-        dcp.save({"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}, checkpoint_id=folder)
-    else:
-        state = {"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}
-        dcp.load(state, checkpoint_id=folder)
-        dmp.load_state_dict(state["model"])
-        dmp.fused_optimizer.load_state_dict(state["optim"])
-    saved_state = {}
-    for key, entries in dmp.fused_optimizer.state_dict()["state"].items():
-        name = key.split(".")[-2]
-        st = entries[f"{name}.momentum1"]
-        saved_state[name] = (tuple(st.size()), [(s.metadata.shard_offsets[0], s.tensor.clone())
-                                                for s in st.local_shards()])
-    return _local_shards(dmp), saved_state
+    train = None if steps is None else lambda: _train(dmp, rank, steps)
+    return torchrec_sharding.save_or_load(dmp, "ebc", folder, train)
 
 
-def _whole(results, name, rows, cols, column_pieces):
-    """Table `name` and its row-wise state assembled from every rank's shards ([rows, cols] and [rows,
-    column pieces]: a column-wise table keeps one row-wise state per column shard)."""
-    table = torch.full((rows, cols), float("nan"))
-    state = torch.full((rows, column_pieces), float("nan"))
-    for shards, _ in results:
-        for n, (r0, c0), w, s in shards:
-            if n != name:
-                continue
-            table[r0:r0 + w.shape[0], c0:c0 + w.shape[1]] = w
-            if "sum" in s:
-                state[r0:r0 + w.shape[0], c0 * column_pieces // cols] = s["sum"]
-    return table, state
-
-
-def _check_state_positions(results, plan):
-    """The fused optimizer's row-wise state as TorchRec's FUSED kernels lay it out: [rows] sharded as the
-    rows, or for a table of k column shards [k * rows] with the shard of columns [j * d/k, (j+1) * d/k) at
-    [j * rows, (j+1) * rows), whichever process holds it."""
-    for r, (shards, saved) in enumerate(results):
-        for n, (r0, c0), w, s in shards:
-            e, d = next((e, d) for name, e, d, _ in TABLES if name == n)
-            k = _column_shards(plan, n)
-            size, local = saved[n]
-            at = c0 // (d // k) * e if k > 1 else r0
-            assert size == (e * k,), f"rank {r}: table {n} state size"
-            assert [torch.equal(v, s["sum"]) for o, v in local if o == at] == [True], \
-                f"rank {r}: table {n}, shard of column {c0}: its state at {at}"
-
-
-# (plan, world size) saved -> loaded: across world sizes where the processes allow it, else (one GPU) across
-# plans in one process.
-RESHARDS = ([(("table_wise", 2), ("row_wise", 3)), (("row_wise", 3), ("table_wise", 2)),
-             (("column_wise", 2), ("column_wise", 3))] if max(WORLDS) > 1 else
-            [(("table_wise", 1), ("row_wise", 1)), (("column_wise", 1), ("column_wise", 1))])
+# (plan, world size) saved -> loaded
+RESHARDS = torchrec_sharding.reshards(WORLDS)
 
 
 @pytest.mark.parametrize("saved, loaded", RESHARDS)
@@ -409,16 +268,13 @@ def test_checkpoint_reshards(tmp_path, saved, loaded):
     after_save = multiprocess.run(_checkpoint_worker, world_a, plan_a, "rowwise_adagrad", folder, steps, timeout=300)
     after_load = multiprocess.run(_checkpoint_worker, world_b, plan_b, "rowwise_adagrad", folder, None, timeout=300)
     start_tables = _collection("rowwise_adagrad", torch.device("cpu")).tbe.split_embedding_weights()
-    for (n, e, d, _), start in zip(TABLES, start_tables):
-        pieces = _column_shards(plan_a, n)
-        want, want_state = _whole(after_save, n, e, d, pieces)
-        got, got_state = _whole(after_load, n, e, d, pieces)
-        assert not want.isnan().any() and not got.isnan().any(), f"table {n}: shards cover it"
-        assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
-        assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
-        assert not torch.equal(want, start), f"table {n}: training changed it"
-    _check_state_positions(after_save, plan_a)
-    _check_state_positions(after_load, plan_b)
+    saved_pieces = torchrec_sharding.bag_pieces(plan_a)  # the column shards, whose row-wise state is kept apart
+    torchrec_sharding.check_loaded(after_save, after_load, dict(zip([n for n, _, _, _ in TABLES], start_tables)),
+                                   lambda _, n: [c0 for m, c0, _ in saved_pieces if m == n], f"{plan_b} x {world_b}")
+    sizes = {n: (e, d) for n, e, d, _ in TABLES}
+    for results, plan in ((after_save, plan_a), (after_load, plan_b)):
+        torchrec_sharding.check_state_positions(results, sizes,
+                                                lambda n, _: torchrec_sharding.bag_column_shards(plan, n))
 
 
 def test_sharder_refuses_shards_of_one_table_on_one_process_of_different_widths():
@@ -482,19 +338,10 @@ def _meta_data_parallel_worker(rank, world):
     """A collection built on the meta device under a data-parallel plan, each process drawing from its own
     seed: the replicas' tables after sharding."""
     torch.manual_seed(100 + rank)
-    import torch.distributed as dist
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
-    from torchrec.distributed.types import ShardingEnv, ShardingPlan
-
-    sharder = EmbeddingBagCollectionSharder()
-    dev = multiprocess.device(rank)
-    model = _Model(EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.1, device="meta"))
-    module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param("data_parallel", world),
-                                                 local_size=world, world_size=world, device_type=dev.type,
-                                                 sharder=sharder)
-    dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
-                                   plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
+    model = torchrec_sharding.PooledModel(
+        EmbeddingBagCollection(_configs(), optimizer="sgd", learning_rate=0.1, device="meta"), FEATURES)
+    dmp = torchrec_sharding.shard(model, "ebc", EmbeddingBagCollectionSharder(),
+                                  torchrec_sharding.bag_plan("data_parallel", world), rank, world)
     return [w for _, _, w, _ in _local_shards(dmp)]
 
 

@@ -14,7 +14,6 @@ forward then asserts), so it runs with EMBSCALE_TEST_DIST_DEVICE=cuda (world siz
 where the tables train through the row cache; on the CPU its base pipeline (TrainPipelineSparseDist) runs the
 same model instead. Skipped where torchrec is not installed."""
 import dataclasses
-import os
 
 import pytest
 import torch
@@ -23,8 +22,8 @@ from torch import nn
 torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (pip install .[torchrec]; "
                                                   "scripts/test_torchrec.sh runs these tests)")
 
-import embscale  # noqa: E402
 import multiprocess  # noqa: E402
+import torchrec_sharding  # noqa: E402
 from embscale.torchrec import EmbeddingBagCollection, EmbeddingBagCollectionSharder, embscale_enumerator  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
@@ -44,20 +43,9 @@ SHARDER_LOAD_FACTOR = 0.125  # the sharder's fused_params: tables without cache_
 T0_LOAD_FACTOR = 0.25  # t0's cache_params (with LFU)
 
 
-def _worlds():
-    """[2] on gloo; [1] with EMBSCALE_TEST_DIST_DEVICE=cuda on a machine of one GPU (NCCL), else [2];
-    EMBSCALE_TEST_WORLDS (e.g. "1") where set (multiprocess.worlds() where it has it)."""
-    if hasattr(multiprocess, "worlds"):
-        return multiprocess.worlds(on_cpu=(2,))
-    given = os.environ.get("EMBSCALE_TEST_WORLDS", "").strip()
-    if given:
-        return [int(w) for w in given.split(",")]
-    if multiprocess.device().type == "cuda":
-        return [1] if torch.cuda.device_count() == 1 else [2]
-    return [2]
-
-
-WORLDS = _worlds()
+# [2] on gloo; [1] with EMBSCALE_TEST_DIST_DEVICE=cuda on a machine of one GPU (NCCL), else [2];
+# EMBSCALE_TEST_WORLDS (e.g. "1") where set.
+WORLDS = multiprocess.worlds(on_cpu=(2,))
 
 
 def _features(tables):
@@ -73,36 +61,23 @@ def _collection(tables, device, **kw):
     return EmbeddingBagCollection(_configs(tables), **OPT, **kw).to(device)  # drawn on the CPU: the same anywhere
 
 
-class _Model(nn.Module):
-    def __init__(self, ebc, features):
-        super().__init__()
-        self.ebc = ebc
-        self.features = features
-
-    def forward(self, kjt):
-        pooled = self.ebc(kjt).to_dict()  # the sharded module's keys come in the shards' order
-        return torch.cat([pooled[f] for f in self.features], 1)
-
-
 def _sharder():
     return EmbeddingBagCollectionSharder(fused_params={"cache_load_factor": SHARDER_LOAD_FACTOR})
 
 
-def _hand_plan(model, world, dev):
+def _hand_plan(model, rank, world):
     """t0 table-wise FUSED_UVM_CACHING (LFU, its own load factor), t1 table-wise FUSED_UVM, t2 row-wise
-    FUSED_UVM_CACHING (the sharder's load factor), t3 data-parallel."""
+    FUSED_UVM_CACHING (the sharder's load factor), t3 data-parallel: the collection's plan."""
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import CacheAlgorithm
-    from torchrec.distributed.sharding_plan import (construct_module_sharding_plan, data_parallel, row_wise,
-                                                    table_wise)
-    from torchrec.distributed.types import CacheParams, ShardingPlan
+    from torchrec.distributed.sharding_plan import data_parallel, row_wise, table_wise
+    from torchrec.distributed.types import CacheParams
 
     per_param = {"t0": table_wise(rank=0, compute_kernel="fused_uvm_caching"),
                  "t1": table_wise(rank=world - 1, compute_kernel="fused_uvm"),
                  "t2": row_wise(compute_kernel="fused_uvm_caching"), "t3": data_parallel()}
-    plan = construct_module_sharding_plan(model.ebc, per_param_sharding=per_param, local_size=world,
-                                          world_size=world, device_type=dev.type, sharder=_sharder())
+    plan = torchrec_sharding.make_plan(model, "ebc", _sharder(), per_param, rank, world)
     plan["t0"].cache_params = CacheParams(load_factor=T0_LOAD_FACTOR, algorithm=CacheAlgorithm.LFU)
-    return ShardingPlan({"ebc": plan})
+    return plan
 
 
 def _planned(model, world, dev):
@@ -127,13 +102,9 @@ def _planned(model, world, dev):
     return plan
 
 
-def _dmp(model, plan, dev):
-    import torch.distributed as dist
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.types import ShardingEnv
-
-    return DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
-                                    plan=plan, sharders=[_sharder()])
+def _dmp(model, plan, rank):
+    """DistributedModelParallel of the model under the collection's plan."""
+    return torchrec_sharding.distribute(model, "ebc", _sharder(), plan, rank)
 
 
 def _kjt(features, lengths, values, dev):
@@ -152,25 +123,7 @@ def _kernel_facts(dmp):
 
 def _local_shards(dmp):
     """(table, first row, weights, optimizer state) of every local shard."""
-    shards = []
-    for kernel in _kernels(dmp):
-        for t, w, s in zip(kernel.config.embedding_tables, kernel.tbe.split_embedding_weights(),
-                           kernel.tbe.optimizer_state()):
-            md = t.local_metadata
-            shards.append((t.name, 0 if md is None else md.shard_offsets[0], w.detach().clone(),
-                           {k: v.clone() for k, v in s.items()}))
-    return shards
-
-
-def _train(dmp, rank, features, steps):
-    dev = multiprocess.device(rank)
-    outs = []
-    for step in steps:
-        lengths, values, target = step[rank]
-        pooled = dmp(_kjt(features, lengths, values, dev))
-        (pooled * target.to(dev)).sum().backward()
-        outs.append(pooled.detach())
-    return outs
+    return [(n, r0, w, s) for n, (r0, _), w, s in torchrec_sharding.local_shards(dmp.module.ebc)]
 
 
 class _Spy:
@@ -269,12 +222,12 @@ class _DenseModel(nn.Module):
         return losses, pooled
 
 
-def _pipeline_model(world, dev):
+def _pipeline_model(rank, world, dev):
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     dim = sum(d for _, _, d, fs in TABLES for _ in fs)
     model = _DenseModel(_collection(TABLES, dev), dim)
-    dmp = _dmp(model, _hand_plan(model, world, dev), dev)
+    dmp = _dmp(model, _hand_plan(model, rank, world), rank)
     opt = torch.optim.SGD([p for _, p in in_backward_optimizer_filter(dmp.named_parameters())], lr=0.05)
     return dmp, opt
 
@@ -294,7 +247,7 @@ def _pipelined(rank, world, steps):
     dev = multiprocess.device(rank)
     runs, found, lookups = [], [], []
     for pipelined in (False, True):
-        dmp, opt = _pipeline_model(world, dev)
+        dmp, opt = _pipeline_model(rank, world, dev)
         batches = _pipeline_batches(rank, steps)
         outs = []
         if not pipelined:
@@ -325,9 +278,9 @@ def _pipelined(rank, world, steps):
 def _hand_part(rank, world, steps):
     features = _features(TABLES)
     dev = multiprocess.device(rank)
-    model = _Model(_collection(TABLES, dev), features)
-    dmp = _dmp(model, _hand_plan(model, world, dev), dev)
-    result = (_train(dmp, rank, features, steps), _local_shards(dmp), _kernel_facts(dmp))
+    model = torchrec_sharding.PooledModel(_collection(TABLES, dev), features)
+    dmp = _dmp(model, _hand_plan(model, rank, world), rank)
+    result = (torchrec_sharding.train(dmp, rank, features, steps), _local_shards(dmp), _kernel_facts(dmp))
     # Moving the model (DistributedModelParallel does, to wrap its dense part in DDP): the parameters of
     # tables in host memory stay views of the host store. On the CPU every table is in host memory, and
     # the groups with a "host" or "cached" table are told they keep their tables there, as on CUDA.
@@ -344,8 +297,8 @@ def _hand_part(rank, world, steps):
 def _prefetch_part(rank, world, steps):
     features = _features(TABLES)
     dev = multiprocess.device(rank)
-    model = _Model(_collection(TABLES, dev), features)
-    dmp = _dmp(model, _hand_plan(model, world, dev), dev)
+    model = torchrec_sharding.PooledModel(_collection(TABLES, dev), features)
+    dmp = _dmp(model, _hand_plan(model, rank, world), rank)
     outs, found = _train_with_prefetch(dmp, rank, features, steps)
     return outs, _local_shards(dmp), found
 
@@ -353,12 +306,12 @@ def _prefetch_part(rank, world, steps):
 def _planner_part(rank, world, steps):
     features = _features(PLANNED)
     dev = multiprocess.device(rank)
-    model = _Model(_collection(PLANNED, dev, cache_max_lookups=PLANNED_STAGED), features)
+    model = torchrec_sharding.PooledModel(_collection(PLANNED, dev, cache_max_lookups=PLANNED_STAGED), features)
     plan = _planned(model, world, dev)
     kernels = {n: (ps.compute_kernel, ps.cache_params.load_factor if ps.cache_params else None)
                for n, ps in plan.plan["ebc"].items()}
-    dmp = _dmp(model, plan, dev)
-    return _train(dmp, rank, features, steps), _local_shards(dmp), _kernel_facts(dmp), kernels
+    dmp = _dmp(model, plan.plan["ebc"], rank)
+    return torchrec_sharding.train(dmp, rank, features, steps), _local_shards(dmp), _kernel_facts(dmp), kernels
 
 
 def _host_shard_part(rank, world):
@@ -407,19 +360,7 @@ def _part(results, rank, key):
 
 
 def _batches(gen, tables, world):
-    features = _features(tables)
-    rows = {f: e for _, e, _, fs in tables for f in fs}
-    dim = sum(d for _, _, d, fs in tables for _ in fs)
-    steps = []
-    for _ in range(STEPS):
-        per_rank = []
-        for _ in range(world):
-            lengths = torch.randint(0, MAX_BAG + 1, (len(features) * BATCH,), generator=gen)
-            per_feature = lengths.view(len(features), BATCH).sum(1).tolist()
-            values = torch.cat([torch.randint(0, rows[f], (n,), generator=gen) for f, n in zip(features, per_feature)])
-            per_rank.append((lengths, values, torch.randn(BATCH, dim, generator=gen)))
-        steps.append(per_rank)
-    return steps
+    return torchrec_sharding.pooled_batches(gen, tables, world, STEPS, BATCH, MAX_BAG)
 
 
 @pytest.fixture(scope="module", params=WORLDS)
@@ -436,29 +377,18 @@ def _reference(tables, steps, world):
     """One process on the global batch (the processes' batches side by side in rank order), its tables in
     device memory on the processes' device: its outputs per step, and per table its weights and optimizer
     state after the steps (on the CPU)."""
-    features = _features(tables)
-    F = len(features)
     dev = multiprocess.device()
     full = _collection(tables, dev)
-    ref = embscale.TableBatchedEmbeddingBags([(e, d) for _, e, d, _ in tables], data_parallel_group=None,
-                                             feature_table_map=[i for i, t in enumerate(tables) for _ in t[3]],
-                                             device=dev, **OPT)
-    with torch.no_grad():
-        for w, v in zip(ref.split_embedding_weights(), full.tbe.split_embedding_weights()):
-            w.copy_(v)
+    names = [n for n, _, _, _ in tables]
+    lookups = [(None, i) for i, t in enumerate(tables) for _ in t[3]]  # each feature its table's
+    ref = torchrec_sharding.one_process([(n, 0, d) for n, _, d, _ in tables], {n: e for n, e, _, _ in tables}, lookups,
+                                        dict(zip(names, full.tbe.split_embedding_weights())), device=dev, **OPT)
     outs = []
     for parts in steps:
-        lengths = torch.cat([l.view(F, BATCH) for l, _, _ in parts], 1)
-        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.reshape(-1).cumsum(0)])
-        idx = []
-        for f in range(F):
-            for l, v, _ in parts:
-                o = torch.cat([torch.zeros(1, dtype=torch.int64), l.cumsum(0)])
-                idx.append(v[o[f * BATCH]:o[(f + 1) * BATCH]])
-        pooled = ref(torch.cat(idx).to(dev), offsets.to(dev))
+        indices, offsets = torchrec_sharding.global_batch(parts, range(len(lookups)), BATCH)
+        pooled = ref(indices.to(dev), offsets.to(dev))
         outs.append(pooled.detach().cpu())
         pooled.backward(torch.cat([t for _, _, t in parts]).to(dev) / world)
-    names = [n for n, _, _, _ in tables]
     weights = [w.detach().cpu() for w in ref.split_embedding_weights()]
     state = [{k: v.cpu() for k, v in s.items()} for s in ref.optimizer_state()]
     return outs, dict(zip(names, weights)), dict(zip(names, state))

@@ -195,12 +195,9 @@ WORLDS = multiprocess.worlds(on_cpu=(2, 3))
 @pytest.fixture(scope="module", params=WORLDS)
 def run(request):
     world = request.param
-    multiprocess.skip_unless_enough_devices(world)
     seed = 1000 + world
     print(f"seed={seed}")
-    gen = torch.Generator().manual_seed(seed)
-    batches = [_batches(gen, world) for _ in CASES]
-    results = multiprocess.run(_worker, world, CASES, batches, timeout=600)
+    batches, results = multiprocess.run_cases(_worker, world, seed, CASES, lambda gen, _: _batches(gen, world))
     return world, batches, results
 
 
@@ -242,62 +239,16 @@ def test_sharded_training_matches_one_process(run, plan, optimizer):
 
 
 def _checkpoint_worker(rank, world, plan, folder, steps):
-    """Trains `steps` and saves the model and its fused optimizer with torch.distributed.checkpoint (steps
-    given), or loads them (steps None; the model starts from the same tables as the saved one did, so the
-    loaded values must come from the checkpoint); the local shards after, and per table the local shards of
-    its row-wise state in the fused optimizer's state_dict: (global size, [(offset, values)])."""
-    import torch.distributed.checkpoint as dcp
-
+    """Trains `steps` and saves the model and its fused optimizer (steps given), or loads them (steps None):
+    torchrec_sharding.save_or_load's result, the optimizer's state keyed as the model's state_dict keys the
+    tables."""
     dmp = _sharded_model(rank, world, plan, "rowwise_adagrad")
-    if steps is not None:
-        _train(dmp, rank, steps)
-        dcp.save({"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}, checkpoint_id=folder)
-    else:
-        state = {"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}
-        dcp.load(state, checkpoint_id=folder)
-        dmp.load_state_dict(state["model"])
-        dmp.fused_optimizer.load_state_dict(state["optim"])
-    saved_state = {}
-    for key, entries in dmp.fused_optimizer.state_dict()["state"].items():
-        assert key.startswith("ec.embeddings."), key  # keyed as the model's state_dict keys the tables
-        name = key.split(".")[-2]
-        st = entries[f"{name}.momentum1"]
-        saved_state[name] = (tuple(st.size()), [(s.metadata.shard_offsets[0], s.tensor.clone())
-                                                for s in st.local_shards()])
-    return _local_shards(dmp), saved_state
-
-
-def _whole(results, name, plan):
-    """Table `name` and its row-wise state ([rows, column pieces]: one per column shard) from every rank's
-    shards."""
-    rows, pieces = ROWS[name], _column_pieces(plan, name)
-    table = torch.full((rows, DIM), float("nan"))
-    state = torch.full((rows, pieces), float("nan"))
-    for shards, _ in results:
-        for n, (r0, c0), w, s in shards:
-            if n == name:
-                table[r0:r0 + w.shape[0], c0:c0 + w.shape[1]] = w
-                state[r0:r0 + w.shape[0], c0 * pieces // DIM] = s["sum"]
-    return table, state
-
-
-def _check_state_positions(results, plan):
-    """The fused optimizer's row-wise state as TorchRec's FUSED kernels lay it out: [rows] sharded as the
-    rows, or for a table of k column shards [k * rows] with the j-th shard from the left at j * rows."""
-    for r, (shards, saved) in enumerate(results):
-        for n, (r0, c0), _, s in shards:
-            k = _column_pieces(plan, n)
-            size, local = saved[n]
-            at = c0 // (DIM // k) * ROWS[n] if k > 1 else r0
-            assert size == (ROWS[n] * k,), f"rank {r}: table {n} state size"
-            assert [torch.equal(v, s["sum"]) for o, v in local if o == at] == [True], \
-                f"rank {r}: table {n}, shard of column {c0}: its state at {at}"
+    train = None if steps is None else lambda: _train(dmp, rank, steps)
+    return torchrec_sharding.save_or_load(dmp, "ec", folder, train, key_prefix="ec.embeddings.")
 
 
 # (plan, world size) saved -> loaded, as tests/python/test_torchrec.py reshards the bag collection
-RESHARDS = ([(("table_wise", 2), ("row_wise", 3)), (("row_wise", 3), ("table_wise", 2)),
-             (("column_wise", 2), ("column_wise", 3))] if max(WORLDS) > 1 else
-            [(("table_wise", 1), ("row_wise", 1)), (("column_wise", 1), ("column_wise", 1))])
+RESHARDS = torchrec_sharding.reshards(WORLDS)
 
 
 @pytest.mark.parametrize("saved, loaded", RESHARDS)
@@ -314,17 +265,12 @@ def test_checkpoint_reshards(tmp_path, saved, loaded):
     after_save = multiprocess.run(_checkpoint_worker, world_a, plan_a, folder, steps, timeout=300)
     after_load = multiprocess.run(_checkpoint_worker, world_b, plan_b, folder, None, timeout=300)
     start_tables = _collection("rowwise_adagrad").tbe.split_embedding_weights()
-    trained = 0
-    for (n, _, _), start in zip(TABLES, start_tables):
-        want, want_state = _whole(after_save, n, plan_a)
-        got, got_state = _whole(after_load, n, plan_a)
-        assert not want.isnan().any() and not got.isnan().any(), f"table {n}: shards cover it"
-        assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
-        assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
-        trained += not torch.equal(want, start)
-    assert trained == len(TABLES), "training changed every table"
-    _check_state_positions(after_save, plan_a)
-    _check_state_positions(after_load, plan_b)
+    saved_pieces = _pieces(plan_a)  # the column shards, whose row-wise state is kept apart
+    torchrec_sharding.check_loaded(after_save, after_load, dict(zip([n for n, _, _ in TABLES], start_tables)),
+                                   lambda _, n: [c0 for m, c0, _ in saved_pieces if m == n], f"{plan_b} x {world_b}")
+    sizes = {n: (e, DIM) for n, e, _ in TABLES}
+    for results, plan in ((after_save, plan_a), (after_load, plan_b)):
+        torchrec_sharding.check_state_positions(results, sizes, lambda n, _: _column_pieces(plan, n))
 
 
 # ---- the unsharded collection ----------------------------------------------------------------------------------

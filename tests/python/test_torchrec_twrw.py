@@ -15,7 +15,6 @@ import os
 
 import pytest
 import torch
-from torch import nn
 
 torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (pip install .[torchrec]; "
                                                   "scripts/test_torchrec.sh runs these tests)")
@@ -27,13 +26,11 @@ from embscale.torchrec import (EmbeddingBagCollection, EmbeddingBagCollectionSha
                                EmbeddingCollection, EmbeddingCollectionSharder)
 from torchrec.distributed.types import ShardingType  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig  # noqa: E402
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
 # Rows that a node of 2 cuts unevenly (13: 7 and 6; 7: 4 and 3); t3 is wide enough for TorchRec's grid_shard
 # generator to cut it into two column shards (of 128: its smallest column shard).
 TABLES = [("t0", 20, 8, ["a", "b"]), ("t1", 13, 8, ["c"]), ("t2", 10, 4, ["d"]), ("t3", 7, 256, ["e"])]
 FEATURES = [f for _, _, _, fs in TABLES for f in fs]
-FEATURE_DIMS = [d for _, _, d, fs in TABLES for _ in fs]
 SIZE = {n: (e, d) for n, e, d, _ in TABLES}
 TABLE_OF = {f: n for n, _, _, fs in TABLES for f in fs}
 BATCH = 2
@@ -59,16 +56,6 @@ def _configs(pooling="sum"):
 def _collection(optimizer, device, pooling="sum", **kw):
     torch.manual_seed(7)
     return EmbeddingBagCollection(_configs(pooling), optimizer=optimizer, **OPTIMIZERS[optimizer], **kw).to(device)
-
-
-class _Model(nn.Module):
-    def __init__(self, ebc):
-        super().__init__()
-        self.ebc = ebc
-
-    def forward(self, kjt):
-        pooled = self.ebc(kjt).to_dict()
-        return torch.cat([pooled[f] for f in FEATURES], 1)
 
 
 def _grid(name, width, nodes, local_size, sharder, device_type="cpu"):
@@ -128,17 +115,12 @@ def _sharded_model(rank, world, local_size, plan, optimizer, pooling="sum"):
     sharding type and its shards' (first row, first column, rank)."""
     os.environ["LOCAL_WORLD_SIZE"] = str(local_size)
     os.environ["LOCAL_RANK"] = str(rank % local_size)
-    import torch.distributed as dist
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.types import ShardingEnv, ShardingPlan
-
     dev = multiprocess.device(rank)
     sharder = EmbeddingBagCollectionSharder()
-    model = _Model(_collection(optimizer, dev, pooling))
+    model = torchrec_sharding.PooledModel(_collection(optimizer, dev, pooling), FEATURES)
     if plan == "planned":
         module_plan = _planned(model, world, local_size, dev)
-        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
-                                       plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
+        dmp = torchrec_sharding.distribute(model, "ebc", sharder, module_plan, rank)
     else:
         dmp = torchrec_sharding.shard(model, "ebc", sharder, _per_param(plan, world, local_size, sharder), rank,
                                       world, local_size)
@@ -149,43 +131,19 @@ def _sharded_model(rank, world, local_size, plan, optimizer, pooling="sum"):
     return dmp, summary
 
 
-def _train(dmp, rank, steps):
-    dev = multiprocess.device(rank)
-    outs = []
-    for step in steps:
-        lengths, values, target = step[rank]
-        kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=values, lengths=lengths).to(dev)
-        pooled = dmp(kjt)
-        (pooled * target.to(dev)).sum().backward()
-        outs.append(pooled.detach())
-    return outs
-
-
 def _worker(rank, world, local_size, cases, batches):
     out = []
     for (plan, optimizer, pooling), steps in zip(cases, batches):
         dmp, summary = _sharded_model(rank, world, local_size, plan, optimizer, pooling)
-        outs = _train(dmp, rank, steps)
+        outs = torchrec_sharding.train(dmp, rank, FEATURES, steps)
         out.append((outs, torchrec_sharding.local_shards(dmp.module.ebc), summary))
     return out
 
 
 def _batches(gen, world):
-    """Per step, per rank: lengths, values and the outputs' gradient. Half the values are rows 0 and 1, so
-    that these rows' gradients add up many lookups, whose order then shows in the sums' rounding."""
-    steps = []
-    for _ in range(STEPS):
-        per_rank = []
-        for _ in range(world):
-            lengths = torch.randint(0, MAX_BAG + 1, (len(FEATURES) * BATCH,), generator=gen)
-            per_feature = lengths.view(len(FEATURES), BATCH).sum(1).tolist()
-            values = torch.cat([torch.randint(0, SIZE[TABLE_OF[f]][0], (n,), generator=gen)
-                                for f, n in zip(FEATURES, per_feature)])
-            hot = torch.rand(values.shape, generator=gen) < 0.5
-            values[hot] %= 2
-            per_rank.append((lengths, values, torch.randn(BATCH, sum(FEATURE_DIMS), generator=gen)))
-        steps.append(per_rank)
-    return steps
+    """Per step, per rank: lengths, values and the outputs' gradient; half the values rows 0 and 1
+    (torchrec_sharding.pooled_batches' hot rows)."""
+    return torchrec_sharding.pooled_batches(gen, TABLES, world, STEPS, BATCH, MAX_BAG, hot=True)
 
 
 def _rank_order(sharding_type, world, local_size):
@@ -221,15 +179,11 @@ def _one_process(world, local_size, summary, optimizer, pooling, steps):
                     if TABLE_OF[f] == n]
     types = {n: t for n, (t, _) in summary.items()}
     divided_after = pooling == "mean" and any(t in NODE_TYPES + ("row_wise",) for t in types.values())
-    ref = embscale.TableBatchedEmbeddingBags([(SIZE[n][0], cols) for n, _, cols in pieces],
-                                             feature_table_map=[i for _, i in ref_features], optimizer=optimizer,
-                                             pooling="sum" if divided_after else pooling, data_parallel_group=None,
-                                             device=dev, **OPTIMIZERS[optimizer])
     full = _collection(optimizer, dev, pooling, data_parallel_group=None)
     tables = dict(zip([n for n, _, _, _ in TABLES], full.tbe.split_embedding_weights()))
-    with torch.no_grad():
-        for w, (n, c0, cols) in zip(ref.split_embedding_weights(), pieces):
-            w.copy_(tables[n][:, c0:c0 + cols])
+    ref = torchrec_sharding.one_process(pieces, {n: e for n, (e, _) in SIZE.items()}, ref_features, tables,
+                                        optimizer=optimizer, pooling="sum" if divided_after else pooling, device=dev,
+                                        **OPTIMIZERS[optimizer])
     widths = [pieces[i][2] for _, i in ref_features]
     column = [sum(widths[:k]) for k in range(len(widths))]
     # Per reference feature, the order of the ranks' batches and where rank r's samples land
@@ -241,16 +195,7 @@ def _one_process(world, local_size, summary, optimizer, pooling, steps):
            for _, i in ref_features]
     outs = []
     for parts in steps:
-        lengths, idx = [], []
-        for (f, _), order in zip(ref_features, orders):
-            for r in order:
-                l, v, _ = parts[r]
-                o = torch.cat([torch.zeros(1, dtype=torch.int64), l.cumsum(0)])
-                lengths.append(l.view(len(FEATURES), BATCH)[f])
-                idx.append(v[o[f * BATCH]:o[(f + 1) * BATCH]])
-        lengths = torch.cat(lengths)
-        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-        indices = torch.cat(idx)
+        indices, offsets = torchrec_sharding.global_batch(parts, [f for f, _ in ref_features], BATCH, orders)
         pooled = ref(indices, offsets)
 
         def rank_order(t):  # [world * BATCH, columns] of the reference's layout -> the ranks' order
@@ -296,11 +241,9 @@ def _seed(world, local_size):
 @pytest.fixture(scope="module", params=TOPOLOGIES, ids=[f"{w}procs-nodes_of_{l}" for w, l in TOPOLOGIES])
 def run(request):
     world, local_size = request.param
-    multiprocess.skip_unless_enough_devices(world)
     seed = _seed(world, local_size)
-    gen = torch.Generator().manual_seed(seed)
-    batches = [_batches(gen, world) for _ in CASES]
-    results = multiprocess.run(_worker, world, local_size, CASES, batches, timeout=600)
+    batches, results = multiprocess.run_cases(_worker, world, seed, CASES, lambda gen, _: _batches(gen, world),
+                                              local_size)
     return world, local_size, seed, batches, results
 
 
@@ -320,15 +263,8 @@ def test_node_sharded_training_matches_one_process(run, plan, optimizer, pooling
             got = results[r][case][0][s]
             lo, hi = r * BATCH, (r + 1) * BATCH
             assert ((got - want[lo:hi]).abs() <= bound[lo:hi]).all(), f"step {s}, rank {r}: forward"
-    covered = {}
-    for r in range(world):
-        for name, (r0, c0), w, state in results[r][case][1]:
-            i = next(i for i, (n, pc0, cols) in enumerate(pieces) if n == name and pc0 <= c0 < pc0 + cols)
-            want = ref_tables[i][r0:r0 + w.shape[0], c0 - pieces[i][1]:c0 - pieces[i][1] + w.shape[1]]
-            assert torch.equal(w, want), f"rank {r}: table {name} shard at {(r0, c0)}"
-            for k, v in state.items():
-                assert torch.equal(v, ref_state[i][k][r0:r0 + v.shape[0]]), f"rank {r}: {name} {k} at {(r0, c0)}"
-            covered[name] = covered.get(name, 0) + w.numel()
+    covered = torchrec_sharding.check_shards([results[r][case][1] for r in range(world)], pieces, ref_tables,
+                                             ref_state)
     for n, e, d, _ in TABLES:
         replicas = world if summary[n][0] == "data_parallel" else 1
         assert covered[n] == e * d * replicas, f"table {n}: shards cover it"
@@ -358,62 +294,20 @@ def _sp():
 
 
 def _checkpoint_worker(rank, world, local_size, plan, folder, steps):
-    """Trains `steps` and saves the model and its fused optimizer with torch.distributed.checkpoint (steps
-    given), or loads them (steps None; the model starts from the same tables as the saved one did); the local
-    shards after, and per table the local shards of its row-wise state in the fused optimizer's state_dict:
-    (global size, [(offset, values)])."""
-    import torch.distributed.checkpoint as dcp
-
+    """Trains `steps` and saves the model and its fused optimizer (steps given), or loads them (steps None):
+    torchrec_sharding.save_or_load's result."""
     os.environ["LOCAL_WORLD_SIZE"] = str(local_size)
     sharder = EmbeddingBagCollectionSharder()
-    model = _Model(_collection("rowwise_adagrad", multiprocess.device(rank)))
+    model = torchrec_sharding.PooledModel(_collection("rowwise_adagrad", multiprocess.device(rank)), FEATURES)
     dmp = torchrec_sharding.shard(model, "ebc", sharder, CHECKPOINT_PLANS[plan](world, local_size, sharder), rank,
                                   world, local_size)
-    if steps is not None:
-        _train(dmp, rank, steps)
-        dcp.save({"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}, checkpoint_id=folder)
-    else:
-        state = {"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}
-        dcp.load(state, checkpoint_id=folder)
-        dmp.load_state_dict(state["model"])
-        dmp.fused_optimizer.load_state_dict(state["optim"])
-    saved_state = {}
-    for key, entries in dmp.fused_optimizer.state_dict()["state"].items():
-        name = key.split(".")[-2]
-        st = entries[f"{name}.momentum1"]
-        saved_state[name] = (tuple(st.size()), [(s.metadata.shard_offsets[0], s.tensor.clone())
-                                                for s in st.local_shards()])
-    return torchrec_sharding.local_shards(dmp.module.ebc), saved_state
+    train = None if steps is None else lambda: torchrec_sharding.train(dmp, rank, FEATURES, steps)
+    return torchrec_sharding.save_or_load(dmp, "ebc", folder, train)
 
 
-def _whole(results, name):
-    """Table `name` and its row-wise state ([rows, column shards]: one per column shard) from every rank's
-    shards."""
-    rows, cols = SIZE[name]
-    starts = sorted({c0 for shards, _ in results for n, (_, c0), _, _ in shards if n == name})
-    table = torch.full((rows, cols), float("nan"))
-    state = torch.full((rows, len(starts)), float("nan"))
-    for shards, _ in results:
-        for n, (r0, c0), w, s in shards:
-            if n == name:
-                table[r0:r0 + w.shape[0], c0:c0 + w.shape[1]] = w
-                state[r0:r0 + w.shape[0], starts.index(c0)] = s["sum"]
-    return table, state
-
-
-def _check_state_positions(results):
-    """The fused optimizer's row-wise state as TorchRec's FUSED kernels lay it out: [rows] at the shards' rows,
-    or for a table of k column shards [k * rows], the j-th column shard from the left at [j * rows, (j+1) *
-    rows), its row shards (grid) at their rows there."""
-    for r, (shards, saved) in enumerate(results):
-        for n, (r0, c0), w, s in shards:
-            rows, cols = SIZE[n]
-            pieces = cols // w.shape[1]
-            size, local = saved[n]
-            at = c0 // w.shape[1] * rows + r0
-            assert size == (rows * pieces,), f"rank {r}: table {n} state size"
-            assert [torch.equal(v, s["sum"]) for o, v in local if o == at] == [True], \
-                f"rank {r}: table {n}, shard at {(r0, c0)}: its state at {at}"
+def _column_starts(results, name):
+    """The first columns of table `name`'s column shards among every rank's shards."""
+    return sorted({c0 for shards, _ in results for n, (_, c0), _, _ in shards if n == name})
 
 
 # (plan, processes, processes of a node) saved -> loaded
@@ -435,15 +329,10 @@ def test_checkpoint_reshards_between_node_and_flat_plans(tmp_path, saved, loaded
     after_save = multiprocess.run(_checkpoint_worker, world_a, node_a, plan_a, folder, steps, timeout=300)
     after_load = multiprocess.run(_checkpoint_worker, world_b, node_b, plan_b, folder, None, timeout=300)
     start = _collection("rowwise_adagrad", torch.device("cpu")).tbe.split_embedding_weights()
-    for (n, _, _, _), w0 in zip(TABLES, start):
-        want, want_state = _whole(after_save, n)
-        got, got_state = _whole(after_load, n)
-        assert not want.isnan().any() and not got.isnan().any(), f"table {n}: shards cover it"
-        assert torch.equal(got, want), f"table {n}: loaded under {plan_b} x {world_b}"
-        assert torch.equal(got_state, want_state), f"table {n}: row-wise state loaded under {plan_b} x {world_b}"
-        assert not torch.equal(want, w0), f"table {n}: training changed it"
-    _check_state_positions(after_save)
-    _check_state_positions(after_load)
+    torchrec_sharding.check_loaded(after_save, after_load, dict(zip([n for n, _, _, _ in TABLES], start)),
+                                   _column_starts, f"{plan_b} x {world_b}")
+    for results in (after_save, after_load):  # a table's column shards: as many as the shard's width goes into it
+        torchrec_sharding.check_state_positions(results, SIZE, lambda n, width: SIZE[n][1] // width)
 
 
 # ---- what is refused ------------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from torch import nn
 torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (pip install .[torchrec]; "
                                                   "scripts/test_torchrec.sh runs these tests)")
 
-import embscale  # noqa: E402
 import multiprocess  # noqa: E402
 import tbe_reference as ref  # noqa: E402
 import torchrec_sharding  # noqa: E402
@@ -33,7 +32,7 @@ from embscale.torchrec import (EmbeddingBagCollection, EmbeddingBagCollectionSha
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
-TABLES = [("t0", 40, 4, ["a", "b"]), ("t1", 30, 8, ["c"]), ("t2", 50, 16, ["d"]), ("t3", 12, 4, ["e"])]
+TABLES = torchrec_sharding.BAG_TABLES
 FEATURES = [f for _, _, _, fs in TABLES for f in fs]
 DIMS = [d for _, _, d, fs in TABLES for _ in fs]
 ROWS = {f: e for _, e, _, fs in TABLES for f in fs}
@@ -306,60 +305,23 @@ CASES = [("table_wise", "rowwise_adagrad", "sum", True), ("table_wise", "sgd", "
          ("two_groups", "rowwise_adagrad", "sum", False)]
 
 
-class _Model(nn.Module):
-    def __init__(self, ebc):
-        super().__init__()
-        self.ebc = ebc
-
-    def forward(self, kjt):
-        pooled = self.ebc(kjt).to_dict()  # the sharded module's keys come in the shards' order
-        return torch.cat([pooled[f] for f in FEATURES], 1)
-
-
-def _per_param(plan, world):
-    from torchrec.distributed import sharding_plan as sp
-
-    def on(*ranks):
-        return [r % world for r in ranks]
-
-    if plan == "table_wise":
-        return {n: sp.table_wise(rank=i % world) for i, (n, _, _, _) in enumerate(TABLES)}
-    if plan == "row_wise":
-        return {n: sp.row_wise() for n, _, _, _ in TABLES}
-    if plan == "column_wise":  # t1 (8 columns) in two column shards on ranks 0 and 1, t2 (16) in four, two on each
-        return {"t0": sp.table_wise(rank=world - 1), "t1": sp.column_wise(ranks=on(0, 1)),
-                "t2": sp.column_wise(ranks=on(0, 1, 0, 1)), "t3": sp.table_wise(rank=0)}
-    if plan == "mixed":
-        return {"t0": sp.row_wise(), "t1": sp.table_wise(rank=world - 1), "t2": sp.column_wise(ranks=on(0, 1, 0, 1)),
-                "t3": sp.data_parallel()}
-    if plan == "two_groups":  # rank 0: t0 cached (LFU) in one shard group, t2 and t3 in another
-        return {"t0": sp.table_wise(rank=0, compute_kernel="fused_uvm_caching"), "t1": sp.table_wise(rank=world - 1),
-                "t2": sp.table_wise(rank=0), "t3": sp.table_wise(rank=0)}
-    return {n: sp.data_parallel() for n, _, _, _ in TABLES}
-
-
-def _column_shards(plan, name):
-    return {("column_wise", "t1"): 2, ("column_wise", "t2"): 4, ("mixed", "t2"): 4}.get((plan, name), 1)
-
-
 def _sharded_model(rank, world, plan, optimizer, pooling, weighted):
-    import torch.distributed as dist
+    """The model sharded under torchrec_sharding.bag_plan's `plan`, or "two_groups": on rank 0 t0 cached (LFU) in
+    one shard group, t2 and t3 in another."""
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import CacheAlgorithm
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
-    from torchrec.distributed.types import CacheParams, ShardingEnv, ShardingPlan
+    from torchrec.distributed import sharding_plan as sp
+    from torchrec.distributed.types import CacheParams
 
-    model = _Model(_collection(optimizer, pooling, weighted, device=multiprocess.device(rank)))
+    model = torchrec_sharding.PooledModel(_collection(optimizer, pooling, weighted, device=multiprocess.device(rank)),
+                                          FEATURES)
     sharder = EmbeddingBagCollectionSharder()
     if plan != "two_groups":
-        return torchrec_sharding.shard(model, "ebc", sharder, _per_param(plan, world), rank, world)
-    dev = multiprocess.device(rank)
-    module_plan = construct_module_sharding_plan(model.ebc, per_param_sharding=_per_param(plan, world),
-                                                 local_size=world, world_size=world, device_type=dev.type,
-                                                 sharder=sharder)
+        return torchrec_sharding.shard(model, "ebc", sharder, torchrec_sharding.bag_plan(plan, world), rank, world)
+    per_param = {"t0": sp.table_wise(rank=0, compute_kernel="fused_uvm_caching"), "t1": sp.table_wise(rank=world - 1),
+                 "t2": sp.table_wise(rank=0), "t3": sp.table_wise(rank=0)}
+    module_plan = torchrec_sharding.make_plan(model, "ebc", sharder, per_param, rank, world)
     module_plan["t0"].cache_params = CacheParams(load_factor=0.5, algorithm=CacheAlgorithm.LFU)
-    return DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=dev,
-                                    plan=ShardingPlan({"ebc": module_plan}), sharders=[sharder])
+    return torchrec_sharding.distribute(model, "ebc", sharder, module_plan, rank)
 
 
 def _rank_strides(rank, step):
@@ -396,12 +358,6 @@ def _global_batch(batches):
             "values": [torch.cat([b["values"][f] for b in batches]) for f in range(F)],
             "weights": [torch.cat([b["weights"][f] for b in batches]) for f in range(F)] if weighted else None,
             "inverse": torch.cat([b["inverse"] + torch.tensor(o)[:, None] for b, o in zip(batches, first)], 1)}
-
-
-def _reference_pieces(plan, world):
-    """The single process's tables: (name, first column, columns); a column-wise table is one table per column
-    shard (each keeps its own row-wise state, as TorchRec's column shards do)."""
-    return [(n, j * d // k, d // k) for n, _, d, _ in TABLES for k in [_column_shards(plan, n)] for j in range(k)]
 
 
 def _one_process_lookup(tbe, batch, lookups):
@@ -487,9 +443,8 @@ def run(request):
     multiprocess.skip_unless_enough_devices(world)
     seed = 2000 + world
     print(f"seed={seed}")
-    gen = torch.Generator().manual_seed(seed)
-    batches = [_sharded_batches(gen, world, weighted) for _, _, _, weighted in CASES]
-    results = multiprocess.run(_worker, world, CASES, batches, timeout=900)
+    batches, results = multiprocess.run_cases(_worker, world, seed, CASES,
+                                              lambda gen, case: _sharded_batches(gen, world, case[3]), timeout=900)
     return world, batches, results
 
 
@@ -503,18 +458,13 @@ def test_sharded_training_matches_one_process(run, plan, optimizer, pooling, wei
     alike only where the division is exact."""
     world, batches, results = run
     case = CASES.index((plan, optimizer, pooling, weighted))
-    pieces = _reference_pieces(plan, world)
+    pieces = torchrec_sharding.bag_pieces(plan)
     lookups = [(FEATURES.index(f), i) for f in FEATURES for i, (n, _, _) in enumerate(pieces)
                if f in TABLE_FEATURES[n]]
     divided_after = pooling == "mean" and plan in ("row_wise", "mixed")
-    one = embscale.TableBatchedEmbeddingBags([(TABLE_ROWS[n], cols) for n, _, cols in pieces],
-                                             feature_table_map=[i for _, i in lookups], optimizer=optimizer,
-                                             pooling="sum" if divided_after else pooling, data_parallel_group=None,
-                                             **OPTIMIZERS[optimizer])
     start = dict(zip([n for n, _, _, _ in TABLES], _collection(optimizer, pooling).tbe.split_embedding_weights()))
-    with torch.no_grad():
-        for w, (n, c0, cols) in zip(one.split_embedding_weights(), pieces):
-            w.copy_(start[n][:, c0:c0 + cols])
+    one = torchrec_sharding.one_process(pieces, TABLE_ROWS, lookups, start, optimizer=optimizer,
+                                        pooling="sum" if divided_after else pooling, **OPTIMIZERS[optimizer])
     features = [f for f, _ in lookups]
     for s, parts in enumerate(batches[case]):
         batch = _global_batch([b for b, _ in parts])
