@@ -58,7 +58,8 @@ BENCHMARKS_DOC = os.path.join("docs", "benchmarks.md")
 HEADINGS = {"torch": "Against torch on one H200", "fbgemm": "Against FBGEMM on the GPU",
             "te": "Against TransformerEngine", "dlrm": "The DLRM example", "cpu": "The CPU backend",
             "fbgemm_cpu": "Against FBGEMM on the CPU", "tbe_cache": "Tables larger than GPU memory, against FBGEMM",
-            "tbe_quant_cpu": "Quantized tables against FBGEMM on the CPU"}
+            "tbe_quant_cpu": "Quantized tables against FBGEMM on the CPU",
+            "tbe_quant_cuda": "Quantized tables against FBGEMM on the GPU"}
 
 # The records each part of the section reads, and the builds its TBE tables show.
 GPU_RECORDS = "2026-11-30-nvidia-h200.jsonl"
@@ -166,6 +167,11 @@ SOURCES = {
                                                             "src/capi", "include/embscale/embscale_c.h",
                                                             "python/embscale/_capi.py",
                                                             "python/embscale/_ops_common.py")),
+    # quantized tables' forward against FBGEMM's IntNBit TBE on the GPU (bench/tbe_quant_vs_fbgemm.py --device cuda)
+    "tbe_quant_cuda": _union(COMMON_SOURCES, QUANT_SOURCES, TBE_CUDA_SOURCES,
+                             ("src/tbe/cuda/quant", "src/tbe/tbe_validate.h", "src/tbe/bounds_report.cpp", "src/capi",
+                              "include/embscale/embscale_c.h", "python/embscale/_capi.py",
+                              "python/embscale/_ops_common.py")),
     # examples/train_dlrm.py on both backends
     "dlrm": _union(COMMON_SOURCES, TBE_SOURCES, TBE_BACKWARD_SOURCES, TBE_CUDA_SOURCES,
                    ("src/tbe/cuda/forward", "src/tbe/cuda/backward", "src/tbe/cpu"), MODULE_SOURCES,
@@ -988,12 +994,13 @@ def tbe_cache_readme(results_dir, prov=None):
 TBE_QUANT_HARNESS = "tbe_quant_vs_fbgemm"
 
 
-def tbe_quant_cpu_runs(results_dir):
-    """Per CPU model (the records' `device`), the newest file of bench/tbe_quant_vs_fbgemm.py's records, as (file
-    name, records), newest first."""
+def tbe_quant_runs(results_dir, backend):
+    """Per device model (the records' `device`), the newest file of bench/tbe_quant_vs_fbgemm.py's records of
+    `backend` ("cpu" or "cuda"), as (file name, records), newest first."""
     newest = {}
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
-        recs = [r for r in comparison_records(path) if r.get("harness") == TBE_QUANT_HARNESS]
+        recs = [r for r in comparison_records(path)
+                if r.get("harness") == TBE_QUANT_HARNESS and r.get("backend", "cpu") == backend]
         if recs:
             key = recs[0].get("device", "?")
             order = (recs[0]["date"], recs[0].get("time", ""), os.path.basename(path))
@@ -1032,6 +1039,10 @@ def tbe_quant_cpu_table(name, recs, prov=None):
             table(["rows", "D", *[f"B = {b}, {alpha_name(a)}" for b, a in cols]], rows))
 
 
+def tbe_quant_cpu_runs(results_dir):
+    return tbe_quant_runs(results_dir, "cpu")
+
+
 def tbe_quant_cpu_section(results_dir, prov=None):
     return "\n\n".join(tbe_quant_cpu_table(name, recs, prov) for name, recs in tbe_quant_cpu_runs(results_dir))
 
@@ -1048,6 +1059,68 @@ def tbe_quant_cpu_summary(results_dir):
     return (f"- **FBGEMM's CPU IntNBit TBE** (fbgemm_gpu {recs[0].get('fbgemm_gpu', '?')}, one thread each; "
             f"{' and '.join(sorted({r['device'] for r in recs}))}, {dates(recs)}; {cite_summary(fids, used)}): "
             f"quantized forwards on identical bytes, {spans}, D from 32 to 512 ({link('tbe_quant_cpu')}).")
+
+
+def tbe_quant_cuda_id(recs):
+    return f"tbe_quant_cuda, {recs[0].get('device', '?')}"
+
+
+def tbe_quant_cuda_table(name, recs, prov=None):
+    """embscale's quantized CUDA forward against FBGEMM's IntNBit TBE on the same bytes; fp8 rows (FBGEMM has
+    none) against embscale's own int8 rows of the same case."""
+    r0 = recs[0]
+    batches = sorted({r["batch_size"] for r in recs})
+    alphas = sorted({r["alpha"] for r in recs})
+    cols = [(b, a) for b in batches for a in alphas]
+    rows = []
+    for wtype in dict.fromkeys(r["weight_type"] for r in recs):
+        for dims in dict.fromkeys(r["dims"] for r in recs if r["weight_type"] == wtype):
+            row = [wtype, dims]
+            for b, a in cols:
+                r = first(recs, weight_type=wtype, dims=dims, batch_size=b, alpha=a)
+                if r is None:
+                    row.append("—")
+                elif r.get("fbgemm_ms") is not None:
+                    row.append(f"{ms(r['embscale_ms'])} / {ms(r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])})")
+                elif r.get("embscale_int8_ms") is not None:
+                    row.append(f"{ms(r['embscale_ms'])} / int8 {ms(r['embscale_int8_ms'])}")
+                else:
+                    row.append(ms(r["embscale_ms"]))
+            rows.append(row)
+    used = [(name, r) for r in recs]
+    return (f"**{r0['device']}** (fbgemm_gpu {r0.get('fbgemm_gpu', '?')}'s IntNBit TBE and embscale's "
+            f"QuantizedTableBatchedEmbeddingBags on CUDA in one process, on the same bytes (FBGEMM's tables copied "
+            f"into embscale's), each output checked first against the pooled sums of its own dequantizing rule "
+            f"(FBGEMM's CUDA forward rounds each value to fp16, embscale keeps fp32); T={r0['tables']}, "
+            f"E={r0['rows']:,}, L={r0['bag_size']}, pooled sum, fp32 output, row alignment "
+            f"{r0.get('row_alignment', '?')}; \"mixed\" is D = 32, 64, 128, 256, 512, 64, 128, 32; medians of "
+            f"{r0.get('reps', '?')} timed calls, {r0['date']}). Cells: embscale ms / FBGEMM ms (FBGEMM / embscale); "
+            f"fp8 rows, which FBGEMM's IntNBit TBE does not take: embscale ms / embscale's int8 ms of the same case. "
+            f"{cite(tbe_quant_cuda_id(recs), used, prov)}\n\n" +
+            table(["rows", "D", *[f"B = {b}, {alpha_name(a)}" for b, a in cols]], rows))
+
+
+def tbe_quant_cuda_runs(results_dir):
+    return tbe_quant_runs(results_dir, "cuda")
+
+
+def tbe_quant_cuda_section(results_dir, prov=None):
+    return "\n\n".join(tbe_quant_cuda_table(name, recs, prov) for name, recs in tbe_quant_cuda_runs(results_dir))
+
+
+def tbe_quant_cuda_summary(results_dir):
+    used, fids, by_type = [], [], {}
+    for name, recs in tbe_quant_cuda_runs(results_dir):
+        fids.append(tbe_quant_cuda_id(recs))
+        for r in recs:
+            if r.get("fbgemm_over_embscale") is not None:
+                by_type.setdefault(r["weight_type"], []).append(r["fbgemm_over_embscale"])
+            used.append((name, r))
+    recs = [r for _, r in used]
+    spans = ", ".join(f"{w} {span(v)}" for w, v in by_type.items())
+    return (f"- **FBGEMM's CUDA IntNBit TBE** (fbgemm_gpu {recs[0].get('fbgemm_gpu', '?')}; "
+            f"{' and '.join(sorted({r['device'] for r in recs}))}, {dates(recs)}; {cite_summary(fids, used)}): "
+            f"quantized forwards on the same bytes, {spans}, D from 32 to 512 ({link('tbe_quant_cuda')}).")
 
 
 # ---- CPU ----------------------------------------------------------------------------------------------
@@ -1132,6 +1205,8 @@ def figures(prov=None):
         parts += [heading("fbgemm_cpu"), *cpu_parts]
     if tbe_quant_cpu_runs(results):
         parts += [heading("tbe_quant_cpu"), tbe_quant_cpu_section(results, prov)]
+    if tbe_quant_cuda_runs(results):
+        parts += [heading("tbe_quant_cuda"), tbe_quant_cuda_section(results, prov)]
     return BEGIN + "\n\n" + "\n\n".join(parts) + "\n\n" + END
 
 
@@ -1267,6 +1342,8 @@ def summary():
         lines.append(fbgemm_cpu_summary(results))
     if tbe_quant_cpu_runs(results):
         lines.append(tbe_quant_cpu_summary(results))
+    if tbe_quant_cuda_runs(results):
+        lines.append(tbe_quant_cuda_summary(results))
     return SUMMARY_BEGIN + "\n\n" + "\n".join(lines) + "\n\n" + SUMMARY_END
 
 
