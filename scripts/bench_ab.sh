@@ -8,8 +8,8 @@
 #   BASE_DIR  the other checkout; it is built in BASE_DIR/build-ab (CLI only)
 #   OUT       folder for ab.jsonl (one line per record: {"ab": "new"|"base", "rep", "args", "record"}) and
 #             ab.txt (the table: per case the best of the repetitions, new/base); default ./out-ab
-# Environment: BUILD_DIR (this tree's build, default build-gpu; built with scripts/gpu_run.sh's build
-#   stage when it lacks the CLI), REPS (default 2), BACKEND (cuda or cpu, default cuda), CMAKE_ARGS (extra
+# Environment: BUILD_DIR (this tree's build, relative to the root or absolute, default build-gpu; built with
+#   scripts/gpu_run.sh's build stage when it lacks the CLI), REPS (default 2), BACKEND (cuda or cpu, default cuda), CMAKE_ARGS (extra
 #   configure arguments for the base build, e.g. the prefix of GoogleTest/CLI11/nlohmann-json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,13 +17,14 @@ ROOT=$PWD
 BASE=$(cd "${1:?usage: scripts/bench_ab.sh BASE_DIR [OUT]}" && pwd)
 OUT=$(mkdir -p "${2:-out-ab}" && cd "${2:-out-ab}" && pwd)
 BUILD_DIR=${BUILD_DIR:-build-gpu}
+case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac  # absolute from here on
 REPS=${REPS:-2}
 BACKEND=${BACKEND:-cuda}
 cuda=ON; [ "$BACKEND" = cpu ] && cuda=OFF
 
-if [ ! -x "$ROOT/$BUILD_DIR/embscale" ]; then
+if [ ! -x "$BUILD_DIR/embscale" ]; then
   if [ "$BACKEND" = cuda ]; then
-    STAGES=build OUT="$OUT/build" bash scripts/gpu_run.sh
+    BUILD_DIR="$BUILD_DIR" STAGES=build OUT="$OUT/build" bash scripts/gpu_run.sh
   else
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBSCALE_CUDA=OFF >/dev/null
     cmake --build "$BUILD_DIR" --target embscale_cli >/dev/null
@@ -34,7 +35,7 @@ cmake -S "$BASE" -B "$BASE/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBSC
   -DEMBSCALE_BUILD_TESTS=OFF -DEMBSCALE_BUILD_EXAMPLES=OFF ${CMAKE_ARGS:-} >"$OUT/base_configure.log"
 cmake --build "$BASE/build-ab" -j "$(nproc)" --target embscale_cli >"$OUT/base_build.log"
 
-NEW=$ROOT/$BUILD_DIR/embscale
+NEW=$BUILD_DIR/embscale
 OLD=$BASE/build-ab/embscale
 CASES=("tbe-forward" "tbe-forward --alpha 1.15" "tbe-forward --embedding-dim 32" "tbe-forward --weights-precision fp16"
        "tbe-backward" "tbe-backward --alpha 1.15" "tbe-backward --embedding-dim 32 --alpha 1.15"
