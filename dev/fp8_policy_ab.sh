@@ -4,11 +4,11 @@
 # translation units recompile) and kept as its own binary; the source is restored; then the binaries run
 # `embscale bench fp8` in turn, ROUNDS times, on the same inputs. One JSON record per measurement in
 # $OUT/fp8_policy_ab.jsonl with `policy` = {"name", "value"}, and a table of the medians on stdout.
-# (The 2026-12-02 quantize-blocks record was made this way, with a one-off script:
-# NAME=kQuantizeBlockContiguous VALUES="true false" ARGS="--ops quantize --sizes 2^24,2^26,2^28".)
+# (The 2026-12-02 quantize-blocks record was made this way, with a one-off script, on a switch since
+# removed: the contiguous quantize blocks it chose are the only form kept.)
 #
 # Environment:
-#   NAME       the constant, e.g. kQuantizeBlockContiguous or kCastBlocksPerSm (required)
+#   NAME       the constant, e.g. kAmaxMidVectorsPerThread or kCastBlocksPerSm (required)
 #   VALUES     its values, in order, e.g. "true false" or "4 2" (required)
 #   ARGS       arguments of `embscale bench fp8` (default: --ops quantize,quantize_current_scaling
 #              --sizes 2^24,2^26,2^28 --dtypes fp32,bf16); --json and --no-peers are added

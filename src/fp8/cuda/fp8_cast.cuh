@@ -93,26 +93,22 @@ __device__ __forceinline__ void cast_range(const CastParams& p, float s, int64_t
   cast_scalars<Tin, Tout>(p, s, start, stride);
 }
 
-// y = fp8(x * *scale). With Fp8Policy::kQuantizeBlockContiguous, block b casts the contiguous vectors
-// [b * kCastThreads * kCastUnroll, (b + 1) * kCastThreads * kCastUnroll) (the grid covers the input once),
-// so the blocks resident at once read and write one contiguous stretch; else the vectors grid-stride.
+// y = fp8(x * *scale). Block b casts the contiguous vectors [b * kCastThreads * kCastUnroll, (b + 1) *
+// kCastThreads * kCastUnroll) (the grid covers the input once), so the blocks resident at once read and write
+// one contiguous stretch (docs/tuning.md#fp8-quantize-contiguous-blocks).
 template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(Fp8Policy::kCastThreads) quantize_scaled_kernel(CastParams p) {
+  static_assert(!Fp8Policy::kQuantizeGridCapped, "contiguous blocks need a grid that covers the input");
   if (kernel_prologue_skip(p.noop_flag)) return;
   const float s = *p.scale;
   const int64_t gstart = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t gstride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  if constexpr (Fp8Policy::kQuantizeBlockContiguous) {
-    static_assert(!Fp8Policy::kQuantizeGridCapped, "contiguous blocks need a grid that covers the input");
-    const int64_t per = static_cast<int64_t>(blockDim.x) * Fp8Policy::kCastUnroll;
-    const int64_t b0 = static_cast<int64_t>(blockIdx.x) * per;
-    const int64_t first = b0 < p.split.nvec ? b0 : p.split.nvec;
-    const int64_t count = (first + per < p.split.nvec ? first + per : p.split.nvec) - first;
-    cast_vectors<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, first, count, threadIdx.x, blockDim.x, false);
-    cast_scalars<Tin, Tout>(p, s, gstart, gstride);
-  } else {
-    cast_range<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, gstart, gstride, false);
-  }
+  const int64_t per = static_cast<int64_t>(blockDim.x) * Fp8Policy::kCastUnroll;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * per;
+  const int64_t first = b0 < p.split.nvec ? b0 : p.split.nvec;
+  const int64_t count = (first + per < p.split.nvec ? first + per : p.split.nvec) - first;
+  cast_vectors<Tin, Tout, Fp8Policy::kCastUnroll>(p, s, first, count, threadIdx.x, blockDim.x, false);
+  cast_scalars<Tin, Tout>(p, s, gstart, gstride);
 }
 
 // The from-amax casts' scale: rule(*p.amax), which block 0's thread 0 also stores with scale_inv.

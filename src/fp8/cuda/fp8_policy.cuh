@@ -42,9 +42,6 @@ struct Fp8PolicySm90 {
   // quantize's grid is not capped (one block per kCastThreads x kCastUnroll vectors, in waves): faster
   // than a capped grid looping over the input. docs/tuning.md#fp8-quantize-uncapped-grid
   static constexpr bool kQuantizeGridCapped = false;
-  // quantize's blocks each cast one contiguous run of vectors (true), so the resident blocks stream one
-  // stretch of x, instead of a grid apart (false). docs/tuning.md#fp8-quantize-contiguous-blocks
-  static constexpr bool kQuantizeBlockContiguous = true;
   static constexpr int kCastUnroll = 4;     // 16-byte loads in flight per thread (not swept)
   static constexpr int kDequantUnroll = 2;  // 16 outputs per 16-byte fp8 vector already (not swept)
   // quantize_current_scaling's one-launch cluster path holds x in registers: at most this many
