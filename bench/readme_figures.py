@@ -222,10 +222,6 @@ HISTORICAL = {
         "C API was split, four optimizers were added, and the CUDA backward's lane groups took the optimizers with "
         "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS), and the bounds "
         "report's device code is shared with the new quantized CUDA forward"),
-    "tbe_quant_cpu, AMD EPYC": dict(
-        records=("2026-12-06-cpu-tbe-quant-vs-fbgemm-rerun.jsonl",), measured="2026-12-06", builds=("79214a2",),
-        why="sources it measures have changed since, none in the CPU forward: the CUDA backend was added beside it, "
-        "the row quantizer's rules moved into shared host/device code, and the FP8 scale rule into core"),
     "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
                  why="both backends' TBE and the torch module have changed since"),
     "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),
