@@ -124,8 +124,9 @@ struct Adam : TableFacts<OptimizerType::kAdam> {
   }
 };
 
-struct PartialRowwiseAdam : TableFacts<OptimizerType::kPartialRowwiseAdam> {
-  static constexpr bool kDense = false;
+// The partial row-wise forms' second moment: one v per row, from the row's squared gradient sum; its
+// denominator is the row's term of apply.
+struct RowwiseSecondMoment {
   static constexpr RowReduction kReduction = RowReduction::kSumSqGrad;
   // state: the row's v (momentum2), updated in place.
   EMBSCALE_HD static RowTerms row_terms(float* state, const RowSums& s, int D, const OptimizerParams& p,
@@ -134,6 +135,10 @@ struct PartialRowwiseAdam : TableFacts<OptimizerType::kPartialRowwiseAdam> {
     t.denom = partial_rowwise_adam_denominator(state, s.grad, D, p, c);
     return t;
   }
+};
+
+struct PartialRowwiseAdam : TableFacts<OptimizerType::kPartialRowwiseAdam>, RowwiseSecondMoment {
+  static constexpr bool kDense = false;
   // m1: the element's first moment, updated in place.
   EMBSCALE_HD static float apply(float w, float g, const RowTerms& t, float* m1, float*, const OptimizerParams& p,
                                  const AdamCorrections& c) {
@@ -162,17 +167,9 @@ struct Lamb : TableFacts<OptimizerType::kLamb> {
   }
 };
 
-struct PartialRowwiseLamb : TableFacts<OptimizerType::kPartialRowwiseLamb> {
+struct PartialRowwiseLamb : TableFacts<OptimizerType::kPartialRowwiseLamb>, RowwiseSecondMoment {
   static constexpr bool kDense = false;
-  static constexpr RowReduction kReduction = RowReduction::kSumSqGrad;
   static constexpr bool kTrustRatio = true;
-  // state: the row's v (momentum2), updated in place.
-  EMBSCALE_HD static RowTerms row_terms(float* state, const RowSums& s, int D, const OptimizerParams& p,
-                                        const AdamCorrections& c) {
-    RowTerms t;
-    t.denom = partial_rowwise_adam_denominator(state, s.grad, D, p, c);
-    return t;
-  }
   // The element's direction; m1: its first moment, updated in place.
   EMBSCALE_HD static float apply(float w, float g, const RowTerms& t, float* m1, float*, const OptimizerParams& p,
                                  const AdamCorrections& c) {
