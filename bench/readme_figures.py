@@ -1005,66 +1005,53 @@ def tbe_quant_runs(results_dir, backend):
     return [(name, recs) for _, name, recs in sorted(newest.values(), key=lambda v: v[0], reverse=True)]
 
 
-def tbe_quant_cpu_id(recs):
-    return f"tbe_quant_cpu, {recs[0].get('device', '?')}"
+def tbe_quant_id(backend, recs):
+    return f"tbe_quant_{backend}, {recs[0].get('device', '?')}"
 
 
-def tbe_quant_cpu_table(name, recs, prov=None):
-    """embscale's quantized forward against FBGEMM's, one thread each, on identical bytes."""
-    r0 = recs[0]
-    batches = sorted({r["batch_size"] for r in recs})
-    alphas = sorted({r["alpha"] for r in recs})
-    cols = [(b, a) for b in batches for a in alphas]
-    rows = []
-    for wtype in dict.fromkeys(r["weight_type"] for r in recs):
-        for dims in dict.fromkeys(r["dims"] for r in recs if r["weight_type"] == wtype):
-            row = [wtype, dims]
-            for b, a in cols:
-                r = first(recs, weight_type=wtype, dims=dims, batch_size=b, alpha=a)
-                row.append("—" if r is None else f"{ms(r['embscale_ms'])} / {ms(r['fbgemm_ms'])} "
-                           f"({ratio(r['fbgemm_over_embscale'])}, {share(r['pct_of_floor'])})")
-            rows.append(row)
-    used = [(name, r) for r in recs]
+def tbe_quant_cpu_cell(r):
+    return (f"{ms(r['embscale_ms'])} / {ms(r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])}, "
+            f"{share(r['pct_of_floor'])})")
+
+
+def tbe_quant_cuda_cell(r):
+    """In µs: a forward on the GPU takes tens of them."""
+    es = us(1e3 * r["embscale_ms"])
+    if r.get("fbgemm_ms") is not None:
+        return f"{es} / {us(1e3 * r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])})"
+    if r.get("embscale_int8_ms") is not None:  # fp8 rows: FBGEMM's IntNBit TBE has none
+        return f"{es} / int8 {us(1e3 * r['embscale_int8_ms'])}"
+    return es
+
+
+def tbe_quant_cpu_caption(r0):
     return (f"**{r0['device']}** (fbgemm_gpu {r0.get('fbgemm_gpu', '?')}'s IntNBit TBE on the CPU and embscale's "
             f"QuantizedTableBatchedEmbeddingBags in one process, one thread each, calls interleaved, on identical "
             f"bytes (FBGEMM's tables copied into embscale's), outputs checked equal first; T={r0['tables']}, "
             f"E={r0['rows']:,}, L={r0['bag_size']}, pooled sum, fp32 output; \"mixed\" is D = 32, 64, 128, 256, 512, "
             f"64, 128, 32; {r0['date']}). Cells: embscale ms / FBGEMM ms (FBGEMM / embscale, embscale's share of the "
-            f"byte floor: the rows' bytes at one thread's measured copy rate, {r0['copy_GBps']:.1f} GB/s). "
-            f"{cite(tbe_quant_cpu_id(recs), used, prov)}\n\n" +
-            table(["rows", "D", *[f"B = {b}, {alpha_name(a)}" for b, a in cols]], rows))
+            f"byte floor: the rows' bytes at one thread's measured copy rate, {r0['copy_GBps']:.1f} GB/s). ")
 
 
-def tbe_quant_cpu_runs(results_dir):
-    return tbe_quant_runs(results_dir, "cpu")
+def tbe_quant_cuda_caption(r0):
+    return (f"**{r0['device']}** (fbgemm_gpu {r0.get('fbgemm_gpu', '?')}'s IntNBit TBE and embscale's "
+            f"QuantizedTableBatchedEmbeddingBags on CUDA in one process, on identical bytes (FBGEMM's tables copied "
+            f"into embscale's), each output checked first against the pooled sums of its own dequantizing rule "
+            f"(FBGEMM's CUDA forward rounds each value to fp16, embscale keeps fp32); T={r0['tables']}, "
+            f"E={r0['rows']:,}, L={r0['bag_size']}, pooled sum, fp32 output, row alignment "
+            f"{r0.get('row_alignment', '?')}; \"mixed\" is D = 32, 64, 128, 256, 512, 64, 128, 32; medians of "
+            f"{r0.get('reps', '?')} timed calls, {r0['date']}). Cells: embscale µs / FBGEMM µs (FBGEMM / embscale); "
+            f"fp8 rows, which FBGEMM's IntNBit TBE does not take: embscale µs / embscale's int8 µs of the same case. ")
 
 
-def tbe_quant_cpu_section(results_dir, prov=None):
-    return "\n\n".join(tbe_quant_cpu_table(name, recs, prov) for name, recs in tbe_quant_cpu_runs(results_dir))
+# Per backend: its table's caption and cell, and its summary line's peer and conditions.
+TBE_QUANT = {"cpu": (tbe_quant_cpu_caption, tbe_quant_cpu_cell, "FBGEMM's CPU IntNBit TBE", ", one thread each"),
+             "cuda": (tbe_quant_cuda_caption, tbe_quant_cuda_cell, "FBGEMM's CUDA IntNBit TBE", "")}
 
 
-def tbe_quant_cpu_summary(results_dir):
-    used, fids, by_type = [], [], {}
-    for name, recs in tbe_quant_cpu_runs(results_dir):
-        fids.append(tbe_quant_cpu_id(recs))
-        for r in recs:
-            by_type.setdefault(r["weight_type"], []).append(r["fbgemm_over_embscale"])
-            used.append((name, r))
-    recs = [r for _, r in used]
-    spans = ", ".join(f"{w} {span(v)}" for w, v in by_type.items())
-    return (f"- **FBGEMM's CPU IntNBit TBE** (fbgemm_gpu {recs[0].get('fbgemm_gpu', '?')}, one thread each; "
-            f"{' and '.join(sorted({r['device'] for r in recs}))}, {dates(recs)}; {cite_summary(fids, used)}): "
-            f"quantized forwards on identical bytes, {spans}, D from 32 to 512 ({link('tbe_quant_cpu')}).")
-
-
-def tbe_quant_cuda_id(recs):
-    return f"tbe_quant_cuda, {recs[0].get('device', '?')}"
-
-
-def tbe_quant_cuda_table(name, recs, prov=None):
-    """embscale's quantized CUDA forward against FBGEMM's IntNBit TBE on the same bytes; fp8 rows (FBGEMM has
-    none) against embscale's own int8 rows of the same case."""
-    r0 = recs[0]
+def tbe_quant_table(backend, name, recs, prov=None):
+    """embscale's quantized forward against FBGEMM's IntNBit TBE on identical bytes, one run's records."""
+    caption, cell = TBE_QUANT[backend][:2]
     batches = sorted({r["batch_size"] for r in recs})
     alphas = sorted({r["alpha"] for r in recs})
     cols = [(b, a) for b in batches for a in alphas]
@@ -1074,49 +1061,32 @@ def tbe_quant_cuda_table(name, recs, prov=None):
             row = [wtype, dims]
             for b, a in cols:
                 r = first(recs, weight_type=wtype, dims=dims, batch_size=b, alpha=a)
-                if r is None:
-                    row.append("—")
-                elif r.get("fbgemm_ms") is not None:
-                    row.append(f"{ms(r['embscale_ms'])} / {ms(r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])})")
-                elif r.get("embscale_int8_ms") is not None:
-                    row.append(f"{ms(r['embscale_ms'])} / int8 {ms(r['embscale_int8_ms'])}")
-                else:
-                    row.append(ms(r["embscale_ms"]))
+                row.append("—" if r is None else cell(r))
             rows.append(row)
     used = [(name, r) for r in recs]
-    return (f"**{r0['device']}** (fbgemm_gpu {r0.get('fbgemm_gpu', '?')}'s IntNBit TBE and embscale's "
-            f"QuantizedTableBatchedEmbeddingBags on CUDA in one process, on the same bytes (FBGEMM's tables copied "
-            f"into embscale's), each output checked first against the pooled sums of its own dequantizing rule "
-            f"(FBGEMM's CUDA forward rounds each value to fp16, embscale keeps fp32); T={r0['tables']}, "
-            f"E={r0['rows']:,}, L={r0['bag_size']}, pooled sum, fp32 output, row alignment "
-            f"{r0.get('row_alignment', '?')}; \"mixed\" is D = 32, 64, 128, 256, 512, 64, 128, 32; medians of "
-            f"{r0.get('reps', '?')} timed calls, {r0['date']}). Cells: embscale ms / FBGEMM ms (FBGEMM / embscale); "
-            f"fp8 rows, which FBGEMM's IntNBit TBE does not take: embscale ms / embscale's int8 ms of the same case. "
-            f"{cite(tbe_quant_cuda_id(recs), used, prov)}\n\n" +
+    return (caption(recs[0]) + f"{cite(tbe_quant_id(backend, recs), used, prov)}\n\n" +
             table(["rows", "D", *[f"B = {b}, {alpha_name(a)}" for b, a in cols]], rows))
 
 
-def tbe_quant_cuda_runs(results_dir):
-    return tbe_quant_runs(results_dir, "cuda")
+def tbe_quant_section(results_dir, backend, prov=None):
+    return "\n\n".join(tbe_quant_table(backend, name, recs, prov)
+                       for name, recs in tbe_quant_runs(results_dir, backend))
 
 
-def tbe_quant_cuda_section(results_dir, prov=None):
-    return "\n\n".join(tbe_quant_cuda_table(name, recs, prov) for name, recs in tbe_quant_cuda_runs(results_dir))
-
-
-def tbe_quant_cuda_summary(results_dir):
+def tbe_quant_summary(results_dir, backend):
+    peer, conditions = TBE_QUANT[backend][2:]
     used, fids, by_type = [], [], {}
-    for name, recs in tbe_quant_cuda_runs(results_dir):
-        fids.append(tbe_quant_cuda_id(recs))
+    for name, recs in tbe_quant_runs(results_dir, backend):
+        fids.append(tbe_quant_id(backend, recs))
         for r in recs:
             if r.get("fbgemm_over_embscale") is not None:
                 by_type.setdefault(r["weight_type"], []).append(r["fbgemm_over_embscale"])
             used.append((name, r))
     recs = [r for _, r in used]
     spans = ", ".join(f"{w} {span(v)}" for w, v in by_type.items())
-    return (f"- **FBGEMM's CUDA IntNBit TBE** (fbgemm_gpu {recs[0].get('fbgemm_gpu', '?')}; "
+    return (f"- **{peer}** (fbgemm_gpu {recs[0].get('fbgemm_gpu', '?')}{conditions}; "
             f"{' and '.join(sorted({r['device'] for r in recs}))}, {dates(recs)}; {cite_summary(fids, used)}): "
-            f"quantized forwards on the same bytes, {spans}, D from 32 to 512 ({link('tbe_quant_cuda')}).")
+            f"quantized forwards on identical bytes, {spans}, D from 32 to 512 ({link('tbe_quant_' + backend)}).")
 
 
 # ---- CPU ----------------------------------------------------------------------------------------------
@@ -1199,10 +1169,9 @@ def figures(prov=None):
     cpu_parts = cpu_peer_sections(results, prov)
     if cpu_parts:
         parts += [heading("fbgemm_cpu"), *cpu_parts]
-    if tbe_quant_cpu_runs(results):
-        parts += [heading("tbe_quant_cpu"), tbe_quant_cpu_section(results, prov)]
-    if tbe_quant_cuda_runs(results):
-        parts += [heading("tbe_quant_cuda"), tbe_quant_cuda_section(results, prov)]
+    for backend in TBE_QUANT:
+        if tbe_quant_runs(results, backend):
+            parts += [heading("tbe_quant_" + backend), tbe_quant_section(results, backend, prov)]
     return BEGIN + "\n\n" + "\n\n".join(parts) + "\n\n" + END
 
 
@@ -1336,10 +1305,9 @@ def summary():
         lines.append(te_summary(run, newest_run(results, "te", op="cast_transpose")))
     if cpu_peer_runs(results):
         lines.append(fbgemm_cpu_summary(results))
-    if tbe_quant_cpu_runs(results):
-        lines.append(tbe_quant_cpu_summary(results))
-    if tbe_quant_cuda_runs(results):
-        lines.append(tbe_quant_cuda_summary(results))
+    for backend in TBE_QUANT:
+        if tbe_quant_runs(results, backend):
+            lines.append(tbe_quant_summary(results, backend))
     return SUMMARY_BEGIN + "\n\n" + "\n".join(lines) + "\n\n" + SUMMARY_END
 
 
