@@ -1,8 +1,7 @@
 // embscale-dev: the laboratory of the CUDA kernels, kept out of the library and the `embscale` CLI.
 //   embscale-dev tbe-forward [the flags of `embscale bench tbe-forward`] [--variants LIST|all]
-//       [--order tile|feature] [--bags N] [--gather-ceiling] [--l2-fetch-bytes N]
-// times the forward's compiled kernel shapes (tbe_forward_variants.cu), grid orders and bags per lane
-// group in turn on the same inputs, with the same spot check and record fields as the CLI's benchmark
+//       [--bags N] [--gather-ceiling] [--l2-fetch-bytes N]
+// times the forward's compiled kernel shapes (tbe_forward_variants.cu) and bags per lane group in turn on the same inputs, with the same spot check and record fields as the CLI's benchmark
 // plus the launch that was timed; optionally also a bare gather of the same rows (gather_ceiling.cu)
 // and with the device's L2 fetch granularity hint set first.
 //   embscale-dev tbe-backward [the flags of `embscale bench tbe-backward`] [--sweep-thresholds W:B:T,...]
@@ -40,7 +39,6 @@ using tools::refuse;
 struct ForwardArgs {
   tools::tbe_bench::Args common;
   std::string variants = "default";  // comma-separated names, or all
-  std::string order = "tile";
   int bags = 0;
   bool gather_ceiling = false;
   int l2_fetch_bytes = -1;  // -1: leave the device's setting
@@ -48,7 +46,6 @@ struct ForwardArgs {
 
 // The launches to time, or what is wrong with the flags ("--flag: reason").
 std::string make_launches(const ForwardArgs& a, std::vector<FwdLaunch>* out) {
-  if (a.order != "tile" && a.order != "feature") return "--order: '" + a.order + "'; expected tile or feature";
   std::vector<std::string> names;
   if (a.variants == "all") {
     for (const FwdVariant& v : fwd_variants()) names.emplace_back(v.name);
@@ -68,7 +65,6 @@ std::string make_launches(const ForwardArgs& a, std::vector<FwdLaunch>* out) {
     }
     FwdLaunch l;
     l.variant = name;
-    l.feature_inner = a.order == "feature";
     l.bags_per_group = a.bags;  // 0..64, checked when parsed
     out->push_back(l);
   }
@@ -99,10 +95,8 @@ int run_tbe_forward(const ForwardArgs& a) {
   std::vector<tools::TimedForward> forwards;
   for (const FwdLaunch& l : launches) {
     tools::TimedForward f;
-    f.label = l.variant + (l.feature_inner ? ", feature order" : "") +
-              (l.bags_per_group > 0 ? ", " + std::to_string(l.bags_per_group) + " bags/group" : "");
+    f.label = l.variant + (l.bags_per_group > 0 ? ", " + std::to_string(l.bags_per_group) + " bags/group" : "");
     f.fields["fwd_variant"] = l.variant;
-    f.fields["fwd_order"] = l.feature_inner ? "feature" : "tile";
     f.fields["fwd_bags_per_group"] = l.bags_per_group;
     if (a.l2_fetch_bytes >= 0) f.fields["l2_fetch_bytes"] = a.l2_fetch_bytes;
     f.run = [l](const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
@@ -118,7 +112,6 @@ void add_tbe_forward(CLI::App& app, ForwardArgs* a) {
   tools::tbe_bench::add_options(sub, &a->common, tools::tbe_bench::MixedDims::kMultipleOf4);
   tools::add_text_option(sub, "--variants", &a->variants,
                          "compiled kernel shapes to time in turn (comma-separated names, or all; default: default)");
-  tools::add_text_option(sub, "--order", &a->order, "grid order: tile (bag tiles, features) or feature");
   tools::add_integer_option(sub, "--bags", &a->bags, 0, 64,
                             "bags each lane group walks (1..64; 0, the default: the policy's rule)");
   sub->add_flag("--gather-ceiling", a->gather_ceiling,

@@ -20,7 +20,6 @@ endfunction()
 
 expect_refused("--variants" tbe-forward --variants default,nope)
 expect_refused("--variants" tbe-forward --variants "")
-expect_refused("--order" tbe-forward --order diagonal)
 expect_refused("--bags" tbe-forward --bags 65)
 expect_refused("--bags" tbe-forward --bags -1)
 expect_refused("--l2-fetch-bytes" tbe-forward --l2-fetch-bytes 129)

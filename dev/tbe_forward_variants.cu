@@ -18,7 +18,6 @@ namespace {
 
 using cuda::tbe_fwd::FwdConfig;
 using cuda::tbe_fwd::ForwardPolicy;
-using cuda::tbe_fwd::ForwardShape;
 using cuda::tbe_fwd::TbeForwardParams;
 
 template <typename C>
@@ -128,12 +127,24 @@ Status variant_forward(const Context& ctx, const TableBatchedEmbedding& tbe, con
                        const FwdLaunch& launch) {
   EMBSCALE_RETURN_IF_ERROR(check_fwd_launch(launch));
   // The variants cover pooled fp32 -> fp32 with int64 indices; everything else runs the library's
-  // kernels (with the requested grid order and bags per group).
+  // kernels (with the requested bags per group).
   const bool covered = args.pooling != PoolingMode::kNone && args.weights.dtype == DType::kF32 &&
                        args.output.dtype == DType::kF32 && args.indices.dtype == DType::kI64;
   const CompiledVariant& c = covered ? *find_compiled(launch.variant) : compiled().front();
-  return cuda::tbe_fwd::tbe_forward_shaped(
-      ctx, tbe, args, ForwardShape{c.block, c.vecs, launch.feature_inner, launch.bags_per_group, c.launch, c.plain_kernels});
+  cuda::tbe_fwd::CallShape shape;
+  shape.block = c.block;
+  shape.vecs = c.vecs;
+  shape.bags_per_group = launch.bags_per_group;
+  shape.plain = c.plain_kernels;
+  cuda::tbe_fwd::ForwardLaunch l;
+  EMBSCALE_RETURN_IF_ERROR(cuda::tbe_fwd::begin_forward(ctx, tbe, args, shape, &l));
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (c.launch == nullptr || !l.any_bags) {
+    EMBSCALE_RETURN_IF_ERROR(cuda::tbe_fwd::launch_forward(l, args, stream));
+  } else {
+    EMBSCALE_RETURN_IF_ERROR(c.launch(l.p, l.grid, stream));
+  }
+  return cuda::tbe_fwd::end_forward(ctx, tbe, args, l);
 }
 
 Status set_l2_fetch_granularity(int bytes) {

@@ -1,6 +1,7 @@
 // Other launch shapes of the CUDA TBE forward, measured against the library's (ForwardPolicy,
 // src/tbe/cuda/forward/forward_policy.cuh) on the library's own grid sizing, bounds-check protocol and
-// report (tbe_fwd::tbe_forward_shaped). Built only into the dev tools, never into libembscale.
+// report (tbe_fwd::begin_forward and end_forward around the variant's kernel). Built only into the dev
+// tools, never into libembscale.
 #pragma once
 
 #include <string>
@@ -24,11 +25,10 @@ const std::vector<FwdVariant>& fwd_variants();
 // The variant called `name`, or null.
 const FwdVariant* find_fwd_variant(const std::string& name);
 
-// How a forward is launched: a variant, the grid order and the bags each lane group walks.
+// How a forward is launched: a variant and the bags each lane group walks.
 struct FwdLaunch {
   std::string variant = "default";
-  bool feature_inner = false;  // grid (features, bag tiles) instead of (bag tiles, features)
-  int bags_per_group = 0;      // 1..64; 0: the policy's rule
+  int bags_per_group = 0;  // 1..64; 0: the policy's rule
 };
 // An unknown variant or bags_per_group outside 0..64 is an invalid_argument naming the field.
 Status check_fwd_launch(const FwdLaunch& launch);

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Sweep of the CUDA TBE forward on one build (embscale-dev, dev/README.md): every compiled kernel variant
-# (--variants all, same inputs in one process) for uniform and Zipf(1.15) lookups, the grid order and bags
-# per lane group (--order, --bags), then the library's shape over weights dtypes, dimensions and mixed
+# (--variants all, same inputs in one process) for uniform and Zipf(1.15) lookups, the bags per lane group
+# (--bags), then the library's shape over weights dtypes, dimensions and mixed
 # dimensions. One JSON record per line to $OUT/tbe_fwd_sweep.jsonl, a readable line per record to stdout.
 #
 # Environment: BUILD_DIR (default build-gpu), OUT (default ./out), ITERS (default 50),
-# PARTS (default "variants order dims": which groups to run).
+# PARTS (default "variants bags dims": which groups to run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-$PWD/out}
 ITERS=${ITERS:-50}
-PARTS=${PARTS:-"variants order dims"}
+PARTS=${PARTS:-"variants bags dims"}
 DEV="$PWD/$BUILD_DIR/embscale-dev"
 mkdir -p "$OUT"
 JSONL="$OUT/tbe_fwd_sweep.jsonl"
@@ -26,8 +26,8 @@ bench() {
 import json, sys
 for line in sys.stdin:
     r = json.loads(line)
-    print("%-14s order=%-7s bags=%-2s D=%-6s %s alpha=%-4s %8.1f us %7.1f GB/s %5.1f%% of floor" % (
-        r.get("fwd_variant", "?"), r.get("fwd_order", "?"), r.get("fwd_bags_per_group", "?"), r["embedding_dim"],
+    print("%-14s bags=%-2s D=%-6s %s alpha=%-4s %8.1f us %7.1f GB/s %5.1f%% of floor" % (
+        r.get("fwd_variant", "?"), r.get("fwd_bags_per_group", "?"), r["embedding_dim"],
         r["weights_precision"], r["alpha"], r["median_us"], r["GBps"], r["pct_of_floor"]))'
 }
 
@@ -37,8 +37,7 @@ for part in $PARTS; do
       bench --variants all
       bench --variants all --alpha 1.15
       ;;
-    order)
-      bench --order feature --variants default,b256u8,v2u4
+    bags)
       bench --bags 1 --variants default,b256u8,v2u4
       bench --bags 4 --variants default,b256u8,v2u4 --alpha 1.15
       ;;
@@ -50,7 +49,7 @@ for part in $PARTS; do
       bench --mixed-dim
       bench --mixed-dim --alpha 1.15
       ;;
-    *) echo "unknown part '$part' (expected variants, order, dims)"; rc=1 ;;
+    *) echo "unknown part '$part' (expected variants, bags, dims)"; rc=1 ;;
   esac
 done
 exit $rc

@@ -490,7 +490,6 @@ inline BwdCase random_backward_case(uint64_t seed, OptimizerType opt) {
   }
   if (opt != OptimizerType::kNone && rng() % 3 == 0) p.gradient_clipping = 0.5f;
   if (opt == OptimizerType::kRowwiseAdagrad && rng() % 3 == 0) p.max_norm = 2.0f;
-  c.tuning.short_key_sort = rng() % 2 == 0;  // CUDA: taken when the tables allow it (see tbe.h)
   return c;
 }
 

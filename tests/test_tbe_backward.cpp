@@ -284,39 +284,6 @@ TEST_P(TbeBackward, Deterministic) {
   }
 }
 
-// With tuning.short_key_sort the CUDA backend sorts on fewer key bits when that leaves each row's
-// lookups one run (tables of at most 2^s rows, features' tables in row order): here 6 tables of up to 256 rows (979 rows, a 10-bit
-// key sorted on its low 8 bits), shared tables, hot rows and a block-path row. The results
-// must match the reference and be bit-identical to the full-key sort; a feature order that is not
-// in row order (the full sort is then required) must match too.
-TEST_P(TbeBackward, ShortKeySortDeterministic) {
-  for (bool in_row_order : {true, false}) {
-    for (OptimizerType opt : {OptimizerType::kSgd, OptimizerType::kRowwiseAdagrad}) {
-      BwdCase c;
-      c.num_rows = {256, 200, 256, 17, 150, 100};
-      c.dims = {16, 5, 64, 128, 33, 12};
-      c.feature_table = in_row_order ? std::vector<int>{0, 0, 1, 2, 3, 4, 4, 5}
-                                     : std::vector<int>{4, 0, 1, 5, 3, 2, 0, 4};
-      c.batch_size = 120;
-      c.max_bag = 14;
-      c.hot_fraction = 0.4;
-      c.opt.type = opt;
-      c.opt.learning_rate = 0.25f;
-      c.opt.eps = 0.125f;
-      c.steps = 2;
-      c.seed = 6060 + (in_row_order ? 0 : 1) + (opt == OptimizerType::kSgd ? 0 : 2);
-      c.integer_values = true;
-      const BwdOutcome a = expect_case(c);
-      EXPECT_TRUE(a.reference_nonzero);
-      c.tuning.short_key_sort = true;
-      const BwdOutcome b = expect_case(c);
-      EXPECT_TRUE(a.weights == b.weights && a.m1 == b.m1)
-          << optimizer_name(opt) << (in_row_order ? " (row order)" : " (not in row order)")
-          << ": short-key and full-key sorts differ bit-wise";
-    }
-  }
-}
-
 // Key spaces of 17..18 and 25..27 bits take 9-bit radix digits on CUDA (one sort pass fewer than
 // 8-bit digits): tables of 70,000 + 60,000 rows (a 17-bit key) and 2^24 + 5 + 1,000 rows (25 bits),
 // with a hot row (block and multi-block paths) in each table.

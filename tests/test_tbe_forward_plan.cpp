@@ -122,14 +122,13 @@ TEST(TbeForwardPlan, BagsKernelShapesKeepTheirGrid) {
   // A launch that runs only the bags kernel (dev/'s shapes) gets kKernelBags and the bags kernel's rule.
   CallShape c;
   c.batch_size = 8192;
-  c.plain = true;
-  c.plain_kernels = false;
+  c.plain = false;
   const FeatureRows f{128, 1000, kBase};
   const LaunchPlan p = cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return f; });
   EXPECT_EQ(p.kernel, kKernelBags);
   EXPECT_EQ(p.bags_per_group, 2);
   // So does a two-vectors-a-lane bags shape, also where its groups are whole warps.
-  c.plain_kernels = true;
+  c.plain = true;
   c.vecs = 2;
   EXPECT_EQ(cuda::tbe_fwd::plan_launch(c, 1, [&](int) { return f; }).kernel, kKernelBags);
   for (int d : {256, 512}) {

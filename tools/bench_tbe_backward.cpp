@@ -139,7 +139,6 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
       tbe_bench::memory_refusal(a.common, p, train ? tbe_bench::Pass::kTrain : tbe_bench::Pass::kBackward,
                                 state_values(otype, p));
   if (!memory.empty()) return refuse(memory);
-  for (TbeBackwardTuning& tu : tunings) tu.short_key_sort = a.short_key_sort;
   TbeBackwardTuning tuning = tunings[0];
   const Context ctx = tbe_bench::context_for(p);
   std::unique_ptr<TableBatchedEmbedding> tbe;
@@ -337,7 +336,6 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
     rec["max_warp_segment"] = tuning.max_warp_segment;
     rec["max_block_segment"] = tuning.max_block_segment;
     rec["block_threads"] = tuning.block_threads;
-    rec["short_key_sort"] = tuning.short_key_sort;
     rec["num_lookups"] = sets[0].host.num_indices();
     rec["unique_rows"] = host_unique;
     rec["input_sets"] = sets.size();
@@ -373,7 +371,6 @@ int run_tbe_backward(const BwdArgs& a, bool train, const BackwardSweep* sweep) {
     if (tuning.max_warp_segment != 0 || tuning.max_block_segment != 0 || tuning.block_threads != 0)
       std::snprintf(tune_note, sizeof tune_note, " warp<=%d block<=%d threads=%d", tuning.max_warp_segment,
                     tuning.max_block_segment, tuning.block_threads);
-    if (tuning.short_key_sort) std::strncat(tune_note, " short-key-sort", sizeof tune_note - std::strlen(tune_note) - 1);
     if (rounding == WeightRounding::kNearest && p.w_dtype != DType::kF32)
       std::strncat(tune_note, " nearest", sizeof tune_note - std::strlen(tune_note) - 1);
     char line[768];
@@ -404,9 +401,6 @@ void add_backward_options(CLI::App* sub, BwdArgs* a) {
                      "segments up to this: a block per row; longer: split across blocks (0: default)");
   add_integer_option(sub, "--block-threads", &a->block_threads, 0, INT_MAX,
                      "threads per block of the block paths (0: default; cuda: a multiple of 32 up to 512)");
-  sub->add_flag("--short-key-sort", a->short_key_sort,
-                "radix-sort only the low key bits when each row's lookups stay one run (one pass fewer; rows of "
-                "several tables interleave)");
   add_real_option(sub, "--learning-rate", &a->learning_rate, 0.0f, FLT_MAX, "learning rate (finite, >= 0)")
       ->default_str("0.1");
   sub->add_option("--rounding", a->rounding, "fp16/bf16 weights after an update: stochastic or nearest")

@@ -23,7 +23,6 @@ struct BwdArgs {
   int max_warp_segment = 0;
   int max_block_segment = 0;
   int block_threads = 0;
-  bool short_key_sort = false;
   float learning_rate = 0.1f;  // FBGEMM's benchmark default (row-wise Adagrad lr=0.1, eps=0.1)
   std::string rounding = "stochastic";  // fp16/bf16 weights: TbeBackwardArgs::rounding (the library's default)
 };
@@ -49,7 +48,7 @@ using BackwardPhases = std::function<Status(const Context& ctx, const TableBatch
 
 // What a dev tool adds to the CLI's run.
 struct BackwardSweep {
-  std::vector<TbeBackwardTuning> tunings;  // timed in turn, one record each (short_key_sort from the flags);
+  std::vector<TbeBackwardTuning> tunings;  // timed in turn, one record each;
                                            // empty: the one the tuning flags give
   std::string tunings_flag;                // the flag that gave them, named when the library refuses one
   BackwardPhases phases;                   // backward only; records gain "phases" ({name}_us) when set

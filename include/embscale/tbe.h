@@ -189,12 +189,6 @@ struct TbeBackwardTuning {
   int max_warp_segment = 0;   // segments up to this many lookups: a warp per row
   int max_block_segment = 0;  // longer segments up to this: a thread block per row; beyond: split across blocks
   int block_threads = 0;      // threads per block of the block-per-row path
-  // Radix-sort only the linearised row's low bits when that still leaves each row's lookups one run, in
-  // lookup order (features' tables in row order, every table within 2^bits rows) and saves a pass: the
-  // same sums and updates, but unique rows of up to four tables interleave, which costs the uniform row
-  // phase more than the pass saves, so it is off by default (docs/tbe_backward_cuda.md has the figures).
-  // The CPU backend ignores it.
-  bool short_key_sort = false;
 };
 
 struct TbeBackwardArgs {

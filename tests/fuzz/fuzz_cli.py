@@ -83,7 +83,6 @@ TBE_BACKWARD = dict(TBE_COMMON, **{
     "--max-block-segment": (None, "number:0,1,64"),
     "--block-threads": (None, "number:0,32,64"),
     "--learning-rate": (None, "real:0,0.1,1"),
-    "--short-key-sort": (None, "flag"),
     "--rounding": (None, "text:stochastic,nearest"),
 })
 SUBCOMMANDS = {

@@ -7,9 +7,8 @@
 //               which turns the records into a report (or *num_skipped) and clears them.
 //               Error mode: the report is copied back and the stream synchronised HERE, before any
 //               weight is written; a bad index or offset returns kOutOfRange and nothing is updated.
-//   sort        CUB's onesweep radix sort of pairs (stable) on bits [0, bit_width(max key)), 8 or 9
-//               bits a pass (sort_pairs), or, with tuning.short_key_sort, on fewer low bits when that
-//               saves a pass (sort_end_bit).
+//   sort        CUB's onesweep radix sort of pairs (stable) on bits [0, bit_width(max key)) (sort_end_bit),
+//               8 or 9 bits a pass (sort_pairs).
 //   encode      counters cleared, cub::DeviceSelect::UniqueByKey (each run's key and start), then the
 //               classify kernels (run lengths, the work lists in key order, hot-row slots).
 //   rows        grad_per_sample_weights, then the warp (lane-group, then whole-warp over the warp
@@ -120,23 +119,7 @@ bool wide_digits(int end_bit, bool key64) {
   return !key64 && ceil_div_int(end_bit, kWideDigitBits) < ceil_div_int(end_bit, kRadixDigitBits);
 }
 
-int sort_passes(int end_bit, bool key64) {
-  return ceil_div_int(end_bit, wide_digits(end_bit, key64) ? kWideDigitBits : kRadixDigitBits);
-}
-
-// Radix-sort key bits. A stable LSD sort on the low s bits orders lookups by (key mod 2^s, lookup
-// position). Two different keys with equal low bits differ by at least 2^s, so when every table has at
-// most 2^s rows they lie in different tables, and when the features' tables are in row order (row
-// offsets non-decreasing over features, which are table-major in the lookups) every lookup of the
-// smaller key comes first: each key's lookups stay one run, in lookup order, as after the full sort.
-// The sums and updates are then bit-identical; unique rows of 2^(full - s) row ranges interleave
-// (capped at kMaxInterleaveBits). Opt-in (tuning.short_key_sort), taken only when it saves a pass: on
-// the H200 the interleaved order slowed the uniform row phase by more than the pass saved. Never used
-// where the full order is visible or not guaranteed: dense mode (unique rows are returned ascending)
-// and skip mode (the sentinel key of a skipped lookup may sit between a row's lookups).
-constexpr int kMaxInterleaveBits = 2;  // at most 4 row ranges interleaved
-
-// The full sort covers the largest key. That is the sentinel total_rows where its place matters: dense
+// The sort covers the largest key. That is the sentinel total_rows where its place matters: dense
 // mode (unique rows ascending) and skip/warn modes (a skipped lookup's sentinel may sit between a row's
 // lookups). Elsewhere the sentinel marks only lookups before offsets[0] or from offsets[T*B] on, so
 // sorting it as its low bits (row 0 when total_rows is a power of two) leaves its run (UniqueByKey
@@ -147,21 +130,7 @@ int sort_end_bit(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& args) 
   const bool sentinel_ordered =
       args.optimizer.type == OptimizerType::kNone || embscale::tbe_bounds::skips_bad_indices(args.bounds_check);
   const uint64_t max_key = sentinel_ordered || total_rows == 0 ? total_rows : total_rows - 1;
-  const int full = std::max(1, bit_width(max_key));
-  const bool key64 = total_rows >= UINT32_MAX;
-  int s = full - 1;
-  while (s > 0 && sort_passes(s, key64) >= sort_passes(full, key64)) --s;
-  if (!args.tuning.short_key_sort || sentinel_ordered || s == 0 || full - s > kMaxInterleaveBits)
-    return full;
-  int64_t max_rows = 0, prev = 0;
-  for (int t = 0; t < tbe.num_tables(); ++t) max_rows = std::max(max_rows, tbe.config().tables[t].num_rows);
-  if (max_rows > (int64_t{1} << s)) return full;
-  for (int f = 0; f < tbe.num_features(); ++f) {
-    const int64_t r = tbe.row_offset(tbe.feature_table(f));
-    if (r < prev) return full;
-    prev = r;
-  }
-  return s;
+  return std::max(1, bit_width(max_key));
 }
 
 // The 9-bit digits (wide_digits): CUB's own sm_90 policy for (uint32 key, uint32 value) with the digit

@@ -81,11 +81,10 @@ struct FeatureRows {
 struct CallShape {
   int elem_bytes = 4;         // bytes of one weight
   int64_t batch_size = 0;     // B
-  // Pooled, no per-sample weights, fewer than 2^31 lookups and bags, tile-major grid: a call whose rows
-  // the plain kernels may walk (they count positions and items in 32 bits), with bounds checks or not.
+  // Pooled, no per-sample weights, fewer than 2^31 lookups and bags: a call whose rows the plain kernels
+  // may walk (they count positions and items in 32 bits), with bounds checks or not. False also for a
+  // launch that runs only the bags kernel (dev/'s shapes), which then keeps the bags kernel's grid rule.
   bool plain = false;
-  bool plain_kernels = true;  // the launch runs the plain kernels where the plan picks them (dev/'s bags
-                              // shapes: no, and they keep the bags kernel's grid rule)
   int block = ForwardPolicy::Bags::kBlock;  // threads per block
   int vecs = ForwardPolicy::Bags::kVecs;    // the bags kernel shape's vectors per lane
   int bags_per_group = 0;                   // 1..64; 0: the policy's rule
@@ -106,7 +105,7 @@ struct LaunchPlan {
 // the fewest bags per block (at least one tile).
 template <class FeatureAt>
 LaunchPlan plan_launch(const CallShape& c, int T, FeatureAt feature_at) {
-  bool all_warp = c.plain && c.plain_kernels && c.vecs == 1;
+  bool all_warp = c.plain && c.vecs == 1;
   bool all_vector = all_warp;
   bool long_rows = false;  // a row of more than a warp's vectors (two a lane, or passes)
   int max_group = 1;

@@ -28,9 +28,6 @@ struct ForwardPolicySm90 {
   // lane, L1 allocating. More resident warps with fewer loads each beat fewer warps with deeper unrolling.
   // docs/tuning.md#tbe-forward-bags-kernel-shape
   using Bags = FwdConfig<128, 8, 4, 1, false>;
-  // Grid order: x the bag tile, y the feature (blocks of one feature are neighbours); feature-inner
-  // order was slower. docs/tuning.md#tbe-forward-grid-order
-  static constexpr bool kFeatureInner = false;
   // Bags each lane group walks when the launch's widest lane group is a whole warp (rows of 17 or more
   // 16-byte vectors); narrower groups walk one. Two bags won where a warp owns a bag, lost on narrow rows.
   // docs/tuning.md#tbe-forward-bags-per-whole-warp-lane-group

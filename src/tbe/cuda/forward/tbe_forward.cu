@@ -17,8 +17,8 @@
 //      * warn mode: never (skip mode as inside a capture, always).
 // Off mode only launches the forward kernel. No mode allocates.
 //
-// Launch parameters: ForwardPolicy (forward_policy.cuh). tbe_forward_shaped takes them as an argument,
-// for dev/ to measure other shapes on the same path; nothing here is global or mutable.
+// Launch parameters: ForwardPolicy (forward_policy.cuh). The three steps (begin_forward, launch_forward,
+// end_forward) are declared in tbe_forward_launch.cuh; nothing here is global or mutable.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,22 +41,6 @@ using tbe_fwd::TbeForwardParams;
 constexpr int64_t kMaxGridX = INT_MAX;
 constexpr int kMaxGridY = 65535;
 
-// The forward kernel of the weights, output and index dtypes (launch_tbe_forward, instantiated in
-// tbe_forward_{f32,f16,bf16}.cu).
-Status launch_forward(const TbeForwardParams& p, DType w_dtype, DType out_dtype, DType index_dtype, dim3 grid,
-                   cudaStream_t s) {
-  return dispatch_float(w_dtype, "weights", [&](auto tw) {
-    return dispatch_float(out_dtype, "output", [&](auto to) {
-      return dispatch_index(index_dtype, "indices", [&](auto ti) {
-        using W = typename decltype(tw)::type;
-        using O = typename decltype(to)::type;
-        using I = typename decltype(ti)::type;
-        return tbe_fwd::launch_tbe_forward<W, O, I>(p, grid, s);
-      });
-    });
-  });
-}
-
 Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* num_skipped, int64_t* num_skipped_host,
                        cudaStream_t s) {
   const int64_t items = static_cast<int64_t>(p.num_features) * p.batch_size;
@@ -72,28 +56,18 @@ Status launch_finalize(const TbeForwardParams& p, DType index_dtype, int64_t* nu
 
 }  // namespace
 
-Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
-  using Policy = tbe_fwd::ForwardPolicy;
-  const tbe_fwd::ForwardShape shape{Policy::Bags::kBlock, Policy::Bags::kVecs, Policy::kFeatureInner, 0, nullptr, true};
-  return tbe_fwd::tbe_forward_shaped(ctx, tbe, args, shape);
-}
-
-Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
-                                   const ForwardShape& shape) {
-  if (shape.bags_per_group < 0 || shape.bags_per_group > 64)
-    return invalid_argument("bags_per_group: " + std::to_string(shape.bags_per_group) +
-                            "; expected 0 (the policy's rule) or 1..64");
+Status tbe_fwd::begin_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
+                              CallShape shape, ForwardLaunch* out) {
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   const TableBatchedEmbedding::DeviceMeta& meta = tbe.device_meta();
   const int T = tbe.num_features();
   const int64_t B = args.batch_size;
   const int64_t N = args.indices.numel();
   const bool sequence = args.pooling == PoolingMode::kNone;
+  ForwardLaunch& l = *out;
+  EMBSCALE_RETURN_IF_ERROR(tbe_report::capture_state(args.bounds_check, stream, &l.capturing));
 
-  bool capturing = false;
-  EMBSCALE_RETURN_IF_ERROR(tbe_report::capture_state(args.bounds_check, stream, &capturing));
-
-  TbeForwardParams p;
+  TbeForwardParams& p = l.p;
   p.weights = args.weights.data;
   p.indices = args.indices.data;
   p.offsets = args.offsets.data;
@@ -115,51 +89,60 @@ Status tbe_fwd::tbe_forward_shaped(const Context& ctx, const TableBatchedEmbeddi
   p.check = args.bounds_check == BoundsCheckMode::kError ? tbe_fwd::kCheckError
             : skips                                      ? tbe_fwd::kCheckSkip
                                                          : tbe_fwd::kCheckOff;
-  p.feature_inner = shape.feature_inner ? 1 : 0;
   p.kernel = tbe_fwd::kKernelBags;
+  l.any_bags = T > 0 && B > 0;
+  if (!l.any_bags) return Status::Ok();
 
-  // Grid: the tiles cover the bags of the feature whose row plan packs the fewest bags per block (the
-  // same kernel_plan the kernel evaluates, so the sizes agree), divided by the bags per lane group; x is
-  // the tile and y the feature (folded if T > 65535), or the other way round in feature-inner order
-  // (tiles folded past 65535: the kernel loops over the bags of its tiles).
-  if (T > 0 && B > 0) {
-    const int es = static_cast<int>(dtype_size(args.weights.dtype));
-    const auto base = reinterpret_cast<uintptr_t>(args.weights.data);
-    // The kernel, bags per lane group and tiles (forward_plan.h). dev/'s bags-kernel shapes launch their
-    // own kernels and keep the bags kernel's grid rule.
-    tbe_fwd::CallShape call;
-    call.elem_bytes = es;
-    call.batch_size = B;
-    call.plain = !sequence && p.per_sample_weights == nullptr && N < (int64_t{1} << 31) &&
-                 static_cast<int64_t>(T) * B < (int64_t{1} << 31) && !shape.feature_inner;
-    call.plain_kernels = shape.plain_kernels;
-    call.block = shape.block;
-    call.vecs = shape.vecs;
-    call.bags_per_group = shape.bags_per_group;
-    const tbe_fwd::LaunchPlan plan = tbe_fwd::plan_launch(call, T, [&](int f) {
-      const int t = tbe.feature_table(f);
-      return tbe_fwd::FeatureRows{tbe.feature_dim(f), tbe.config().tables[t].num_rows,
-                                  base + static_cast<uintptr_t>(tbe.weight_offset(t)) * es};
+  // The kernel, bags per lane group and tiles (forward_plan.h): the tiles cover the bags of the feature
+  // whose row plan packs the fewest bags per block (the same kernel_plan the kernels evaluate, so the
+  // sizes agree). Grid: x the tile, y the feature, each folded past its limit (the kernels loop).
+  const int es = static_cast<int>(dtype_size(args.weights.dtype));
+  const auto base = reinterpret_cast<uintptr_t>(args.weights.data);
+  shape.elem_bytes = es;
+  shape.batch_size = B;
+  shape.plain = shape.plain && !sequence && p.per_sample_weights == nullptr && N < (int64_t{1} << 31) &&
+                static_cast<int64_t>(T) * B < (int64_t{1} << 31);
+  const tbe_fwd::LaunchPlan plan = tbe_fwd::plan_launch(shape, T, [&](int f) {
+    const int t = tbe.feature_table(f);
+    return tbe_fwd::FeatureRows{tbe.feature_dim(f), tbe.config().tables[t].num_rows,
+                                base + static_cast<uintptr_t>(tbe.weight_offset(t)) * es};
+  });
+  p.kernel = plan.kernel;
+  l.grid = dim3(static_cast<unsigned>(std::min(plan.tiles, kMaxGridX)), static_cast<unsigned>(std::min(T, kMaxGridY)));
+  return Status::Ok();
+}
+
+Status tbe_fwd::launch_forward(const ForwardLaunch& l, const TbeForwardArgs& args, cudaStream_t stream) {
+  if (!l.any_bags) return Status::Ok();
+  return dispatch_float(args.weights.dtype, "weights", [&](auto tw) {
+    return dispatch_float(args.output.dtype, "output", [&](auto to) {
+      return dispatch_index(args.indices.dtype, "indices", [&](auto ti) {
+        using W = typename decltype(tw)::type;
+        using O = typename decltype(to)::type;
+        using I = typename decltype(ti)::type;
+        return tbe_fwd::launch_tbe_forward<W, O, I>(l.p, l.grid, stream);
+      });
     });
-    p.kernel = plan.kernel;
-    const int64_t tiles = plan.tiles;
-    const dim3 grid = shape.feature_inner
-                          ? dim3(static_cast<unsigned>(T), static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridY)))
-                          : dim3(static_cast<unsigned>(std::min(tiles, kMaxGridX)),
-                                 static_cast<unsigned>(std::min(T, kMaxGridY)));
-    if (shape.launch != nullptr) {
-      EMBSCALE_RETURN_IF_ERROR(shape.launch(p, grid, stream));
-    } else {
-      EMBSCALE_RETURN_IF_ERROR(launch_forward(p, args.weights.dtype, args.output.dtype, args.indices.dtype, grid, stream));
-    }
-  }
+  });
+}
+
+Status tbe_fwd::end_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
+                            const ForwardLaunch& l) {
   if (args.bounds_check == BoundsCheckMode::kOff) return Status::Ok();
-
-  EMBSCALE_RETURN_IF_ERROR(launch_finalize(p, args.indices.dtype, args.num_skipped, args.num_skipped_host, stream));
-  if (args.bounds_check == BoundsCheckMode::kWarn || (args.bounds_check == BoundsCheckMode::kSkip && capturing))
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  EMBSCALE_RETURN_IF_ERROR(launch_finalize(l.p, args.indices.dtype, args.num_skipped, args.num_skipped_host, stream));
+  if (args.bounds_check == BoundsCheckMode::kWarn || (args.bounds_check == BoundsCheckMode::kSkip && l.capturing))
     return Status::Ok();
+  return tbe_report::read_report(tbe, args.batch_size, args.indices.numel(), stream, "tbe forward");
+}
 
-  return tbe_report::read_report(tbe, B, N, stream, "tbe forward");
+Status tbe_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args) {
+  tbe_fwd::CallShape shape;  // ForwardPolicy's kernel shape and bags rule; plain kernels where they apply
+  shape.plain = true;
+  tbe_fwd::ForwardLaunch l;
+  EMBSCALE_RETURN_IF_ERROR(tbe_fwd::begin_forward(ctx, tbe, args, shape, &l));
+  EMBSCALE_RETURN_IF_ERROR(tbe_fwd::launch_forward(l, args, static_cast<cudaStream_t>(ctx.stream)));
+  return tbe_fwd::end_forward(ctx, tbe, args, l);
 }
 
 }  // namespace cuda

@@ -75,7 +75,6 @@ struct TbeForwardParams {
   int num_features;               // T
   int pooling;                    // PoolKind
   int check;                      // CheckKind
-  int feature_inner;              // 0: grid (bag tiles, features); 1: grid (features, bag tiles)
   int kernel;                     // FwdKernel: which kernel runs the call (chosen on the host)
 };
 
@@ -311,19 +310,15 @@ __device__ __forceinline__ void tbe_forward_feature(const TbeForwardParams& p, i
   }
 }
 
-// grid = (bag tiles, features), or (features, bag tiles) when p.feature_inner; block = C::kBlock (C: a
-// FwdConfig, forward_policy.cuh).
+// grid = (bag tiles, features); block = C::kBlock (C: a FwdConfig, forward_policy.cuh).
 // Pooled and sequence outputs are separate kernels: the sequence loop keeps more values live (a store
 // per lookup) and would otherwise set the register budget, and so the occupancy, of the pooled kernel.
 template <typename W, typename O, typename I, bool kPooled, typename C = ForwardPolicy::Bags>
 __global__ void __launch_bounds__(C::kBlock, kPooled ? C::kMinBlocks : C::kMinBlocksSequence)
     tbe_forward_bags_kernel(const TbeForwardParams p) {
-  const bool fi = p.feature_inner != 0;
-  const int f0 = static_cast<int>(fi ? blockIdx.x : blockIdx.y);
-  const int f_stride = static_cast<int>(fi ? gridDim.x : gridDim.y);
-  const int64_t tile0 = fi ? blockIdx.y : blockIdx.x;
-  const int64_t tiles = fi ? gridDim.y : gridDim.x;
-  for (int f = f0; f < p.num_features; f += f_stride) {
+  const int64_t tile0 = blockIdx.x;
+  const int64_t tiles = gridDim.x;
+  for (int f = static_cast<int>(blockIdx.y); f < p.num_features; f += static_cast<int>(gridDim.y)) {
     const W* table = static_cast<const W*>(p.weights) + p.weight_offsets[f];
     const RowPlan plan =
         kernel_plan(p.dims[f], static_cast<int>(sizeof(W)), reinterpret_cast<uintptr_t>(table), C::kVecs);

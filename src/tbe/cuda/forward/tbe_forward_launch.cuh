@@ -1,8 +1,8 @@
 // CUDA table-batched embedding forward: the launchers of the bags kernel, one template over the closed
 // set weights {fp32, fp16, bf16} x output {fp32, fp16, bf16} x index {int32, int64}. The set is
 // explicitly instantiated in tbe_forward_{f32,f16,bf16}.cu (one file per weights dtype, so a 2-core
-// build compiles them in parallel); tbe_forward.cu sees only these declarations. Also the shaped
-// forward dev/ measures other launch shapes with.
+// build compiles them in parallel); tbe_forward.cu sees only these declarations. Also the
+// forward's steps, which dev/ runs around kernels of its own.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,26 +30,26 @@ EMBSCALE_TBE_FORWARD_EXTERN(fp16_t)
 EMBSCALE_TBE_FORWARD_EXTERN(bf16_t)
 #undef EMBSCALE_TBE_FORWARD_EXTERN
 
-// How the bags kernel is launched. The library runs ForwardPolicy (forward_policy.cuh) for every call;
-// dev/ passes other kernel shapes, grid orders and bags per lane group, so that they are measured on
-// the library's own grid sizing, bounds-check protocol and report.
-struct ForwardShape {
-  int block;            // threads per block of the bags kernel
-  int vecs;             // its FwdConfig::kVecs (the grid is sized with the kernel's own row plan)
-  bool feature_inner;   // grid (features, bag tiles) instead of (bag tiles, features)
-  int bags_per_group;   // bags each lane group walks, 1..64; 0: ForwardPolicy's rule
-  // Launches the bags kernel; null: the library's launchers (ForwardPolicy::Bags, every dtype).
-  Status (*launch)(const TbeForwardParams& p, dim3 grid, cudaStream_t stream);
-  // Whether `launch` runs the plain kernels where forward_plan.h picks them (TbeForwardParams::kernel):
-  // the library's launchers do; a launcher that runs only the bags kernel does not, and then the grid
-  // follows the bags kernel's rule and p.kernel is kKernelBags.
-  bool plain_kernels;
+// The forward in three steps (tbe_forward runs them in order): the call's parameters and grid, the
+// kernel, the bounds-check protocol. dev/ launches kernels of its own between the first and the last.
+struct ForwardLaunch {
+  TbeForwardParams p;      // p.kernel: the kernel forward_plan.h picks
+  dim3 grid;               // (bag tiles, features), each folded past its limit
+  bool any_bags = false;   // T > 0 and B > 0: a kernel runs
+  bool capturing = false;  // the stream is being captured
 };
 
-// The forward of tbe_backend.h with an explicit shape (arguments already validated by tbe.cpp); an
-// out-of-range bags_per_group is an invalid_argument naming it.
-Status tbe_forward_shaped(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
-                          const ForwardShape& shape);
+// The parameters and grid of a call whose arguments tbe.cpp has validated. `shape` gives the block, the
+// bags kernel's vectors per lane, the bags per lane group and whether the launch may run the plain kernels
+// (ForwardPolicy's shape, plain allowed, for the library); whether the call is one they can take is
+// decided here.
+Status begin_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
+                     CallShape shape, ForwardLaunch* out);
+// The library's kernel for l.p.kernel and the call's dtypes (nothing when there are no bags).
+Status launch_forward(const ForwardLaunch& l, const TbeForwardArgs& args, cudaStream_t stream);
+// The bounds-check finalize kernel and, where the mode asks for it, the report read back as a Status.
+Status end_forward(const Context& ctx, const TableBatchedEmbedding& tbe, const TbeForwardArgs& args,
+                   const ForwardLaunch& l);
 
 }  // namespace tbe_fwd
 }  // namespace cuda
