@@ -28,6 +28,10 @@
 
 namespace embscale {
 
+namespace detail {
+class KnownPointers;  // the buffers a handle's memory checks accepted (the library's, not part of the API)
+}
+
 enum class PoolingMode { kSum = 0, kMean, kNone };
 constexpr int kNumPoolingModes = static_cast<int>(PoolingMode::kNone) + 1;  // values 0 .. count - 1
 const char* pooling_mode_name(PoolingMode m);  // "sum", "mean", "none"
@@ -265,6 +269,9 @@ class TableBatchedEmbedding {
   };
   static constexpr int kScratchWords = 8;
   const DeviceMeta& device_meta() const { return meta_; }
+  // The buffers this object's calls have found in memory the backend can use, for the argument checks:
+  // each is asked about once, not on every call.
+  detail::KnownPointers* known_pointers() const { return known_pointers_.get(); }
 
  private:
   TableBatchedEmbedding() = default;
@@ -277,6 +284,7 @@ class TableBatchedEmbedding {
   int max_dim_ = 0;
   void* meta_storage_ = nullptr;         // one allocation holding DeviceMeta's arrays
   DeviceMeta meta_;
+  std::unique_ptr<detail::KnownPointers> known_pointers_;
 };
 
 }  // namespace embscale

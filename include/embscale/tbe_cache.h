@@ -174,6 +174,8 @@ class RowCache {
   int64_t total_sets() const { return total_sets_; }
   const TableMeta& table_meta(int table) const { return meta_[table]; }
   const void* meta_storage() const { return meta_storage_; }
+  // The buffers this object's calls have found in memory the backend can use (as TableBatchedEmbedding's).
+  detail::KnownPointers* known_pointers() const { return known_pointers_.get(); }
 
  private:
   RowCache() = default;
@@ -185,6 +187,7 @@ class RowCache {
   int64_t total_sets_ = 0;
   size_t state_bytes_ = 0, rounding_bases_offset_ = 0;
   void* meta_storage_ = nullptr;  // [num_tables] TableMeta, then [num_features] int32 feature -> table
+  std::unique_ptr<detail::KnownPointers> known_pointers_;
 };
 
 }  // namespace embscale

@@ -140,6 +140,7 @@ class QuantizedTableBatchedEmbedding {
   int max_dim_ = 0;
   void* meta_storage_ = nullptr;        // one CUDA allocation holding DeviceMeta's arrays
   DeviceMeta meta_;
+  std::unique_ptr<detail::KnownPointers> known_pointers_;  // as TableBatchedEmbedding's: forward's accepted buffers
 };
 
 // ---- quantizing helpers -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/cuda_runtime.h"
+#include "core/known_pointers.h"
 #include "embscale/context.h"
 #include "embscale/status.h"
 #include "embscale/tensor.h"
@@ -68,36 +69,60 @@ inline Status data(const char* name, const TensorView& t) {
   return Status::Ok();
 }
 
+#if EMBSCALE_WITH_CUDA
+// `accept`, the runtime's verdict on p, unless `known` (when given) holds p as accepted by the same check
+// under the current device; p is remembered once accepted. A refusal is never remembered.
+template <typename Accept>
+Status remembered(detail::KnownPointers* known, detail::KnownPointers::Kind kind, const void* p, Accept accept) {
+  if (known == nullptr) return accept();
+  int dev = 0;
+  EMBSCALE_RETURN_IF_ERROR(cuda::current_device(&dev));
+  if (known->contains(p, dev, kind)) return Status::Ok();
+  EMBSCALE_RETURN_IF_ERROR(accept());
+  known->add(p, dev, kind);
+  return Status::Ok();
+}
+#endif
+
 // Memory the context's backend can use: on CUDA, device memory of the current device (or pinned,
 // mapped or managed memory), so a host pointer or another GPU's buffer is refused before a kernel
-// faults on it. Null pointers pass (presence is checked where it is required).
-inline Status memory(const Context& ctx, const char* name, const void* p) {
+// faults on it. Null pointers pass (presence is checked where it is required). A handle passes its
+// `known` pointers (core/known_pointers.h) so each of its buffers is asked about once.
+inline Status memory(const Context& ctx, const char* name, const void* p, detail::KnownPointers* known = nullptr) {
 #if EMBSCALE_WITH_CUDA
-  if (ctx.backend == Backend::kCuda && p != nullptr) return cuda::check_device_memory(name, p);
+  if (ctx.backend == Backend::kCuda && p != nullptr)
+    return remembered(known, detail::KnownPointers::Kind::kDevice, p,
+                      [&] { return cuda::check_device_memory(name, p); });
 #else
-  (void)ctx, (void)name, (void)p;
+  (void)ctx, (void)name, (void)p, (void)known;
 #endif
   return Status::Ok();
 }
 
 // Host memory the backend's device stores to and the host reads (a count polled without an event): on
 // CUDA pinned memory mapped at the same address; on the CPU any memory. Null pointers pass.
-inline Status mapped_host_memory(const Context& ctx, const char* name, const void* p) {
+inline Status mapped_host_memory(const Context& ctx, const char* name, const void* p,
+                                 detail::KnownPointers* known = nullptr) {
 #if EMBSCALE_WITH_CUDA
-  if (ctx.backend == Backend::kCuda && p != nullptr) return cuda::check_mapped_host_memory(name, p);
+  if (ctx.backend == Backend::kCuda && p != nullptr)
+    return remembered(known, detail::KnownPointers::Kind::kMappedHost, p,
+                      [&] { return cuda::check_mapped_host_memory(name, p); });
 #else
-  (void)ctx, (void)name, (void)p;
+  (void)ctx, (void)name, (void)p, (void)known;
 #endif
   return Status::Ok();
 }
 
 // A row cache's host store (tbe_cache.h): on CUDA managed memory or pinned memory mapped at the same
 // address; on the CPU any memory. Null pointers pass.
-inline Status host_store_memory(const Context& ctx, const char* name, const void* p) {
+inline Status host_store_memory(const Context& ctx, const char* name, const void* p,
+                                detail::KnownPointers* known = nullptr) {
 #if EMBSCALE_WITH_CUDA
-  if (ctx.backend == Backend::kCuda && p != nullptr) return cuda::check_host_store_memory(name, p);
+  if (ctx.backend == Backend::kCuda && p != nullptr)
+    return remembered(known, detail::KnownPointers::Kind::kHostStore, p,
+                      [&] { return cuda::check_host_store_memory(name, p); });
 #else
-  (void)ctx, (void)name, (void)p;
+  (void)ctx, (void)name, (void)p, (void)known;
 #endif
   return Status::Ok();
 }

@@ -17,6 +17,7 @@ void device_free(void* ptr);
 Status memcpy_sync(void* dst, const void* src, size_t bytes, void* stream);  // cudaMemcpyDefault
 Status memset_async(void* dst, int value, size_t bytes, void* stream);
 Status stream_synchronize(void* stream);
+Status current_device(int* device);  // cudaGetDevice
 // Refuses a pointer the current device cannot use as device memory: host memory that is not mapped
 // for the device, or memory of another device (named in the message). Pinned, mapped and managed
 // memory pass.

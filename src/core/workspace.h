@@ -43,7 +43,8 @@ class WorkspaceLayout {
   size_t size() const { return end_ == 0 ? 0 : end_ + (base_ == Base::kAligned ? kAlign : 0); }
 
   // The size check of a call (check_workspace below) against this layout's size().
-  Status check(const Context& ctx, const void* ws, size_t ws_bytes, const char* size_query) const;
+  Status check(const Context& ctx, const void* ws, size_t ws_bytes, const char* size_query,
+               detail::KnownPointers* known = nullptr) const;
 
   // Slice s of the caller's buffer ws (which check() accepted), as T*.
   template <typename T>
@@ -62,19 +63,21 @@ class WorkspaceLayout {
 
 // The size check of a call that needs `need` bytes: kWorkspaceTooSmall below it (naming `size_query`, the
 // function that gives the size), a null buffer when need > 0, or memory the context's backend cannot
-// use. Every op's workspace check (layouts' and the FP8 ops', whose backends size their own) is this one.
-inline Status check_workspace(const Context& ctx, const void* ws, size_t ws_bytes, size_t need, const char* size_query) {
+// use (a handle's `known` pointers as in check::memory). Every op's workspace check (layouts' and the FP8
+// ops', whose backends size their own) is this one.
+inline Status check_workspace(const Context& ctx, const void* ws, size_t ws_bytes, size_t need, const char* size_query,
+                              detail::KnownPointers* known = nullptr) {
   if (ws_bytes < need)
     return workspace_too_small("workspace_bytes: " + std::to_string(ws_bytes) + " bytes; " + size_query +
                                " asks for " + std::to_string(need));
   if (need == 0) return Status::Ok();
   if (ws == nullptr) return invalid_argument("workspace: null, but " + std::to_string(need) + " bytes are needed");
-  return check::memory(ctx, "workspace", ws);
+  return check::memory(ctx, "workspace", ws, known);
 }
 
-inline Status WorkspaceLayout::check(const Context& ctx, const void* ws, size_t ws_bytes,
-                                     const char* size_query) const {
-  return check_workspace(ctx, ws, ws_bytes, size(), size_query);
+inline Status WorkspaceLayout::check(const Context& ctx, const void* ws, size_t ws_bytes, const char* size_query,
+                                     detail::KnownPointers* known) const {
+  return check_workspace(ctx, ws, ws_bytes, size(), size_query, known);
 }
 
 }  // namespace embscale

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/known_pointers.h"
 #include "core/spelling.h"
 #include "tbe/tbe_backend.h"
 #include "tbe/tbe_validate.h"
@@ -103,6 +104,7 @@ Status TableBatchedEmbedding::create(const Context& ctx, const TbeConfig& cfg,
   std::unique_ptr<TableBatchedEmbedding> tbe(new TableBatchedEmbedding());
   tbe->cfg_ = cfg;
   tbe->backend_ = ctx.backend;
+  tbe->known_pointers_.reset(new detail::KnownPointers());
 
   // Weight offsets in elements, 64-bit: E_t * D_t and their running sum are checked against
   // overflow so a buffer over 2^31 (or 2^32) elements is addressed correctly.
@@ -186,10 +188,11 @@ Status TableBatchedEmbedding::forward(const Context& ctx, const TbeForwardArgs& 
   const struct { const char* name; const TensorView* t; } inputs[] = {
       {"weights", &args.weights}, {"indices", &args.indices}, {"offsets", &args.offsets},
       {"per_sample_weights", &args.per_sample_weights}};
-  for (const auto& in : inputs) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, in.name, in.t->data));
-  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "output", args.output.data));
-  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "num_skipped", args.num_skipped));
-  EMBSCALE_RETURN_IF_ERROR(check::mapped_host_memory(ctx, "num_skipped_host", args.num_skipped_host));
+  detail::KnownPointers* known = known_pointers_.get();
+  for (const auto& in : inputs) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, in.name, in.t->data, known));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "output", args.output.data, known));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "num_skipped", args.num_skipped, known));
+  EMBSCALE_RETURN_IF_ERROR(check::mapped_host_memory(ctx, "num_skipped_host", args.num_skipped_host, known));
 
   if (ctx.backend == Backend::kCpu) return cpu::tbe_forward(ctx, *this, args);
 #if EMBSCALE_WITH_CUDA

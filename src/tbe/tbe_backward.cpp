@@ -216,8 +216,8 @@ Status check_buffers(const TableBatchedEmbedding& tbe, const TbeBackwardArgs& a)
   return check::disjoint(r.written.data(), r.written.size(), r.read.data(), r.read.size());
 }
 
-// Every buffer in memory the backend can use (on CUDA: the current device's).
-Status check_memory(const Context& ctx, const TbeBackwardArgs& a) {
+// Every buffer in memory the backend can use (on CUDA: the current device's), each asked about once per handle.
+Status check_memory(const TableBatchedEmbedding& tbe, const Context& ctx, const TbeBackwardArgs& a) {
   const struct { const char* name; const void* p; } all[] = {
       {"weights", a.weights.data},
       {"indices", a.indices.data},
@@ -232,7 +232,7 @@ Status check_memory(const Context& ctx, const TbeBackwardArgs& a) {
       {"unique_grads", a.unique_grads.data},
       {"num_skipped", a.num_skipped},
       {"rounding_bases", a.rounding_bases.data}};
-  for (const auto& b : all) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, b.name, b.p));
+  for (const auto& b : all) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, b.name, b.p, tbe.known_pointers()));
   return Status::Ok();
 }
 
@@ -248,7 +248,7 @@ Status check_backward(const TableBatchedEmbedding& tbe, const Context& ctx, cons
 
   EMBSCALE_RETURN_IF_ERROR(check_optimizer_params(a.optimizer));
   EMBSCALE_RETURN_IF_ERROR(check_buffers(tbe, a));
-  EMBSCALE_RETURN_IF_ERROR(check_memory(ctx, a));
+  EMBSCALE_RETURN_IF_ERROR(check_memory(tbe, ctx, a));
   if (a.rounding != WeightRounding::kNearest && a.rounding != WeightRounding::kStochastic)
     return invalid_argument("rounding: unknown mode " + std::to_string(static_cast<int>(a.rounding)));
   if (a.tuning.max_warp_segment < 0)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/known_pointers.h"
 #include "core/spelling.h"
 #include "core/workspace.h"
 #include "embscale/memory.h"
@@ -130,8 +131,8 @@ cache_backend::State carve_state(const RowCache& c, void* state) {
 
 // One buffer of the host store or of the cache: of the weights' dtype, or fp32 state in the layout the
 // optimizer gives (row-wise: rows, element-wise: weights), present exactly when the optimizer keeps it.
-Status check_buffer(const Context& ctx, const char* name, const TensorView& v, DType dtype, int64_t numel,
-                    bool present, bool host) {
+Status check_buffer(const Context& ctx, detail::KnownPointers* known, const char* name, const TensorView& v,
+                    DType dtype, int64_t numel, bool present, bool host) {
   if (!present) {
     if (v.data != nullptr) return invalid_argument(std::string(name) + ": given, but the optimizer keeps no such state");
     return Status::Ok();
@@ -144,7 +145,7 @@ Status check_buffer(const Context& ctx, const char* name, const TensorView& v, D
   if (v.numel() != numel)
     return invalid_argument(std::string(name) + ": " + std::to_string(v.numel()) + " elements; expected " +
                             std::to_string(numel));
-  return host ? check::host_store_memory(ctx, name, v.data) : check::memory(ctx, name, v.data);
+  return host ? check::host_store_memory(ctx, name, v.data, known) : check::memory(ctx, name, v.data, known);
 }
 
 }  // namespace
@@ -162,6 +163,7 @@ Status RowCache::create(const Context& ctx, const RowCacheConfig& cfg, std::uniq
   std::unique_ptr<RowCache> c(new RowCache());
   c->cfg_ = cfg;
   c->backend_ = ctx.backend;
+  c->known_pointers_.reset(new detail::KnownPointers());
   Context host_ctx = Context::cpu(1);
   EMBSCALE_RETURN_IF_ERROR(TableBatchedEmbedding::create(host_ctx, cfg.tables, &c->host_tbe_));
   const TableBatchedEmbedding& host = *c->host_tbe_;
@@ -260,21 +262,25 @@ Status check_buffers(const RowCache& c, const Context& ctx, const RowCacheBuffer
   };
   const opt::StateLayout l1 = spec.momentum1.layout, l2 = spec.momentum2.layout;
   const bool m1 = l1 != opt::StateLayout::kAbsent, m2 = l2 != opt::StateLayout::kAbsent;
-  EMBSCALE_RETURN_IF_ERROR(check_buffer(ctx, "host_weights", b.host_weights, w, host.num_weights(), true, true));
-  EMBSCALE_RETURN_IF_ERROR(check_buffer(ctx, "host_momentum1", b.host_momentum1, DType::kF32, numel(host, l1), m1, true));
-  EMBSCALE_RETURN_IF_ERROR(check_buffer(ctx, "host_momentum2", b.host_momentum2, DType::kF32, numel(host, l2), m2, true));
-  EMBSCALE_RETURN_IF_ERROR(check_buffer(ctx, "cache_weights", b.cache_weights, w, cache.num_weights(), true, false));
+  detail::KnownPointers* known = c.known_pointers();
+  EMBSCALE_RETURN_IF_ERROR(check_buffer(ctx, known, "host_weights", b.host_weights, w, host.num_weights(), true, true));
   EMBSCALE_RETURN_IF_ERROR(
-      check_buffer(ctx, "cache_momentum1", b.cache_momentum1, DType::kF32, numel(cache, l1), m1, false));
+      check_buffer(ctx, known, "host_momentum1", b.host_momentum1, DType::kF32, numel(host, l1), m1, true));
   EMBSCALE_RETURN_IF_ERROR(
-      check_buffer(ctx, "cache_momentum2", b.cache_momentum2, DType::kF32, numel(cache, l2), m2, false));
+      check_buffer(ctx, known, "host_momentum2", b.host_momentum2, DType::kF32, numel(host, l2), m2, true));
+  EMBSCALE_RETURN_IF_ERROR(
+      check_buffer(ctx, known, "cache_weights", b.cache_weights, w, cache.num_weights(), true, false));
+  EMBSCALE_RETURN_IF_ERROR(
+      check_buffer(ctx, known, "cache_momentum1", b.cache_momentum1, DType::kF32, numel(cache, l1), m1, false));
+  EMBSCALE_RETURN_IF_ERROR(
+      check_buffer(ctx, known, "cache_momentum2", b.cache_momentum2, DType::kF32, numel(cache, l2), m2, false));
   if (b.state == nullptr) return invalid_argument("state: null; state_bytes() = " + std::to_string(c.state_bytes()));
   if (b.state_bytes < c.state_bytes())
     return invalid_argument("state_bytes: " + std::to_string(b.state_bytes) + "; state_bytes() asks for " +
                             std::to_string(c.state_bytes()));
   if (reinterpret_cast<uintptr_t>(b.state) % WorkspaceLayout::kAlign != 0)
     return invalid_argument("state: not aligned to " + std::to_string(WorkspaceLayout::kAlign) + " bytes");
-  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "state", b.state));
+  EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, "state", b.state, known));
   using check::region;
   const check::Region all[] = {region("host_weights", b.host_weights),   region("host_momentum1", b.host_momentum1),
                                region("host_momentum2", b.host_momentum2), region("cache_weights", b.cache_weights),
@@ -290,7 +296,7 @@ Status check_plan(const RowCache& c, const Context& ctx, const void* plan, size_
                             std::to_string(c.plan_bytes()));
   if (reinterpret_cast<uintptr_t>(plan) % WorkspaceLayout::kAlign != 0)
     return invalid_argument("plan: not aligned to " + std::to_string(WorkspaceLayout::kAlign) + " bytes");
-  return check::memory(ctx, "plan", plan);
+  return check::memory(ctx, "plan", plan, c.known_pointers());
 }
 
 cache_backend::Call make_call(const RowCache& c, const Context& ctx, const RowCacheBuffers& b) {
@@ -350,7 +356,7 @@ Status RowCache::prefetch(const Context& ctx, const RowCacheBuffers& b, const Ro
     return invalid_argument("indices: int32, but the cache's tables have more rows than int32 indexes; pass int64");
   for (const auto& [name, p] : {std::pair<const char*, const void*>{"indices", a.indices.data},
                                 {"offsets", a.offsets.data}, {"remapped", a.remapped.data}})
-    EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, name, p));
+    EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, name, p, known_pointers_.get()));
   using check::region;
   const check::Region written[] = {region("remapped", a.remapped), check::Region{"plan", a.plan, plan_bytes()}};
   const check::Region read[] = {region("indices", a.indices), region("offsets", a.offsets),

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/cuda_runtime.h"
+#include "core/known_pointers.h"
 #include "core/numerics.h"
 #include "core/spelling.h"
 #include "core/scaling.h"
@@ -184,6 +185,7 @@ Status QuantizedTableBatchedEmbedding::create(const Context& ctx, const QuantTbe
   std::unique_ptr<QuantizedTableBatchedEmbedding> tbe(new QuantizedTableBatchedEmbedding());
   tbe->cfg_ = cfg;
   tbe->backend_ = ctx.backend;
+  tbe->known_pointers_.reset(new detail::KnownPointers());
   const int num_tables = static_cast<int>(cfg.tables.size());
   tbe->row_bytes_.assign(num_tables, 0);
   tbe->table_offsets_.assign(num_tables, 0);
@@ -304,7 +306,7 @@ Status QuantizedTableBatchedEmbedding::forward(const Context& ctx, const QuantTb
       {"weights", args.weights}, {"indices", args.indices.data}, {"offsets", args.offsets.data},
       {"per_sample_weights", args.per_sample_weights.data}, {"output", args.output.data},
       {"num_skipped", args.num_skipped}};
-  for (const auto& m : memory) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, m.name, m.p));
+  for (const auto& m : memory) EMBSCALE_RETURN_IF_ERROR(check::memory(ctx, m.name, m.p, known_pointers_.get()));
 
   if (ctx.backend == Backend::kCpu) return cpu::tbe_quant_forward(ctx, *this, args);
 #if EMBSCALE_WITH_CUDA

@@ -48,6 +48,8 @@ Status stream_synchronize(void* stream) {
   return cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
 }
 
+Status current_device(int* device) { return cuda_status(cudaGetDevice(device), "cudaGetDevice"); }
+
 Status check_device_memory(const char* name, const void* ptr) {
   cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {

@@ -366,7 +366,7 @@ Status tbe_backward_prepare(const Context& ctx, const TableBatchedEmbedding& tbe
   EMBSCALE_RETURN_IF_ERROR(resolve_tuning(args.tuning, tbe.max_dim(), &t));
   Layout L;
   EMBSCALE_RETURN_IF_ERROR(make_layout(tbe, args, t, stream, &L));
-  EMBSCALE_RETURN_IF_ERROR(L.ws.check(ctx, ws, ws_bytes, "backward_workspace_size()"));
+  EMBSCALE_RETURN_IF_ERROR(L.ws.check(ctx, ws, ws_bytes, "backward_workspace_size()", tbe.known_pointers()));
   const CallShape c = call_shape(tbe, args);
   const bool dense = args.optimizer.type == OptimizerType::kNone;
 
