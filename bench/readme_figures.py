@@ -64,7 +64,7 @@ HEADINGS = {"torch": "Against torch on one H200", "fbgemm": "Against FBGEMM on t
 # The records each part of the section reads, and the builds its TBE tables show.
 GPU_RECORDS = "2026-11-30-nvidia-h200.jsonl"
 CPU_RECORDS = "2026-11-30-cpu.jsonl"
-TRAIN_RECORDS = ("train_dlrm/2026-11-30-nvidia-h200.json", "train_dlrm/2026-11-30-cpu.json")
+TRAIN_RECORDS = ("train_dlrm/2026-12-07-nvidia-h100.json", "train_dlrm/2026-12-07-cpu.json")
 GPU_FORWARD_BUILD = "4092f9b"  # the forward's final build against torch
 GPU_SWEEP_BUILD = "39ca103"    # the row-size sweep and the backward's final build, with torch in the same run
 CPU_FORWARD_BUILD = "4092f9b"
@@ -222,8 +222,6 @@ HISTORICAL = {
         "C API was split, four optimizers were added, and the CUDA backward's lane groups took the optimizers with "
         "element-wise state (the row-wise Adagrad kernels it measures compile to the same SASS), and the bounds "
         "report's device code is shared with the new quantized CUDA forward"),
-    "dlrm": dict(records=TRAIN_RECORDS, measured="2026-11-30", builds=(), committed=("15d29e1", "5c3180a"),
-                 why="both backends' TBE and the torch module have changed since"),
     "cpu": dict(records=(CPU_RECORDS,), measured="2026-11-30 to 2026-12-01", builds=("4092f9b",),
                 committed=("930ecc5", "4a81761"), why="the CPU backend has changed since"),
     "fbgemm_cpu, AMD EPYC": dict(records=("2026-12-04-cpu-fbgemm-zen4.jsonl",), measured="2026-12-04",
@@ -1129,7 +1127,8 @@ def train_section(prov=None):
     parts, used = [], []
     for name in TRAIN_RECORDS:
         d = load(name)
-        used.append((name, {"date": os.path.basename(name)[:10]}))  # the summaries carry no date: their names do
+        # The summaries carry no date (their names do); their build is the checkout the run was made from.
+        used.append((name, {"date": os.path.basename(name)[:10], "build": d.get("build")}))
         res = d["results"]
         parts.append(f"{d['args']['device'].upper()}: median step {res['embscale']['step_ms_median']:.2f} ms vs "
                      f"{res['baseline']['step_ms_median']:.2f} ms, largest gap of the smoothed loss curves "
