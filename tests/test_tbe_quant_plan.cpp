@@ -1,6 +1,6 @@
 // How the CUDA quantized TBE forward reads rows (src/tbe/cuda/quant/tbe_quant_plan.h), on the host: the chunks
-// of a row, the chunks a lane owns and the lanes of a bag, against the layout worked out by hand (a 4-byte
-// header, then the data, rows cut from their first byte). No GPU needed: the plan is plain C++.
+// of a row's data, the chunks a lane owns and the lanes of a bag, against the layout worked out by hand (a
+// 4-byte header, then the data). No GPU needed: the plan is plain C++.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -21,15 +21,16 @@ int64_t row_bytes(Q t, int dim, int align) {
   return rb;
 }
 
-TEST(TbeQuantPlan, FbgemmGpuRowsTakeAlignedChunks) {
+TEST(TbeQuantPlan, FbgemmGpuRowsTakeDataChunks) {
   const struct { Q t; int dim; int slots, per_lane, group; } cases[] = {
-      {Q::kInt8, 128, 9, 2, 8},     // 4 + 128 bytes: 9 chunks of 16, two a lane
-      {Q::kInt8, 512, 33, 2, 32},   // 516 bytes: 33 chunks, one pass of 32 lanes x 2
-      {Q::kInt4, 128, 5, 1, 8},     // 4 + 64 bytes: 5 chunks of 32 values, one a lane
-      {Q::kInt4, 512, 17, 1, 32},   // 4 + 256 bytes
-      {Q::kInt2, 8, 1, 1, 1},       // 4 + 2 bytes: one 8-byte chunk
-      {Q::kInt2, 256, 9, 1, 16},    // 4 + 64 bytes: 9 chunks of 8
-      {Q::kFp8E4M3, 1, 1, 2, 1},    // 5 bytes
+      {Q::kInt8, 128, 8, 2, 4},     // 128 data bytes: 8 chunks of 16, two a lane (the header takes no lane)
+      {Q::kInt8, 512, 32, 2, 16},   // 512 bytes: 32 chunks, 16 lanes x 2
+      {Q::kInt8, 100, 7, 2, 4},     // 100 bytes: 7 chunks, the last one partly data
+      {Q::kInt4, 128, 4, 1, 4},     // 64 bytes: 4 chunks of 32 values, one a lane
+      {Q::kInt4, 512, 16, 1, 16},   // 256 bytes
+      {Q::kInt2, 8, 1, 1, 1},       // 2 bytes: one 8-byte chunk
+      {Q::kInt2, 256, 8, 1, 8},     // 64 bytes: 8 chunks of 8
+      {Q::kFp8E4M3, 1, 1, 2, 1},    // 1 byte
       {Q::kFp16, 64, 8, 2, 4},      // 128 bytes, no header
       {Q::kFp32, 1000, 250, 2, 32}, // 4000 bytes: 4 passes of 64 chunks
       {Q::kBf16, 3, 1, 2, 1},       // 6 bytes in a 16-byte row

@@ -87,13 +87,15 @@ constexpr const OptimizerSpec* optimizer_spec(OptimizerType t) {
   return i >= 0 && i < kNumOptimizers ? &kOptimizerSpecs[i] : nullptr;
 }
 
-// Whether t keeps a state buffer with one float per weight (the CUDA backward's lane groups then hold it
-// in registers beside the weights).
-constexpr bool has_elementwise_state(OptimizerType t) {
+// How many state buffers of t hold one float per weight (0, 1 or 2; the CUDA backward's lane groups hold
+// them in registers beside the weights).
+constexpr int elementwise_state_buffers(OptimizerType t) {
   const OptimizerSpec* s = optimizer_spec(t);
-  return s != nullptr &&
-         (s->momentum1.layout == StateLayout::kElementwise || s->momentum2.layout == StateLayout::kElementwise);
+  if (s == nullptr) return 0;
+  return (s->momentum1.layout == StateLayout::kElementwise ? 1 : 0) +
+         (s->momentum2.layout == StateLayout::kElementwise ? 1 : 0);
 }
+constexpr bool has_elementwise_state(OptimizerType t) { return elementwise_state_buffers(t) > 0; }
 
 }  // namespace opt
 }  // namespace embscale

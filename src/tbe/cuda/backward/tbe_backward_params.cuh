@@ -40,12 +40,13 @@ constexpr int kWarpRowsMinBlocks = 3; // warp-per-row kernel: 3 x 256 threads pe
 // shapes run best without spills (2 blocks, <= 128 registers); fp16/bf16 rows and fp32 rows of the
 // narrow shapes with 3 (<= 80 registers): more warps in flight for short rows and the rounding's
 // arithmetic, while at 4 blocks (<= 64 registers) the spills cost more than the warps bring.
-// An optimizer with element-wise state holds it beside the weights (up to twice the registers, with
-// Adam's two moments): 2 blocks (<= 128 registers) for every shape and weights dtype, as at 3 every
-// narrow shape spilled.
-template <typename W, int kRows, bool kElementState>
+// An optimizer with element-wise state holds it beside the weights: with two buffers (Adam's and LAMB's
+// moments, up to three times the registers) 2 blocks (<= 128 registers) for every shape and weights dtype,
+// as at 3 every narrow shape spilled; with one buffer (Adagrad, LARS-SGD, the partial row-wise forms) the
+// stateless optimizers' counts.
+template <typename W, int kRows, int kElementStateBuffers>
 constexpr int group_rows_min_blocks() {
-  if constexpr (kElementState) return 2;
+  if constexpr (kElementStateBuffers >= 2) return 2;
   else if constexpr (sizeof(W) == 4) return kRows >= 8 ? 3 : 2;
   else return 3;
 }

@@ -42,7 +42,7 @@ struct BatchRow {
 // unused (0, kNone). kAccess: the rows' vector access (always kWhole for the lane groups).
 template <typename W, typename G, int kRows, int kSlots, OptimizerType kOpt, VecAccess kAccess>
 __global__ void __launch_bounds__(kRowThreads,
-                                  (kRows > 0 ? group_rows_min_blocks<W, kRows, opt::has_elementwise_state(kOpt)>()
+                                  (kRows > 0 ? group_rows_min_blocks<W, kRows, opt::elementwise_state_buffers(kOpt)>()
                                              : kWarpRowsMinBlocks))
     tbe_backward_warp_rows_kernel(const RowParams p) {
   // The next row kernel works on other rows: it may start as this one's blocks finish (launch_kernel);

@@ -2,23 +2,30 @@
 //
 // Work mapping. As the training forward: blockIdx.y is the feature, blockIdx.x a tile of its bags, so every
 // thread of a block reads one table of one weight type and one D. A bag is owned by a group of G lanes
-// (tbe_quant_plan.h): on the vector path each lane loads `per_lane` aligned chunks of each looked-up row
-// (16 bytes; 8 for int2), decodes them in registers and adds the values into fp32 sums it holds for those
-// columns; on the scalar path (rows not aligned to a chunk) each lane reads its columns byte by byte. A lane
-// issues kLoadsInFlight row loads (lookups x chunks) before its first add, and the group's lanes read the
-// same index and header addresses (one transaction each).
+// (tbe_quant_plan.h): on the vector path each lane owns `per_lane` chunks of the row's data (16 bytes; 8 for
+// int2), loads each from the aligned chunk that holds its start plus, past a 4-byte header, the next aligned
+// word, decodes them in registers and adds the values into fp32 sums it holds for those columns; on the
+// scalar path (rows not aligned to a chunk) each lane reads its columns byte by byte. A lane issues
+// kLoadsInFlight row loads (lookups x chunks) before its first add, the next step's indices load while a
+// step's rows are in flight, and the group's lanes read the same index and header addresses (one
+// transaction each).
 //
 // Instantiations. The weight type is a switch per feature inside the kernel (block-uniform, so no
-// divergence), the output dtype a switch at each store; the templates are the index dtype and pooled or
-// sequence output: 4 kernels, each with 8 types x 2 paths.
+// divergence), the output dtype a switch at each store, per-sample weights a branch per feature; the
+// templates are the index dtype and pooled or sequence output: 4 kernels, each with 8 types x 2 paths x
+// weighted or not.
 //
 // Numerics (the CPU forward's, term for term, so the two agree to the bit on the same bytes). An int value
-// is float(q) * scale + bias with two roundings (q exact via the 2^23 trick: the code's bits OR-ed into the
-// mantissa of 2^23, minus 2^23), an fp8 value code * scale (the code decoded exactly through fp16), fp16,
-// bf16 and fp32 values exact. Each output element is summed by one lane in the order of the bag's indices,
-// acc = acc + w * value with separate roundings (w = 1 unweighted, exact), MEAN divides by the count of
+// is float(q) * scale + bias with two roundings, computed as fma(2^23 + q, scale, -2^23 * scale) + bias
+// (2^23 + q is the code's bits in the mantissa of 2^23, and the fma's exact sum is q * scale, so it rounds
+// to float(q) * scale; a row with a non-finite scale takes the plain product, whose inf/NaN differ), an
+// fp8 value code * scale (the code decoded exactly through fp16), fp16, bf16 and fp32 values exact. Each
+// output element is summed by one lane in the order of the bag's indices, acc = acc + w * value with
+// separate roundings (unweighted: acc + value, the same bits as w = 1), MEAN divides by the count of
 // valid lookups (a correctly rounded division), and the result is rounded once to the output dtype. No
-// atomics touch the output: bit-identical across runs.
+// atomics touch the output: bit-identical across runs. (The one difference from the CPU: q = 0 with a
+// negative scale gives +0 here where q * scale is -0, which shows only as a zero's sign in a sequence row
+// whose bias is zero.)
 //
 // Bounds. Every bag is clamped into [0, N] in every mode, and an index outside [0, E) is dropped in every
 // mode, off included (the CPU backend's rule for this op: no mode reads outside a table); invalid and absent
@@ -72,26 +79,32 @@ struct QuantForwardParams {
 
 // ---- decoding -----------------------------------------------------------------------------------------
 
-// float(q) for a code q < 2^23: q in the mantissa of 2^23, minus 2^23 (exact; no int-to-float conversion,
-// which runs at a quarter of the fp32 rate).
-__device__ __forceinline__ float code_float(uint32_t q) { return __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.0f); }
-
 // The header of a row: int rows' (scale, bias), fp8 rows' (scale, 0); float rows have none.
 struct Header {
   float scale, bias;
+  float shift;  // int rows: -2^23 * scale (exact for a finite scale)
 };
+constexpr bool is_int(QuantWeightType t) { return value_bits(t) < 8 || t == QuantWeightType::kInt8; }
 template <QuantWeightType kType>
 __device__ __forceinline__ Header header_of(uint32_t word) {
-  if constexpr (value_bits(kType) < 8 || kType == QuantWeightType::kInt8) {
-    return Header{fp16_to_float(static_cast<uint16_t>(word & 0xffffu)), fp16_to_float(static_cast<uint16_t>(word >> 16))};
+  if constexpr (is_int(kType)) {
+    const float scale = fp16_to_float(static_cast<uint16_t>(word & 0xffffu));
+    return Header{scale, fp16_to_float(static_cast<uint16_t>(word >> 16)), __fmul_rn(-8388608.0f, scale)};
   } else if constexpr (kType == QuantWeightType::kFp8E4M3 || kType == QuantWeightType::kFp8E5M2) {
-    return Header{__uint_as_float(word), 0.0f};
+    return Header{__uint_as_float(word), 0.0f, 0.0f};
   } else {
-    return Header{1.0f, 0.0f};
+    return Header{1.0f, 0.0f, 0.0f};
   }
 }
 
-__device__ __forceinline__ float int_value(float q, const Header& h) { return __fadd_rn(__fmul_rn(q, h.scale), h.bias); }
+// q * scale + bias for x = 2^23 + q, a code q < 2^23 in the mantissa of 2^23 (exact, with no int-to-float
+// conversion, which runs at a quarter of the fp32 rate): the fma's exact result is q * scale, rounded once
+// as the product would be. kFinite false (a non-finite scale): the plain product of x - 2^23.
+template <bool kFinite>
+__device__ __forceinline__ float int_value(float x, const Header& h) {
+  if constexpr (kFinite) return __fadd_rn(__fmaf_rn(x, h.scale, h.shift), h.bias);
+  else return __fadd_rn(__fmul_rn(__fsub_rn(x, 8388608.0f), h.scale), h.bias);
+}
 
 // Two fp8 codes (the low 16 bits of `pair`, the lower column first) as fp32, exactly: e5m2 is the high byte
 // of an fp16; e4m3 goes through the fp8x2 -> fp16x2 conversion (exact for every code, NaN to NaN).
@@ -116,8 +129,8 @@ __device__ __forceinline__ float2 fp8_pair(uint32_t pair) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
-// The chunk_values(kType) values of one chunk's words, in column order (header positions included).
-template <QuantWeightType kType, int kWords>
+// The chunk_values(kType) values of one chunk's data words, in column order (kFinite: int_value's).
+template <QuantWeightType kType, int kWords, bool kFinite>
 __device__ __forceinline__ void decode_chunk(const uint32_t* w, const Header& h, float* v) {
   if constexpr (kType == QuantWeightType::kFp32) {
 #pragma unroll
@@ -128,20 +141,22 @@ __device__ __forceinline__ void decode_chunk(const uint32_t* w, const Header& h,
   } else if constexpr (kType == QuantWeightType::kBf16) {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) word_to_floats<bf16_t>(w[i], v + 2 * i);
-  } else if constexpr (kType == QuantWeightType::kInt8) {
-#pragma unroll
-    for (int i = 0; i < kWords; ++i)
-#pragma unroll
-      for (int k = 0; k < 4; ++k)  // byte k moved into the mantissa of 2^23: bytes [b_k, 0, 0, 0x4B]
-        v[4 * i + k] = int_value(__fsub_rn(__uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7440u | k)), 8388608.0f), h);
-  } else if constexpr (kType == QuantWeightType::kInt4 || kType == QuantWeightType::kInt2) {
+  } else if constexpr (is_int(kType)) {
+    // Code c of byte k (the low bits hold the lower column) masked into byte k of m, then moved into the
+    // mantissa of 2^23: bytes [m_k, 0, 0, 0x4B].
     constexpr int kBits = value_bits(kType);
-    constexpr int kPerWord = 32 / kBits;
+    constexpr int kPerByte = 8 / kBits;
+    constexpr uint32_t kMask = ((1u << kBits) - 1u) * 0x01010101u;
 #pragma unroll
     for (int i = 0; i < kWords; ++i)
 #pragma unroll
-      for (int k = 0; k < kPerWord; ++k)  // the low bits hold the lower column
-        v[kPerWord * i + k] = int_value(code_float((w[i] >> (kBits * k)) & ((1u << kBits) - 1u)), h);
+      for (int c = 0; c < kPerByte; ++c) {
+        const uint32_t m = kBits == 8 ? w[i] : (w[i] >> (kBits * c)) & kMask;
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          v[4 * kPerByte * i + kPerByte * k + c] =
+              int_value<kFinite>(__uint_as_float(__byte_perm(m, 0x4B000000u, 0x7440u | k)), h);
+      }
   } else {  // fp8
 #pragma unroll
     for (int i = 0; i < kWords; ++i) {
@@ -156,28 +171,43 @@ __device__ __forceinline__ void decode_chunk(const uint32_t* w, const Header& h,
 
 // ---- the two ways of reading a row: R::kSlots slots a lane, R::kValues values a slot -----------------
 
-// Vector path: slot k is the row's chunk k (bytes [k * kChunk, (k + 1) * kChunk)).
+// Vector path: slot k is the row's data chunk k (data bytes [k * kChunk, (k + 1) * kChunk)). Without a
+// header that is the aligned chunk k; behind the 4-byte header it is the last words of the aligned chunk k
+// and the first word of chunk k + 1, loaded where it holds data (it then lies inside the row: rows are a
+// whole number of chunks).
 template <QuantWeightType kType>
 struct VectorRows {
   static constexpr int kChunk = chunk_bytes(kType);
+  static constexpr int kWords = kChunk / 4;
+  static constexpr bool kHeader = header_size(kType) > 0;
+  static_assert(header_size(kType) == 0 || header_size(kType) == 4, "the header is one word or none");
   static constexpr int kSlots = chunks_per_lane(kType);
   static constexpr int kValues = chunk_values(kType);
-  using Raw = Words<kChunk>;
+  struct Raw {
+    uint32_t w[kWords + (kHeader ? 1 : 0)];  // the aligned chunk, then (behind a header) the next word
+  };
   // The header word of an aligned row (kChunk >= 8 divides the row's address).
   static __device__ __forceinline__ uint32_t header_word(const uint8_t* row) {
-    if constexpr (header_size(kType) > 0) return __ldg(reinterpret_cast<const unsigned int*>(row));
+    if constexpr (kHeader) return __ldg(reinterpret_cast<const unsigned int*>(row));
     return 0u;
   }
-  static __device__ __forceinline__ Raw load(const uint8_t* row, int slot) {
-    return load_words<kChunk, LoadHint::kReadOnly>(row + static_cast<int64_t>(slot) * kChunk);
+  // `used`: the row's header and data bytes; the next word is loaded where it holds data (0 otherwise).
+  static __device__ __forceinline__ Raw load(const uint8_t* row, int slot, int used) {
+    const uint8_t* at = row + slot * kChunk;
+    const Words<kChunk> a = load_words<kChunk, LoadHint::kReadOnly>(at);
+    Raw r;
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) r.w[i] = a.w[i];
+    if constexpr (kHeader)
+      r.w[kWords] = (slot + 1) * kChunk < used ? __ldg(reinterpret_cast<const unsigned int*>(at + kChunk)) : 0u;
+    return r;
   }
+  template <bool kFinite>
   static __device__ __forceinline__ void decode(const Raw& r, const Header& h, float* v) {
-    decode_chunk<kType, kChunk / 4>(r.w, h, v);
+    decode_chunk<kType, kWords, kFinite>(r.w + (kHeader ? 1 : 0), h, v);  // the data words
   }
-  // The column of the slot's first value (negative for header positions).
-  static __device__ __forceinline__ int64_t first_column(int slot) {
-    return (static_cast<int64_t>(slot) * kChunk - header_size(kType)) * 8 / value_bits(kType);
-  }
+  // The column of the slot's first value.
+  static __device__ __forceinline__ int64_t first_column(int slot) { return static_cast<int64_t>(slot) * kValues; }
 };
 
 // Scalar path (rows at any byte alignment): slot c is column c, read byte by byte.
@@ -199,7 +229,7 @@ struct ScalarRows {
     if constexpr (header_size(kType) > 0) return bytes_le(row, 4);
     return 0u;
   }
-  static __device__ __forceinline__ Raw load(const uint8_t* row, int c) {
+  static __device__ __forceinline__ Raw load(const uint8_t* row, int c, int /*used*/) {
     constexpr int kBits = value_bits(kType);
     const uint8_t* data = row + header_size(kType);
     if constexpr (kBits < 8) {
@@ -209,9 +239,10 @@ struct ScalarRows {
       return Raw{bytes_le(data + static_cast<int64_t>(c) * (kBits / 8), kBits / 8)};
     }
   }
+  template <bool kFinite>
   static __device__ __forceinline__ void decode(const Raw& r, const Header& h, float* v) {
-    if constexpr (value_bits(kType) < 8 || kType == QuantWeightType::kInt8) {
-      v[0] = int_value(code_float(r.bits), h);
+    if constexpr (is_int(kType)) {
+      v[0] = int_value<kFinite>(__uint_as_float(0x4B000000u | r.bits), h);
     } else if constexpr (kType == QuantWeightType::kFp8E4M3 || kType == QuantWeightType::kFp8E5M2) {
       v[0] = __fmul_rn(fp8_pair<kType>(r.bits).x, h.scale);
     } else if constexpr (kType == QuantWeightType::kFp32) {
@@ -232,15 +263,15 @@ __device__ __forceinline__ uint32_t out_bits(float v) {
   else return float_to_bf16(v);
 }
 
-// Values v[lo, hi) of a slot whose value 0 is output element `at` (output written once: streaming stores).
+// Values v[0, n) of a slot whose value 0 is output element `at` (output written once: streaming stores).
 // A whole slot of 4+ values whose destination is 16-byte aligned goes out in 16-byte stores.
 template <int kOut, int kV>
-__device__ __forceinline__ void store_slot_as(void* out, int64_t at, const float* v, int lo, int hi) {
+__device__ __forceinline__ void store_slot_as(void* out, int64_t at, const float* v, int n) {
   constexpr int kSize = kOut == kOutF32 ? 4 : 2;
   char* dst = static_cast<char*>(out) + at * kSize;
   constexpr int kBytes = kV * kSize;
   if constexpr (kBytes % 16 == 0) {
-    if (lo == 0 && hi == kV && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
+    if (n == kV && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
       uint32_t w[kBytes / 4];
 #pragma unroll
       for (int i = 0; i < kBytes / 4; ++i)
@@ -250,9 +281,12 @@ __device__ __forceinline__ void store_slot_as(void* out, int64_t at, const float
       return;
     }
   }
+  // Each store predicated on a bit of a mask (a bound on i let the compiler fold the unrolled stores back into
+  // a loop over v with a variable index, which put v in local memory).
+  const uint32_t keep = n >= kV ? ~0u : (1u << n) - 1u;
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    if (i < lo || i >= hi) continue;
+    if ((keep >> i & 1u) == 0) continue;
     if constexpr (kSize == 4) {
       __stcs(reinterpret_cast<unsigned int*>(dst) + i, out_bits<kOut>(v[i]));
     } else {
@@ -262,11 +296,11 @@ __device__ __forceinline__ void store_slot_as(void* out, int64_t at, const float
 }
 
 template <int kV>
-__device__ __forceinline__ void store_slot(const QuantForwardParams& p, int64_t at, const float* v, int lo, int hi) {
+__device__ __forceinline__ void store_slot(const QuantForwardParams& p, int64_t at, const float* v, int n) {
   switch (p.out_kind) {
-    case kOutF16: return store_slot_as<kOutF16, kV>(p.output, at, v, lo, hi);
-    case kOutBF16: return store_slot_as<kOutBF16, kV>(p.output, at, v, lo, hi);
-    default: return store_slot_as<kOutF32, kV>(p.output, at, v, lo, hi);
+    case kOutF16: return store_slot_as<kOutF16, kV>(p.output, at, v, n);
+    case kOutBF16: return store_slot_as<kOutBF16, kV>(p.output, at, v, n);
+    default: return store_slot_as<kOutF32, kV>(p.output, at, v, n);
   }
 }
 
@@ -279,9 +313,16 @@ __device__ __forceinline__ int64_t load_index(const I* p) {
   }
 }
 
+// The indices of lookups [s, s + kU) (0 past the bag's end).
+template <int kU, typename I>
+__device__ __forceinline__ void load_step_indices(const I* indices, int64_t s, int64_t end, int64_t* idx) {
+#pragma unroll
+  for (int j = 0; j < kU; ++j) idx[j] = s + j < end ? load_index(indices + s + j) : 0;
+}
+
 // ---- one feature's bags -------------------------------------------------------------------------------
 
-template <class R, QuantWeightType kType, typename I, bool kPooled>
+template <class R, QuantWeightType kType, typename I, bool kPooled, bool kWeighted>
 __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& p, int f, const uint8_t* table,
                                                       const QuantRowPlan plan) {
   constexpr int kS = R::kSlots;
@@ -293,6 +334,7 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
   const float* psw = p.per_sample_weights;
   const int64_t B = p.batch_size, N = p.num_indices;
   const int64_t D = p.dims[f], E = p.num_rows[f], row_bytes = p.row_bytes[f];
+  const int used = static_cast<int>(header_size(kType) + data_bytes(kType, D));
   const bool records = p.check != kCheckOff;
   const int group = plan.group;
   const int pass = group * kS;  // slots one pass over the bag covers
@@ -313,7 +355,7 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
       // Sequence rows before the first bag belong to no bag: zeros.
       const float zero[1] = {0.0f};
       for (int64_t q = 0; q < start; ++q)
-        for (int64_t c = rank; c < D; c += group) store_slot<1>(p, q * p.out_row_stride + c, zero, 0, 1);
+        for (int64_t c = rank; c < D; c += group) store_slot<1>(p, q * p.out_row_stride + c, zero, 1);
     }
 
     int64_t valid = 0;
@@ -334,57 +376,72 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
         for (int k = 0; k < kV; ++k) acc[c][k] = 0.0f;
       valid = 0;
 
+      int64_t next[kU];
+      load_step_indices<kU>(indices, start, end, next);
       for (int64_t s = start; s < end; s += kU) {
         int64_t idx[kU];
         unsigned present = 0;  // bit j: lookup s + j exists and its index is in the table
         unsigned invalid = 0;  // bit j: lookup s + j exists and its index is outside [0, E)
 #pragma unroll
         for (int j = 0; j < kU; ++j) {
+          idx[j] = next[j];
           const bool in = s + j < end;
-          idx[j] = in ? load_index(indices + s + j) : 0;
           const bool ok = static_cast<uint64_t>(idx[j]) < static_cast<uint64_t>(E);
           present |= static_cast<unsigned>(in && ok) << j;
           invalid |= static_cast<unsigned>(in && !ok) << j;
         }
         if (invalid != 0 && p.check == kCheckError && first_pass && rank == 0)
           record_min_position(p.scratch + kBadIndexKey, s + __ffs(invalid) - 1);
-        const uint8_t* row[kU];
         uint32_t hw[kU];
         Raw raw[kU][kS];
 #pragma unroll
         for (int j = 0; j < kU; ++j) {
-          row[j] = table + ((present >> j & 1u) ? idx[j] * row_bytes : 0);
-          hw[j] = R::header_word(row[j]);
+          const uint8_t* row = table + ((present >> j & 1u) ? idx[j] * row_bytes : 0);
+          hw[j] = R::header_word(row);
 #pragma unroll
-          for (int c = 0; c < kS; ++c) raw[j][c] = R::load(row[j], slot[c]);
+          for (int c = 0; c < kS; ++c) raw[j][c] = R::load(row, slot[c], used);
         }
+        // The next step's indices load while this step's rows are in flight.
+        load_step_indices<kU>(indices, s + kU, end, next);
         float sw[kU];
 #pragma unroll
-        for (int j = 0; j < kU; ++j) sw[j] = (psw != nullptr && s + j < end) ? __ldg(psw + s + j) : 1.0f;
+        for (int j = 0; j < kU; ++j) sw[j] = (kWeighted && s + j < end) ? __ldg(psw + s + j) : 1.0f;
         valid += __popc(present);
+        // Decode and add the step's rows; int rows with a non-finite scale (no quantizer writes one, but
+        // loaded bytes may hold it) take the plain product, for the whole step: one branch a step.
+        const auto add_step = [&](auto finite_tag) {
+          constexpr bool kFinite = decltype(finite_tag)::value;
 #pragma unroll
-        for (int j = 0; j < kU; ++j) {
-          const bool ok = (present >> j & 1u) != 0;
-          const Header h = header_of<kType>(hw[j]);
+          for (int j = 0; j < kU; ++j) {
+            const bool ok = (present >> j & 1u) != 0;
+            const Header h = header_of<kType>(hw[j]);
 #pragma unroll
-          for (int c = 0; c < kS; ++c) {
-            float v[kV];
-            R::decode(raw[j][c], h, v);
-            if constexpr (kPooled) {
-              if (ok) {
+            for (int c = 0; c < kS; ++c) {
+              float v[kV];
+              R::template decode<kFinite>(raw[j][c], h, v);
+              if constexpr (kPooled) {
+                if (ok && active[c]) {
 #pragma unroll
-                for (int k = 0; k < kV; ++k) acc[c][k] = __fadd_rn(acc[c][k], __fmul_rn(sw[j], v[k]));
+                  for (int k = 0; k < kV; ++k)
+                    acc[c][k] = __fadd_rn(acc[c][k], kWeighted ? __fmul_rn(sw[j], v[k]) : v[k]);
+                }
+              } else if (s + j < end && active[c]) {
+                // Sequence: row q is the (weighted) looked-up row, zeros for an invalid index.
+#pragma unroll
+                for (int k = 0; k < kV; ++k) v[k] = ok ? (kWeighted ? __fmul_rn(sw[j], v[k]) : v[k]) : 0.0f;
+                const int64_t c0 = R::first_column(slot[c]);
+                store_slot<kV>(p, (s + j) * p.out_row_stride + c0, v, static_cast<int>(D - c0 < kV ? D - c0 : kV));
               }
-            } else if (s + j < end && active[c]) {
-              // Sequence: row q is the (weighted) looked-up row, zeros for an invalid index.
-#pragma unroll
-              for (int k = 0; k < kV; ++k) v[k] = ok ? __fmul_rn(sw[j], v[k]) : 0.0f;
-              const int64_t c0 = R::first_column(slot[c]);
-              store_slot<kV>(p, (s + j) * p.out_row_stride + c0, v, static_cast<int>(c0 < 0 ? -c0 : 0),
-                             static_cast<int>(D - c0 < kV ? D - c0 : kV));
             }
           }
+        };
+        bool finite = true;
+        if constexpr (is_int(kType)) {
+#pragma unroll
+          for (int j = 0; j < kU; ++j) finite = finite && (hw[j] & 0x7c00u) != 0x7c00u;  // the fp16 scale's exponent
         }
+        if (finite) add_step(std::true_type{});
+        else add_step(std::false_type{});
       }
 
       if constexpr (kPooled) {
@@ -397,8 +454,7 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
             for (int k = 0; k < kV; ++k) acc[c][k] = __fdiv_rn(acc[c][k], n);
           }
           const int64_t c0 = R::first_column(slot[c]);
-          store_slot<kV>(p, b * p.out_row_stride + out_col + c0, acc[c], static_cast<int>(c0 < 0 ? -c0 : 0),
-                         static_cast<int>(D - c0 < kV ? D - c0 : kV));
+          store_slot<kV>(p, b * p.out_row_stride + out_col + c0, acc[c], static_cast<int>(D - c0 < kV ? D - c0 : kV));
         }
       }
     }
@@ -411,8 +467,14 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
 template <QuantWeightType kType, typename I, bool kPooled>
 __device__ __forceinline__ void quant_forward_type(const QuantForwardParams& p, int f, const uint8_t* table,
                                                    const QuantRowPlan plan) {
-  if (plan.vector) quant_forward_feature<VectorRows<kType>, kType, I, kPooled>(p, f, table, plan);
-  else quant_forward_feature<ScalarRows<kType>, kType, I, kPooled>(p, f, table, plan);
+  const bool weighted = p.per_sample_weights != nullptr;
+  if (plan.vector) {
+    if (weighted) quant_forward_feature<VectorRows<kType>, kType, I, kPooled, true>(p, f, table, plan);
+    else quant_forward_feature<VectorRows<kType>, kType, I, kPooled, false>(p, f, table, plan);
+  } else {
+    if (weighted) quant_forward_feature<ScalarRows<kType>, kType, I, kPooled, true>(p, f, table, plan);
+    else quant_forward_feature<ScalarRows<kType>, kType, I, kPooled, false>(p, f, table, plan);
+  }
 }
 
 // grid = (bag tiles, features folded past 65535), block = QuantForwardPolicy::kBlock.

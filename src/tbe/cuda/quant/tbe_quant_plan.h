@@ -1,12 +1,13 @@
 // How the CUDA quantized TBE forward reads one feature's rows, in plain C++ (the kernel and the host's grid
 // sizing share it, and tests check it without a GPU), and the launch policy.
 //
-// A row is [header][data][padding] (embscale/tbe_quant.h). The vector path cuts the row from its first byte
-// into chunks of 16 bytes (8 for int2, so that a lane decodes at most 32 values a chunk) and gives each lane
-// of a power-of-two group `per_lane` of them: the loads are aligned whatever the header, and the header's
-// bytes simply decode into columns before column 0, which are never stored. It needs the table's base and
-// the row's size to be multiples of the chunk (FBGEMM's GPU layout, row_alignment 16, always is). Other rows
-// (row_alignment 1 to 8 with odd sizes) take the scalar path: byte loads, one column per slot.
+// A row is [header][data][padding] (embscale/tbe_quant.h). The vector path cuts the row's data into chunks
+// of 16 bytes (8 for int2, so that a lane decodes at most 32 values a chunk) and gives each lane of a
+// power-of-two group `per_lane` of them, so no lane is spent on the header; behind the 4-byte header a lane
+// reads its data chunk as the aligned chunk that holds its start and the next aligned word. It needs the
+// table's base and the row's size to be multiples of the chunk (FBGEMM's GPU layout, row_alignment 16,
+// always is). Other rows (row_alignment 1 to 8 with odd sizes) take the scalar path: byte loads, one column
+// per slot.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,8 @@ constexpr int value_bits(QuantWeightType t) {
   }
 }
 constexpr int header_size(QuantWeightType t) { return value_bits(t) < 16 ? 4 : 0; }
+// Bytes of a row's data (its D values, after the header).
+constexpr int64_t data_bytes(QuantWeightType t, int64_t dim) { return (dim * value_bits(t) + 7) / 8; }
 // Bytes a lane loads at once on the vector path.
 constexpr int chunk_bytes(QuantWeightType t) { return t == QuantWeightType::kInt2 ? 8 : 16; }
 // Values in one chunk (columns, header positions included).
@@ -56,7 +59,7 @@ constexpr int lookups_per_step(int slots_per_lane) {
 // take several passes over the bag.
 struct QuantRowPlan {
   bool vector = false;
-  int slots = 0;
+  int slots = 0;  // the vector path's data chunks, or the scalar path's columns
   int per_lane = 1;
   int group = 1;
 };
@@ -66,8 +69,7 @@ constexpr QuantRowPlan quant_row_plan(QuantWeightType t, int64_t dim, int64_t ro
   const int cb = chunk_bytes(t);
   p.vector = row_bytes % cb == 0 && table_address % cb == 0;
   if (p.vector) {
-    const int64_t used = header_size(t) + (dim * value_bits(t) + 7) / 8;  // header and data bytes
-    p.slots = static_cast<int>((used + cb - 1) / cb);
+    p.slots = static_cast<int>((data_bytes(t, dim) + cb - 1) / cb);
     p.per_lane = chunks_per_lane(t);
   } else {
     p.slots = static_cast<int>(dim);
