@@ -826,7 +826,7 @@ class DryRunEngine:
                 out["counters"] = dict(unique_lookups=unique * n if built.group == "cached" else 0, hits=hits * n,
                                        misses=misses * n, conflict_misses=0, evictions=misses * n,
                                        rows_fetched=misses * n, rows_written_back=misses * n,
-                                       bytes_moved=2 * misses * n * (4 * a.dim + 4))
+                                       bytes_moved=2 * misses * n * 4 * a.dim)  # row-wise state stays on the device
             elif built.impl == "fbgemm_cached" and a.fbgemm_cache_stats == "on":
                 out["counters"] = dict(calls=n, requested_indices=n * a.num_tables * a.batch_size * a.bag_size,
                                        unique_indices=unique * n, unique_misses=(unique - hits) * n,

@@ -8,7 +8,9 @@
 //   kCached  the table lives in host memory, with a set-associative cache of its rows in device memory
 //            (MANAGED_CACHING): kCacheWays-way sets, LRU or LFU replacement, dirty rows written back
 //            when evicted or flushed.
-// A row's optimizer state travels with it (row-wise state with the row, element-wise state too).
+// A row's optimizer state travels with it: element-wise state with the row over the link; row-wise state
+// (a float a row) between the cache and a device copy of every row's (in `state`), which load() fills
+// from the host store and flush() writes back to it.
 //
 // How it runs. The cache's device memory is a TableBatchedEmbedding of its own, cache_tbe(): one
 // table per device table (its rows as they are) and one "pool" per dimension D of the host and cached
@@ -35,7 +37,8 @@
 // Memory: the host store (RowCacheBuffers::host_*) has the layout of a TableBatchedEmbedding of
 // cfg.tables (device tables' rows in it are written by flush() and read by load() only). The cache's
 // device buffers have cache_tbe()'s layout; `state` (state_bytes()) holds the bookkeeping: statistics
-// (first kNumStats int64), tags, stamps, dirty flags, LFU counts, rounding bases. Each batch in flight
+// (first kNumStats int64), tags, stamps, dirty flags, LFU counts, rounding bases, the row-wise state of
+// every host-store row (4 bytes a row for each row-wise state buffer of the optimizer). Each batch in flight
 // has a plan buffer (plan_bytes()) that prefetch() fills and fetch() / write_back() read. Nothing
 // here allocates except create().
 #pragma once
@@ -73,7 +76,7 @@ enum RowCacheStat : int {
   kStatEvictions,       // cached rows replaced by another row
   kStatRowsFetched,     // rows copied from the host store (cached and host tables)
   kStatRowsWrittenBack, // rows copied to the host store (dirty evictions, staged rows, flush)
-  kStatBytesMoved,      // bytes over the host link, both ways (rows with their optimizer state)
+  kStatBytesMoved,      // bytes over the host link, both ways (rows with their element-wise state)
   kNumStats
 };
 

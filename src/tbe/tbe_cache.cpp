@@ -100,9 +100,10 @@ Status check_config(const RowCacheConfig& cfg) {
 struct StateLayout {
   WorkspaceLayout ws{WorkspaceLayout::Base::kAsGiven};
   WorkspaceSlice stats, tags, stamps, dirty, lfu, rounding_bases;
+  WorkspaceSlice rowwise_state[2];  // the optimizer's row-wise state buffers (momentum1, momentum2)
 };
 
-StateLayout state_layout(int64_t total_sets, int64_t host_rows, bool lfu, int64_t cache_rows) {
+StateLayout state_layout(int64_t total_sets, int64_t host_rows, bool lfu, int64_t cache_rows, OptimizerType optimizer) {
   StateLayout L;
   const size_t slots = static_cast<size_t>(total_sets) * RowCache::kCacheWays;
   L.stats = L.ws.add(sizeof(int64_t) * kNumStats);
@@ -111,6 +112,11 @@ StateLayout state_layout(int64_t total_sets, int64_t host_rows, bool lfu, int64_
   L.dirty = L.ws.add(slots);
   L.lfu = L.ws.add(lfu ? sizeof(int32_t) * static_cast<size_t>(host_rows) : 0);
   L.rounding_bases = L.ws.add(sizeof(int64_t) * static_cast<size_t>(cache_rows));
+  const opt::OptimizerSpec& spec = *opt::optimizer_spec(optimizer);
+  const opt::StateLayout layouts[2] = {spec.momentum1.layout, spec.momentum2.layout};
+  for (int k = 0; k < 2; ++k)
+    L.rowwise_state[k] =
+        L.ws.add(layouts[k] == opt::StateLayout::kRowwise ? sizeof(float) * static_cast<size_t>(host_rows) : 0);
   return L;
 }
 
@@ -118,7 +124,7 @@ StateLayout state_layout(int64_t total_sets, int64_t host_rows, bool lfu, int64_
 cache_backend::State carve_state(const RowCache& c, void* state) {
   const StateLayout L =
       state_layout(c.total_sets(), c.host_tbe().total_rows(), c.config().algorithm == CacheAlgorithm::kLfu,
-                   c.cache_tbe().total_rows());
+                   c.cache_tbe().total_rows(), c.config().optimizer);
   cache_backend::State s;
   s.stats = L.ws.at<int64_t>(state, L.stats);
   s.tags = L.ws.at<int64_t>(state, L.tags);
@@ -126,6 +132,8 @@ cache_backend::State carve_state(const RowCache& c, void* state) {
   s.dirty = L.ws.at<uint8_t>(state, L.dirty);
   s.lfu = c.config().algorithm == CacheAlgorithm::kLfu ? L.ws.at<int32_t>(state, L.lfu) : nullptr;
   s.rounding_bases = L.ws.at<int64_t>(state, L.rounding_bases);
+  for (int k = 0; k < 2; ++k)
+    s.rowwise_state[k] = L.rowwise_state[k].bytes > 0 ? L.ws.at<float>(state, L.rowwise_state[k]) : nullptr;
   return s;
 }
 
@@ -220,7 +228,7 @@ Status RowCache::create(const Context& ctx, const RowCacheConfig& cfg, std::uniq
   }
 
   const StateLayout L = state_layout(c->total_sets_, host.total_rows(), cfg.algorithm == CacheAlgorithm::kLfu,
-                                     c->cache_tbe_->total_rows());
+                                     c->cache_tbe_->total_rows(), cfg.optimizer);
   c->state_bytes_ = L.ws.size();
   c->rounding_bases_offset_ = L.rounding_bases.offset;
 

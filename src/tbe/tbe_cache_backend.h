@@ -18,6 +18,11 @@ struct State {
   uint8_t* dirty = nullptr;           // [sets * kCacheWays] differs from the host store
   int32_t* lfu = nullptr;             // [host total_rows] uses per row (LFU only)
   int64_t* rounding_bases = nullptr;  // [cache total_rows] (TbeBackwardArgs::rounding_bases)
+  // [host total_rows] each row-wise state buffer of the optimizer (momentum1, momentum2; null where the
+  // buffer is absent or element-wise): the state of every host and cached row, kept in device memory, so
+  // a row moving over the link carries only its weights (and element-wise state). load() fills it from
+  // the host store, flush() writes it back there.
+  float* rowwise_state[2] = {nullptr, nullptr};
 };
 
 struct Call {

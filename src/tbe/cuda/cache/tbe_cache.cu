@@ -18,9 +18,12 @@
 // in: both directions of the host link at once) and write_back returns (staged rows only). Which way a miss takes depends on the race, the values trained never do: each unique key
 // is one row for the batch, and the backward sums its gradient in lookup order whatever its number.
 //
-// Rows move between the host store (pinned, mapped host memory) and the cache by a warp per row, 16
-// bytes a lane where every end and the length allow, with the row's optimizer state; a lane loads what
-// comes in before it stores what goes out, so a row's reads over the link are in flight together.
+// Rows move between the host store (host memory the device maps) and the cache by a warp per row, 16
+// bytes a lane where every end and the length allow, with the row's element-wise optimizer state; a lane
+// loads what comes in before it stores what goes out, so a row's reads over the link are in flight
+// together. Row-wise state (a float a row) stays in device memory (State::rowwise_state, filled by load()
+// and written to the host store by flush()): a second host access a row, for 4 bytes, cost the moves
+// about as much as a row's own access.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -224,9 +227,9 @@ __device__ __forceinline__ void warp_exchange(void* cache, const void* in, void*
 }
 
 // Moves the rows of cache row c (cache_tbe numbering) with their optimizer state: table t's row out_r
-// (when >= 0) to the host store from c, then its row in_r (when >= 0) from the host store into c.
-// Row-wise state (a float a row) is loaded before the weights move, so its read over the link is in
-// flight with theirs. Returns the bytes moved over the link.
+// (when >= 0) to the host store from c, then its row in_r (when >= 0) from the host store into c; row-wise
+// state between the cache and its device copy (State::rowwise_state). Returns the bytes moved over the
+// link.
 __device__ int64_t exchange_row(const Params& p, const RowCache::TableMeta& m, int64_t out_r, int64_t in_r,
                                 int64_t c) {
   const int64_t D = m.dim;
@@ -235,13 +238,14 @@ __device__ int64_t exchange_row(const Params& p, const RowCache::TableMeta& m, i
   const int layouts[2] = {p.m1_layout, p.m2_layout};
   float* const host_state[2] = {p.host_m1, p.host_m2};
   float* const cache_state[2] = {p.cache_m1, p.cache_m2};
+  float* const rowwise_home[2] = {p.st.rowwise_state[0], p.st.rowwise_state[1]};
   constexpr int kRowwise = static_cast<int>(opt::StateLayout::kRowwise);
   constexpr int kElementwise = static_cast<int>(opt::StateLayout::kElementwise);
   float rowwise_in[2] = {0.0f, 0.0f}, rowwise_out[2] = {0.0f, 0.0f};
   const bool lead = lane_id() == 0;
   for (int k = 0; k < 2; ++k) {
     if (layouts[k] != kRowwise || !lead) continue;
-    if (in_r >= 0) rowwise_in[k] = host_state[k][m.row_offset + in_r];
+    if (in_r >= 0) rowwise_in[k] = rowwise_home[k][m.row_offset + in_r];
     if (out_r >= 0) rowwise_out[k] = cache_state[k][c];
   }
   const auto host_row = [&](char* base, int64_t elem_bytes, int64_t r) {
@@ -253,9 +257,8 @@ __device__ int64_t exchange_row(const Params& p, const RowCache::TableMeta& m, i
   int64_t moved = rows * wb;
   for (int k = 0; k < 2; ++k) {
     if (layouts[k] == kRowwise) {
-      if (lead && out_r >= 0) host_state[k][m.row_offset + out_r] = rowwise_out[k];
+      if (lead && out_r >= 0) rowwise_home[k][m.row_offset + out_r] = rowwise_out[k];
       if (lead && in_r >= 0) cache_state[k][c] = rowwise_in[k];
-      moved += rows * 4;
     } else if (layouts[k] == kElementwise) {
       char* hs = reinterpret_cast<char*>(host_state[k]);
       warp_exchange(cache_state[k] + cache_elem, host_row(hs, 4, in_r), host_row(hs, 4, out_r), D * 4);
@@ -546,6 +549,21 @@ Status copy_device_tables(const Call& c, bool to_cache) {
   return Status::Ok();
 }
 
+// Copies the row-wise state of every row between the host store and its device copy (State::rowwise_state).
+Status copy_rowwise_state(const Call& c, bool to_device) {
+  const size_t bytes = sizeof(float) * static_cast<size_t>(c.cache->host_tbe().total_rows());
+  void* const host[2] = {c.buffers.host_momentum1.data, c.buffers.host_momentum2.data};
+  for (int k = 0; k < 2; ++k) {
+    float* dev = c.state.rowwise_state[k];
+    if (dev == nullptr || bytes == 0) continue;
+    EMBSCALE_RETURN_IF_ERROR(cuda_status(
+        to_device ? cudaMemcpyAsync(dev, host[k], bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(c.stream))
+                  : cudaMemcpyAsync(host[k], dev, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(c.stream)),
+        "cudaMemcpyAsync (row-wise state)"));
+  }
+  return Status::Ok();
+}
+
 template <class F>
 Status dispatch_index(DType t, F&& f) {
   return t == DType::kI32 ? f(int32_t{}) : f(int64_t{});
@@ -578,6 +596,7 @@ Status load(const Call& c) {
   const Params p = make_params(c);
   cache_device_bases_kernel<<<static_cast<unsigned>(cuda::sm_count() * 2), kThreads, 0, s>>>(p);
   EMBSCALE_CHECK_LAUNCH("cache_device_bases_kernel");
+  EMBSCALE_RETURN_IF_ERROR(copy_rowwise_state(c, /*to_device=*/true));
   return copy_device_tables(c, /*to_cache=*/true);
 }
 
@@ -657,6 +676,8 @@ Status flush(const Call& c) {
     cache_flush_kernel<<<warp_grid(slots), kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(make_params(c), slots);
     EMBSCALE_CHECK_LAUNCH("cache_flush_kernel");
   }
+  // The row-wise state home, then the device tables' rows and state over their ranges of it.
+  EMBSCALE_RETURN_IF_ERROR(copy_rowwise_state(c, /*to_device=*/false));
   return copy_device_tables(c, /*to_cache=*/false);
 }
 
