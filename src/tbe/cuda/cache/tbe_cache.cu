@@ -22,8 +22,7 @@
 // bytes a lane where every end and the length allow, with the row's element-wise optimizer state; a lane
 // loads what comes in before it stores what goes out, so a row's reads over the link are in flight
 // together. Row-wise state (a float a row) stays in device memory (State::rowwise_state, filled by load()
-// and written to the host store by flush()): a second host access a row, for 4 bytes, cost the moves
-// about as much as a row's own access.
+// and written to the host store by flush()), so a row crossing the link is one host access, not two.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
