@@ -1019,11 +1019,12 @@ def tbe_quant_cpu_cell(r):
 def tbe_quant_cuda_cell(r):
     """In µs: a forward on the GPU takes tens of them."""
     es = us(1e3 * r["embscale_ms"])
+    floor = f", {share(r['pct_of_floor'])}" if r.get("pct_of_floor") is not None else ""  # runs from 2026-12-07 on
     if r.get("fbgemm_ms") is not None:
-        return f"{es} / {us(1e3 * r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])})"
+        return f"{es} / {us(1e3 * r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])}{floor})"
     if r.get("embscale_int8_ms") is not None:  # fp8 rows: FBGEMM's IntNBit TBE has none
-        return f"{es} / int8 {us(1e3 * r['embscale_int8_ms'])}"
-    return es
+        return f"{es} / int8 {us(1e3 * r['embscale_int8_ms'])}" + (f" ({floor[2:]})" if floor else "")
+    return es + (f" ({floor[2:]})" if floor else "")
 
 
 def tbe_quant_cpu_caption(r0):
@@ -1042,8 +1043,10 @@ def tbe_quant_cuda_caption(r0):
             f"(FBGEMM's CUDA forward rounds each value to fp16, embscale keeps fp32); T={r0['tables']}, "
             f"E={r0['rows']:,}, L={r0['bag_size']}, pooled sum, fp32 output, row alignment "
             f"{r0.get('row_alignment', '?')}; \"mixed\" is D = 32, 64, 128, 256, 512, 64, 128, 32; medians of "
-            f"{r0.get('reps', '?')} timed calls, {r0['date']}). Cells: embscale µs / FBGEMM µs (FBGEMM / embscale); "
-            f"fp8 rows, which FBGEMM's IntNBit TBE does not take: embscale µs / embscale's int8 µs of the same case. ")
+            f"{r0.get('reps', '?')} timed calls, {r0['date']}). Cells: embscale µs / FBGEMM µs (FBGEMM / embscale"
+            + (f", embscale's share of the byte floor: output and rows' bytes at the device's copy rate measured in the "
+               f"same run, {r0['copy_GBps']:.0f} GB/s read + write" if r0.get("copy_GBps") else "") +
+            "); fp8 rows, which FBGEMM's IntNBit TBE does not take: embscale µs / embscale's int8 µs of the same case. ")
 
 
 # Per backend: its table's caption and cell, and its summary line's peer and conditions.

@@ -15,7 +15,9 @@ share of the byte floor. Needs fbgemm_gpu (the CPU build is enough).
 int32 ids for both, bounds checks off in both (FBGEMM's NONE; embscale's off still drops an out-of-range id),
 CUDA events around each call after --warmup calls, the median of --reps, the two alternating call by call; id
 sets rotate when a set's rows are under three times the L2. Bytes as FBGEMM's benchmarks count them, with the
-rows as stored: 4*B*sum(D) (fp32 output) + B*L*sum(row bytes); GB/s = bytes / time. --types may also name
+rows as stored: 4*B*sum(D) (fp32 output) + B*L*sum(row bytes); GB/s = bytes / time; the share of the byte floor
+is those bytes at the device's copy rate measured at the start of the run (a device-to-device copy of 1 GiB,
+bytes read + written per second, as the training benchmarks' floor, docs/bench.md). --types may also name
 fp8e4m3 and fp8e5m2: FBGEMM's FP8 rows are another format (no per-row scale), so those run embscale alone
 (random rows quantized on the device) and record its time beside its int8 time of the same case
 (embscale_int8_ms, when int8 ran first). Needs a CUDA build of fbgemm_gpu and of embscale; the script stops with
@@ -89,6 +91,24 @@ def copy_bandwidth():
         dst.copy_(src)
         best = min(best, time.perf_counter() - t0)
     return src.numel() / best
+
+
+def cuda_copy_bandwidth(dev):
+    """The device's copy rate of 1 GiB (bytes read + written / s), the median of 9 copies."""
+    src = torch.ones(1 << 30, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(9):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * (1 << 30) / float(np.median(times))
 
 
 def parse_args(argv):
@@ -264,7 +284,8 @@ def main_cuda(a):
     types = a.types.split(",")
     if any(t not in known for t in types):
         fail(f"--types: {a.types}; expected names from {', '.join(sorted(known))}")
-    print(f"seed {a.seed}, {device_name}", file=sys.stderr)
+    copy_bw = cuda_copy_bandwidth(dev)
+    print(f"seed {a.seed}, {device_name}, copy {copy_bw / 1e9:.0f} GB/s (read + write)", file=sys.stderr)
     rows_out = []
     write, out = records_out(a, rows_out)
     start = time.strftime("%H:%M")
@@ -343,13 +364,17 @@ def main_cuda(a):
                                fbgemm_over_embscale=med["fbgemm"] / med["embscale"] if "fbgemm" in med else None,
                                embscale_int8_ms=int8_ms.get(key) if wtype.startswith("fp8") else None,
                                bytes=nbytes, embscale_GBps=nbytes / (med["embscale"] * 1e-3) / 1e9,
-                               fbgemm_GBps=nbytes / (med["fbgemm"] * 1e-3) / 1e9 if "fbgemm" in med else None)
+                               fbgemm_GBps=nbytes / (med["fbgemm"] * 1e-3) / 1e9 if "fbgemm" in med else None,
+                               copy_GBps=copy_bw / 1e9, floor_ms=nbytes / copy_bw * 1e3,
+                               pct_of_floor=nbytes / copy_bw * 1e3 / med["embscale"],
+                               fbgemm_pct_of_floor=nbytes / copy_bw * 1e3 / med["fbgemm"] if "fbgemm" in med else None)
                     write(rec)
                     peer = (f"fbgemm {med['fbgemm']:8.3f} ms  x{rec['fbgemm_over_embscale']:.2f}" if "fbgemm" in med
                             else ("int8 " + (f"{int8_ms[key]:8.3f} ms" if key in int8_ms else "not run")
                                   if fb is None else "fbgemm NOT TIMED"))
                     print(f"{wtype:7} D={dims_name:6} B={B:5} alpha={alpha:<4} embscale {med['embscale']:8.3f} ms "
-                          f"({rec['embscale_GBps']:6.0f} GB/s)  {peer}  check {rec['check']}"
+                          f"({rec['embscale_GBps']:6.0f} GB/s, floor {100 * rec['pct_of_floor']:3.0f}%)  {peer}  "
+                          f"check {rec['check']}"
                           + (f" (max error embscale {err:.3g}, fbgemm {fb_err:.3g})" if check == "FAILED" else ""),
                           file=sys.stderr)
     if out:

@@ -86,6 +86,7 @@ struct QCase {
   DType index = DType::kI64;
   BoundsCheckMode bounds = BoundsCheckMode::kError;
   double bad_fraction = 0.0;  // share of indices made invalid (negative or >= E)
+  int non_finite_every = 0;   // > 0: every k-th row's header gets a non-finite scale or bias (non_finite_headers)
   uint64_t seed = 1;
   std::string str() const {
     std::string s = "seed=" + std::to_string(seed) + " tables=[";
@@ -106,6 +107,28 @@ struct QRun {
   int64_t max_bag = 0;
 };
 
+// Every k-th row of each int or fp8 table gets, in turn, a scale of +inf, NaN or -inf, or (int rows) a bias of
+// -inf or NaN: bytes no quantizer writes but a loaded table may hold.
+void non_finite_headers(const QuantizedTableBatchedEmbedding& tbe, int every, std::vector<uint8_t>* w) {
+  const uint16_t half[] = {0x7c00, 0x7e00, 0xfc00};  // +inf, NaN, -inf
+  const uint32_t single[] = {0x7f800000u, 0x7fc00000u, 0xff800000u};
+  int turn = 0;
+  for (int t = 0; t < tbe.num_tables(); ++t) {
+    const QuantTableSpec& s = tbe.config().tables[t];
+    if (quant_row_header_bytes(s.type) == 0) continue;
+    const bool fp8 = s.type == QuantWeightType::kFp8E4M3 || s.type == QuantWeightType::kFp8E5M2;
+    for (int64_t r = 0; r < s.num_rows; r += every, ++turn) {
+      uint8_t* h = w->data() + tbe.table_offset(t) + r * tbe.row_bytes(t);
+      if (fp8) {
+        std::memcpy(h, &single[turn % 3], 4);
+      } else {
+        const bool bias = turn % 2 == 1;  // scale and bias in turn, each over the three values
+        std::memcpy(h + (bias ? 2 : 0), &half[(turn / 2) % 3], 2);
+      }
+    }
+  }
+}
+
 // The case's tables, ids and weights made on the host (quantize_rows), the forward run on `backend` with
 // every input in its memory, the output and the skip count read back.
 QRun run_case(const QCase& c, Backend backend = Backend::kCpu, int threads = 0) {
@@ -120,7 +143,8 @@ QRun run_case(const QCase& c, Backend backend = Backend::kCpu, int threads = 0) 
   const Context ctx = context_of(backend, threads);
   r.status = QuantizedTableBatchedEmbedding::create(ctx, cfg, &tbe);
   if (!r.status.ok()) return r;
-  const std::vector<uint8_t> weights = make_weights(*tbe, rng);
+  std::vector<uint8_t> weights = make_weights(*tbe, rng);
+  if (c.non_finite_every > 0) non_finite_headers(*tbe, c.non_finite_every, &weights);
 
   const int T = tbe->num_features();
   const int64_t B = c.batch_size;
@@ -178,13 +202,20 @@ QRun run_case(const QCase& c, Backend backend = Backend::kCpu, int threads = 0) 
   return r;
 }
 
-// Every output element within the bound of fp32 arithmetic over the bag plus the output's rounding.
+// Every output element within the bound of fp32 arithmetic over the bag plus the output's rounding; a
+// non-finite reference element must be the same infinity, or a NaN.
 std::string compare(const QCase& c, const QRun& r) {
   const double fp32 = (r.max_bag + 4) * std::ldexp(1.0, -23);
   const double out_eps = c.output == DType::kF32 ? 0.0 : c.output == DType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
   const double out_abs = c.output == DType::kF16 ? std::ldexp(1.0, -25) : 0.0;  // fp16 subnormals' half step
   for (size_t i = 0; i < r.ref.out.size(); ++i) {
     const double got = output_value(r.output, c.output, i), want = r.ref.out[i];
+    if (!std::isfinite(want)) {
+      if (std::isnan(want) ? std::isnan(got) : got == want) continue;
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "element %zu: got %.9g, reference %.9g", i, got, want);
+      return c.str() + ": " + buf;
+    }
     const double e32 = fp32 * r.ref.mag[i];
     const double tol = e32 + out_eps * (std::fabs(want) + e32) + out_abs;
     if (!(std::fabs(got - want) <= tol)) {
@@ -553,6 +584,39 @@ TEST_P(TbeQuantForward, EveryTypeDimensionPoolingAndOutput) {
       }
     }
   }
+}
+
+TEST_P(TbeQuantForward, NonFiniteScalesAndBiasesGiveTheReferencesInfinitiesAndNaNs) {
+  // Such rows take their own decode on CUDA, chosen per step of lookups, so they sit among finite rows.
+  const uint64_t seed = 91;
+  std::printf("TbeQuantForward.NonFiniteScalesAndBiasesGiveTheReferencesInfinitiesAndNaNs: seed %" PRIu64 "\n", seed);
+  int non_finite = 0;
+  for (int align : {16, 1}) {
+    for (QuantWeightType t : {QuantWeightType::kInt8, QuantWeightType::kInt4, QuantWeightType::kInt2,
+                              QuantWeightType::kFp8E4M3, QuantWeightType::kFp8E5M2}) {
+      for (PoolingMode pool : {PoolingMode::kSum, PoolingMode::kNone}) {
+        for (DType index : {DType::kI32, DType::kI64}) {
+          QCase c;
+          c.seed = seed;
+          c.tables = {{40, 60, t}, {30, 128, t}};
+          if (pool == PoolingMode::kNone) c.tables[1].dim = 60;
+          c.row_alignment = align;
+          c.pooling = pool;
+          c.index = index;
+          c.weighted = true;
+          c.batch_size = 6;
+          c.max_bag = 9;
+          c.non_finite_every = 7;
+          const QRun r = run_case(c, GetParam());
+          ASSERT_TRUE(r.status.ok()) << c.str() << ": " << r.status.message();
+          const std::string failure = compare(c, r);
+          ASSERT_TRUE(failure.empty()) << failure;
+          for (double v : r.ref.out) non_finite += !std::isfinite(v);
+        }
+      }
+    }
+  }
+  EXPECT_GT(non_finite, 1000);  // the cases reach the non-finite rows
 }
 
 TEST_P(TbeQuantForward, WideRowsAndLongBags) {

@@ -18,7 +18,7 @@
 // Numerics (the CPU forward's, term for term, so the two agree to the bit on the same bytes). An int value
 // is float(q) * scale + bias with two roundings, computed as fma(2^23 + q, scale, -2^23 * scale) + bias
 // (2^23 + q is the code's bits in the mantissa of 2^23, and the fma's exact sum is q * scale, so it rounds
-// to float(q) * scale; a row with a non-finite scale takes the plain product, whose inf/NaN differ), an
+// to float(q) * scale; a row with a non-finite scale or bias takes the plain product, whose inf/NaN differ), an
 // fp8 value code * scale (the code decoded exactly through fp16), fp16, bf16 and fp32 values exact. Each
 // output element is summed by one lane in the order of the bag's indices, acc = acc + w * value with
 // separate roundings (unweighted: acc + value, the same bits as w = 1), MEAN divides by the count of
@@ -82,24 +82,45 @@ struct QuantForwardParams {
 // The header of a row: int rows' (scale, bias), fp8 rows' (scale, 0); float rows have none.
 struct Header {
   float scale, bias;
-  float shift;  // int rows: -2^23 * scale (exact for a finite scale)
+  float shift;     // int rows: -2^23 * scale (exact for a finite scale)
+  uint32_t two23;  // 2^23's bits, 0x4B000000 (two23_bits)
 };
+
+// 2^23's bits as a value the compiler cannot fold. With both this word and a byte_perm's selector constant,
+// ptxas makes the word the immediate and keeps the selectors in registers, which it rebuilds before each
+// use under register pressure: one more instruction a value. From a register, the selectors are immediates.
+__device__ __forceinline__ uint32_t two23_bits(int num_features) {
+  return 0x4B000000u | (static_cast<uint32_t>(num_features) >> 31);  // num_features >= 0
+}
 constexpr bool is_int(QuantWeightType t) { return value_bits(t) < 8 || t == QuantWeightType::kInt8; }
-template <QuantWeightType kType>
-__device__ __forceinline__ Header header_of(uint32_t word) {
+// kFinite: the header's scale and bias are finite (header_finite), and the hardware's conversion (exact for
+// every finite fp16) replaces the software one, which keeps a NaN's payload as the CPU does.
+template <QuantWeightType kType, bool kFinite>
+__device__ __forceinline__ Header header_of(uint32_t word, uint32_t two23) {
   if constexpr (is_int(kType)) {
-    const float scale = fp16_to_float(static_cast<uint16_t>(word & 0xffffu));
-    return Header{scale, fp16_to_float(static_cast<uint16_t>(word >> 16)), __fmul_rn(-8388608.0f, scale)};
+    float sb[2];  // scale (the low half), bias
+    if constexpr (kFinite) {
+      word_to_floats<fp16_t>(word, sb);
+    } else {
+      sb[0] = fp16_to_float(static_cast<uint16_t>(word & 0xffffu));
+      sb[1] = fp16_to_float(static_cast<uint16_t>(word >> 16));
+    }
+    return Header{sb[0], sb[1], __fmul_rn(-8388608.0f, sb[0]), two23};
   } else if constexpr (kType == QuantWeightType::kFp8E4M3 || kType == QuantWeightType::kFp8E5M2) {
-    return Header{__uint_as_float(word), 0.0f, 0.0f};
+    return Header{__uint_as_float(word), 0.0f, 0.0f, two23};
   } else {
-    return Header{1.0f, 0.0f, 0.0f};
+    return Header{1.0f, 0.0f, 0.0f, two23};
   }
+}
+
+// An int row's header word holds a finite scale and bias (neither fp16 exponent all ones).
+__device__ __forceinline__ bool header_finite(uint32_t word) {
+  return (word & 0x7c00u) != 0x7c00u && (word & 0x7c000000u) != 0x7c000000u;
 }
 
 // q * scale + bias for x = 2^23 + q, a code q < 2^23 in the mantissa of 2^23 (exact, with no int-to-float
 // conversion, which runs at a quarter of the fp32 rate): the fma's exact result is q * scale, rounded once
-// as the product would be. kFinite false (a non-finite scale): the plain product of x - 2^23.
+// as the product would be. kFinite false (a non-finite scale or bias): the plain product of x - 2^23.
 template <bool kFinite>
 __device__ __forceinline__ float int_value(float x, const Header& h) {
   if constexpr (kFinite) return __fadd_rn(__fmaf_rn(x, h.scale, h.shift), h.bias);
@@ -155,7 +176,7 @@ __device__ __forceinline__ void decode_chunk(const uint32_t* w, const Header& h,
 #pragma unroll
         for (int k = 0; k < 4; ++k)
           v[4 * kPerByte * i + kPerByte * k + c] =
-              int_value<kFinite>(__uint_as_float(__byte_perm(m, 0x4B000000u, 0x7440u | k)), h);
+              int_value<kFinite>(__uint_as_float(__byte_perm(m, h.two23, 0x7440u | k)), h);
       }
   } else {  // fp8
 #pragma unroll
@@ -242,7 +263,7 @@ struct ScalarRows {
   template <bool kFinite>
   static __device__ __forceinline__ void decode(const Raw& r, const Header& h, float* v) {
     if constexpr (is_int(kType)) {
-      v[0] = int_value<kFinite>(__uint_as_float(0x4B000000u | r.bits), h);
+      v[0] = int_value<kFinite>(__uint_as_float(h.two23 | r.bits), h);
     } else if constexpr (kType == QuantWeightType::kFp8E4M3 || kType == QuantWeightType::kFp8E5M2) {
       v[0] = __fmul_rn(fp8_pair<kType>(r.bits).x, h.scale);
     } else if constexpr (kType == QuantWeightType::kFp32) {
@@ -304,20 +325,21 @@ __device__ __forceinline__ void store_slot(const QuantForwardParams& p, int64_t 
   }
 }
 
+// An index as an unsigned word of its width: a negative index is then past every table's rows.
 template <typename I>
-__device__ __forceinline__ int64_t load_index(const I* p) {
-  if constexpr (sizeof(I) == 8) {
-    return static_cast<int64_t>(__ldg(reinterpret_cast<const long long*>(p)));
-  } else {
-    return static_cast<int64_t>(__ldg(reinterpret_cast<const int*>(p)));
-  }
-}
+using IndexWord = std::conditional_t<sizeof(I) == 8, uint64_t, uint32_t>;
 
-// The indices of lookups [s, s + kU) (0 past the bag's end).
+// The indices at p[0, n) into idx[0, kU) (0 past n).
 template <int kU, typename I>
-__device__ __forceinline__ void load_step_indices(const I* indices, int64_t s, int64_t end, int64_t* idx) {
+__device__ __forceinline__ void load_step_indices(const I* p, int64_t n, IndexWord<I>* idx) {
 #pragma unroll
-  for (int j = 0; j < kU; ++j) idx[j] = s + j < end ? load_index(indices + s + j) : 0;
+  for (int j = 0; j < kU; ++j) {
+    if constexpr (sizeof(I) == 8) {
+      idx[j] = j < n ? static_cast<uint64_t>(__ldg(reinterpret_cast<const long long*>(p + j))) : 0u;
+    } else {
+      idx[j] = j < n ? static_cast<uint32_t>(__ldg(reinterpret_cast<const int*>(p + j))) : 0u;
+    }
+  }
 }
 
 // ---- one feature's bags -------------------------------------------------------------------------------
@@ -333,9 +355,14 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
   const I* offsets = static_cast<const I*>(p.offsets);
   const float* psw = p.per_sample_weights;
   const int64_t B = p.batch_size, N = p.num_indices;
-  const int64_t D = p.dims[f], E = p.num_rows[f], row_bytes = p.row_bytes[f];
+  const int64_t D = p.dims[f], E = p.num_rows[f];
+  const uint64_t row_bytes = static_cast<uint64_t>(p.row_bytes[f]);
+  // Rows an index may name, in its word (int32 indices stop below 2^31).
+  const IndexWord<I> rows = sizeof(I) == 8 || E < (int64_t{1} << 31) ? static_cast<IndexWord<I>>(E)
+                                                                     : static_cast<IndexWord<I>>(uint32_t{1} << 31);
   const int used = static_cast<int>(header_size(kType) + data_bytes(kType, D));
   const bool records = p.check != kCheckOff;
+  const uint32_t two23 = two23_bits(p.num_features);
   const int group = plan.group;
   const int pass = group * kS;  // slots one pass over the bag covers
   const int gi = static_cast<int>(threadIdx.x) / group;
@@ -376,17 +403,18 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
         for (int k = 0; k < kV; ++k) acc[c][k] = 0.0f;
       valid = 0;
 
-      int64_t next[kU];
-      load_step_indices<kU>(indices, start, end, next);
+      IndexWord<I> next[kU];
+      load_step_indices<kU>(indices + start, end - start, next);
       for (int64_t s = start; s < end; s += kU) {
-        int64_t idx[kU];
+        const int n = end - s < kU ? static_cast<int>(end - s) : kU;  // the step's lookups
+        IndexWord<I> idx[kU];
         unsigned present = 0;  // bit j: lookup s + j exists and its index is in the table
         unsigned invalid = 0;  // bit j: lookup s + j exists and its index is outside [0, E)
 #pragma unroll
         for (int j = 0; j < kU; ++j) {
           idx[j] = next[j];
-          const bool in = s + j < end;
-          const bool ok = static_cast<uint64_t>(idx[j]) < static_cast<uint64_t>(E);
+          const bool in = j < n;
+          const bool ok = idx[j] < rows;
           present |= static_cast<unsigned>(in && ok) << j;
           invalid |= static_cast<unsigned>(in && !ok) << j;
         }
@@ -396,25 +424,26 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
         Raw raw[kU][kS];
 #pragma unroll
         for (int j = 0; j < kU; ++j) {
-          const uint8_t* row = table + ((present >> j & 1u) ? idx[j] * row_bytes : 0);
+          const uint8_t* row = table + ((present >> j & 1u) ? static_cast<uint64_t>(idx[j]) * row_bytes : 0u);
           hw[j] = R::header_word(row);
 #pragma unroll
           for (int c = 0; c < kS; ++c) raw[j][c] = R::load(row, slot[c], used);
         }
         // The next step's indices load while this step's rows are in flight.
-        load_step_indices<kU>(indices, s + kU, end, next);
+        load_step_indices<kU>(indices + s + kU, end - s - kU, next);
         float sw[kU];
 #pragma unroll
-        for (int j = 0; j < kU; ++j) sw[j] = (kWeighted && s + j < end) ? __ldg(psw + s + j) : 1.0f;
+        for (int j = 0; j < kU; ++j) sw[j] = (kWeighted && j < n) ? __ldg(psw + s + j) : 1.0f;
         valid += __popc(present);
-        // Decode and add the step's rows; int rows with a non-finite scale (no quantizer writes one, but
-        // loaded bytes may hold it) take the plain product, for the whole step: one branch a step.
+        // Decode and add the step's rows; int rows with a non-finite scale or bias (no quantizer writes one,
+        // but loaded bytes may hold it) take the plain product and the software header decode, for the whole
+        // step: one branch a step.
         const auto add_step = [&](auto finite_tag) {
           constexpr bool kFinite = decltype(finite_tag)::value;
 #pragma unroll
           for (int j = 0; j < kU; ++j) {
             const bool ok = (present >> j & 1u) != 0;
-            const Header h = header_of<kType>(hw[j]);
+            const Header h = header_of<kType, kFinite>(hw[j], two23);
 #pragma unroll
             for (int c = 0; c < kS; ++c) {
               float v[kV];
@@ -425,7 +454,7 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
                   for (int k = 0; k < kV; ++k)
                     acc[c][k] = __fadd_rn(acc[c][k], kWeighted ? __fmul_rn(sw[j], v[k]) : v[k]);
                 }
-              } else if (s + j < end && active[c]) {
+              } else if (j < n && active[c]) {
                 // Sequence: row q is the (weighted) looked-up row, zeros for an invalid index.
 #pragma unroll
                 for (int k = 0; k < kV; ++k) v[k] = ok ? (kWeighted ? __fmul_rn(sw[j], v[k]) : v[k]) : 0.0f;
@@ -438,7 +467,7 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
         bool finite = true;
         if constexpr (is_int(kType)) {
 #pragma unroll
-          for (int j = 0; j < kU; ++j) finite = finite && (hw[j] & 0x7c00u) != 0x7c00u;  // the fp16 scale's exponent
+          for (int j = 0; j < kU; ++j) finite = finite && header_finite(hw[j]);
         }
         if (finite) add_step(std::true_type{});
         else add_step(std::false_type{});
