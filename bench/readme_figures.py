@@ -941,12 +941,14 @@ def tbe_cache_table(workload, cases, prov=None):
                      ms(s["embscale_ms"]), ms(s["fbgemm_ms"]), maybe_ratio(s["ratio_fbgemm_over_embscale"]),
                      share(s["embscale_hit_rate"], 1), share(s["fbgemm_hit_rate"], 1), ms(s["floor_ms"]),
                      share(s["embscale_pct_of_floor"]), maybe_ratio(s["embscale_over_own_hbm"])])
+    # Runs before the harness recorded link_bytes_per_row counted the row-wise state too.
+    floor_bytes = "4·D" if all("link_bytes_per_row" in c["s"] for c in cases) else "(4·D + 4)"
     return (f"**{about['tables']}, {about['batch']}** (a training step: forward + backward + exact row-wise Adagrad, "
             f"pooled sum, LRU; {about['card']}, {about['dates']}, build {about['builds']}; FBGEMM_GPU {fbgemm}; "
             f"{checked}{link_text}). Milliseconds per step, medians of CUDA-event timings in steady state; FBGEMM at "
             f"the same `cache_load_factor` (the same HBM budget); hit rates from each library's counters over the "
             f"timed steps (FBGEMM: 1 − unique misses / unique ids); the floor is embscale's rows moved per step × "
-            f"(4·D + 4) bytes at the link's both-ways rate; the last column is embscale's step over its own step "
+            f"{floor_bytes} bytes at the link's both-ways rate; the last column is embscale's step over its own step "
             f"with every table in GPU memory. {cite(tbe_cache_id(workload), used, prov)}\n\n" +
             table(["ids", "placement (FBGEMM)", "load factor", "embscale ms", "FBGEMM ms", "FBGEMM / embscale",
                    "hit rate embscale", "hit rate FBGEMM", "link floor ms", "% of floor", "over own all-HBM"], rows))

@@ -56,8 +56,8 @@ waits on it.
 
 The host link, measured at the start of the run: a 1 GiB pinned host tensor copied to the device (H2D),
 back (D2H) and both at once on two streams (GB/s = 1e9 bytes/s). The floor of a case that moves rows:
-floor_ms = rows moved per step x bytes per row (4 * D + 4: the row and its row-wise state) / the
-both-ways bandwidth, and pct_of_floor = floor_ms / median_ms. Rows moved: embscale's rows_fetched +
+floor_ms = rows moved per step x the row's bytes (4 * D; the row-wise state need not cross: embscale keeps it in
+device memory) / the both-ways bandwidth, and pct_of_floor = floor_ms / median_ms. Rows moved: embscale's rows_fetched +
 rows_written_back per step (measured); fbgemm_cached 2 x its unique misses (each brings a row in and evicts
 one; an estimate, "rows_moved_source" says so); fbgemm_managed 2 x the unique rows of the batch (the least
 any placement must move).
@@ -842,7 +842,8 @@ class Run:
         self.engine, self.a = engine, a
         self.t_start = engine.start_time()
         self.E = int(a.gb * GIB // (4 * a.dim * a.num_tables))
-        self.bytes_per_row = 4 * a.dim + 4
+        self.bytes_per_row = 4 * a.dim + 4  # a row and its row-wise state: what the tables take in memory
+        self.link_bytes_per_row = 4 * a.dim  # what must cross the link for a row moved (the floor)
         self.out_file = open(a.out, "a") if a.out else None
         self.status = 0
         self.records = []
@@ -877,7 +878,8 @@ class Run:
                    pooling="sum", optimizer="rowwise_adagrad", learning_rate=a.learning_rate, eps=a.eps,
                    stochastic_rounding=False, bounds_check="off", indices_dtype="int64", seed=a.seed,
                    warmup=a.warmup, iters=a.iters, index_sets=a.index_sets, one_impl_at_a_time=None,
-                   bytes_per_row=self.bytes_per_row, lookups_per_step=a.num_tables * a.batch_size * a.bag_size)
+                   bytes_per_row=self.bytes_per_row, link_bytes_per_row=self.link_bytes_per_row,
+                   lookups_per_step=a.num_tables * a.batch_size * a.bag_size)
         rec.update(self.link)
         if a.dry_run:
             rec["dry_run"] = True
@@ -933,7 +935,7 @@ class Run:
         rec.update(hit_rate=hit_rate, rows_moved_per_step=rows_moved, rows_moved_source=source)
         floor = None
         if rows_moved and self.link.get("link_GBps"):
-            floor = rows_moved * self.bytes_per_row / (self.link["link_GBps"] * 1e9) * 1e3
+            floor = rows_moved * self.link_bytes_per_row / (self.link["link_GBps"] * 1e9) * 1e3
         rec.update(floor_ms=floor, pct_of_floor=floor / med if floor else None)
         return rec
 
@@ -1229,7 +1231,8 @@ class Run:
                      embscale_ms=es and es["median_ms"], fbgemm_ms=fb and fb["median_ms"],
                      embscale_loop_ms=es and es["loop_ms"], fbgemm_loop_ms=fb and fb["loop_ms"],
                      embscale_hit_rate=es and es["hit_rate"], fbgemm_hit_rate=fb and fb["hit_rate"],
-                     embscale_pct_of_floor=es and es["pct_of_floor"], floor_ms=es and es["floor_ms"])
+                     embscale_pct_of_floor=es and es["pct_of_floor"], floor_ms=es and es["floor_ms"],
+                     link_bytes_per_row=self.link_bytes_per_row)
             if self.a.dry_run:
                 s["dry_run"] = True
             s["ratio_fbgemm_over_embscale"] = fb["median_ms"] / es["median_ms"] if fb and es else None
