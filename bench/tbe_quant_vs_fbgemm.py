@@ -16,9 +16,9 @@ int32 ids for both, bounds checks off in both (FBGEMM's NONE; embscale's off sti
 CUDA events around each call after --warmup calls, the median of --reps, the two alternating call by call; id
 sets rotate when a set's rows are under three times the L2. Bytes as FBGEMM's benchmarks count them, with the
 rows as stored: 4*B*sum(D) (fp32 output) + B*L*sum(row bytes); GB/s = bytes / time; the share of the byte floor
-is those bytes at the device's copy rate measured at the start of the run (a device-to-device copy of 1 GiB,
-bytes read + written per second, as the training benchmarks' floor, docs/bench.md). --types may also name
-fp8e4m3 and fp8e5m2: FBGEMM's FP8 rows are another format (no per-row scale), so those run embscale alone
+is those bytes at the device's copy rate measured at the start of the run (1 GiB copied back and forth on the
+device, bytes read + written per second: torch_tbe_peers.copy_gbps, the training benchmarks' floor). --types may
+also name fp8e4m3 and fp8e5m2: FBGEMM's FP8 rows are another format (no per-row scale), so those run embscale alone
 (random rows quantized on the device) and record its time beside its int8 time of the same case
 (embscale_int8_ms, when int8 ran first). Needs a CUDA build of fbgemm_gpu and of embscale; the script stops with
 the reason otherwise.
@@ -43,6 +43,7 @@ from embscale.tbe_quant import QuantizedTableBatchedEmbeddingBags  # noqa: E402
 
 from fbgemm_tbe_cpu_peers import cpu_model  # noqa: E402
 from build_info import build_id  # noqa: E402
+from torch_tbe_peers import copy_gbps  # noqa: E402
 
 MIXED_DIMS = [32, 64, 128, 256, 512, 64, 128, 32]
 
@@ -91,24 +92,6 @@ def copy_bandwidth():
         dst.copy_(src)
         best = min(best, time.perf_counter() - t0)
     return src.numel() / best
-
-
-def cuda_copy_bandwidth(dev):
-    """The device's copy rate of 1 GiB (bytes read + written / s), the median of 9 copies."""
-    src = torch.ones(1 << 30, dtype=torch.uint8, device=dev)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    times = []
-    for _ in range(9):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2 * (1 << 30) / float(np.median(times))
 
 
 def parse_args(argv):
@@ -284,7 +267,7 @@ def main_cuda(a):
     types = a.types.split(",")
     if any(t not in known for t in types):
         fail(f"--types: {a.types}; expected names from {', '.join(sorted(known))}")
-    copy_bw = cuda_copy_bandwidth(dev)
+    copy_bw = copy_gbps(torch, dev, 1 << 30) * 1e9  # bytes read + written / s
     print(f"seed {a.seed}, {device_name}, copy {copy_bw / 1e9:.0f} GB/s (read + write)", file=sys.stderr)
     rows_out = []
     write, out = records_out(a, rows_out)
