@@ -1023,7 +1023,9 @@ def tbe_quant_cuda_cell(r):
     es = us(1e3 * r["embscale_ms"])
     floor = f", {share(r['pct_of_floor'])}" if r.get("pct_of_floor") is not None else ""  # runs from 2026-12-07 on
     if r.get("fbgemm_ms") is not None:
-        return f"{es} / {us(1e3 * r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])}{floor})"
+        graph = (f"; graph {ratio(r['fbgemm_over_embscale_graph'])}"  # runs from 2026-12-07 (trains) on
+                 if r.get("fbgemm_over_embscale_graph") is not None else "")
+        return f"{es} / {us(1e3 * r['fbgemm_ms'])} ({ratio(r['fbgemm_over_embscale'])}{floor}{graph})"
     if r.get("embscale_int8_ms") is not None:  # fp8 rows: FBGEMM's IntNBit TBE has none
         return f"{es} / int8 {us(1e3 * r['embscale_int8_ms'])}" + (f" ({floor[2:]})" if floor else "")
     return es + (f" ({floor[2:]})" if floor else "")
@@ -1044,8 +1046,12 @@ def tbe_quant_cuda_caption(r0):
             f"into embscale's), each output checked first against the pooled sums of its own dequantizing rule "
             f"(FBGEMM's CUDA forward rounds each value to fp16, embscale keeps fp32); T={r0['tables']}, "
             f"E={r0['rows']:,}, L={r0['bag_size']}, pooled sum, fp32 output, row alignment "
-            f"{r0.get('row_alignment', '?')}; \"mixed\" is D = 32, 64, 128, 256, 512, 64, 128, 32; medians of "
-            f"{r0.get('reps', '?')} timed calls, {r0['date']}). Cells: embscale µs / FBGEMM µs (FBGEMM / embscale"
+            f"{r0.get('row_alignment', '?')}; \"mixed\" is D = 32, 64, 128, 256, 512, 64, 128, 32; "
+            + (f"a call's time is the median over {r0.get('reps', '?')} trains of {r0['calls_per_train']} "
+               f"back-to-back calls, host work included, so a small batch shows the host's rate; \"graph\" is the "
+               f"ratio of the same calls captured in a CUDA graph and replayed, the devices' time alone"
+               if r0.get("calls_per_train") else f"medians of {r0.get('reps', '?')} timed calls")
+            + f", {r0['date']}). Cells: embscale µs / FBGEMM µs (FBGEMM / embscale"
             + (f", embscale's share of the byte floor: output and rows' bytes at the device's copy rate measured in the "
                f"same run, {r0['copy_GBps']:.0f} GB/s read + write" if r0.get("copy_GBps") else "") +
             "); fp8 rows, which FBGEMM's IntNBit TBE does not take: embscale µs / embscale's int8 µs of the same case. ")

@@ -12,9 +12,11 @@ bytes a forward reads (the rows it looks up) over its time against one thread's 
 share of the byte floor. Needs fbgemm_gpu (the CPU build is enough).
 
 --device cuda: row_alignment 16 (FBGEMM's GPU layout), the tables in device memory (EmbeddingLocation.DEVICE),
-int32 ids for both, bounds checks off in both (FBGEMM's NONE; embscale's off still drops an out-of-range id),
-CUDA events around each call after --warmup calls, the median of --reps, the two alternating call by call; id
-sets rotate when a set's rows are under three times the L2. Bytes as FBGEMM's benchmarks count them, with the
+int32 ids for both, bounds checks off in both (FBGEMM's NONE; embscale's off still drops an out-of-range id).
+Two timings after --warmup calls, each the median of --reps: CUDA events around a train of --calls back-to-back
+calls (the two libraries alternating train by train), a call's cost as a caller sees it, host work included
+(small batches are host-bound: the host's rate); and the same calls captured in one CUDA graph and replayed,
+the device's time alone (*_graph_ms). Id sets rotate when a set's rows are under three times the L2. Bytes as FBGEMM's benchmarks count them, with the
 rows as stored: 4*B*sum(D) (fp32 output) + B*L*sum(row bytes); GB/s = bytes / time; the share of the byte floor
 is those bytes at the device's copy rate measured at the start of the run (1 GiB copied back and forth on the
 device, bytes read + written per second: torch_tbe_peers.copy_gbps, the training benchmarks' floor). --types may
@@ -106,6 +108,7 @@ def parse_args(argv):
     p.add_argument("--bag", type=int, default=20)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--warmup", type=int, default=3, help="calls before timing (cuda)")
+    p.add_argument("--calls", type=int, default=20, help="back-to-back calls a timed train holds (cuda)")
     p.add_argument("--seed", type=int, default=20261206)
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -232,9 +235,10 @@ def records_out(a, rows_out):
     return write, out
 
 
-def cuda_median_ms(fns, sets, warmup, reps):
-    """Per name, the median ms of reps calls timed with CUDA events, the calls of the fns alternating and
-    cycling through the input sets (fn(i) runs set i)."""
+def cuda_train_ms(fns, sets, warmup, reps, calls):
+    """Per name, the ms a call of `calls` back-to-back calls takes (CUDA events around the train, the median
+    of reps trains), the fns alternating train by train and cycling through the input sets (fn(i) runs set i).
+    Where a call's host work outlasts its kernel the train is host-bound and this is the host's rate."""
     for _ in range(warmup):
         for fn in fns.values():
             for i in range(sets):
@@ -245,11 +249,47 @@ def cuda_median_ms(fns, sets, warmup, reps):
         for n, fn in fns.items():
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(r % sets)
+            for k in range(calls):
+                fn((r * calls + k) % sets)
             end.record()
             ev[n].append((start, end))
     torch.cuda.synchronize()
-    return {n: float(np.median([s.elapsed_time(e) for s, e in v])) for n, v in ev.items()}
+    return {n: float(np.median([s.elapsed_time(e) for s, e in v])) / calls for n, v in ev.items()}
+
+
+def cuda_graph_ms(fns, sets, reps, calls):
+    """Per name, the device's ms a call: `calls` calls captured in one CUDA graph, replayed reps times between
+    CUDA events (the median), so no host work lies between the kernels. A library whose call cannot be
+    captured gets None, and the reason in the second dict."""
+    graphs, why = {}, {}
+    for n, fn in fns.items():
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # first calls off the capture (allocator and library set-up)
+                for i in range(sets):
+                    fn(i)
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for k in range(calls):
+                    fn(k % sets)
+            g.replay()
+            graphs[n] = g
+        except Exception as e:  # noqa: BLE001 (recorded: the library's call is not capturable here)
+            why[n] = f"{type(e).__name__}: {e}"
+    torch.cuda.synchronize()
+    ev = {n: [] for n in graphs}
+    for _ in range(reps):
+        for n, g in graphs.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            g.replay()
+            end.record()
+            ev[n].append((start, end))
+    torch.cuda.synchronize()
+    ms = {n: float(np.median([s.elapsed_time(e) for s, e in v])) / calls for n, v in ev.items()}
+    return {n: ms.get(n) for n in fns}, why
 
 
 def main_cuda(a):
@@ -330,7 +370,8 @@ def main_cuda(a):
                     fns = {"embscale": lambda i: es(inputs[i], offsets)}
                     if fb is not None and check == "ok":
                         fns["fbgemm"] = lambda i: fb(inputs[i], offsets)
-                    med = cuda_median_ms(fns, sets, a.warmup, a.reps)
+                    med = cuda_train_ms(fns, sets, a.warmup, a.reps, a.calls)
+                    graph, graph_why = cuda_graph_ms(fns, sets, a.reps, a.calls)
                     key = (dims_name, B, alpha)
                     if wtype == "int8":
                         int8_ms[key] = med["embscale"]
@@ -350,13 +391,22 @@ def main_cuda(a):
                                fbgemm_GBps=nbytes / (med["fbgemm"] * 1e-3) / 1e9 if "fbgemm" in med else None,
                                copy_GBps=copy_bw / 1e9, floor_ms=nbytes / copy_bw * 1e3,
                                pct_of_floor=nbytes / copy_bw * 1e3 / med["embscale"],
-                               fbgemm_pct_of_floor=nbytes / copy_bw * 1e3 / med["fbgemm"] if "fbgemm" in med else None)
+                               fbgemm_pct_of_floor=nbytes / copy_bw * 1e3 / med["fbgemm"] if "fbgemm" in med else None,
+                               timing=f"trains of {a.calls} back-to-back calls (host work included); graph: the "
+                                      f"same {a.calls} calls captured in a CUDA graph and replayed (device only)",
+                               calls_per_train=a.calls, embscale_graph_ms=graph["embscale"],
+                               fbgemm_graph_ms=graph.get("fbgemm"),
+                               fbgemm_over_embscale_graph=(graph["fbgemm"] / graph["embscale"]
+                                                           if graph.get("fbgemm") and graph["embscale"] else None),
+                               graph_not_captured=graph_why or None)
                     write(rec)
                     peer = (f"fbgemm {med['fbgemm']:8.3f} ms  x{rec['fbgemm_over_embscale']:.2f}" if "fbgemm" in med
                             else ("int8 " + (f"{int8_ms[key]:8.3f} ms" if key in int8_ms else "not run")
                                   if fb is None else "fbgemm NOT TIMED"))
+                    graphs = (f"graph x{rec['fbgemm_over_embscale_graph']:.2f}" if rec["fbgemm_over_embscale_graph"]
+                              else f"graph {graph_why or '-'}")
                     print(f"{wtype:7} D={dims_name:6} B={B:5} alpha={alpha:<4} embscale {med['embscale']:8.3f} ms "
-                          f"({rec['embscale_GBps']:6.0f} GB/s, floor {100 * rec['pct_of_floor']:3.0f}%)  {peer}  "
+                          f"({rec['embscale_GBps']:6.0f} GB/s, floor {100 * rec['pct_of_floor']:3.0f}%)  {peer}  {graphs}  "
                           f"check {rec['check']}"
                           + (f" (max error embscale {err:.3g}, fbgemm {fb_err:.3g})" if check == "FAILED" else ""),
                           file=sys.stderr)

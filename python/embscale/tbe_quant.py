@@ -90,23 +90,34 @@ class _Handle:
         _capi.check(_capi.lib.embscale_quant_tbe_layout_get(self.ptr, ctypes.byref(self.layout), row_bytes,
                                                             table_offsets))
         self.row_bytes, self.table_offsets = list(row_bytes), list(table_offsets)
+        self.num_features = len(fmap)
+        self.sequence_dim = dims[fmap[0]] if fmap else 0  # pooling "none": every feature has this D
+        self.c_ptr = ctypes.c_void_p(out.value)
 
 
 def _handle(device, rows, dims, types, fmap, row_alignment, table_alignment) -> _Handle:
     """The library's object of these tables on `device` (its checks name each bad argument), made once."""
-    key = (device.type, tuple(rows), tuple(dims), tuple(types), tuple(fmap), row_alignment, table_alignment)
-    with _HANDLES_LOCK:
-        h = _HANDLES.get(key)
-        if h is None:
-            h = _HANDLES[key] = _Handle(device, rows, dims, types, fmap, row_alignment, table_alignment)
-        return h
+    return _handle_of(device, _handle_key(rows, dims, types, fmap, row_alignment, table_alignment))
 
 
-def _output_shape(indices, offsets, dims, fmap, pooling):
-    T = len(fmap)
+def _handle_key(rows, dims, types, fmap, row_alignment, table_alignment):
+    return (tuple(rows), tuple(dims), tuple(types), tuple(fmap), row_alignment, table_alignment)
+
+
+def _handle_of(device, key) -> _Handle:
+    h = _HANDLES.get((device.type, key))  # made already: no lock
+    if h is None:
+        with _HANDLES_LOCK:
+            h = _HANDLES.get((device.type, key))
+            if h is None:
+                h = _HANDLES[(device.type, key)] = _Handle(device, *key)
+    return h
+
+
+def _output_shape(h, indices, offsets, pooling):
     if pooling == "none":
-        return (indices.shape[0], dims[fmap[0]])
-    return ((offsets.shape[0] - 1) // T, sum(dims[t] for t in fmap))
+        return (indices.shape[0], h.sequence_dim)
+    return ((offsets.shape[0] - 1) // h.num_features, h.layout.total_dim)
 
 
 @torch.library.custom_op("embscale::quant_tbe_forward", mutates_args=())
@@ -123,34 +134,46 @@ def quant_tbe_forward(weights: Tensor, indices: Tensor, offsets: Tensor, per_sam
 
 
 def quant_tbe_forward_eager(weights, indices, offsets, per_sample_weights, rows, dims, types, feature_table_map,
-                            row_alignment, table_alignment, pooling, bounds_check, output_dtype, num_skipped=None):
-    """quant_tbe_forward's body, which the module calls directly in eager mode (num_skipped: its own count buffer,
-    written in place)."""
+                            row_alignment, table_alignment, pooling, bounds_check, output_dtype):
+    """quant_tbe_forward's body."""
+    _check_backend(weights.device)
+    h = _handle(weights.device, rows, dims, types, feature_table_map, row_alignment, table_alignment)
+    num_skipped = torch.zeros(1, dtype=torch.int64, device=weights.device)
+    out = _forward(h, weights, indices.contiguous(), offsets.contiguous(),
+                   None if per_sample_weights is None else per_sample_weights.contiguous(), pooling, bounds_check,
+                   output_dtype, num_skipped)
+    return out, num_skipped
+
+
+def _forward(h, weights, indices, offsets, per_sample_weights, pooling, bounds_check, output_dtype, num_skipped):
+    """The C call of the forward on handle h's tables (contiguous indices and offsets of one dtype; the library
+    checks the rest), the count of dropped lookups written to num_skipped in skip and warn modes (unused, and
+    may be None, in the others). The module calls it directly in eager mode with the handle it holds: the
+    whole host path of its call is this function and the module's own checks."""
     device = weights.device
-    _check_backend(device)
-    h = _handle(device, rows, dims, types, feature_table_map, row_alignment, table_alignment)
-    shape = _output_shape(indices, offsets, dims, feature_table_map, pooling)
+    shape = _output_shape(h, indices, offsets, pooling)
     out = torch.empty(shape, dtype=output_dtype, device=device)
-    if num_skipped is None:
-        num_skipped = torch.zeros(1, dtype=torch.int64, device=device)
     a = _capi.QuantTbeForwardArgs()
     a.weights, a.weights_bytes = weights.data_ptr(), weights.numel()
-    a.indices, a.offsets = _desc(indices.contiguous()), _desc(offsets.contiguous())
-    a.per_sample_weights = _optional_desc(None if per_sample_weights is None else per_sample_weights.contiguous())
-    a.batch_size = (offsets.shape[0] - 1) // len(feature_table_map)
+    a.indices, a.offsets = _desc(indices), _desc(offsets)
+    if per_sample_weights is not None:  # else absent: the struct starts zeroed
+        a.per_sample_weights = _optional_desc(per_sample_weights)
+    a.batch_size = (offsets.shape[0] - 1) // h.num_features
     a.pooling = _capi.POOLING[pooling]
     a.bounds_check = _capi.BOUNDS_CHECK[bounds_check]
     a.output = _desc(out, shape)
-    a.num_skipped = num_skipped.data_ptr() if bounds_check in ("skip", "warn") else None
-    _run(device, _capi.lib.embscale_quant_tbe_forward, ctypes.c_void_p(h.ptr), ctypes.byref(_context(device)),
-         ctypes.byref(a))
-    return out, num_skipped
+    if bounds_check in ("skip", "warn"):
+        a.num_skipped = num_skipped.data_ptr()
+    _run(device, _capi.lib.embscale_quant_tbe_forward, h.c_ptr, ctypes.byref(_context(device)), ctypes.byref(a))
+    return out
 
 
 @quant_tbe_forward.register_fake
 def _(weights, indices, offsets, per_sample_weights, rows, dims, types, feature_table_map, row_alignment,
       table_alignment, pooling, bounds_check, output_dtype):
-    shape = _output_shape(indices, offsets, dims, feature_table_map, pooling)
+    T = len(feature_table_map)
+    shape = ((indices.shape[0], dims[feature_table_map[0]]) if pooling == "none" else
+             ((offsets.shape[0] - 1) // T, sum(dims[t] for t in feature_table_map)))
     return weights.new_empty(shape, dtype=output_dtype), weights.new_empty((1,), dtype=torch.int64)
 
 
@@ -199,7 +222,8 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         # The operator's description of the tables (it takes them as arguments, not a handle).
         self._op_tables = ([e for e, _, _ in specs], [d for _, d, _ in specs],
                            [_capi.QUANT_TYPE[w] for _, _, w in specs], fmap, self.row_alignment, self.table_alignment)
-        h = _handle(device, *self._op_tables)
+        self._handle_key = _handle_key(*self._op_tables)
+        h = _handle_of(device, self._handle_key)
         self.row_bytes, self.table_offsets = h.row_bytes, h.table_offsets
         self.total_dim, self.total_bytes = h.layout.total_dim, h.layout.total_bytes
         self.feature_dims = [specs[t][1] for t in fmap]
@@ -312,7 +336,8 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
 
     # ---- the lookup --------------------------------------------------------------------------------------
     def forward(self, indices, offsets, per_sample_weights=None):
-        device = self.weights.device
+        weights = self.weights
+        device = weights.device
         T = len(self.feature_table_map)
         for name, t in (("indices", indices), ("offsets", offsets)):
             if not isinstance(t, torch.Tensor) or t.device != device:
@@ -334,13 +359,16 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         if self.pooling == "none" and len(set(self.feature_dims)) > 1:
             raise ValueError(f"pooling: 'none' (sequence) needs all features of one dimension; the features have "
                              f"{self.feature_dims}")
-        args = (self.weights, indices, offsets, per_sample_weights, *self._op_tables[:4], self.row_alignment,
-                self.table_alignment, self.pooling, self.bounds_check, self.output_dtype)
-        if eager_call(self.weights, indices, offsets, per_sample_weights):
-            out, _ = quant_tbe_forward_eager(*args, num_skipped=self.num_skipped)
+        counts = self.bounds_check in ("skip", "warn")
+        if eager_call(weights, indices, offsets, per_sample_weights):
+            _check_backend(device)
+            out = _forward(_handle_of(device, self._handle_key), weights, indices, offsets, per_sample_weights, self.pooling, self.bounds_check,
+                           self.output_dtype, self.num_skipped if counts else None)
         else:  # traced (torch.export, torch.compile): the operator, whose fake gives the shapes
-            out, num_skipped = torch.ops.embscale.quant_tbe_forward(*args)
-            if self.bounds_check in ("skip", "warn"):
+            out, num_skipped = torch.ops.embscale.quant_tbe_forward(
+                weights, indices, offsets, per_sample_weights, *self._op_tables[:4], self.row_alignment,
+                self.table_alignment, self.pooling, self.bounds_check, self.output_dtype)
+            if counts:
                 self.num_skipped.copy_(num_skipped)
         if self.bounds_check == "warn":
             _bounds_warnings.note_bounds(self, self.num_skipped)
