@@ -210,18 +210,6 @@ HISTORICAL = {
                         "2026-12-04-nvidia-h200-te-qcs-runs-peers.jsonl"),
                measured="2026-12-03 to 2026-12-04", builds=(), committed=("efdea6b", "bdecbf3"),
                why="the CUDA FP8 kernels have changed since"),
-    "tbe_cache, 16 GiB, T=26, D=128, B=8192, L=20": dict(
-        records=("2026-12-06-nvidia-h100-tbe-cache-16gib-managed.jsonl",), measured="2026-12-06",
-        builds=("02cff96",), why="the row cache has changed since: row-wise optimizer state stays in device memory "
-        "(2962ac9; a partial re-run of the 16 GiB cached cases is in docs/tbe_cache.md); before that the C API was "
-        "split, optimizers were added and the CUDA backward's lane groups took those with element-wise state, none "
-        "of which changed the row-wise Adagrad kernels it measures"),
-    "tbe_cache, 96 GiB, T=26, D=128, B=8192, L=20": dict(
-        records=("2026-12-06-nvidia-h100-tbe-cache-96gib.jsonl",), measured="2026-12-06",
-        builds=("02cff96",), why="the row cache has changed since: row-wise optimizer state stays in device memory "
-        "(2962ac9; a partial re-run of the 16 GiB cached cases is in docs/tbe_cache.md); before that the C API was "
-        "split, optimizers were added and the CUDA backward's lane groups took those with element-wise state, none "
-        "of which changed the row-wise Adagrad kernels it measures"),
     "dlrm": dict(
         records=("train_dlrm/2026-12-07-nvidia-h100.json", "train_dlrm/2026-12-07-cpu.json"), measured="2026-12-07",
         builds=("63ce3c5",), why="the CUDA backward's lane groups have changed since for optimizers with one "
