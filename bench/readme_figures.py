@@ -1037,7 +1037,7 @@ def tbe_quant_cuda_caption(r0):
             f"{r0.get('row_alignment', '?')}; \"mixed\" is D = 32, 64, 128, 256, 512, 64, 128, 32; "
             + (f"a call's time is the median over {r0.get('reps', '?')} trains of {r0['calls_per_train']} "
                f"back-to-back calls, host work included, so a small batch shows the host's rate; \"graph\" is the "
-               f"ratio of the same calls captured in a CUDA graph and replayed, the devices' time alone"
+               f"ratio of the same calls captured in a CUDA graph and replayed, the device's time alone"
                if r0.get("calls_per_train") else f"medians of {r0.get('reps', '?')} timed calls")
             + f", {r0['date']}). Cells: embscale µs / FBGEMM µs (FBGEMM / embscale"
             + (f", embscale's share of the byte floor: output and rows' bytes at the device's copy rate measured in the "
