@@ -15,8 +15,9 @@
 # reported, not an error: scripts/gpu_run.sh's nccl stage reports TorchRec missing as its failure).
 # TorchRec then imports with PYTHONPATH=/tmp/fb:/tmp/trsite (the nccl stage adds them itself).
 #
-# FBGEMM's main archive (50 MB) with the zstandard wheel and the project fills one call's 64 MiB: carry it
-# in one call and the inference archive and TorchRec's wheels in the next (the recipe in scripts/gpu_run.sh).
+# FBGEMM's main archive (50 MB) and the project fill one call's 64 MiB: carry the zstandard wheel, the
+# inference archive and TorchRec's wheels in one call and the main archive alone in the next, while the
+# machine is warm (the recipe in scripts/gpu_run.sh).
 #
 # Environment: PEERS (default: .peers in the repository root), UNPACK_TO (default: /tmp; the folders above
 # are under it).

@@ -42,17 +42,20 @@
 # where it was carried (scripts/gpu_peers_unpack.sh). Without TorchRec the stage FAILS with "SKIPPED
 # (torchrec not available ...)", so a run without it never reads as a pass.
 #
-# TorchRec on the GPU machine, two calls (shared/peers/README.md; FBGEMM's main archive, the zstandard
-# wheel and the project fill one call's 64 MiB carry, and /tmp outlives a call only while the machine is
-# kept warm, ~30 s after a call ends):
-#   call 1  carry .peers/fbgemm_sm90.tar.zst and .peers/zstandard-0.25.0-cp312-*.whl (~62 MiB with the tree):
-#           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=520 \
-#             STAGES="build info test python sanitize bench summary" bash scripts/gpu_run.sh
-#   call 2  within 30 s, carry .peers/fbgemm_inference_sm90.tar.zst, .peers/torchrec and the zstandard wheel:
-#           BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build nccl" bash scripts/gpu_run.sh
-#           (the build of call 1 is reused; the nccl stage unpacks what call 2 carried)
-# Each call is one command of at most 10 minutes; its output comes back under $OUT. A call 2 on a fresh
-# machine (call 1's /tmp gone) reports the nccl stage failed, naming what /tmp lacks.
+# TorchRec on the GPU machine, three calls (shared/peers/README.md). A call carries at most 64 MiB with the
+# tree (11 MB): FBGEMM's main archive (50 MB) fits only without the zstandard wheel (5.5 MB), so the wheel
+# comes first and stays installed in /tmp/site; /tmp outlives a call only while the machine is kept warm,
+# ~30 s after a call ends:
+#   call 1  carry .peers/zstandard-0.25.0-cp312-*.whl, .peers/fbgemm_inference_sm90.tar.zst and .peers/torchrec:
+#           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build info test" \
+#             bash scripts/gpu_run.sh
+#   call 2  within 30 s, carry .peers/fbgemm_sm90.tar.zst:
+#           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build python sanitize" \
+#             bash scripts/gpu_run.sh
+#   call 3  within 30 s: BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build nccl bench summary" bash scripts/gpu_run.sh
+#           (each later call reuses call 1's build)
+# Each call is one command of at most 10 minutes; its output comes back under $OUT. A later call on a fresh
+# machine (the earlier calls' /tmp gone) reports the stages that need them failed, naming what /tmp lacks.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 ROOT=$PWD

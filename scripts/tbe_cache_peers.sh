@@ -14,7 +14,8 @@
 #              what is left, stops before work it estimates would not end in time and records what it did
 #
 # Needs in the repository root (unless /tmp/fb already holds FBGEMM): .peers/fbgemm_sm90.tar.zst and
-# .peers/zstandard-*.whl (docs/benchmarks.md). Stages: unpack FBGEMM to /tmp/fb (skipped when there), build
+# .peers/zstandard-*.whl (docs/benchmarks.md); the two and the tree exceed one call's 64 MiB carry, so carry
+# the wheel in an earlier call while the machine is warm (/tmp/site keeps it: scripts/gpu_run.sh). Stages: unpack FBGEMM to /tmp/fb (skipped when there), build
 # libembscale_c.so with CUDA into $BUILD_DIR (configured as scripts/h200_peers.sh does when not yet
 # configured), run the benchmark. Environment:
 #   OUT             output directory (default ./out): tbe_cache_<mode>.jsonl (records), tbe_cache_<mode>.log,
