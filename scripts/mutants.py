@@ -489,8 +489,8 @@ MUTANTS = [
       "const float div = mean && end > start ? static_cast<float>(end - start) : 1.0f;",
       "a MEAN bag divided by all its lookups, dropped ones included"),
     M("quant-py-per-sample-weights-dropped", "python/embscale/tbe_quant.py",
-      "    a.per_sample_weights = _optional_desc(None if per_sample_weights is None else per_sample_weights.contiguous())",
-      "    a.per_sample_weights = _optional_desc(None)",
+      "        a.per_sample_weights = _optional_desc(per_sample_weights)",
+      "        a.per_sample_weights = _optional_desc(None)",
       "the quantized module's operator ignores per-sample weights"),
     # ---- src/capi ----
     M("capi-empty-feature-map", "src/capi/embscale_c.cpp",
