@@ -83,7 +83,7 @@ class _Handle:
         _run(device, _capi.lib.embscale_quant_tbe_create, ctypes.byref(_context(device)), T,
              (ctypes.c_int64 * T)(*rows), (ctypes.c_int32 * T)(*dims), (ctypes.c_int32 * T)(*types), len(fmap),
              (ctypes.c_int32 * len(fmap))(*fmap), row_alignment, table_alignment, ctypes.byref(out))
-        self.ptr = out.value
+        self.ptr = out  # c_void_p: the C calls take it as it is
         self._finalizer = weakref.finalize(self, _capi.lib.embscale_quant_tbe_destroy, out.value)
         self.layout = _capi.QuantTbeLayout()
         row_bytes, table_offsets = (ctypes.c_int64 * T)(), (ctypes.c_int64 * T)()
@@ -92,12 +92,6 @@ class _Handle:
         self.row_bytes, self.table_offsets = list(row_bytes), list(table_offsets)
         self.num_features = len(fmap)
         self.sequence_dim = dims[fmap[0]] if fmap else 0  # pooling "none": every feature has this D
-        self.c_ptr = ctypes.c_void_p(out.value)
-
-
-def _handle(device, rows, dims, types, fmap, row_alignment, table_alignment) -> _Handle:
-    """The library's object of these tables on `device` (its checks name each bad argument), made once."""
-    return _handle_of(device, _handle_key(rows, dims, types, fmap, row_alignment, table_alignment))
 
 
 def _handle_key(rows, dims, types, fmap, row_alignment, table_alignment):
@@ -105,6 +99,8 @@ def _handle_key(rows, dims, types, fmap, row_alignment, table_alignment):
 
 
 def _handle_of(device, key) -> _Handle:
+    """The library's object of the tables `key` names (_handle_key) on `device` (its checks name each bad
+    argument), made once."""
     h = _HANDLES.get((device.type, key))  # made already: no lock
     if h is None:
         with _HANDLES_LOCK:
@@ -114,10 +110,10 @@ def _handle_of(device, key) -> _Handle:
     return h
 
 
-def _output_shape(h, indices, offsets, pooling):
+def _output_shape(indices, offsets, pooling, num_features, sequence_dim, total_dim):
     if pooling == "none":
-        return (indices.shape[0], h.sequence_dim)
-    return ((offsets.shape[0] - 1) // h.num_features, h.layout.total_dim)
+        return (indices.shape[0], sequence_dim)
+    return ((offsets.shape[0] - 1) // num_features, total_dim)
 
 
 @torch.library.custom_op("embscale::quant_tbe_forward", mutates_args=())
@@ -137,7 +133,7 @@ def quant_tbe_forward_eager(weights, indices, offsets, per_sample_weights, rows,
                             row_alignment, table_alignment, pooling, bounds_check, output_dtype):
     """quant_tbe_forward's body."""
     _check_backend(weights.device)
-    h = _handle(weights.device, rows, dims, types, feature_table_map, row_alignment, table_alignment)
+    h = _handle_of(weights.device, _handle_key(rows, dims, types, feature_table_map, row_alignment, table_alignment))
     num_skipped = torch.zeros(1, dtype=torch.int64, device=weights.device)
     out = _forward(h, weights, indices.contiguous(), offsets.contiguous(),
                    None if per_sample_weights is None else per_sample_weights.contiguous(), pooling, bounds_check,
@@ -151,7 +147,7 @@ def _forward(h, weights, indices, offsets, per_sample_weights, pooling, bounds_c
     may be None, in the others). The module calls it directly in eager mode with the handle it holds: the
     whole host path of its call is this function and the module's own checks."""
     device = weights.device
-    shape = _output_shape(h, indices, offsets, pooling)
+    shape = _output_shape(indices, offsets, pooling, h.num_features, h.sequence_dim, h.layout.total_dim)
     out = torch.empty(shape, dtype=output_dtype, device=device)
     a = _capi.QuantTbeForwardArgs()
     a.weights, a.weights_bytes = weights.data_ptr(), weights.numel()
@@ -164,16 +160,16 @@ def _forward(h, weights, indices, offsets, per_sample_weights, pooling, bounds_c
     a.output = _desc(out, shape)
     if bounds_check in ("skip", "warn"):
         a.num_skipped = num_skipped.data_ptr()
-    _run(device, _capi.lib.embscale_quant_tbe_forward, h.c_ptr, ctypes.byref(_context(device)), ctypes.byref(a))
+    _run(device, _capi.lib.embscale_quant_tbe_forward, h.ptr, ctypes.byref(_context(device)), ctypes.byref(a))
     return out
 
 
 @quant_tbe_forward.register_fake
 def _(weights, indices, offsets, per_sample_weights, rows, dims, types, feature_table_map, row_alignment,
       table_alignment, pooling, bounds_check, output_dtype):
-    T = len(feature_table_map)
-    shape = ((indices.shape[0], dims[feature_table_map[0]]) if pooling == "none" else
-             ((offsets.shape[0] - 1) // T, sum(dims[t] for t in feature_table_map)))
+    fmap = feature_table_map
+    shape = _output_shape(indices, offsets, pooling, len(fmap), dims[fmap[0]] if fmap else 0,
+                          sum(dims[t] for t in fmap))
     return weights.new_empty(shape, dtype=output_dtype), weights.new_empty((1,), dtype=torch.int64)
 
 
@@ -362,8 +358,8 @@ class QuantizedTableBatchedEmbeddingBags(nn.Module):
         counts = self.bounds_check in ("skip", "warn")
         if eager_call(weights, indices, offsets, per_sample_weights):
             _check_backend(device)
-            out = _forward(_handle_of(device, self._handle_key), weights, indices, offsets, per_sample_weights, self.pooling, self.bounds_check,
-                           self.output_dtype, self.num_skipped if counts else None)
+            out = _forward(_handle_of(device, self._handle_key), weights, indices, offsets, per_sample_weights,
+                           self.pooling, self.bounds_check, self.output_dtype, self.num_skipped if counts else None)
         else:  # traced (torch.export, torch.compile): the operator, whose fake gives the shapes
             out, num_skipped = torch.ops.embscale.quant_tbe_forward(
                 weights, indices, offsets, per_sample_weights, *self._op_tables[:4], self.row_alignment,
