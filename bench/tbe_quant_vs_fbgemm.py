@@ -235,6 +235,21 @@ def records_out(a, rows_out):
     return write, out
 
 
+def median_event_ms(runs, reps, calls):
+    """Per name, the ms a call: runs[name](r) issues rep r's `calls` calls; each rep is timed between two CUDA
+    events, the names alternating rep by rep, and the median over reps is divided by `calls`."""
+    ev = {n: [] for n in runs}
+    for r in range(reps):
+        for n, run in runs.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run(r)
+            end.record()
+            ev[n].append((start, end))
+    torch.cuda.synchronize()
+    return {n: float(np.median([s.elapsed_time(e) for s, e in v])) / calls for n, v in ev.items()}
+
+
 def cuda_train_ms(fns, sets, warmup, reps, calls):
     """Per name, the ms a call of `calls` back-to-back calls takes (CUDA events around the train, the median
     of reps trains), the fns alternating train by train and cycling through the input sets (fn(i) runs set i).
@@ -244,17 +259,13 @@ def cuda_train_ms(fns, sets, warmup, reps, calls):
             for i in range(sets):
                 fn(i)
     torch.cuda.synchronize()
-    ev = {n: [] for n in fns}
-    for r in range(reps):
-        for n, fn in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+
+    def train(fn):
+        def run(r):
             for k in range(calls):
                 fn((r * calls + k) % sets)
-            end.record()
-            ev[n].append((start, end))
-    torch.cuda.synchronize()
-    return {n: float(np.median([s.elapsed_time(e) for s, e in v])) / calls for n, v in ev.items()}
+        return run
+    return median_event_ms({n: train(fn) for n, fn in fns.items()}, reps, calls)
 
 
 def cuda_graph_ms(fns, sets, reps, calls):
@@ -279,16 +290,7 @@ def cuda_graph_ms(fns, sets, reps, calls):
         except Exception as e:  # noqa: BLE001 (recorded: the library's call is not capturable here)
             why[n] = f"{type(e).__name__}: {e}"
     torch.cuda.synchronize()
-    ev = {n: [] for n in graphs}
-    for _ in range(reps):
-        for n, g in graphs.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            g.replay()
-            end.record()
-            ev[n].append((start, end))
-    torch.cuda.synchronize()
-    ms = {n: float(np.median([s.elapsed_time(e) for s, e in v])) / calls for n, v in ev.items()}
+    ms = median_event_ms({n: (lambda r, g=g: g.replay()) for n, g in graphs.items()}, reps, calls)
     return {n: ms.get(n) for n in fns}, why
 
 
