@@ -6,9 +6,9 @@
 // int2), loads each from the aligned chunk that holds its start plus, past a 4-byte header, the next aligned
 // word, decodes them in registers and adds the values into fp32 sums it holds for those columns; on the
 // scalar path (rows not aligned to a chunk) each lane reads its columns byte by byte. A lane issues
-// kLoadsInFlight row loads (lookups x chunks) before its first add; the indices load two steps ahead, so
-// that the next step's rows are prefetched into L2 (no registers) while a step's rows load and decode;
-// the group's lanes read the same index and header addresses (one transaction each).
+// kLoadsInFlight row loads (lookups x chunks) before its first add, the next step's indices load while a
+// step's rows are in flight, and the group's lanes read the same index and header addresses (one
+// transaction each).
 //
 // Instantiations. The weight type is a switch per feature inside the kernel (block-uniform, so no
 // divergence), the output dtype a switch at each store, per-sample weights a branch per feature; the
@@ -42,7 +42,6 @@
 
 #include "core/cuda/vec.cuh"
 #include "core/numerics.h"
-#include "tbe/cuda/backward/tbe_backward_io.cuh"  // prefetch_l2
 #include "tbe/cuda/bounds_check.cuh"
 #include "tbe/cuda/quant/tbe_quant_plan.h"
 
@@ -224,13 +223,6 @@ struct VectorRows {
       r.w[kWords] = (slot + 1) * kChunk < used ? __ldg(reinterpret_cast<const unsigned int*>(at + kChunk)) : 0u;
     return r;
   }
-  // Asks L2 for the lines load(row, slot, used) will read.
-  static __device__ __forceinline__ void prefetch(const uint8_t* row, int slot, int used) {
-    const uint8_t* at = row + slot * kChunk;
-    tbe_bwd::prefetch_l2(at);
-    if constexpr (kHeader)
-      if ((slot + 1) * kChunk < used) tbe_bwd::prefetch_l2(at + kChunk);
-  }
   template <bool kFinite>
   static __device__ __forceinline__ void decode(const Raw& r, const Header& h, float* v) {
     decode_chunk<kType, kWords, kFinite>(r.w + (kHeader ? 1 : 0), h, v);  // the data words
@@ -267,9 +259,6 @@ struct ScalarRows {
     } else {
       return Raw{bytes_le(data + static_cast<int64_t>(c) * (kBits / 8), kBits / 8)};
     }
-  }
-  static __device__ __forceinline__ void prefetch(const uint8_t* row, int c, int /*used*/) {
-    tbe_bwd::prefetch_l2(row + header_size(kType) + static_cast<int64_t>(c) * value_bits(kType) / 8);
   }
   template <bool kFinite>
   static __device__ __forceinline__ void decode(const Raw& r, const Header& h, float* v) {
@@ -414,10 +403,8 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
         for (int k = 0; k < kV; ++k) acc[c][k] = 0.0f;
       valid = 0;
 
-      // Indices two steps ahead: step s + kU's rows are prefetched into L2 while step s's load and decode.
-      IndexWord<I> next[kU], after[kU];
+      IndexWord<I> next[kU];
       load_step_indices<kU>(indices + start, end - start, next);
-      load_step_indices<kU>(indices + start + kU, end - start - kU, after);
       for (int64_t s = start; s < end; s += kU) {
         const int n = end - s < kU ? static_cast<int>(end - s) : kU;  // the step's lookups
         IndexWord<I> idx[kU];
@@ -433,13 +420,6 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
         }
         if (invalid != 0 && p.check == kCheckError && first_pass && rank == 0)
           record_min_position(p.scratch + kBadIndexKey, s + __ffs(invalid) - 1);
-#pragma unroll
-        for (int j = 0; j < kU; ++j)
-          if (j < end - s - kU && after[j] < rows) {
-            const uint8_t* row = table + static_cast<uint64_t>(after[j]) * row_bytes;
-#pragma unroll
-            for (int c = 0; c < kS; ++c) R::prefetch(row, slot[c], used);
-          }
         uint32_t hw[kU];
         Raw raw[kU][kS];
 #pragma unroll
@@ -449,10 +429,8 @@ __device__ __forceinline__ void quant_forward_feature(const QuantForwardParams& 
 #pragma unroll
           for (int c = 0; c < kS; ++c) raw[j][c] = R::load(row, slot[c], used);
         }
-        // The indices of the step after next load while this step's rows are in flight.
-#pragma unroll
-        for (int j = 0; j < kU; ++j) next[j] = after[j];
-        load_step_indices<kU>(indices + s + 2 * kU, end - s - 2 * kU, after);
+        // The next step's indices load while this step's rows are in flight.
+        load_step_indices<kU>(indices + s + kU, end - s - kU, next);
         float sw[kU];
 #pragma unroll
         for (int j = 0; j < kU; ++j) sw[j] = (kWeighted && j < n) ? __ldg(psw + s + j) : 1.0f;
