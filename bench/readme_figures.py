@@ -227,6 +227,9 @@ HISTORICAL = {
     "fbgemm_cpu, Intel(R) Xeon(R) Processor, both on huge pages": dict(
         records=("2026-12-04-cpu-fbgemm-xeon-both-huge-pages.jsonl",), measured="2026-12-04", builds=("730ad8f",),
         why="the CPU backward and the torch module have changed since"),
+    "tbe_quant_cuda, NVIDIA H100 80GB HBM3": dict(
+        records=("2026-12-07-nvidia-h100-tbe-quant-trains.jsonl",), measured="2026-12-07", builds=("60c20fd",),
+        why="the quantized module's host path has changed since (its CUDA kernel has not)"),
 }
 
 
