@@ -12,7 +12,10 @@
 #
 # Environment:
 #   OUT                    output directory (default: ./out)
-#   STAGES                 stages to run, in order (default: "build info test python nccl sanitize bench summary")
+#   STAGES                 stages to run, in order (default: "build info test python nccl sanitize bench summary");
+#                          stages joined by + run at the same time (e.g. "test+sanitize", "python+nccl"), each
+#                          into its own log, their reports merged in order: the GPU and 16 cores are shared, so
+#                          join only stages that check results, never ones that time them (bench).
 #   BUILD_DIR              build directory (default: build-gpu; relative to the repository root, or absolute,
 #                          e.g. /tmp/b to reuse an earlier call's build while the machine is warm). When it
 #                          already holds embscale, embscale_tests and libembscale_c.so (a build made
@@ -23,6 +26,8 @@
 #   TIME_BUDGET            seconds for the whole run (default: 470); each stage is capped at what is left.
 #   SANITIZE_FILTER        gtest filter for the memcheck pass (default: CUDA tests minus the > 2^31 one).
 #   TEST_LIMIT             seconds for the test suite (default: 330; the H200 run takes ~200).
+#   PYTHON_TEST_LIMIT      seconds for the Python suite (default: 480; ~210 on the H200, ~390 on the H100, in one
+#                          process); PYTHON_JOBS processes share its files (default: 1).
 #   EXTRA_BENCHES          more benchmark entries, one per line, in the BENCHES format below.
 #   BENCH_NAMES            when set, only the benchmark entries of these names (space-separated) run.
 #   NCCL_TEST_LIMIT        seconds for the nccl stage's pytest (default: 420); NCCL_DLRM_STEPS steps of each
@@ -42,18 +47,18 @@
 # where it was carried (scripts/gpu_peers_unpack.sh). Without TorchRec the stage FAILS with "SKIPPED
 # (torchrec not available ...)", so a run without it never reads as a pass.
 #
-# TorchRec on the GPU machine, three calls (shared/peers/README.md). A call carries at most 64 MiB with the
-# tree (11 MB): FBGEMM's main archive (50 MB) fits only without the zstandard wheel (5.5 MB), so the wheel
+# The whole suite on the GPU machine, two calls (shared/peers/README.md). A call carries at most 64 MiB with
+# the tree (11 MB): FBGEMM's main archive (50 MB) fits only without the zstandard wheel (5.5 MB), so the wheel
 # comes first and stays installed in /tmp/site; /tmp outlives a call only while the machine is kept warm,
 # ~30 s after a call ends:
 #   call 1  carry .peers/zstandard-0.25.0-cp312-*.whl, .peers/fbgemm_inference_sm90.tar.zst and .peers/torchrec:
-#           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build info test" \
+#           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=570 STAGES="build info test" \
 #             bash scripts/gpu_run.sh
 #   call 2  within 30 s, carry .peers/fbgemm_sm90.tar.zst:
-#           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build python sanitize" \
-#             bash scripts/gpu_run.sh
-#   call 3  within 30 s: BUILD_DIR=/tmp/b TIME_BUDGET=560 STAGES="build nccl bench summary" bash scripts/gpu_run.sh
-#           (each later call reuses call 1's build)
+#           bash scripts/gpu_peers_unpack.sh; PYTHONPATH=/tmp/fb PYTHON_JOBS=3 BUILD_DIR=/tmp/b TIME_BUDGET=570 \
+#             STAGES="build python+nccl+sanitize" bash scripts/gpu_run.sh
+#           (reuses call 1's build; the three stages at once take about as long as the Python suite alone)
+# The bench stage times, so it runs alone: a third call, STAGES="build bench summary".
 # Each call is one command of at most 10 minutes; its output comes back under $OUT. A later call on a fresh
 # machine (the earlier calls' /tmp gone) reports the stages that need them failed, naming what /tmp lacks.
 set -uo pipefail
@@ -122,7 +127,7 @@ run_step() {
   return $rc
 }
 
-has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+has_stage() { [[ " ${STAGES//+/ } " == *" $1 "* ]]; }
 
 stage_build() {
   if [ -x "$CLI" ] && [ -x "$TESTS" ] && [ -f "$LIB" ]; then
@@ -162,14 +167,37 @@ stage_test() {
 
 # pytest over tests/python (CPU and CUDA tensors) and the DLRM example on CUDA, against the build's
 # libembscale_c. pytest is installed from $BUILD_DIR/wheels when the machine lacks it and wheels are there.
+# PYTHON_JOBS > 1 splits the test files round-robin over that many pytest processes at once (each file's
+# tests stay in one process; distributed tests meet through their own temporary folders, so shards do not
+# collide), their logs concatenated into pytest.log.
 stage_python() {
   export EMBSCALE_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
   ensure_pytest
-  run_step "python tests" 360 "$OUT/pytest.log" python3 -m pytest -q -p no:cacheprovider tests/python
-  tail -n 3 "$OUT/pytest.log"
+  export -f python_shards
+  run_step "python tests" "${PYTHON_TEST_LIMIT:-480}" "$OUT/pytest.log" bash -c 'python_shards "$1"' _ "${PYTHON_JOBS:-1}"
+  grep -hE "^(FAILED|ERROR) | (passed|failed|error)" "$OUT/pytest.log" | tail -n 12
   run_step "python example" 150 "$OUT/train_dlrm.log" python3 examples/train_dlrm.py --device cuda --steps 300 \
     --out "$OUT/train_dlrm_cuda.png"
   cat "$OUT/train_dlrm.log"
+}
+
+# python_shards N: pytest over tests/python in N processes; fails when any shard fails.
+python_shards() {
+  local jobs=$1 files i k rc=0
+  if [ "$jobs" -le 1 ]; then python3 -m pytest -q -p no:cacheprovider tests/python; return; fi
+  files=(tests/python/test_*.py)
+  local dir pids=()
+  dir=$(mktemp -d)
+  for ((i = 0; i < jobs; i++)); do
+    local shard=()
+    for ((k = i; k < ${#files[@]}; k += jobs)); do shard+=("${files[k]}"); done
+    python3 -m pytest -q -p no:cacheprovider "${shard[@]}" >"$dir/shard_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[i]}" || rc=1; done
+  for ((i = 0; i < jobs; i++)); do echo "== pytest shard $i of $jobs"; cat "$dir/shard_$i.log"; done
+  rm -rf "$dir"
+  return $rc
 }
 
 ensure_pytest() {
@@ -278,11 +306,42 @@ stage_summary() {
 
 echo "embscale GPU run: stages '$STAGES', build $BUILD_DIR, output $OUT, budget ${TIME_BUDGET}s"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
-for s in $STAGES; do
-  case $s in
-    build|info|test|python|nccl|sanitize|bench|summary) "stage_$s" ;;
-    *) echo "== unknown stage '$s' (expected build info test python nccl sanitize bench summary)"; FAILED+=("$s") ;;
+run_stage() {
+  case $1 in
+    build|info|test|python|nccl|sanitize|bench|summary) "stage_$1" ;;
+    *) echo "== unknown stage '$1' (expected build info test python nccl sanitize bench summary)"; FAILED+=("$1") ;;
   esac
+}
+
+# run_group A+B+...: the stages at once, each in a subshell with its output in $OUT/stage_NAME.out; each
+# subshell's report lines and failures come back through files and are merged in the group's order.
+run_group() {
+  local tmp s
+  tmp=$(mktemp -d)
+  IFS='+' read -r -a parts <<<"$1"
+  echo "== stages at once: ${parts[*]}"
+  for s in "${parts[@]}"; do
+    (
+      REPORT=() FAILED=()
+      run_stage "$s" >"$OUT/stage_$s.out" 2>&1
+      [ ${#REPORT[@]} -gt 0 ] && printf '%s\n' "${REPORT[@]}" >"$tmp/$s.report"
+      [ ${#FAILED[@]} -gt 0 ] && printf '%s\n' "${FAILED[@]}" >"$tmp/$s.failed"
+      exit 0
+    ) &
+  done
+  wait
+  local line
+  for s in "${parts[@]}"; do
+    echo "== [$s]"
+    cat "$OUT/stage_$s.out"
+    [ -f "$tmp/$s.report" ] && while IFS= read -r line; do REPORT+=("$line"); done <"$tmp/$s.report"
+    [ -f "$tmp/$s.failed" ] && while IFS= read -r line; do FAILED+=("$line"); done <"$tmp/$s.failed"
+  done
+  rm -rf "$tmp"
+}
+
+for s in $STAGES; do
+  if [[ $s == *+* ]]; then run_group "$s"; else run_stage "$s"; fi
 done
 
 echo
