@@ -7,6 +7,8 @@
 #   .peers/fbgemm_sm90.tar.zst          -> /tmp/fb        (FBGEMM 1.6 training; test: fbgemm_gpu/__init__.py)
 #   .peers/fbgemm_inference_sm90.tar.zst -> /tmp/fb       (its inference library, which TorchRec imports;
 #                                                          test: fbgemm_gpu/fbgemm_gpu_tbe_inference.so)
+#   (either archive may come as .tar.xz instead, made by scripts/peers_xz.sh: Python's own tarfile unpacks
+#   it, so a call carrying it needs no zstandard wheel)
 #   .peers/torchrec/*.whl               -> /tmp/trsite    (TorchRec 1.6.1 and its pure-Python dependencies;
 #                                                          test: torchrec/__init__.py)
 # Each piece is unpacked into a folder beside its target and moved into place when complete, the tested
@@ -15,9 +17,10 @@
 # reported, not an error: scripts/gpu_run.sh's nccl stage reports TorchRec missing as its failure).
 # TorchRec then imports with PYTHONPATH=/tmp/fb:/tmp/trsite (the nccl stage adds them itself).
 #
-# FBGEMM's main archive (50 MB) and the project fill one call's 64 MiB: carry the zstandard wheel, the
-# inference archive and TorchRec's wheels in one call and the main archive alone in the next, while the
-# machine is warm (the recipe in scripts/gpu_run.sh).
+# FBGEMM's two archives and the project exceed one call's 64 MiB: carry the main archive (as .tar.xz, with
+# TorchRec's wheels) in one call and the inference archive in the next, while the machine is warm (the
+# recipe in scripts/gpu_run.sh). As .tar.zst each also needs the zstandard wheel, which does not fit beside
+# the main archive.
 #
 # Environment: PEERS (default: .peers in the repository root), UNPACK_TO (default: /tmp; the folders above
 # are under it).
@@ -29,7 +32,9 @@ FB=$TO/fb
 TRSITE=$TO/trsite
 SITE=$TO/site
 FAILED=0
+mkdir -p "$TO"
 X='import zstandard,tarfile,sys;d=zstandard.ZstdDecompressor(max_window_size=2**31);tarfile.open(fileobj=d.stream_reader(open(sys.argv[1],"rb")),mode="r|").extractall(sys.argv[2])'
+X_XZ='import tarfile,sys;tarfile.open(sys.argv[1],mode="r:xz").extractall(sys.argv[2])'
 
 say() { echo "peers: $*"; }
 
@@ -54,20 +59,25 @@ zstd_path() {
   echo "$SITE"
 }
 
-# unpack_archive NAME ARCHIVE TEST_FILE (relative to $FB): ARCHIVE (a tar of fbgemm_gpu/) into $FB.
+# unpack_archive NAME BASE TEST_FILE (relative to $FB): BASE.tar.zst, or BASE.tar.xz (scripts/peers_xz.sh; the
+# interpreter unpacks it without the zstandard wheel), a tar of fbgemm_gpu/, into $FB.
 unpack_archive() {
-  local name=$1 archive=$2 test=$3
+  local name=$1 base=$2 test=$3 archive
   if [ -f "$FB/$test" ]; then say "$name: $FB/$test exists; not unpacked again"; return 0; fi
-  if [ ! -f "$archive" ]; then say "$name: not carried ($archive absent) and not in $FB"; return 0; fi
-  local zp stage t0
-  if ! zp=$(zstd_path); then
+  archive=$base.tar.zst
+  [ -f "$archive" ] || archive=$base.tar.xz
+  if [ ! -f "$archive" ]; then say "$name: not carried ($base.tar.zst or .tar.xz absent) and not in $FB"; return 0; fi
+  local zp="" stage t0 unpack=$X
+  if [ "${archive%.xz}" != "$archive" ]; then
+    unpack=$X_XZ
+  elif ! zp=$(zstd_path); then
     say "$name: FAILED: $zp"
     FAILED=1
     return 1
   fi
   t0=$(date +%s)
-  stage=$(mktemp -d "$TO/fb.unpack.XXXXXX")
-  if ! PYTHONPATH="$zp${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$X" "$archive" "$stage"; then
+  stage=$(mktemp -d "$TO/fb.unpack.XXXXXX") || { say "$name: FAILED: no folder could be made under $TO"; FAILED=1; return 1; }
+  if ! PYTHONPATH="$zp${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$unpack" "$archive" "$stage"; then
     say "$name: FAILED to unpack $archive"
     rm -rf "$stage"
     FAILED=1
@@ -97,7 +107,7 @@ unpack_torchrec() {
   local wheels=("$PEERS"/torchrec/*.whl)
   if [ ! -f "${wheels[0]}" ]; then say "torchrec: not carried ($PEERS/torchrec/*.whl absent) and not in $TRSITE"; return 0; fi
   local stage
-  stage=$(mktemp -d "$TO/trsite.unpack.XXXXXX")
+  stage=$(mktemp -d "$TO/trsite.unpack.XXXXXX") || { say "torchrec: FAILED: no folder could be made under $TO"; FAILED=1; return 1; }
   if ! python3 -m pip install -q --no-index --no-deps --target "$stage" "${wheels[@]}"; then
     say "torchrec: FAILED to install ${#wheels[@]} wheels from $PEERS/torchrec"
     rm -rf "$stage"
@@ -109,19 +119,19 @@ unpack_torchrec() {
   say "torchrec: installed ${#wheels[@]} wheels (${wheels[*]##*/}) to $TRSITE"
 }
 
-unpack_archive "FBGEMM" "$PEERS/fbgemm_sm90.tar.zst" fbgemm_gpu/__init__.py
-unpack_archive "FBGEMM inference" "$PEERS/fbgemm_inference_sm90.tar.zst" fbgemm_gpu/fbgemm_gpu_tbe_inference.so
+unpack_archive "FBGEMM" "$PEERS/fbgemm_sm90" fbgemm_gpu/__init__.py
+unpack_archive "FBGEMM inference" "$PEERS/fbgemm_inference_sm90" fbgemm_gpu/fbgemm_gpu_tbe_inference.so
 unpack_torchrec
 
 have() { [ -e "$1" ] && echo yes || echo no; }
 say "state: FBGEMM $(have "$FB/fbgemm_gpu/__init__.py"), FBGEMM inference $(have "$FB/fbgemm_gpu/fbgemm_gpu_tbe_inference.so"), TorchRec $(have "$TRSITE/torchrec/__init__.py")"
 missing=()
-[ -f "$FB/fbgemm_gpu/__init__.py" ] || missing+=(.peers/fbgemm_sm90.tar.zst)
-[ -f "$FB/fbgemm_gpu/fbgemm_gpu_tbe_inference.so" ] || missing+=(.peers/fbgemm_inference_sm90.tar.zst)
+[ -f "$FB/fbgemm_gpu/__init__.py" ] || missing+=(.peers/fbgemm_sm90.tar.zst/.xz)
+[ -f "$FB/fbgemm_gpu/fbgemm_gpu_tbe_inference.so" ] || missing+=(.peers/fbgemm_inference_sm90.tar.zst/.xz)
 [ -f "$TRSITE/torchrec/__init__.py" ] || missing+=(.peers/torchrec)
 if [ ${#missing[@]} -gt 0 ]; then
   say "TorchRec is not usable yet: /tmp lacks ${missing[*]}; carry them while the machine is warm, each call with" \
-    "the zstandard wheel and FBGEMM's main archive in a call of its own (the recipe in scripts/gpu_run.sh's header)"
+    "FBGEMM's main archive in a call of its own (the recipe in scripts/gpu_run.sh's header)"
 else
   say "TorchRec is usable: PYTHONPATH=$FB:$TRSITE"
 fi

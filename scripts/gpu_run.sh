@@ -48,13 +48,13 @@
 # (torchrec not available ...)", so a run without it never reads as a pass.
 #
 # The whole suite on the GPU machine, two calls (shared/peers/README.md). A call carries at most 64 MiB with
-# the tree (11 MB): FBGEMM's main archive (50 MB) fits only without the zstandard wheel (5.5 MB), so the wheel
-# comes first and stays installed in /tmp/site; /tmp outlives a call only while the machine is kept warm,
-# ~30 s after a call ends:
-#   call 1  carry .peers/zstandard-0.25.0-cp312-*.whl, .peers/fbgemm_inference_sm90.tar.zst and .peers/torchrec:
+# the tree (12 MB), and /tmp outlives a call only while the machine is kept warm, ~30 s after a call ends.
+# Made here once: scripts/peers_xz.sh re-packs FBGEMM's archives as .tar.xz, which the machine's Python
+# unpacks without the zstandard wheel, so the main archive (48 MB) travels with TorchRec's wheels:
+#   call 1  carry .peers/fbgemm_sm90.tar.xz and .peers/torchrec:
 #           bash scripts/gpu_peers_unpack.sh; BUILD_DIR=/tmp/b TIME_BUDGET=570 STAGES="build info test" \
 #             bash scripts/gpu_run.sh
-#   call 2  within 30 s, carry .peers/fbgemm_sm90.tar.zst:
+#   call 2  within 30 s, carry .peers/fbgemm_inference_sm90.tar.xz:
 #           bash scripts/gpu_peers_unpack.sh; PYTHONPATH=/tmp/fb PYTHON_JOBS=3 BUILD_DIR=/tmp/b TIME_BUDGET=570 \
 #             STAGES="build python+nccl+sanitize" bash scripts/gpu_run.sh
 #           (reuses call 1's build; the three stages at once take about as long as the Python suite alone)
