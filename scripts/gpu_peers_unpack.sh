@@ -131,7 +131,7 @@ missing=()
 [ -f "$TRSITE/torchrec/__init__.py" ] || missing+=(.peers/torchrec)
 if [ ${#missing[@]} -gt 0 ]; then
   say "TorchRec is not usable yet: /tmp lacks ${missing[*]}; carry them while the machine is warm, each call with" \
-    "FBGEMM's main archive in a call of its own (the recipe in scripts/gpu_run.sh's header)"
+    "FBGEMM's two archives in separate calls (the recipe in scripts/gpu_run.sh's header)"
 else
   say "TorchRec is usable: PYTHONPATH=$FB:$TRSITE"
 fi
