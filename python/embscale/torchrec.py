@@ -511,10 +511,14 @@ class QuantEmbeddingBagCollection(nn.Module):
 
     ``state_dict()`` has TorchRec's keys, ``embedding_bags.<table>.weight``: each table's rows as uint8
     [num_embeddings, row bytes] in FBGEMM's IntNBit layout (scale and bias before the data, each row padded to
-    ``row_alignment``, 16 as TorchRec's default), the same bytes TorchRec's quantized collection holds."""
+    ``row_alignment``, 16 as TorchRec's default), the same bytes TorchRec's quantized collection holds.
+
+    ``bounds_check`` is "warn" as TorchRec's collection runs FBGEMM's (its WARNING mode: an index outside its table
+    is dropped and counted, a warning comes at a later call, and a call on CUDA never waits for the device);
+    "error" raises at the call, and on CUDA waits for the device at every call (the module's notes)."""
 
     def __init__(self, tables: List[EmbeddingBagConfig], is_weighted: bool = False, device=None,
-                 output_dtype: torch.dtype = torch.float32, row_alignment: int = 16):
+                 output_dtype: torch.dtype = torch.float32, row_alignment: int = 16, bounds_check: str = "warn"):
         super().__init__()
         _check_tables(tables)
         types = []
@@ -533,7 +537,7 @@ class QuantEmbeddingBagCollection(nn.Module):
         self.tbe = QuantizedTableBatchedEmbeddingBags(
             [(t.num_embeddings, t.embedding_dim, w) for t, w in zip(tables, types)],
             feature_table_map=[i for i, t in enumerate(tables) for _ in t.feature_names], pooling=_pooling(tables),
-            output_dtype=output_dtype, row_alignment=row_alignment,
+            output_dtype=output_dtype, row_alignment=row_alignment, bounds_check=bounds_check,
             device=torch.device("cpu") if device is None else device)
         for name in ("weights", "num_skipped"):  # saved as TorchRec saves them: the views below
             self.tbe.register_buffer(name, getattr(self.tbe, name), persistent=False)
@@ -582,7 +586,7 @@ class QuantEmbeddingBagCollection(nn.Module):
 
     @classmethod
     def from_float(cls, module: nn.Module, data_types=None, output_dtype: torch.dtype = torch.float32,
-                   row_alignment: int = 16) -> "QuantEmbeddingBagCollection":
+                   row_alignment: int = 16, bounds_check: str = "warn") -> "QuantEmbeddingBagCollection":
         """The quantized collection of a trained one: torchrec's EmbeddingBagCollection or embscale's (its tables,
         features, pooling and weighting), each table quantized to its DataType: ``data_types`` (one for all, or
         one per table), else the dtype of ``module.qconfig``'s weight observer as TorchRec's from_float reads
@@ -600,7 +604,8 @@ class QuantEmbeddingBagCollection(nn.Module):
             raise ValueError(f"data_types: {len(types)} given for {len(configs)} tables")
         floats = [module.embedding_bags[c.name].weight for c in configs]
         q = cls([dataclasses.replace(c, data_type=d) for c, d in zip(configs, types)], module.is_weighted(),
-                device=floats[0].device, output_dtype=output_dtype, row_alignment=row_alignment)
+                device=floats[0].device, output_dtype=output_dtype, row_alignment=row_alignment,
+                bounds_check=bounds_check)
         q.tbe.load_float(floats)
         return q
 

@@ -117,6 +117,40 @@ def test_embscale_collection_quantizes_and_a_torchrec_state_dict_loads():
         assert other.embedding_bags["t1"].weight.data_ptr() == other.tbe.split_embedding_weights()[1].data_ptr()
 
 
+def test_an_index_outside_its_table_warns_as_torchrecs_collection_does():
+    """TorchRec's quantized collection runs FBGEMM's IntNBit TBE in its WARNING mode (it warns and goes on, and on
+    CUDA never waits for the device): embscale's drop-in defaults to its own warn mode, which drops the index (FBGEMM
+    maps it to row 0) and warns; bounds_check="error" raises at the call."""
+    import embscale
+
+    seed = 4015
+    print("seed", seed)
+    ebc = trained_ebc(seed)
+    ebc.qconfig = QuantConfig(activation=tq.PlaceholderObserver.with_args(dtype=torch.float),
+                              weight=tq.PlaceholderObserver.with_args(dtype=torch.quint8))
+    theirs = TorchrecQuantEBC.from_float(ebc)
+    ours = es_torchrec.QuantEmbeddingBagCollection.from_float(ebc)
+    kjt = batch(seed)
+    keys, lengths, values = kjt.keys(), kjt.lengths().clone(), kjt.values().clone()
+    at = int(torch.nonzero(lengths)[0])  # the first non-empty bag; its first value becomes 1000
+    first = int(lengths[:at].sum())
+    bad_values = values.clone()
+    bad_values[first] = 1000
+    bad = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=bad_values, lengths=lengths)
+    dropped_lengths = lengths.clone()
+    dropped_lengths[at] -= 1
+    dropped = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat([values[:first], values[first + 1:]]),
+                                                  lengths=dropped_lengths)
+    # TorchRec's goes on, its row 0 in the index's place (FBGEMM writes the 0 into the KJT's values: a copy here)
+    theirs(KeyedJaggedTensor.from_lengths_sync(keys=keys, values=bad_values.clone(), lengths=lengths))
+    with pytest.warns(embscale.BoundsCheckWarning, match="1 indices outside their tables were dropped"):
+        got = ours(bad)
+    assert torch.equal(got.values(), ours(dropped).values())
+    strict = es_torchrec.QuantEmbeddingBagCollection.from_float(ebc, bounds_check="error")
+    with pytest.raises(IndexError):
+        strict(bad)
+
+
 def test_bad_input_is_refused_by_name():
     bad = tables()
     bad[1] = EmbeddingBagConfig(name="t1", embedding_dim=64, num_embeddings=40, feature_names=["f2"],
